@@ -1,0 +1,83 @@
+package emulator
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func noEnv(string) string { return "" }
+
+func TestMissingJavaNamesAJDK(t *testing.T) {
+	_, err := Start(context.Background(), Options{Getenv: noEnv, Java: "no-such-java-binary"})
+	if !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), "JDK") {
+		t.Fatalf("err = %v, want ErrMissing naming a JDK", err)
+	}
+}
+
+func TestMissingJarsNameThePackages(t *testing.T) {
+	_, err := Start(context.Background(), Options{Getenv: noEnv, SDKRoot: t.TempDir()})
+	if !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), "google-cloud-cli-firestore-emulator") {
+		t.Fatalf("err = %v, want ErrMissing naming google-cloud-cli-firestore-emulator", err)
+	}
+	_, err = Start(context.Background(), Options{Getenv: func(k string) string {
+		if k == FirestoreHostEnv {
+			return "127.0.0.1:1"
+		}
+		return ""
+	}, SDKRoot: t.TempDir()})
+	if !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), "google-cloud-cli-pubsub-emulator") {
+		t.Fatalf("err = %v, want ErrMissing naming google-cloud-cli-pubsub-emulator", err)
+	}
+}
+
+func TestReusesEmulatorsNamedByTheEnvironment(t *testing.T) {
+	env := map[string]string{FirestoreHostEnv: "127.0.0.1:1111", PubSubHostEnv: "127.0.0.1:2222"}
+	e, err := Start(context.Background(), Options{Getenv: func(k string) string { return env[k] }, Java: "no-such-java-binary"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.FirestoreHost != env[FirestoreHostEnv] || e.PubSubHost != env[PubSubHostEnv] || e.Started() {
+		t.Fatalf("got %+v, want the environment's hosts reused", e)
+	}
+}
+
+// TestStartsAndStopsItsOwnPair starts a fresh pair, checks both answer, and checks that Stop
+// leaves no process of their groups running.
+func TestStartsAndStopsItsOwnPair(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two JVMs")
+	}
+	e, err := Start(context.Background(), Options{Getenv: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{e.FirestoreHost, e.PubSubHost} {
+		c, err := net.DialTimeout("tcp", h, 2*time.Second)
+		if err != nil {
+			e.Stop()
+			t.Fatalf("dial %s: %v", h, err)
+		}
+		c.Close()
+	}
+	pgids := []int{}
+	for _, p := range e.procs {
+		pgids = append(pgids, p.cmd.Process.Pid)
+	}
+	e.Stop()
+	for _, pg := range pgids {
+		if err := syscall.Kill(-pg, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("process group %d still exists after Stop (kill 0: %v)", pg, err)
+		}
+	}
+	for _, h := range []string{e.FirestoreHost, e.PubSubHost} {
+		if c, err := net.DialTimeout("tcp", h, time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s still answers after Stop", h)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package store
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// DueAt is the one function that says when a task document next needs a nudge (DESIGN §0): the
+// earliest deadline among what is still pending — the task's own lease expiry or backoff, the
+// delivery in flight, each DLQ notice, a decision whose nudges are unpublished, a Slack update —
+// floored by the sweeper's own backoff (nudge_at). ok is false when nothing is pending.
+func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
+	consider := func(at time.Time) {
+		if !ok || at.Before(due) {
+			due, ok = at, true
+		}
+	}
+	switch t.State {
+	case task.StateQueued, task.StateWaiting:
+		at := t.CreatedAt
+		if t.NotBefore != nil {
+			at = *t.NotBefore
+		}
+		consider(at)
+	case task.StateRunning:
+		if t.Lease.ExpiresAt != nil {
+			consider(*t.Lease.ExpiresAt)
+		} else {
+			consider(now) // running without a lease is never written; recover it at once
+		}
+	}
+	if d := t.Delivery; d.State == task.DeliveryPending {
+		switch {
+		case d.Lease.Live(now):
+			consider(*d.Lease.ExpiresAt)
+		case d.NextAttemptAt != nil:
+			consider(*d.NextAttemptAt)
+		default:
+			consider(now)
+		}
+	}
+	for _, n := range t.Notices {
+		switch {
+		case n.Lease.Live(now):
+			consider(*n.Lease.ExpiresAt)
+		case n.NextAttemptAt != nil:
+			consider(*n.NextAttemptAt)
+		default:
+			consider(now)
+		}
+	}
+	if d := t.Decision; d != nil && len(d.Topics) > 0 {
+		at := d.At
+		if d.NextAttemptAt != nil {
+			at = *d.NextAttemptAt
+		}
+		consider(at)
+	}
+	if s := t.SlackUpdate; s != nil && len(s.Keys) > 0 {
+		at := now
+		if s.NextAttemptAt != nil {
+			at = *s.NextAttemptAt
+		}
+		consider(at)
+	}
+	if ok && t.NudgeAt != nil && t.NudgeAt.After(due) {
+		due = *t.NudgeAt
+	}
+	return due, ok
+}
+
+// Finalize stores what DueAt derives, and the fields that follow from it: pending_since (set when
+// work becomes pending, cleared when none is) and expire_at (the TTL, set only when nothing is
+// pending, no dead letter is open and the task has ended). Every writer calls it before writing.
+func Finalize(t *Task, now time.Time, retention time.Duration) {
+	due, ok := DueAt(t, now)
+	if !ok {
+		t.DueAt, t.PendingSince, t.Nudges, t.NudgeAt = nil, nil, 0, nil
+	} else {
+		t.DueAt = &due
+		if t.PendingSince == nil {
+			t.PendingSince = &now
+		}
+	}
+	t.ExpireAt = nil
+	if !ok && len(t.OpenDeadLetters) == 0 && t.State.Finished() && t.State != task.StateDead {
+		exp := now.Add(retention)
+		t.ExpireAt = &exp
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

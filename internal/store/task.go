@@ -1,0 +1,251 @@
+// Package store is genbox's one Firestore access layer: the task document and its outbox fields,
+// the due_at function every writer applies, transactional read-modify-write of tasks, and the
+// registry of queries the Terraform indexes are checked against.
+package store
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/genbox-dev/genbox/pkg/claim"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Collection names.
+const (
+	TasksCollection       = "tasks"
+	OutputsCollection     = "outputs"
+	DeadLettersCollection = "dead_letters"
+	APIKeysCollection     = "api_keys"
+	TenantsCollection     = "tenants"
+	BreakersCollection    = "breakers"
+	LeadersCollection     = "leaders"
+)
+
+// Task is the tasks/{task_id} document: the task, its generation outbox, its webhook delivery,
+// its DLQ notices and any human decision whose effects are not yet carried out.
+type Task struct {
+	ID         string    `firestore:"-"`
+	UpdateTime time.Time `firestore:"-"` // the document's update time when read; guards unlocked writes
+
+	Tenant         string            `firestore:"tenant"`
+	Family         string            `firestore:"family"`
+	Variant        string            `firestore:"variant"`
+	PromptVersion  string            `firestore:"prompt_version,omitempty"`
+	Input          string            `firestore:"input"`
+	SubjectKey     string            `firestore:"subject_key,omitempty"`
+	ModelChain     []string          `firestore:"model_chain,omitempty"`
+	GenConfig      *task.GenConfig   `firestore:"gen_config,omitempty"`
+	CallbackURL    string            `firestore:"callback_url,omitempty"`
+	Labels         map[string]string `firestore:"labels,omitempty"`
+	Cache          bool              `firestore:"cache"`
+	RunBefore      *time.Time        `firestore:"run_before,omitempty"`
+	MaxCostUSD     *float64          `firestore:"max_cost_usd,omitempty"`
+	IdempotencyKey string            `firestore:"idempotency_key,omitempty"`
+	RequestHash    string            `firestore:"request_hash,omitempty"`
+	Fingerprint    string            `firestore:"fingerprint,omitempty"`
+
+	State    task.State  `firestore:"state"`
+	Attempts int         `firestore:"attempts"` // failed generation attempts of this replay
+	Claims   int         `firestore:"claims"`   // takeovers of an expired lease since the last clean release
+	Replay   int         `firestore:"replay"`   // bumped by Regenerate
+	Lease    claim.Lease `firestore:"lease"`
+
+	// Scheduling. DueAt is derived by Finalize, never set by hand.
+	DueAt        *time.Time `firestore:"due_at,omitempty"`
+	NotBefore    *time.Time `firestore:"not_before,omitempty"`
+	Nudges       int        `firestore:"nudges"`             // sweeper nudges since the last progress
+	NudgeAt      *time.Time `firestore:"nudge_at,omitempty"` // no sweeper nudge before this
+	PendingSince *time.Time `firestore:"pending_since,omitempty"`
+
+	// Generation outcome of the current replay. OutputAt != nil means the output is stored.
+	Output      string       `firestore:"output,omitempty"`
+	OutputEpoch int64        `firestore:"output_epoch,omitempty"`
+	OutputAt    *time.Time   `firestore:"output_at,omitempty"`
+	Usage       task.Usage   `firestore:"usage"`
+	InDoubt     task.Usage   `firestore:"in_doubt"` // estimated tokens of calls that may have been billed
+	ModelCalls  int          `firestore:"model_calls"`
+	CostUSD     float64      `firestore:"cost_usd"`
+	Model       string       `firestore:"model,omitempty"`
+	Degraded    bool         `firestore:"degraded"`
+	Stale       bool         `firestore:"stale"`
+	CacheHit    bool         `firestore:"cache_hit"`
+	Error       *TaskError   `firestore:"error,omitempty"`
+	Previous    []Generation `firestore:"previous,omitempty"`
+
+	Delivery        Delivery  `firestore:"delivery"`
+	Notices         []Notice  `firestore:"dlq_notices,omitempty"`
+	OpenDeadLetters []string  `firestore:"open_dead_letters,omitempty"`
+	Decision        *Decision `firestore:"decision,omitempty"`
+	SlackUpdate     *Pending  `firestore:"slack_update,omitempty"`
+
+	CreatedAt   time.Time  `firestore:"created_at"`
+	UpdatedAt   time.Time  `firestore:"updated_at"`
+	CompletedAt *time.Time `firestore:"completed_at,omitempty"`
+	ExpireAt    *time.Time `firestore:"expire_at,omitempty"`
+}
+
+// TaskError is a task's last error.
+type TaskError struct {
+	Kind    task.ErrorKind `firestore:"kind"`
+	Code    int            `firestore:"code,omitempty"`
+	Message string         `firestore:"message"`
+}
+
+// Generation is the outcome of an earlier replay, kept when Regenerate starts a new one.
+type Generation struct {
+	Replay      int        `firestore:"replay"`
+	Output      string     `firestore:"output,omitempty"`
+	OutputEpoch int64      `firestore:"output_epoch,omitempty"`
+	Usage       task.Usage `firestore:"usage"`
+	CostUSD     float64    `firestore:"cost_usd"`
+	Model       string     `firestore:"model,omitempty"`
+	State       task.State `firestore:"state"`
+	Error       *TaskError `firestore:"error,omitempty"`
+	CompletedAt *time.Time `firestore:"completed_at,omitempty"`
+}
+
+// Delivery is the webhook outbox of a task: the event in flight, and newer events queued behind it.
+type Delivery struct {
+	State          task.DeliveryState `firestore:"state"`
+	EventID        string             `firestore:"event_id,omitempty"`
+	EventType      task.EventType     `firestore:"event_type,omitempty"`
+	Payload        string             `firestore:"payload,omitempty"` // frozen when the event was queued
+	Round          int                `firestore:"round"`             // Redelivers of this event
+	Attempts       int                `firestore:"attempts"`
+	FirstAttemptAt *time.Time         `firestore:"first_attempt_at,omitempty"`
+	NextAttemptAt  *time.Time         `firestore:"next_attempt_at,omitempty"`
+	Lease          claim.Lease        `firestore:"lease"`
+	LastStatus     int                `firestore:"last_status,omitempty"`
+	LastError      string             `firestore:"last_error,omitempty"`
+	DeliveredAt    *time.Time         `firestore:"delivered_at,omitempty"`
+	Log            []DeliveryAttempt  `firestore:"log,omitempty"`
+	Queue          []QueuedEvent      `firestore:"queue,omitempty"`
+}
+
+// DeliveryAttempt records one POST of a webhook.
+type DeliveryAttempt struct {
+	EventID string    `firestore:"event_id"`
+	Round   int       `firestore:"round"`
+	At      time.Time `firestore:"at"`
+	Status  int       `firestore:"status,omitempty"`
+	Error   string    `firestore:"error,omitempty"`
+}
+
+// QueuedEvent is an event waiting for the one in flight to end.
+type QueuedEvent struct {
+	EventID string         `firestore:"event_id"`
+	Type    task.EventType `firestore:"type"`
+	Payload string         `firestore:"payload"`
+}
+
+// Notice is a DLQ notice kept as an outbox on the task until the dlqnotifier has recorded and
+// posted its dead letter and cleared it.
+type Notice struct {
+	Stage         task.Stage  `firestore:"stage"`
+	Replay        int         `firestore:"replay"`
+	Round         int         `firestore:"round"`
+	NextAttemptAt *time.Time  `firestore:"next_attempt_at,omitempty"`
+	Lease         claim.Lease `firestore:"lease"`
+}
+
+// DeadLetterID names the dead_letters document of a notice.
+func (n Notice) DeadLetterID(taskID string) string {
+	return DeadLetterID(taskID, n.Stage, n.Replay, n.Round)
+}
+
+// Decision is a human's decision on a dead letter whose nudges are not yet all published.
+type Decision struct {
+	DeadLetterID  string     `firestore:"dead_letter_id"`
+	Action        string     `firestore:"action"`
+	By            string     `firestore:"by"`
+	At            time.Time  `firestore:"at"`
+	Topics        []string   `firestore:"topics,omitempty"` // nudges still to publish
+	NextAttemptAt *time.Time `firestore:"next_attempt_at,omitempty"`
+}
+
+// Pending is a piece of follow-up work the sweeper carries until done.
+type Pending struct {
+	Keys          []string   `firestore:"keys,omitempty"`
+	NextAttemptAt *time.Time `firestore:"next_attempt_at,omitempty"`
+}
+
+// HasOutput reports whether the current replay's output is stored.
+func (t *Task) HasOutput() bool { return t.OutputAt != nil }
+
+// View returns the task as the REST API and webhook payloads show it.
+func (t *Task) View() task.View {
+	v := task.View{
+		TaskID: t.ID, State: t.State, Family: t.Family, Variant: t.Variant, Labels: t.Labels,
+		Usage: t.Usage, CostUSD: t.CostUSD, Model: t.Model, Degraded: t.Degraded, Stale: t.Stale,
+		CacheHit: t.CacheHit, Replay: t.Replay,
+		Delivery:  task.DeliveryView{State: t.Delivery.State, Attempts: t.Delivery.Attempts},
+		CreatedAt: t.CreatedAt, CompletedAt: t.CompletedAt,
+	}
+	if v.Delivery.State == "" {
+		v.Delivery.State = task.DeliveryNone
+	}
+	if t.HasOutput() {
+		out := t.Output
+		v.Output = &out
+	}
+	if t.Error != nil {
+		v.Error = &task.ErrorView{Kind: t.Error.Kind, Message: t.Error.Message}
+	}
+	return v
+}
+
+// Finish moves the task into an end state at now: it frees the lease and backoff, stamps
+// completed_at, and queues the state's webhook event. Set output, usage and error first: the event
+// payload is frozen from the task as it is when Finish runs.
+func (t *Task) Finish(state task.State, now time.Time) {
+	t.State = state
+	t.Lease.Clear()
+	t.NotBefore = nil
+	t.CompletedAt = &now
+	t.QueueEvent(state.Event(), now)
+}
+
+// QueueEvent queues a webhook event, frozen from the task as it is now. Without a callback URL
+// there is nothing to deliver. A newer event waits behind a pending one and never overwrites it.
+func (t *Task) QueueEvent(typ task.EventType, now time.Time) {
+	if t.CallbackURL == "" {
+		t.Delivery.State = task.DeliveryNone
+		return
+	}
+	payload, err := json.Marshal(task.Event{Type: typ, Timestamp: now.UTC(), Data: t.View()})
+	if err != nil {
+		panic("store: marshal event: " + err.Error()) // a View always marshals
+	}
+	ev := QueuedEvent{EventID: task.EventID(t.ID, typ, t.Replay), Type: typ, Payload: string(payload)}
+	if t.Delivery.State == task.DeliveryPending {
+		t.Delivery.Queue = append(t.Delivery.Queue, ev)
+		return
+	}
+	t.Delivery.start(ev, now)
+}
+
+// AdvanceDelivery starts the next queued event after the current one has ended, if any.
+func (t *Task) AdvanceDelivery(now time.Time) {
+	if t.Delivery.State == task.DeliveryPending || len(t.Delivery.Queue) == 0 {
+		return
+	}
+	next := t.Delivery.Queue[0]
+	t.Delivery.Queue = t.Delivery.Queue[1:]
+	t.Delivery.start(next, now)
+}
+
+func (d *Delivery) start(ev QueuedEvent, now time.Time) {
+	d.State = task.DeliveryPending
+	d.EventID, d.EventType, d.Payload = ev.EventID, ev.Type, ev.Payload
+	d.Round, d.Attempts = 0, 0
+	d.FirstAttemptAt, d.DeliveredAt = nil, nil
+	d.NextAttemptAt = &now
+	d.LastStatus, d.LastError = 0, ""
+	d.Lease.Clear()
+}
+
+// DeadLetterID names a dead_letters document: {task_id}:{stage}:{replay}:{round}.
+func DeadLetterID(taskID string, stage task.Stage, replay, round int) string {
+	return taskID + ":" + string(stage) + ":" + itoa(replay) + ":" + itoa(round)
+}
