@@ -1,0 +1,63 @@
+package store
+
+// Order is an index field's order.
+type Order string
+
+// Index orders.
+const (
+	Asc  Order = "ASCENDING"
+	Desc Order = "DESCENDING"
+)
+
+// IndexField is one field of a query's index.
+type IndexField struct {
+	Path  string
+	Order Order
+}
+
+// Query describes one query the code runs. The emulator never enforces indexes, so every query
+// is listed here and infra/terraform is checked against this list: a composite query needs a
+// composite index; a single-field query needs its field left indexed (not exempt).
+type Query struct {
+	Name       string
+	Collection string
+	Fields     []IndexField
+}
+
+// Composite reports whether the query needs a composite index.
+func (q Query) Composite() bool { return len(q.Fields) > 1 }
+
+// Exemption is a field whose single-field indexes are disabled: large values nobody queries, and
+// timestamps nobody filters on (a monotonically rising indexed value caps writes near 500/s).
+type Exemption struct {
+	Collection string
+	Field      string
+}
+
+// Queries is the registry of every query genbox runs.
+var Queries = []Query{
+	{Name: "sweep", Collection: TasksCollection, Fields: []IndexField{{"due_at", Asc}}},
+}
+
+// Exemptions lists the single-field index exemptions of DESIGN §2.
+var Exemptions = []Exemption{
+	{TasksCollection, "input"},
+	{TasksCollection, "output"},
+	{TasksCollection, "previous"},
+	{TasksCollection, "delivery"},
+	{TasksCollection, "labels"},
+	{TasksCollection, "gen_config"},
+	{TasksCollection, "lease"},
+	{TasksCollection, "dlq_notices"},
+	{TasksCollection, "decision"},
+	{TasksCollection, "slack_update"},
+	{TasksCollection, "updated_at"},
+	{TasksCollection, "completed_at"},
+	{TasksCollection, "output_at"},
+	{TasksCollection, "not_before"},
+	{TasksCollection, "nudge_at"},
+	{TasksCollection, "run_before"},
+	{TasksCollection, "expire_at"},
+	{OutputsCollection, "payload"},
+	{OutputsCollection, "expire_at"},
+}
