@@ -1,0 +1,87 @@
+// Package gemini makes model calls that never waste money: it classifies errors, retries with
+// jittered backoff inside one attempt budget, falls back along a family's model chain, keeps a
+// circuit breaker and token-aware rate limits per model, and counts tokens and cost per call.
+package gemini
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Class is the class of a failed model call (DESIGN §5).
+type Class string
+
+// Error classes.
+const (
+	// Transient: 429 and 5xx. Retry with backoff, then fall back.
+	Transient Class = "transient"
+	// Permanent: 400/401/403/404 or a safety block. Never retried.
+	Permanent Class = "permanent"
+	// Network: a timeout or reset. The call may have been billed; its tokens are recorded in doubt.
+	Network Class = "network"
+	// Quality: the model answered 200 but the output failed the family's validator.
+	Quality Class = "quality"
+	// Budget: the estimate exceeds max_cost_usd or the tenant's budget; no call was made.
+	Budget Class = "budget"
+)
+
+// ErrUnavailable means every model of the chain has an open circuit breaker: the task should be
+// parked, not failed, and no call was made.
+var ErrUnavailable = errors.New("gemini: every model of the chain is unavailable")
+
+// Error is a classified failure of Generate, after its retries and fallbacks.
+type Error struct {
+	Class      Class
+	Code       int           // HTTP status when the model answered, else 0
+	Model      string        // the model of the last attempt
+	RetryAfter time.Duration // the server's RetryInfo delay, when it gave one
+	Err        error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("gemini %s (%s, code %d): %v", e.Class, e.Model, e.Code, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ClassOf returns the class of err, or "" when err is not a classified *Error.
+func ClassOf(err error) Class {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Class
+	}
+	return ""
+}
+
+// Request is one task's generation, rendered from its prompt family.
+type Request struct {
+	TaskID string
+	Tenant string
+	// Models is the fallback chain; the first is the primary.
+	Models            []string
+	SystemInstruction string
+	Prompt            string
+	Config            task.GenConfig
+	// ResponseMIMEType and ResponseJSONSchema ask for structured output ("application/json").
+	ResponseMIMEType   string
+	ResponseJSONSchema any
+	// Validate checks an output; a failure is a quality failure. Nil accepts every output.
+	Validate func(output string) error
+	// MaxCostUSD refuses calls whose estimate exceeds it; 0 means no limit.
+	MaxCostUSD float64
+}
+
+// Result is what Generate spent and, on success, produced. It is returned with errors too, so that
+// tokens and cost already paid are always recorded.
+type Result struct {
+	Text     string
+	Model    string
+	Degraded bool       // answered by a fallback model
+	Usage    task.Usage // tokens the model reported, summed over every call
+	InDoubt  task.Usage // estimated tokens of calls that ended in a network error
+	Calls    int        // model calls made
+	CostUSD  float64
+}
