@@ -37,6 +37,8 @@ type Exemption struct {
 // Queries is the registry of every query genbox runs.
 var Queries = []Query{
 	{Name: "sweep", Collection: TasksCollection, Fields: []IndexField{{"due_at", Asc}}},
+	{Name: "tasks-by-tenant", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"created_at", Desc}}},
+	{Name: "tasks-by-tenant-state", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"state", Asc}, {"created_at", Desc}}},
 }
 
 // Exemptions lists the single-field index exemptions of DESIGN §2.
@@ -58,6 +60,8 @@ var Exemptions = []Exemption{
 	{TasksCollection, "nudge_at"},
 	{TasksCollection, "run_before"},
 	{TasksCollection, "expire_at"},
+	{TasksCollection, "created_at"},
+	{TasksCollection, "erased_at"},
 	{OutputsCollection, "payload"},
 	{OutputsCollection, "expire_at"},
 }

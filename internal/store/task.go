@@ -83,6 +83,7 @@ type Task struct {
 	UpdatedAt   time.Time  `firestore:"updated_at"`
 	CompletedAt *time.Time `firestore:"completed_at,omitempty"`
 	ExpireAt    *time.Time `firestore:"expire_at,omitempty"`
+	ErasedAt    *time.Time `firestore:"erased_at,omitempty"` // DELETE /v1/tasks/{id} erased the content
 }
 
 // TaskError is a task's last error.

@@ -1,0 +1,104 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"google.golang.org/api/iterator"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Cursor is the position after the last task of a page: tasks are listed newest first, ties
+// broken by id.
+type Cursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// ListTasks returns up to limit of tenant's tasks (only those in state, when state is not empty),
+// newest first, starting after the cursor (from the start when nil), and the cursor of the next
+// page (nil on the last page). It runs the tasks-by-tenant or tasks-by-tenant-state query.
+func (s *Store) ListTasks(ctx context.Context, tenant string, state task.State, limit int, after *Cursor) ([]*Task, *Cursor, error) {
+	q := s.Tasks().Where("tenant", "==", tenant)
+	if state != "" {
+		q = q.Where("state", "==", string(state))
+	}
+	q = q.OrderBy("created_at", firestore.Desc).OrderBy(firestore.DocumentID, firestore.Desc)
+	if after != nil {
+		q = q.StartAfter(after.CreatedAt, s.Tasks().Doc(after.ID))
+	}
+	it := q.Limit(limit + 1).Documents(ctx)
+	defer it.Stop()
+	var out []*Task
+	for {
+		snap, err := it.Next()
+		if err == iterator.Done {
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("list tasks of %s: %w", tenant, err)
+		}
+		t, err := DecodeTask(snap)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, t)
+	}
+	if len(out) <= limit {
+		return out, nil, nil
+	}
+	out = out[:limit]
+	last := out[limit-1]
+	return out, &Cursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+}
+
+// Erase removes the task's content — input, output, outputs of earlier replays, and the output
+// inside queued webhook payloads — and keeps its accounting (usage, cost, model, states, times).
+// Only a finished task may be erased: the worker never writes it again.
+func (t *Task) Erase(now time.Time) {
+	t.Input, t.Output, t.OutputAt = "", "", nil
+	t.SubjectKey = ""
+	for i := range t.Previous {
+		t.Previous[i].Output = ""
+	}
+	t.Delivery.Payload = erasePayload(t.Delivery.Payload)
+	for i := range t.Delivery.Queue {
+		t.Delivery.Queue[i].Payload = erasePayload(t.Delivery.Queue[i].Payload)
+	}
+	t.ErasedAt = &now
+}
+
+// erasePayload drops the output from a frozen webhook payload; the event keeps its id and type.
+func erasePayload(p string) string {
+	if p == "" {
+		return p
+	}
+	var ev task.Event
+	if err := json.Unmarshal([]byte(p), &ev); err != nil {
+		return ""
+	}
+	ev.Data.Output = nil
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// DeleteOutput removes the cache entry outputs/{fingerprint}; a missing entry is not an error.
+func (s *Store) DeleteOutput(ctx context.Context, fingerprint string) error {
+	if fingerprint == "" {
+		return nil
+	}
+	_, err := s.FS.Collection(OutputsCollection).Doc(fingerprint).Delete(ctx)
+	if err != nil && status.Code(err) != codes.NotFound {
+		return fmt.Errorf("delete output %s: %w", fingerprint, err)
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Limits are a tenant's quotas. A zero value means "no limit" for that quota.
+type Limits struct {
+	// Concurrency caps the tenant's tasks running at once per worker instance.
+	Concurrency int `firestore:"concurrency" json:"concurrency"`
+	// SubmitRate is the sustained submissions per second the publisher accepts.
+	SubmitRate float64 `firestore:"submit_rate" json:"submit_rate"`
+	// SubmitBurst is how many submissions may arrive at once above SubmitRate.
+	SubmitBurst int `firestore:"submit_burst" json:"submit_burst"`
+	// DailyBudgetUSD is the soft daily spending limit.
+	DailyBudgetUSD float64 `firestore:"daily_budget_usd" json:"daily_budget_usd"`
+}
+
+// DefaultLimits are the limits of a tenant created without any.
+func DefaultLimits() Limits {
+	return Limits{Concurrency: 10, SubmitRate: 50, SubmitBurst: 100}
+}
+
+// WebhookSecret is one of a tenant's webhook signing secrets. A secret without ExpiresAt signs
+// until it is rotated; a rotated one keeps signing until ExpiresAt so receivers can switch over.
+type WebhookSecret struct {
+	Secret    string     `firestore:"secret"`
+	CreatedAt time.Time  `firestore:"created_at"`
+	ExpiresAt *time.Time `firestore:"expires_at,omitempty"`
+}
+
+// Active reports whether the secret still signs at now.
+func (s WebhookSecret) Active(now time.Time) bool {
+	return s.ExpiresAt == nil || now.Before(*s.ExpiresAt)
+}
+
+// Tenant is the tenants/{id} document.
+type Tenant struct {
+	ID             string          `firestore:"-"`
+	Limits         Limits          `firestore:"limits"`
+	WebhookSecrets []WebhookSecret `firestore:"webhook_secrets"`
+	CreatedAt      time.Time       `firestore:"created_at"`
+	UpdatedAt      time.Time       `firestore:"updated_at"`
+}
+
+// ActiveSecrets returns the secrets that sign at now, newest first.
+func (t *Tenant) ActiveSecrets(now time.Time) []string {
+	var out []string
+	for _, s := range slices.Backward(t.WebhookSecrets) {
+		if s.Active(now) {
+			out = append(out, s.Secret)
+		}
+	}
+	return out
+}
+
+// Tenants returns the tenants collection.
+func (s *Store) Tenants() *firestore.CollectionRef { return s.FS.Collection(TenantsCollection) }
+
+// CreateTenant writes a new tenant with its first webhook secret. It fails with ErrExists when
+// the id is taken.
+func (s *Store) CreateTenant(ctx context.Context, id string, limits Limits, secret string) (*Tenant, error) {
+	now := s.now()
+	t := &Tenant{ID: id, Limits: limits, CreatedAt: now, UpdatedAt: now,
+		WebhookSecrets: []WebhookSecret{{Secret: secret, CreatedAt: now}}}
+	_, err := s.Tenants().Doc(id).Create(ctx, t)
+	if status.Code(err) == codes.AlreadyExists {
+		return nil, fmt.Errorf("create tenant %s: %w", id, ErrExists)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create tenant %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// GetTenant reads one tenant.
+func (s *Store) GetTenant(ctx context.Context, id string) (*Tenant, error) {
+	snap, err := s.Tenants().Doc(id).Get(ctx)
+	if status.Code(err) == codes.NotFound {
+		return nil, fmt.Errorf("get tenant %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get tenant %s: %w", id, err)
+	}
+	var t Tenant
+	if err := snap.DataTo(&t); err != nil {
+		return nil, fmt.Errorf("decode tenant %s: %w", id, err)
+	}
+	t.ID = id
+	return &t, nil
+}
+
+// mutateTenant is the tenant's read-modify-write.
+func (s *Store) mutateTenant(ctx context.Context, id string, fn func(t *Tenant, now time.Time)) (*Tenant, error) {
+	ref := s.Tenants().Doc(id)
+	var out *Tenant
+	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		snap, err := tx.Get(ref)
+		if status.Code(err) == codes.NotFound {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		var t Tenant
+		if err := snap.DataTo(&t); err != nil {
+			return err
+		}
+		t.ID = id
+		now := s.now()
+		fn(&t, now)
+		t.UpdatedAt = now
+		out = &t
+		return tx.Set(ref, &t)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("update tenant %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// SetTenantLimits replaces a tenant's limits.
+func (s *Store) SetTenantLimits(ctx context.Context, id string, limits Limits) (*Tenant, error) {
+	return s.mutateTenant(ctx, id, func(t *Tenant, _ time.Time) { t.Limits = limits })
+}
+
+// RotateWebhookSecret adds secret as the tenant's newest signing secret. Every secret that was
+// active keeps signing until now+overlap (or its own earlier expiry); expired ones are dropped.
+func (s *Store) RotateWebhookSecret(ctx context.Context, id, secret string, overlap time.Duration) (*Tenant, error) {
+	return s.mutateTenant(ctx, id, func(t *Tenant, now time.Time) {
+		until := now.Add(overlap)
+		kept := t.WebhookSecrets[:0]
+		for _, ws := range t.WebhookSecrets {
+			if !ws.Active(now) {
+				continue
+			}
+			if ws.ExpiresAt == nil || ws.ExpiresAt.After(until) {
+				ws.ExpiresAt = &until
+			}
+			kept = append(kept, ws)
+		}
+		t.WebhookSecrets = append(kept, WebhookSecret{Secret: secret, CreatedAt: now})
+	})
+}
+
+// WebhookSecrets returns the tenant's secrets that sign now, newest first: one signature per
+// active secret goes on every webhook.
+func (s *Store) WebhookSecrets(ctx context.Context, tenant string) ([]string, error) {
+	t, err := s.GetTenant(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := t.ActiveSecrets(s.now())
+	if len(out) == 0 {
+		return nil, fmt.Errorf("webhook secrets of tenant %s: %w", tenant, ErrNoSecret)
+	}
+	return out, nil
+}
+
+// ErrNoSecret means a tenant has no active webhook secret.
+var ErrNoSecret = errors.New("store: no active webhook secret")
