@@ -1,0 +1,415 @@
+package gemini
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/genai"
+
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Clock tells the time and waits. Tests inject one that records the waits instead of sleeping.
+type Clock interface {
+	Now() time.Time
+	// Sleep waits d or until ctx ends, whichever comes first, and returns ctx.Err() in the latter case.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+func (wallClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithBreakerStore records breaker state changes (breakers/{model}).
+func WithBreakerStore(s BreakerStore) Option { return func(c *Client) { c.breakerStore = s } }
+
+// WithAlerts receives an alert when a model's breaker opens; key is stable per model, for cooldowns.
+func WithAlerts(f func(ctx context.Context, key, msg string)) Option {
+	return func(c *Client) { c.alert = f }
+}
+
+// WithClock replaces the wall clock.
+func WithClock(clk Clock) Option { return func(c *Client) { c.clock = clk } }
+
+// WithRand replaces the jitter source; f returns a number in [0, 1) and must be safe for concurrent use.
+func WithRand(f func() float64) Option { return func(c *Client) { c.rand = f } }
+
+// WithLogger sets the logger (the default discards).
+func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
+
+// WithHTTPClient sets the HTTP client the SDK uses.
+func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.httpClient = h } }
+
+// Client calls Gemini under the policy of its Config. It is safe for concurrent use.
+type Client struct {
+	cfg          Config
+	models       *genai.Models
+	breakerStore BreakerStore
+	alert        func(ctx context.Context, key, msg string)
+	clock        Clock
+	rand         func() float64
+	log          *slog.Logger
+	httpClient   *http.Client
+
+	mu       sync.Mutex
+	breakers map[string]*breaker
+	limiters map[string]*limiter
+}
+
+// New returns a Client with the SDK's own retries off: every retry is this package's decision.
+func New(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		cfg:      cfg,
+		clock:    wallClock{},
+		rand:     rand.Float64,
+		log:      slog.New(slog.DiscardHandler),
+		breakers: map[string]*breaker{},
+		limiters: map[string]*limiter{},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	one := int32(1)
+	cc := &genai.ClientConfig{
+		HTTPClient: c.httpClient,
+		HTTPOptions: genai.HTTPOptions{
+			BaseURL:      cfg.BaseURL,
+			RetryOptions: &genai.HTTPRetryOptions{Attempts: &one},
+		},
+	}
+	switch cfg.Backend {
+	case BackendVertex:
+		cc.Backend, cc.Project, cc.Location = genai.BackendVertexAI, cfg.Project, cfg.Location
+	default:
+		cc.Backend, cc.APIKey = genai.BackendGeminiAPI, cfg.APIKey
+		if cc.APIKey == "" {
+			cc.APIKey = "fake" // a fake at BaseURL (Validate allows no key only then) ignores it
+		}
+	}
+	g, err := genai.NewClient(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("gemini client: %w", err)
+	}
+	c.models = g.Models
+	return c, nil
+}
+
+func (c *Client) chain(req Request) []string {
+	if len(req.Models) > 0 {
+		return req.Models
+	}
+	return c.cfg.Models
+}
+
+func (c *Client) breaker(model string) *breaker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.breakers[model]
+	if !ok {
+		b = newBreaker(model, c.cfg.Breaker)
+		c.breakers[model] = b
+	}
+	return b
+}
+
+func (c *Client) limiter(model string) *limiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.limiters[model]
+	if !ok {
+		l = &limiter{}
+		if r, ok := c.cfg.RPM[model]; ok {
+			l.requests = newBucket(r, c.cfg.RateWindow, c.cfg.InstanceShare, c.cfg.RateHeadroom)
+		}
+		if t, ok := c.cfg.TPM[model]; ok {
+			l.tokens = newBucket(t, c.cfg.RateWindow, c.cfg.InstanceShare, c.cfg.RateHeadroom)
+		}
+		c.limiters[model] = l
+	}
+	return l
+}
+
+// Available reports whether any model of the chain could take a call now: false only when every
+// breaker is open and still cooling down. The sweeper uses it to leave parked tasks alone.
+func (c *Client) Available(models []string) bool {
+	if len(models) == 0 {
+		models = c.cfg.Models
+	}
+	now := c.clock.Now()
+	for _, m := range models {
+		if c.breaker(m).available(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// EstimateTokens is the cheap token estimate of a text used before a call: about four bytes a token.
+func EstimateTokens(s string) int64 { return int64(len(s)+3) / 4 }
+
+func (c *Client) promptTokens(req Request) int64 {
+	return EstimateTokens(req.SystemInstruction) + EstimateTokens(req.Prompt)
+}
+
+func (c *Client) maxOutput(cfg task.GenConfig) int64 {
+	if cfg.MaxOutputTokens != nil && *cfg.MaxOutputTokens > 0 {
+		return int64(*cfg.MaxOutputTokens)
+	}
+	return c.cfg.DefaultMaxOutputTokens
+}
+
+// Estimate returns the worst case of one call before any is made: the estimated prompt plus the
+// largest output, priced at the most expensive model of the chain. It is what max_cost_usd and
+// the Regenerate button's estimate compare against.
+func (c *Client) Estimate(req Request) (tokens int64, costUSD float64) {
+	in, out := c.promptTokens(req), c.maxOutput(req.Config)
+	for _, m := range c.chain(req) {
+		costUSD = max(costUSD, c.cfg.price(m).Cost(in, out))
+	}
+	return in + out, costUSD
+}
+
+// backoff returns the wait before retry n (1-based) of one model: full jitter over an exponential
+// ceiling, never shorter than the server's RetryInfo delay.
+func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
+	ceil := float64(c.cfg.BackoffBase) * math.Pow(2, float64(n-1))
+	d := time.Duration(c.rand() * min(ceil, float64(c.cfg.BackoffMax)))
+	return max(d, retryAfter)
+}
+
+// Generate runs req under the policy: one attempt budget across the chain; per model, retries of
+// transient and network failures with full-jitter backoff honouring RetryInfo; then the next model
+// (Degraded). A model whose breaker is open is skipped; when every one is, Generate returns
+// ErrUnavailable without a call. An output the validator rejects is retried with changed
+// conditions (QualityRetry, else a lower temperature) and ends in a Quality error. A permanent
+// failure ends after one call. When ctx ends, Generate returns ctx.Err(). The Result counts what
+// was spent in every case.
+func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
+	var res Result
+	models := c.chain(req)
+	if req.MaxCostUSD > 0 {
+		if _, est := c.Estimate(req); est > req.MaxCostUSD {
+			return res, &Error{Class: Budget, Model: models[0], Err: fmt.Errorf("estimated $%.6f exceeds max_cost_usd $%.6f", est, req.MaxCostUSD)}
+		}
+	}
+	cfg := req.Config
+	budget, quality := c.cfg.MaxAttempts, c.cfg.QualityAttempts
+	var last *Error
+	for i, model := range models {
+		br := c.breaker(model)
+		retrying := false // the previous call on this model failed: back off first
+		for failures := 0; failures < c.cfg.ModelAttempts && budget > 0; {
+			if retrying {
+				if last.RetryAfter > c.cfg.MaxRetryWait {
+					break // not worth holding the task here: the next model, or the caller's backoff
+				}
+				if err := c.clock.Sleep(ctx, c.backoff(failures, last.RetryAfter)); err != nil {
+					return res, err
+				}
+			}
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			ok, ch := br.allow(c.clock.Now())
+			c.report(ctx, ch)
+			if !ok {
+				break
+			}
+			if req.MaxCostUSD > 0 {
+				if one := c.cfg.price(model).Cost(c.promptTokens(req), c.maxOutput(cfg)); res.CostUSD+one > req.MaxCostUSD {
+					br.record(c.clock.Now(), outcomeNeutral)
+					return res, &Error{Class: Budget, Model: model, Err: fmt.Errorf("spent $%.6f; another call could exceed max_cost_usd $%.6f", res.CostUSD, req.MaxCostUSD)}
+				}
+			}
+			budget--
+			text, f, err := c.call(ctx, model, req, cfg, &res)
+			if err != nil {
+				br.record(c.clock.Now(), outcomeNeutral)
+				return res, err
+			}
+			if f == nil {
+				c.report(ctx, br.record(c.clock.Now(), outcomeSuccess))
+				if req.Validate != nil {
+					if verr := req.Validate(text); verr != nil {
+						quality--
+						last = &Error{Class: Quality, Code: http.StatusOK, Model: model, Err: verr}
+						if quality <= 0 || budget <= 0 {
+							return res, last
+						}
+						cfg, retrying = c.qualityRetry(req, cfg), false
+						c.log.InfoContext(ctx, "output rejected; retrying with changed conditions", "task_id", req.TaskID, "model", model, "error", verr)
+						continue
+					}
+				}
+				res.Text, res.Model, res.Degraded = text, model, i > 0
+				return res, nil
+			}
+			last = &Error{Class: f.class, Code: f.code, Model: model, RetryAfter: f.retryAfter, Err: f.err}
+			if f.class == Permanent {
+				c.report(ctx, br.record(c.clock.Now(), outcomeNeutral))
+				return res, last
+			}
+			c.report(ctx, br.record(c.clock.Now(), outcomeFailure))
+			c.log.WarnContext(ctx, "model call failed", "task_id", req.TaskID, "model", model, "class", string(f.class), "code", f.code, "error", f.err)
+			failures, retrying = failures+1, true
+		}
+		if budget <= 0 {
+			break
+		}
+	}
+	if last == nil {
+		return res, fmt.Errorf("%w: %s", ErrUnavailable, strings.Join(models, ", "))
+	}
+	return res, last
+}
+
+func (c *Client) qualityRetry(req Request, cfg task.GenConfig) task.GenConfig {
+	if req.QualityRetry != nil {
+		return req.QualityRetry(cfg)
+	}
+	return LowerTemperature(cfg)
+}
+
+// LowerTemperature is the default change of conditions after a rejected output: half the
+// temperature (1.0 when none was set), down to 0.
+func LowerTemperature(cfg task.GenConfig) task.GenConfig {
+	t := 1.0
+	if cfg.Temperature != nil {
+		t = *cfg.Temperature
+	}
+	t = math.Round(t/2*100) / 100
+	cfg.Temperature = &t
+	return cfg
+}
+
+// call makes one model call and adds what it spent to res. A nil failure and nil error mean the
+// model answered with text; a non-nil error means ctx ended.
+func (c *Client) call(ctx context.Context, model string, req Request, cfg task.GenConfig, res *Result) (string, *failure, error) {
+	prompt := c.promptTokens(req)
+	lim := c.limiter(model)
+	resv, err := lim.acquire(ctx, c.clock, prompt+min(c.cfg.ExpectedOutputTokens, c.maxOutput(cfg)))
+	if err != nil {
+		return "", nil, err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	res.Calls++
+	resp, err := c.models.GenerateContent(callCtx, model, genai.Text(req.Prompt), c.genaiConfig(req, cfg))
+	now := c.clock.Now()
+	if err != nil {
+		if ctx.Err() != nil {
+			c.spendInDoubt(model, prompt, cfg, res)
+			return "", nil, ctx.Err()
+		}
+		f := classify(err)
+		switch {
+		case f.class == Network:
+			c.spendInDoubt(model, prompt, cfg, res)
+		case f.code == http.StatusTooManyRequests:
+			lim.throttled(now)
+			lim.settle(now, resv, 0)
+		default:
+			lim.settle(now, resv, 0)
+		}
+		return "", &f, nil
+	}
+	u := usageOf(resp)
+	res.Usage = res.Usage.Add(u)
+	res.CostUSD += c.cfg.price(model).Cost(u.PromptTokens, u.OutputTokens)
+	lim.settle(now, resv, u.TotalTokens)
+	lim.succeeded(now)
+	if berr := blocked(resp); berr != nil {
+		return "", &failure{class: Permanent, code: http.StatusOK, err: berr}, nil
+	}
+	return resp.Text(), nil, nil
+}
+
+// spendInDoubt records a call that may have been billed without telling us: the estimated prompt
+// and expected output count as in doubt, and their cost is counted (never under-count spend).
+func (c *Client) spendInDoubt(model string, prompt int64, cfg task.GenConfig, res *Result) {
+	out := min(c.cfg.ExpectedOutputTokens, c.maxOutput(cfg))
+	res.InDoubt = res.InDoubt.Add(task.Usage{PromptTokens: prompt, OutputTokens: out, TotalTokens: prompt + out})
+	res.CostUSD += c.cfg.price(model).Cost(prompt, out)
+}
+
+func usageOf(resp *genai.GenerateContentResponse) task.Usage {
+	m := resp.UsageMetadata
+	if m == nil {
+		return task.Usage{}
+	}
+	out := int64(m.CandidatesTokenCount) + int64(m.ThoughtsTokenCount)
+	u := task.Usage{PromptTokens: int64(m.PromptTokenCount), OutputTokens: out, TotalTokens: int64(m.TotalTokenCount)}
+	if u.TotalTokens == 0 {
+		u.TotalTokens = u.PromptTokens + u.OutputTokens
+	}
+	return u
+}
+
+func (c *Client) genaiConfig(req Request, cfg task.GenConfig) *genai.GenerateContentConfig {
+	off := false
+	gc := &genai.GenerateContentConfig{
+		// A continuation would resend the request without asking us: never.
+		AutomaticContinuation: &off,
+		ResponseMIMEType:      req.ResponseMIMEType,
+		ResponseJsonSchema:    req.ResponseJSONSchema,
+	}
+	if req.SystemInstruction != "" {
+		gc.SystemInstruction = genai.NewContentFromText(req.SystemInstruction, genai.RoleUser)
+	}
+	if cfg.Temperature != nil {
+		t := float32(*cfg.Temperature)
+		gc.Temperature = &t
+	}
+	if cfg.TopP != nil {
+		p := float32(*cfg.TopP)
+		gc.TopP = &p
+	}
+	if cfg.TopK != nil {
+		k := float32(*cfg.TopK)
+		gc.TopK = &k
+	}
+	if cfg.MaxOutputTokens != nil {
+		gc.MaxOutputTokens = *cfg.MaxOutputTokens
+	}
+	return gc
+}
+
+// report stores a breaker change and raises an alert when a breaker opens.
+func (c *Client) report(ctx context.Context, ch *BreakerChange) {
+	if ch == nil {
+		return
+	}
+	c.log.WarnContext(ctx, "breaker changed", "model", ch.Model, "from", string(ch.From), "to", string(ch.To), "reason", ch.Reason)
+	if c.breakerStore != nil {
+		if err := c.breakerStore.SaveBreaker(context.WithoutCancel(ctx), *ch); err != nil {
+			c.log.ErrorContext(ctx, "save breaker", "model", ch.Model, "error", err)
+		}
+	}
+	if c.alert != nil && ch.From == BreakerClosed && ch.To == BreakerOpen {
+		c.alert(context.WithoutCancel(ctx), "breaker:"+ch.Model, fmt.Sprintf("model %s breaker open: %s; traffic moves to the next model until %s", ch.Model, ch.Reason, ch.RetryAt.Format(time.RFC3339)))
+	}
+}

@@ -1,0 +1,315 @@
+package gemini
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Backends.
+const (
+	BackendGemini = "gemini"
+	BackendVertex = "vertex"
+)
+
+// DefaultModelChain is the fallback chain used when neither the request nor the family names one.
+var DefaultModelChain = []string{"gemini-2.5-flash", "gemini-2.5-flash-lite"}
+
+// DefaultPrices is the price table used for models GENBOX_PRICES does not name (USD per 1M tokens).
+var DefaultPrices = map[string]Price{
+	"gemini-2.5-flash":      {InputPerM: 0.30, OutputPerM: 2.50},
+	"gemini-2.5-flash-lite": {InputPerM: 0.10, OutputPerM: 0.40},
+	"gemini-2.5-pro":        {InputPerM: 1.25, OutputPerM: 10.00},
+}
+
+// Price is what a model costs, in USD per million tokens.
+type Price struct {
+	InputPerM  float64
+	OutputPerM float64
+}
+
+// Cost returns the cost in USD of u at price p.
+func (p Price) Cost(promptTokens, outputTokens int64) float64 {
+	return (float64(promptTokens)*p.InputPerM + float64(outputTokens)*p.OutputPerM) / 1e6
+}
+
+// BreakerConfig sets when a model's circuit breaker opens and how it probes recovery.
+type BreakerConfig struct {
+	// ConsecutiveFailures opens the breaker after that many failures in a row.
+	ConsecutiveFailures int
+	// Window and FailureRatio open the breaker when more than FailureRatio of the calls in the last
+	// Window failed, once at least MinVolume calls were made in it.
+	Window       time.Duration
+	FailureRatio float64
+	MinVolume    int
+	// Cooldown is how long an open breaker stays open before one half-open probe may pass.
+	Cooldown time.Duration
+}
+
+// Config is the model-call policy. Zero durations and counts take their defaults in FromEnv;
+// a Config built by hand must pass Validate.
+type Config struct {
+	Backend  string // "gemini" (Gemini API) or "vertex" (Vertex AI)
+	APIKey   string // GEMINI_API_KEY, for the Gemini API backend
+	BaseURL  string // GOOGLE_GEMINI_BASE_URL: the SDK's own endpoint override (a fake in tests)
+	Project  string // GOOGLE_CLOUD_PROJECT, for Vertex AI
+	Location string // GOOGLE_CLOUD_LOCATION, for Vertex AI
+
+	// Models is the default fallback chain.
+	Models []string
+	// MaxAttempts is the attempt budget of one Generate across the whole chain.
+	MaxAttempts int
+	// ModelAttempts bounds the attempts on one model before falling back to the next.
+	ModelAttempts int
+	// QualityAttempts bounds the calls spent on outputs that fail the validator (first call included).
+	QualityAttempts int
+	// BackoffBase and BackoffMax shape the full-jitter exponential backoff between retries.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// MaxRetryWait is the longest server-requested delay (RetryInfo) worth waiting in process;
+	// a longer one moves to the next model, or returns the error with RetryAfter set.
+	MaxRetryWait time.Duration
+	// CallTimeout bounds one model call; hitting it is a network error (the call may be billed).
+	CallTimeout time.Duration
+
+	// RPM and TPM are each model's requests and tokens per minute for the whole deployment;
+	// a model absent from a map is not limited.
+	RPM map[string]float64
+	TPM map[string]float64
+	// RateWindow is the period RPM and TPM are counted over: a minute against the real API,
+	// shorter against a fake in tests.
+	RateWindow time.Duration
+	// InstanceShare is the fraction of RPM and TPM this instance may use (1/instances).
+	InstanceShare float64
+	// RateHeadroom keeps the limiters just under the quota, so that boundary effects of the
+	// provider's window never turn into a 429.
+	RateHeadroom float64
+	// ExpectedOutputTokens is the output size reserved in the tokens/min limiter before a call,
+	// settled against usageMetadata after it.
+	ExpectedOutputTokens int64
+	// DefaultMaxOutputTokens is the output bound assumed by Estimate when a request sets none.
+	DefaultMaxOutputTokens int64
+
+	// Prices is the price table, USD per million tokens, merged over DefaultPrices.
+	Prices map[string]Price
+
+	Breaker BreakerConfig
+}
+
+// ConfigFromEnv reads the policy from the environment. It calls getenv for every variable it knows.
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		Backend:                firstNonEmpty(getenv("GENBOX_GEMINI_BACKEND"), BackendGemini),
+		APIKey:                 getenv("GEMINI_API_KEY"),
+		BaseURL:                getenv("GOOGLE_GEMINI_BASE_URL"),
+		Project:                getenv("GOOGLE_CLOUD_PROJECT"),
+		Location:               getenv("GOOGLE_CLOUD_LOCATION"),
+		Models:                 splitList(firstNonEmpty(getenv("GENBOX_MODEL_CHAIN"), strings.Join(DefaultModelChain, ","))),
+		MaxAttempts:            8,
+		ModelAttempts:          4,
+		QualityAttempts:        3,
+		BackoffBase:            500 * time.Millisecond,
+		BackoffMax:             20 * time.Second,
+		MaxRetryWait:           30 * time.Second,
+		CallTimeout:            2 * time.Minute,
+		RateWindow:             time.Minute,
+		InstanceShare:          1,
+		RateHeadroom:           0.97,
+		ExpectedOutputTokens:   512,
+		DefaultMaxOutputTokens: 8192,
+		Breaker: BreakerConfig{
+			ConsecutiveFailures: 5,
+			Window:              5 * time.Minute,
+			FailureRatio:        0.5,
+			MinVolume:           10,
+			Cooldown:            30 * time.Second,
+		},
+	}
+	var errs []error
+	ints := []struct {
+		name string
+		dst  *int
+	}{
+		{"GENBOX_MAX_ATTEMPTS", &c.MaxAttempts},
+		{"GENBOX_MODEL_ATTEMPTS", &c.ModelAttempts},
+		{"GENBOX_QUALITY_ATTEMPTS", &c.QualityAttempts},
+		{"GENBOX_BREAKER_FAILURES", &c.Breaker.ConsecutiveFailures},
+		{"GENBOX_BREAKER_MIN_VOLUME", &c.Breaker.MinVolume},
+	}
+	for _, v := range ints {
+		if s := getenv(v.name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", v.name, err))
+				continue
+			}
+			*v.dst = n
+		}
+	}
+	durations := []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{"GENBOX_BACKOFF_BASE", &c.BackoffBase},
+		{"GENBOX_BACKOFF_MAX", &c.BackoffMax},
+		{"GENBOX_MAX_RETRY_WAIT", &c.MaxRetryWait},
+		{"GENBOX_CALL_TIMEOUT", &c.CallTimeout},
+		{"GENBOX_RATE_WINDOW", &c.RateWindow},
+		{"GENBOX_BREAKER_WINDOW", &c.Breaker.Window},
+		{"GENBOX_BREAKER_COOLDOWN", &c.Breaker.Cooldown},
+	}
+	for _, v := range durations {
+		if s := getenv(v.name); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", v.name, err))
+				continue
+			}
+			*v.dst = d
+		}
+	}
+	floats := []struct {
+		name string
+		dst  *float64
+	}{
+		{"GENBOX_INSTANCE_SHARE", &c.InstanceShare},
+		{"GENBOX_RATE_HEADROOM", &c.RateHeadroom},
+		{"GENBOX_BREAKER_FAILURE_RATIO", &c.Breaker.FailureRatio},
+	}
+	for _, v := range floats {
+		if s := getenv(v.name); s != "" {
+			f, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", v.name, err))
+				continue
+			}
+			*v.dst = f
+		}
+	}
+	var err error
+	if c.RPM, err = parseRates(getenv("GENBOX_RPM")); err != nil {
+		errs = append(errs, fmt.Errorf("GENBOX_RPM: %w", err))
+	}
+	if c.TPM, err = parseRates(getenv("GENBOX_TPM")); err != nil {
+		errs = append(errs, fmt.Errorf("GENBOX_TPM: %w", err))
+	}
+	if c.Prices, err = ParsePrices(getenv("GENBOX_PRICES")); err != nil {
+		errs = append(errs, fmt.Errorf("GENBOX_PRICES: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+// Validate reports the first setting that cannot work, naming its variable.
+func (c Config) Validate() error {
+	switch {
+	case c.Backend != BackendGemini && c.Backend != BackendVertex:
+		return fmt.Errorf("GENBOX_GEMINI_BACKEND: %q is neither %q nor %q", c.Backend, BackendGemini, BackendVertex)
+	case c.Backend == BackendGemini && c.APIKey == "" && c.BaseURL == "":
+		return errors.New("GEMINI_API_KEY: required by the gemini backend unless GOOGLE_GEMINI_BASE_URL names a fake")
+	case c.Backend == BackendVertex && c.BaseURL == "" && (c.Project == "" || c.Location == ""):
+		return errors.New("GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION: required by the vertex backend")
+	case len(c.Models) == 0:
+		return errors.New("GENBOX_MODEL_CHAIN: no model")
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("GENBOX_MAX_ATTEMPTS: %d, want at least 1", c.MaxAttempts)
+	case c.ModelAttempts < 1:
+		return fmt.Errorf("GENBOX_MODEL_ATTEMPTS: %d, want at least 1", c.ModelAttempts)
+	case c.QualityAttempts < 1:
+		return fmt.Errorf("GENBOX_QUALITY_ATTEMPTS: %d, want at least 1", c.QualityAttempts)
+	case c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase:
+		return fmt.Errorf("GENBOX_BACKOFF_BASE, GENBOX_BACKOFF_MAX: want 0 < base (%s) <= max (%s)", c.BackoffBase, c.BackoffMax)
+	case c.MaxRetryWait < 0:
+		return fmt.Errorf("GENBOX_MAX_RETRY_WAIT: %s is negative", c.MaxRetryWait)
+	case c.CallTimeout <= 0:
+		return fmt.Errorf("GENBOX_CALL_TIMEOUT: %s, want > 0", c.CallTimeout)
+	case c.RateWindow <= 0:
+		return fmt.Errorf("GENBOX_RATE_WINDOW: %s, want > 0", c.RateWindow)
+	case c.InstanceShare <= 0 || c.InstanceShare > 1:
+		return fmt.Errorf("GENBOX_INSTANCE_SHARE: %g, want in (0, 1]", c.InstanceShare)
+	case c.RateHeadroom <= 0 || c.RateHeadroom > 1:
+		return fmt.Errorf("GENBOX_RATE_HEADROOM: %g, want in (0, 1]", c.RateHeadroom)
+	case c.Breaker.ConsecutiveFailures < 1:
+		return fmt.Errorf("GENBOX_BREAKER_FAILURES: %d, want at least 1", c.Breaker.ConsecutiveFailures)
+	case c.Breaker.Window <= 0:
+		return fmt.Errorf("GENBOX_BREAKER_WINDOW: %s, want > 0", c.Breaker.Window)
+	case c.Breaker.FailureRatio <= 0 || c.Breaker.FailureRatio > 1:
+		return fmt.Errorf("GENBOX_BREAKER_FAILURE_RATIO: %g, want in (0, 1]", c.Breaker.FailureRatio)
+	case c.Breaker.Cooldown <= 0:
+		return fmt.Errorf("GENBOX_BREAKER_COOLDOWN: %s, want > 0", c.Breaker.Cooldown)
+	}
+	return nil
+}
+
+// price returns model's price: the configured one, else the default table's, else zero.
+func (c Config) price(model string) Price {
+	if p, ok := c.Prices[model]; ok {
+		return p
+	}
+	return DefaultPrices[model]
+}
+
+// ParsePrices parses "model=in/out,..." (USD per million input and output tokens).
+func ParsePrices(s string) (map[string]Price, error) {
+	out := map[string]Price{}
+	for _, item := range splitList(s) {
+		model, val, ok := strings.Cut(item, "=")
+		in, outp, ok2 := strings.Cut(val, "/")
+		if !ok || !ok2 || strings.TrimSpace(model) == "" {
+			return nil, fmt.Errorf("%q: want model=in/out", item)
+		}
+		pi, err1 := strconv.ParseFloat(strings.TrimSpace(in), 64)
+		po, err2 := strconv.ParseFloat(strings.TrimSpace(outp), 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("%q: %w", item, err)
+		}
+		if pi < 0 || po < 0 {
+			return nil, fmt.Errorf("%q: negative price", item)
+		}
+		out[strings.TrimSpace(model)] = Price{InputPerM: pi, OutputPerM: po}
+	}
+	return out, nil
+}
+
+// parseRates parses "model=n,..." into positive per-minute rates.
+func parseRates(s string) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, item := range splitList(s) {
+		model, val, ok := strings.Cut(item, "=")
+		if !ok || strings.TrimSpace(model) == "" {
+			return nil, fmt.Errorf("%q: want model=n", item)
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", item, err)
+		}
+		if n <= 0 {
+			return nil, fmt.Errorf("%q: want a positive rate", item)
+		}
+		out[strings.TrimSpace(model)] = n
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
