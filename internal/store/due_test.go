@@ -1,0 +1,199 @@
+package store
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/genbox-dev/genbox/pkg/claim"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// randomTask draws a task document with every field DueAt and Finalize read set at random,
+// timestamps scattered an hour around now.
+func randomTask(r *rand.Rand, now time.Time) *Task {
+	at := func() *time.Time {
+		if r.IntN(3) == 0 {
+			return nil
+		}
+		v := now.Add(time.Duration(r.Int64N(int64(2*time.Hour))) - time.Hour)
+		return &v
+	}
+	lease := func() claim.Lease {
+		var l claim.Lease
+		if r.IntN(2) == 0 {
+			l.Owner = "w"
+			l.Epoch = r.Int64N(5)
+			l.ExpiresAt = at()
+		}
+		return l
+	}
+	t := &Task{
+		ID:        "t",
+		State:     task.States[r.IntN(len(task.States))],
+		CreatedAt: now.Add(-time.Duration(r.Int64N(int64(time.Hour)))),
+		NotBefore: at(),
+		Lease:     lease(),
+		NudgeAt:   at(),
+		Nudges:    r.IntN(4),
+	}
+	if r.IntN(2) == 0 {
+		t.PendingSince = at()
+	}
+	ds := []task.DeliveryState{"", task.DeliveryNone, task.DeliveryPending, task.DeliveryDelivered, task.DeliveryDead, task.DeliveryDiscarded}
+	t.Delivery = Delivery{State: ds[r.IntN(len(ds))], NextAttemptAt: at(), Lease: lease()}
+	for range r.IntN(3) {
+		t.Notices = append(t.Notices, Notice{Stage: task.StageGeneration, NextAttemptAt: at(), Lease: lease()})
+	}
+	if r.IntN(3) == 0 {
+		t.Decision = &Decision{At: now.Add(-time.Minute), NextAttemptAt: at()}
+		if r.IntN(2) == 0 {
+			t.Decision.Topics = []string{"gemini-tasks"}
+		}
+	}
+	if r.IntN(3) == 0 {
+		t.SlackUpdate = &Pending{NextAttemptAt: at()}
+		if r.IntN(2) == 0 {
+			t.SlackUpdate.Keys = []string{"k"}
+		}
+	}
+	if r.IntN(3) == 0 {
+		t.OpenDeadLetters = []string{"t:generation:0:0"}
+	}
+	return t
+}
+
+// deadlines lists, straight from DESIGN §0, the deadline of everything still pending on t.
+func deadlines(t *Task, now time.Time) []time.Time {
+	var out []time.Time
+	orNow := func(p *time.Time) time.Time {
+		if p != nil {
+			return *p
+		}
+		return now
+	}
+	leased := func(l claim.Lease, next *time.Time) time.Time {
+		if l.Live(now) {
+			return *l.ExpiresAt
+		}
+		return orNow(next)
+	}
+	switch t.State {
+	case task.StateQueued, task.StateWaiting:
+		if t.NotBefore != nil {
+			out = append(out, *t.NotBefore)
+		} else {
+			out = append(out, t.CreatedAt)
+		}
+	case task.StateRunning:
+		out = append(out, orNow(t.Lease.ExpiresAt))
+	}
+	if t.Delivery.State == task.DeliveryPending {
+		out = append(out, leased(t.Delivery.Lease, t.Delivery.NextAttemptAt))
+	}
+	for _, n := range t.Notices {
+		out = append(out, leased(n.Lease, n.NextAttemptAt))
+	}
+	if t.Decision != nil && len(t.Decision.Topics) > 0 {
+		if t.Decision.NextAttemptAt != nil {
+			out = append(out, *t.Decision.NextAttemptAt)
+		} else {
+			out = append(out, t.Decision.At)
+		}
+	}
+	if t.SlackUpdate != nil && len(t.SlackUpdate.Keys) > 0 {
+		out = append(out, orNow(t.SlackUpdate.NextAttemptAt))
+	}
+	return out
+}
+
+func TestDueAtProperties(t *testing.T) {
+	t.Parallel()
+	seed := uint64(time.Now().UnixNano())
+	r := rand.New(rand.NewPCG(seed, 1))
+	now := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	for i := range 20000 {
+		doc := randomTask(r, now)
+		nudgeAt, pendingSince := doc.NudgeAt, doc.PendingSince
+		want := deadlines(doc, now)
+		due, ok := DueAt(doc, now)
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("seed %d case %d (%+v): "+format, append([]any{seed, i, doc}, args...)...)
+		}
+		if ok != (len(want) > 0) {
+			fail("ok = %v, pending deadlines %v", ok, want)
+		}
+		if ok && due.IsZero() {
+			fail("due is the zero time")
+		}
+		if ok {
+			earliest := want[0]
+			for _, w := range want[1:] {
+				if w.Before(earliest) {
+					earliest = w
+				}
+			}
+			exp := earliest
+			if nudgeAt != nil && nudgeAt.After(exp) {
+				exp = *nudgeAt
+			}
+			if !due.Equal(exp) {
+				fail("due = %v, want %v (earliest %v, nudge_at %v)", due, exp, earliest, nudgeAt)
+			}
+			if nudgeAt != nil && due.Before(*nudgeAt) {
+				fail("due %v before nudge_at %v", due, *nudgeAt)
+			}
+		}
+
+		Finalize(doc, now, time.Hour)
+		switch {
+		case !ok && doc.DueAt != nil:
+			fail("due_at %v with nothing pending", *doc.DueAt)
+		case ok && (doc.DueAt == nil || !doc.DueAt.Equal(due) || doc.DueAt.IsZero()):
+			fail("due_at = %v, want %v", doc.DueAt, due)
+		case ok && doc.PendingSince == nil:
+			fail("pending without pending_since")
+		case ok && pendingSince != nil && !doc.PendingSince.Equal(*pendingSince):
+			fail("pending_since moved from %v to %v while still pending", *pendingSince, *doc.PendingSince)
+		case !ok && (doc.PendingSince != nil || doc.NudgeAt != nil || doc.Nudges != 0):
+			fail("nothing pending but pending_since/nudges kept")
+		}
+		wantExpire := !ok && len(doc.OpenDeadLetters) == 0 && doc.State.Finished() && doc.State != task.StateDead
+		if (doc.ExpireAt != nil) != wantExpire {
+			fail("expire_at = %v, want set %v", doc.ExpireAt, wantExpire)
+		}
+		if doc.ExpireAt != nil && !doc.ExpireAt.Equal(now.Add(time.Hour)) {
+			fail("expire_at = %v, want now+retention", *doc.ExpireAt)
+		}
+	}
+}
+
+// A finished task with a delivery in flight is pending (never expires); once the delivery ends
+// the task expires after the retention, unless a dead letter is still open.
+func TestFinalizeExpiry(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name       string
+		doc        Task
+		wantDue    bool
+		wantExpire bool
+	}{
+		{"queued", Task{State: task.StateQueued, CreatedAt: now}, true, false},
+		{"succeeded, delivery pending", Task{State: task.StateSucceeded, Delivery: Delivery{State: task.DeliveryPending}}, true, false},
+		{"succeeded, delivered", Task{State: task.StateSucceeded, Delivery: Delivery{State: task.DeliveryDelivered}}, false, true},
+		{"failed, dead letter open", Task{State: task.StateFailed, OpenDeadLetters: []string{"x"}}, false, false},
+		{"dead", Task{State: task.StateDead}, false, false},
+		{"dead with notice", Task{State: task.StateDead, Notices: []Notice{{Stage: task.StageGeneration}}}, true, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := tc.doc
+			Finalize(&doc, now, time.Hour)
+			if (doc.DueAt != nil) != tc.wantDue || (doc.ExpireAt != nil) != tc.wantExpire {
+				t.Fatalf("due_at %v expire_at %v; want due %v expire %v", doc.DueAt, doc.ExpireAt, tc.wantDue, tc.wantExpire)
+			}
+		})
+	}
+}
