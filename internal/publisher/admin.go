@@ -1,0 +1,163 @@
+package publisher
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/client"
+)
+
+// APIKeyPrefix starts every API key, so leaked keys are easy to scan for.
+const APIKeyPrefix = "gbx_"
+
+// newAPIKey returns a key of 256 random bits.
+func newAPIKey() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func tenantView(t *store.Tenant) client.Tenant {
+	out := client.Tenant{ID: t.ID, Limits: client.Limits(t.Limits), CreatedAt: t.CreatedAt, WebhookSecrets: []client.SecretInfo{}}
+	for _, ws := range t.WebhookSecrets {
+		out.WebhookSecrets = append(out.WebhookSecrets, client.SecretInfo{CreatedAt: ws.CreatedAt, ExpiresAt: ws.ExpiresAt})
+	}
+	return out
+}
+
+func keyView(k *store.APIKey) client.APIKey {
+	return client.APIKey{KeyID: k.ID, Tenant: k.Tenant, Revoked: k.Revoked, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt}
+}
+
+func checkLimits(prefix string, l client.Limits) error {
+	var fs []client.FieldError
+	if l.Concurrency < 0 {
+		fs = append(fs, client.FieldError{Field: prefix + "concurrency", Detail: "must not be negative"})
+	}
+	if l.SubmitRate < 0 || math.IsInf(l.SubmitRate, 0) {
+		fs = append(fs, client.FieldError{Field: prefix + "submit_rate", Detail: "must not be negative"})
+	}
+	if l.SubmitBurst < 0 {
+		fs = append(fs, client.FieldError{Field: prefix + "submit_burst", Detail: "must not be negative"})
+	}
+	if l.DailyBudgetUSD < 0 || math.IsInf(l.DailyBudgetUSD, 0) {
+		fs = append(fs, client.FieldError{Field: prefix + "daily_budget_usd", Detail: "must not be negative"})
+	}
+	if len(fs) > 0 {
+		return problem(http.StatusBadRequest, probInvalid, fs[0].Field+": "+fs[0].Detail, fs...)
+	}
+	return nil
+}
+
+func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request, _ string) error {
+	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	var req client.CreateTenantRequest
+	if err := decodeStrict(data, &req); err != nil {
+		return err
+	}
+	if len(req.ID) > maxNameLen || !nameRE.MatchString(req.ID) {
+		return fieldProblem("id", "must be 1 to %d characters of a-z, 0-9, '_', '.', '-'", maxNameLen)
+	}
+	limits := store.DefaultLimits()
+	if req.Limits != nil {
+		if err := checkLimits("limits.", *req.Limits); err != nil {
+			return err
+		}
+		limits = store.Limits(*req.Limits)
+	}
+	secret, err := s.newSec()
+	if err != nil {
+		return err
+	}
+	t, err := s.st.CreateTenant(r.Context(), req.ID, limits, secret)
+	if errors.Is(err, store.ErrExists) {
+		return problem(http.StatusConflict, probConflict, fmt.Sprintf("tenant %s exists", req.ID))
+	}
+	if err != nil {
+		return err
+	}
+	out := tenantView(t)
+	out.WebhookSecret = secret
+	writeJSON(w, http.StatusCreated, "application/json", out)
+	return nil
+}
+
+func (s *Server) handleGetTenant(w http.ResponseWriter, r *http.Request, _ string) error {
+	t, err := s.st.GetTenant(r.Context(), r.PathValue("tenant"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, "application/json", tenantView(t))
+	return nil
+}
+
+func (s *Server) handleSetLimits(w http.ResponseWriter, r *http.Request, _ string) error {
+	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	var l client.Limits
+	if err := decodeStrict(data, &l); err != nil {
+		return err
+	}
+	if err := checkLimits("", l); err != nil {
+		return err
+	}
+	id := r.PathValue("tenant")
+	t, err := s.st.SetTenantLimits(r.Context(), id, store.Limits(l))
+	if err != nil {
+		return err
+	}
+	s.limits.forget(id)
+	writeJSON(w, http.StatusOK, "application/json", tenantView(t))
+	return nil
+}
+
+func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ string) error {
+	key := newAPIKey()
+	k, err := s.st.CreateAPIKey(r.Context(), r.PathValue("tenant"), key)
+	if err != nil {
+		return err
+	}
+	out := keyView(k)
+	out.Key = key
+	writeJSON(w, http.StatusCreated, "application/json", out)
+	return nil
+}
+
+func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request, _ string) error {
+	k, err := s.st.RevokeAPIKey(r.Context(), r.PathValue("key_id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, "application/json", keyView(k))
+	return nil
+}
+
+func (s *Server) handleRotateSecret(w http.ResponseWriter, r *http.Request, _ string) error {
+	secret, err := s.newSec()
+	if err != nil {
+		return err
+	}
+	id := r.PathValue("tenant")
+	t, err := s.st.RotateWebhookSecret(r.Context(), id, secret, s.cfg.SecretOverlap)
+	if err != nil {
+		return err
+	}
+	out := client.RotatedSecret{Tenant: id, WebhookSecret: secret}
+	for _, ws := range t.WebhookSecrets {
+		if ws.ExpiresAt != nil && ws.ExpiresAt.After(out.PreviousExpireAt) {
+			out.PreviousExpireAt = *ws.ExpiresAt
+		}
+	}
+	writeJSON(w, http.StatusOK, "application/json", out)
+	return nil
+}

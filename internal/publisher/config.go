@@ -1,0 +1,148 @@
+package publisher
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Config is the publisher's configuration, read from the environment.
+type Config struct {
+	// Port is the HTTP port (PORT, default 8080).
+	Port int
+	// ProjectID is the Google Cloud project of Firestore and Pub/Sub (GOOGLE_CLOUD_PROJECT).
+	ProjectID string
+	// AdminKey guards the admin routes (GENBOX_ADMIN_KEY); empty disables them.
+	AdminKey string
+	// MaxBodyBytes caps a request body (GENBOX_MAX_BODY_BYTES, default 1 MiB); more is a 413.
+	MaxBodyBytes int64
+	// AllowInsecureCallbacks lets callback URLs use http and private addresses, for local use
+	// only (GENBOX_ALLOW_INSECURE_CALLBACKS).
+	AllowInsecureCallbacks bool
+	// PublicURL is the base of status_url (GENBOX_PUBLIC_URL); empty: taken from each request.
+	PublicURL string
+	// SecretOverlap is how long a rotated webhook secret keeps signing (GENBOX_SECRET_OVERLAP, 24h).
+	SecretOverlap time.Duration
+	// PromptsDir holds prompt families overriding the built-in ones (GENBOX_PROMPTS_DIR).
+	PromptsDir string
+	// NudgeGrace is how long after a submission the sweeper nudges a task nobody claimed, in
+	// case the publish after the write was lost (GENBOX_NUDGE_GRACE, default 30s).
+	NudgeGrace time.Duration
+	// PublishTimeout bounds the nudge after the write (GENBOX_PUBLISH_TIMEOUT, default 5s); a
+	// slower Pub/Sub leaves the task to the sweeper.
+	PublishTimeout time.Duration
+	// LimitsTTL is how long a tenant's limits are cached per instance (GENBOX_LIMITS_TTL, 30s).
+	LimitsTTL time.Duration
+}
+
+// Environment variable names.
+const (
+	EnvPort                   = "PORT"
+	EnvProject                = "GOOGLE_CLOUD_PROJECT"
+	EnvAdminKey               = "GENBOX_ADMIN_KEY"
+	EnvMaxBodyBytes           = "GENBOX_MAX_BODY_BYTES"
+	EnvAllowInsecureCallbacks = "GENBOX_ALLOW_INSECURE_CALLBACKS"
+	EnvPublicURL              = "GENBOX_PUBLIC_URL"
+	EnvSecretOverlap          = "GENBOX_SECRET_OVERLAP"
+	EnvPromptsDir             = "GENBOX_PROMPTS_DIR"
+	EnvNudgeGrace             = "GENBOX_NUDGE_GRACE"
+	EnvPublishTimeout         = "GENBOX_PUBLISH_TIMEOUT"
+	EnvLimitsTTL              = "GENBOX_LIMITS_TTL"
+)
+
+// DefaultConfig returns the defaults FromEnv starts from.
+func DefaultConfig() Config {
+	return Config{
+		Port:           8080,
+		MaxBodyBytes:   1 << 20,
+		SecretOverlap:  24 * time.Hour,
+		NudgeGrace:     30 * time.Second,
+		PublishTimeout: 5 * time.Second,
+		LimitsTTL:      30 * time.Second,
+	}
+}
+
+// FromEnv reads the configuration; it asks getenv for every variable the publisher reads. A
+// value that does not parse is an error naming its variable.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := DefaultConfig()
+	var errs []error
+	intVar := func(name string, dst *int) {
+		if v := getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not an integer", name, v))
+			}
+			*dst = n
+		}
+	}
+	durVar := func(name string, dst *time.Duration) {
+		if v := getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not a duration (e.g. 30s, 24h)", name, v))
+			}
+			*dst = d
+		}
+	}
+	intVar(EnvPort, &c.Port)
+	c.ProjectID = getenv(EnvProject)
+	c.AdminKey = getenv(EnvAdminKey)
+	if v := getenv(EnvMaxBodyBytes); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not an integer", EnvMaxBodyBytes, v))
+		}
+		c.MaxBodyBytes = n
+	}
+	if v := getenv(EnvAllowInsecureCallbacks); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %q is not a boolean", EnvAllowInsecureCallbacks, v))
+		}
+		c.AllowInsecureCallbacks = b
+	}
+	c.PublicURL = getenv(EnvPublicURL)
+	durVar(EnvSecretOverlap, &c.SecretOverlap)
+	c.PromptsDir = getenv(EnvPromptsDir)
+	durVar(EnvNudgeGrace, &c.NudgeGrace)
+	durVar(EnvPublishTimeout, &c.PublishTimeout)
+	durVar(EnvLimitsTTL, &c.LimitsTTL)
+	return c, errors.Join(errs...)
+}
+
+// minAdminKey is the shortest admin key accepted: it guards every tenant.
+const minAdminKey = 16
+
+// Validate checks the configuration, naming the variable of each bad value.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Port < 0 || c.Port > 65535 {
+		errs = append(errs, fmt.Errorf("%s: %d is not a port", EnvPort, c.Port))
+	}
+	if c.ProjectID == "" {
+		errs = append(errs, fmt.Errorf("%s is required", EnvProject))
+	}
+	if c.AdminKey != "" && len(c.AdminKey) < minAdminKey {
+		errs = append(errs, fmt.Errorf("%s: must be at least %d characters", EnvAdminKey, minAdminKey))
+	}
+	if c.MaxBodyBytes < 1024 {
+		errs = append(errs, fmt.Errorf("%s: %d is below 1024", EnvMaxBodyBytes, c.MaxBodyBytes))
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%s: %q is not an absolute http(s) URL", EnvPublicURL, c.PublicURL))
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{EnvSecretOverlap, c.SecretOverlap}, {EnvNudgeGrace, c.NudgeGrace}, {EnvPublishTimeout, c.PublishTimeout}, {EnvLimitsTTL, c.LimitsTTL}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be positive", d.name))
+		}
+	}
+	return errors.Join(errs...)
+}

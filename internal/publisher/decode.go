@@ -1,0 +1,238 @@
+package publisher
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Request limits. Input, the largest output a model may return (max_output_tokens) and a bounded
+// history of replays must stay well under Firestore's 1 MiB document limit.
+const (
+	MaxInputBytes      = 256 << 10
+	MaxLabels          = 32
+	maxLabelKey        = 63
+	maxLabelValue      = 256
+	maxSubjectKey      = 512
+	maxCallbackURL     = 2048
+	maxNameLen         = 64
+	maxIdempotencyKey  = 255
+	DefaultVariant     = "default"
+	maxMaxOutputTokens = 65536
+	maxTopK            = 100
+)
+
+var (
+	labelKeyRE = regexp.MustCompile(`^[a-z][a-z0-9_.-]*$`)
+	nameRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+)
+
+// readBody reads a JSON body of at most limit bytes that is valid UTF-8 (the JSON decoder would
+// silently replace invalid bytes).
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return nil, problem(http.StatusUnsupportedMediaType, probMedia, "the body must be application/json")
+		}
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		return nil, err
+	}
+	if !utf8.Valid(data) {
+		return nil, problem(http.StatusBadRequest, probInvalid, "the body is not valid UTF-8")
+	}
+	return data, nil
+}
+
+// decodeStrict decodes one JSON value into v, refusing unknown fields and trailing data; its
+// problems name the field.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeProblem(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return problem(http.StatusBadRequest, probInvalid, "the body holds more than one JSON value")
+	}
+	return nil
+}
+
+func decodeProblem(err error) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	var pe *time.ParseError
+	switch {
+	case errors.Is(err, io.EOF):
+		return problem(http.StatusBadRequest, probInvalid, "the body is empty")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return problem(http.StatusBadRequest, probInvalid, "the body is truncated JSON")
+	case errors.As(err, &se):
+		return problem(http.StatusBadRequest, probInvalid, fmt.Sprintf("malformed JSON at byte %d", se.Offset))
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return problem(http.StatusBadRequest, probInvalid, fmt.Sprintf("the body must be a JSON %s", jsonKind(te.Type.String())))
+		}
+		return fieldProblem(te.Field, "must be %s, not %s", jsonKind(te.Type.String()), te.Value)
+	case errors.As(err, &pe), strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"):
+		// run_before is the request's only timestamp.
+		return fieldProblem("run_before", "must be an RFC 3339 timestamp")
+	}
+	const unknown = "json: unknown field "
+	if msg := err.Error(); strings.HasPrefix(msg, unknown) {
+		// encoding/json has no typed error for DisallowUnknownFields.
+		name := strings.Trim(strings.TrimPrefix(msg, unknown), `"`)
+		return fieldProblem(name, "unknown field")
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return err
+	}
+	return problem(http.StatusBadRequest, probInvalid, "the body is not valid JSON")
+}
+
+// jsonKind names a Go type the way a JSON client thinks of it.
+func jsonKind(goType string) string {
+	goType = strings.TrimLeft(goType, "*")
+	switch {
+	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"):
+		return "an integer"
+	case strings.HasPrefix(goType, "float"):
+		return "a number"
+	case goType == "string", goType == "task.State":
+		return "a string"
+	case goType == "bool":
+		return "a boolean"
+	case strings.HasPrefix(goType, "map["), strings.HasPrefix(goType, "task."), strings.HasPrefix(goType, "client."):
+		return "an object"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	}
+	return goType
+}
+
+// validator checks a decoded request against the API's rules.
+type validator struct {
+	families      Families
+	checkCallback func(rawURL string) error
+	now           time.Time
+}
+
+// normalize fills defaults so equal intents hash alike.
+func normalize(req *task.Request) {
+	if req.Variant == "" {
+		req.Variant = DefaultVariant
+	}
+	if req.RunBefore != nil {
+		rb := req.RunBefore.UTC()
+		req.RunBefore = &rb
+	}
+	if len(req.Labels) == 0 {
+		req.Labels = nil
+	}
+}
+
+// validate returns a 400 problem naming every refused field, or nil.
+func (v validator) validate(req *task.Request) error {
+	var fs []client.FieldError
+	bad := func(field, format string, args ...any) {
+		fs = append(fs, client.FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case req.Family == "":
+		bad("family", "is required")
+	case len(req.Family) > maxNameLen || !nameRE.MatchString(req.Family):
+		bad("family", "must be up to %d characters of a-z, 0-9, '_', '.', '-'", maxNameLen)
+	case len(req.Variant) > maxNameLen || !nameRE.MatchString(req.Variant):
+		bad("variant", "must be up to %d characters of a-z, 0-9, '_', '.', '-'", maxNameLen)
+	case !v.families.Has(req.Family, req.Variant):
+		if req.Variant != DefaultVariant && v.families.Has(req.Family, DefaultVariant) {
+			bad("variant", "family %q has no variant %q", req.Family, req.Variant)
+		} else {
+			bad("family", "unknown family %q", req.Family)
+		}
+	}
+	switch {
+	case req.Input == "":
+		bad("input", "is required")
+	case len(req.Input) > MaxInputBytes:
+		bad("input", "is %d bytes; at most %d are accepted", len(req.Input), MaxInputBytes)
+	}
+	if len(req.SubjectKey) > maxSubjectKey {
+		bad("subject_key", "must be at most %d bytes", maxSubjectKey)
+	}
+	if req.CallbackURL != "" {
+		if len(req.CallbackURL) > maxCallbackURL {
+			bad("callback_url", "must be at most %d bytes", maxCallbackURL)
+		} else if err := v.checkCallback(req.CallbackURL); err != nil {
+			bad("callback_url", "%v", err)
+		}
+	}
+	if c := req.Config; c != nil {
+		rangeF := func(field string, p *float64, lo, hi float64) {
+			if p != nil && (math.IsNaN(*p) || *p < lo || *p > hi) {
+				bad(field, "must be between %g and %g", lo, hi)
+			}
+		}
+		rangeF("config.temperature", c.Temperature, 0, 2)
+		rangeF("config.top_p", c.TopP, 0, 1)
+		if c.TopK != nil && (*c.TopK < 1 || *c.TopK > maxTopK) {
+			bad("config.top_k", "must be between 1 and %d", maxTopK)
+		}
+		if c.MaxOutputTokens != nil && (*c.MaxOutputTokens < 1 || *c.MaxOutputTokens > maxMaxOutputTokens) {
+			bad("config.max_output_tokens", "must be between 1 and %d", maxMaxOutputTokens)
+		}
+	}
+	if len(req.Labels) > MaxLabels {
+		bad("labels", "at most %d labels", MaxLabels)
+	}
+	for k, val := range req.Labels {
+		if len(k) > maxLabelKey || !labelKeyRE.MatchString(k) {
+			bad("labels."+k, "a label key is up to %d characters of a-z, 0-9, '_', '.', '-', starting with a letter", maxLabelKey)
+		}
+		if len(val) > maxLabelValue || strings.IndexFunc(val, unicode.IsControl) >= 0 {
+			bad("labels."+k, "a label value is up to %d bytes without control characters", maxLabelValue)
+		}
+	}
+	if req.RunBefore != nil && !req.RunBefore.After(v.now) {
+		bad("run_before", "must be in the future")
+	}
+	if m := req.MaxCostUSD; m != nil && (!(*m > 0) || math.IsInf(*m, 0)) {
+		bad("max_cost_usd", "must be greater than 0")
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(fs, func(a, b client.FieldError) int { return cmp.Compare(a.Field, b.Field) })
+	return problem(http.StatusBadRequest, probInvalid, fmt.Sprintf("%d invalid field(s); first %s: %s", len(fs), fs[0].Field, fs[0].Detail), fs...)
+}
+
+// checkIdempotencyKey refuses keys that are empty, too long or not printable ASCII.
+func checkIdempotencyKey(key string) error {
+	if len(key) > maxIdempotencyKey {
+		return fieldProblem(client.HeaderIdempotencyKey, "must be at most %d characters", maxIdempotencyKey)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x21 || key[i] > 0x7e {
+			return fieldProblem(client.HeaderIdempotencyKey, "must be printable ASCII without spaces")
+		}
+	}
+	return nil
+}

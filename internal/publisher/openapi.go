@@ -1,0 +1,242 @@
+package publisher
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// schemaNames names the component schema of each wire type; the others are named after their Go type.
+var schemaNames = map[reflect.Type]string{
+	reflect.TypeFor[task.Request]():      "TaskRequest",
+	reflect.TypeFor[task.View]():         "Task",
+	reflect.TypeFor[task.Event]():        "WebhookEvent",
+	reflect.TypeFor[task.GenConfig]():    "GenConfig",
+	reflect.TypeFor[task.Usage]():        "Usage",
+	reflect.TypeFor[task.ErrorView]():    "TaskError",
+	reflect.TypeFor[task.DeliveryView](): "Delivery",
+}
+
+// enums lists the values of the string types that have a fixed set.
+var enums = map[reflect.Type][]string{
+	reflect.TypeFor[task.State]():         strs(task.States),
+	reflect.TypeFor[task.DeliveryState](): {"none", "pending", "delivered", "dead", "discarded"},
+	reflect.TypeFor[task.EventType]():     {"task.succeeded", "task.failed", "task.dead", "task.cancelled", "task.discarded"},
+	reflect.TypeFor[task.ErrorKind]():     {"permanent", "transient", "network", "quality", "expired", "budget", "crash"},
+}
+
+func strs[T ~string](in []T) []string {
+	out := make([]string, len(in))
+	for i, v := range in {
+		out[i] = string(v)
+	}
+	return out
+}
+
+// schemas builds JSON Schemas (2020-12, as OpenAPI 3.1 uses) from Go wire types and their json
+// tags, so the document cannot drift from what the server encodes.
+type schemas map[string]any
+
+func (c schemas) of(t reflect.Type) map[string]any {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == reflect.TypeFor[time.Time]() {
+		return map[string]any{"type": "string", "format": "date-time"}
+	}
+	if e, ok := enums[t]; ok {
+		return map[string]any{"type": "string", "enum": e}
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return map[string]any{"type": "string"}
+	case reflect.Bool:
+		return map[string]any{"type": "boolean"}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint32, reflect.Uint64:
+		return map[string]any{"type": "integer"}
+	case reflect.Float32, reflect.Float64:
+		return map[string]any{"type": "number"}
+	case reflect.Slice:
+		return map[string]any{"type": "array", "items": c.of(t.Elem())}
+	case reflect.Map:
+		return map[string]any{"type": "object", "additionalProperties": c.of(t.Elem())}
+	case reflect.Interface:
+		return map[string]any{}
+	case reflect.Struct:
+		name, ok := schemaNames[t]
+		if !ok {
+			name = t.Name()
+		}
+		ref := map[string]any{"$ref": "#/components/schemas/" + name}
+		if _, done := c[name]; done {
+			return ref
+		}
+		c[name] = nil // placeholder against recursion
+		props := map[string]any{}
+		var required []string
+		for i := range t.NumField() {
+			f := t.Field(i)
+			tag := f.Tag.Get("json")
+			if !f.IsExported() || tag == "-" {
+				continue
+			}
+			fname, opts, _ := strings.Cut(tag, ",")
+			if fname == "" {
+				fname = f.Name
+			}
+			props[fname] = c.of(f.Type)
+			if !strings.Contains(opts, "omitempty") && f.Type.Kind() != reflect.Pointer {
+				required = append(required, fname)
+			}
+		}
+		s := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+		if len(required) > 0 {
+			s["required"] = required
+		}
+		c[name] = s
+		return ref
+	}
+	return map[string]any{}
+}
+
+// fieldRanges adds the documented bounds of request fields to their schemas.
+func fieldRanges(c schemas) {
+	set := func(schema, field string, kv ...any) {
+		s, _ := c[schema].(map[string]any)
+		props, _ := s["properties"].(map[string]any)
+		p, _ := props[field].(map[string]any)
+		for i := 0; p != nil && i+1 < len(kv); i += 2 {
+			p[kv[i].(string)] = kv[i+1]
+		}
+	}
+	set("GenConfig", "temperature", "minimum", 0, "maximum", 2)
+	set("GenConfig", "top_p", "minimum", 0, "maximum", 1)
+	set("GenConfig", "top_k", "minimum", 1, "maximum", maxTopK)
+	set("GenConfig", "max_output_tokens", "minimum", 1, "maximum", maxMaxOutputTokens)
+	set("TaskRequest", "input", "maxLength", MaxInputBytes, "minLength", 1, "description", "At most 256 KiB of UTF-8.")
+	set("TaskRequest", "family", "description", "A known prompt family.")
+	set("TaskRequest", "variant", "default", DefaultVariant)
+	set("TaskRequest", "callback_url", "format", "uri", "description", "https; private, loopback, link-local and metadata addresses are refused.")
+	set("TaskRequest", "labels", "maxProperties", MaxLabels)
+	set("TaskRequest", "cache", "default", false)
+	set("TaskRequest", "run_before", "format", "date-time", "description", "RFC 3339, in the future: not worth generating after this.")
+	set("TaskRequest", "max_cost_usd", "exclusiveMinimum", 0)
+	set("BatchRequest", "tasks", "minItems", 1, "maxItems", client.MaxBatch)
+}
+
+// openAPI builds the document from the route table.
+func (s *Server) openAPI() map[string]any {
+	c := schemas{}
+	problemRef := c.of(reflect.TypeFor[client.Problem]())
+	paths := map[string]any{}
+	for _, rt := range s.routes {
+		op := map[string]any{"summary": rt.Summary, "operationId": operationID(rt)}
+		switch rt.Auth {
+		case authTenant:
+			op["security"] = []any{map[string]any{"apiKey": []string{}}}
+		case authAdmin:
+			op["security"] = []any{map[string]any{"adminKey": []string{}}}
+		}
+		var params []any
+		for _, seg := range strings.Split(rt.Path, "/") {
+			if i, j := strings.IndexByte(seg, '{'), strings.IndexByte(seg, '}'); i >= 0 && j > i {
+				params = append(params, map[string]any{"name": seg[i+1 : j], "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
+			}
+		}
+		for _, p := range rt.Doc.Query {
+			params = append(params, map[string]any{"name": p.Name, "in": "query", "required": p.Required, "description": p.Desc, "schema": map[string]any{"type": p.Type}})
+		}
+		for _, p := range rt.Doc.Header {
+			params = append(params, map[string]any{"name": p.Name, "in": "header", "required": p.Required, "description": p.Desc, "schema": map[string]any{"type": p.Type}})
+		}
+		if len(params) > 0 {
+			op["parameters"] = params
+		}
+		if rt.Doc.Body != nil {
+			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
+				"application/json": map[string]any{"schema": c.of(reflect.TypeOf(rt.Doc.Body))}}}
+		}
+		ok := map[string]any{"description": statusText(rt.Doc.OK)}
+		if rt.Doc.Result != nil {
+			ok["content"] = map[string]any{"application/json": map[string]any{"schema": c.of(reflect.TypeOf(rt.Doc.Result))}}
+		}
+		responses := map[string]any{strconv.Itoa(rt.Doc.OK): ok}
+		if rt.Method == "POST" && rt.Path == "/v1/tasks" {
+			responses["200"] = map[string]any{"description": "The task an earlier request with the same Idempotency-Key created (header Idempotent-Replayed: true)",
+				"content": ok["content"]}
+		}
+		for _, code := range append(rt.Doc.Errors, 500) {
+			responses[strconv.Itoa(code)] = map[string]any{"description": statusText(code),
+				"content": map[string]any{client.ProblemContentType: map[string]any{"schema": problemRef}}}
+		}
+		op["responses"] = responses
+		item, _ := paths[rt.Path].(map[string]any)
+		if item == nil {
+			item = map[string]any{}
+			paths[rt.Path] = item
+		}
+		item[strings.ToLower(rt.Method)] = op
+	}
+	eventRef := c.of(reflect.TypeFor[task.Event]())
+	hdr := func(name, desc string) map[string]any {
+		return map[string]any{"name": name, "in": "header", "required": true, "description": desc, "schema": map[string]any{"type": "string"}}
+	}
+	webhooks := map[string]any{}
+	for _, typ := range enums[reflect.TypeFor[task.EventType]()] {
+		webhooks[typ] = map[string]any{"post": map[string]any{
+			"summary":     "Sent to the task's callback_url when the task moves into its end state (Standard Webhooks).",
+			"operationId": "webhook_" + strings.ReplaceAll(typ, ".", "_"),
+			"parameters": []any{
+				hdr("webhook-id", "{task_id}.{type}.{replay}: the same across retries and Redeliver, new after Regenerate."),
+				hdr("webhook-timestamp", "Unix seconds."),
+				hdr("webhook-signature", "Space-separated v1,<base64 HMAC-SHA256 of id.timestamp.body>, one per active whsec_ secret of the tenant."),
+			},
+			"requestBody": map[string]any{"required": true, "content": map[string]any{"application/json": map[string]any{"schema": eventRef}}},
+			"responses": map[string]any{
+				"2XX":     map[string]any{"description": "Delivered."},
+				"default": map[string]any{"description": "408, 429 and 5xx are retried with backoff; another 4xx is final (the delivery goes to the dead-letter queue)."},
+			},
+		}}
+	}
+	fieldRanges(c)
+	return map[string]any{
+		"openapi": "3.1.0",
+		"info": map[string]any{"title": "genbox", "version": "1.0.0",
+			"description": "Runs Gemini generation tasks asynchronously: submit, then poll or receive a signed webhook. Errors are RFC 9457 problem details."},
+		"paths":    paths,
+		"webhooks": webhooks,
+		"components": map[string]any{
+			"schemas": map[string]any(c),
+			"securitySchemes": map[string]any{
+				"apiKey":   map[string]any{"type": "http", "scheme": "bearer", "description": "A tenant's API key."},
+				"adminKey": map[string]any{"type": "http", "scheme": "bearer", "description": "GENBOX_ADMIN_KEY."},
+			},
+		},
+	}
+}
+
+func operationID(rt route) string {
+	r := strings.NewReplacer("/", "_", "{", "", "}", "", ":", "_", ".", "_", "-", "_")
+	return strings.ToLower(rt.Method) + strings.TrimRight(r.Replace(rt.Path), "_")
+}
+
+// openAPIJSON renders the document once per server.
+func (s *Server) openAPIJSON() []byte {
+	b, err := json.MarshalIndent(s.openAPI(), "", "  ")
+	if err != nil {
+		panic("publisher: marshal OpenAPI document: " + err.Error()) // maps of plain values always marshal
+	}
+	return b
+}
+
+func (s *Server) handleOpenAPI(w http.ResponseWriter, _ *http.Request, _ string) error {
+	w.Header().Set("Content-Type", "application/json")
+	_, err := w.Write(s.doc())
+	return err
+}

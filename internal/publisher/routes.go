@@ -1,0 +1,71 @@
+package publisher
+
+import (
+	"net/http"
+
+	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// opDoc documents a route for the OpenAPI document.
+type opDoc struct {
+	Body   any // a value of the request body's type; nil: no body
+	OK     int
+	Result any // a value of the answer's type; nil: no body
+	Query  []param
+	Header []param
+	Errors []int
+}
+
+// param is a query or header parameter.
+type param struct {
+	Name, Desc, Type string
+	Required         bool
+}
+
+var idemHeader = param{Name: client.HeaderIdempotencyKey, Type: "string",
+	Desc: "Names the intent: the same key and body return the same task (200, Idempotent-Replayed: true); a different body is a 422. Remembered as long as the task is retained."}
+
+// routeTable lists every route the server answers.
+func (s *Server) routeTable() []route {
+	tenantErrs := []int{400, 401, 404, 503}
+	return []route{
+		{Method: "GET", Path: "/healthz", Summary: "Liveness", Auth: authNone, Handle: s.handleHealth,
+			Doc: opDoc{OK: 200, Result: client.Health{}}},
+		{Method: "GET", Path: "/openapi.json", Summary: "This OpenAPI document", Auth: authNone, Handle: s.handleOpenAPI,
+			Doc: opDoc{OK: 200, Result: map[string]any{}}},
+		{Method: "POST", Path: "/v1/tasks", Summary: "Submit a task", Auth: authTenant, Handle: s.handleSubmit,
+			Doc: opDoc{Body: task.Request{}, OK: 202, Result: client.SubmitResponse{}, Header: []param{idemHeader},
+				Errors: []int{400, 401, 413, 415, 422, 429, 503}}},
+		{Method: "POST", Path: "/v1/tasks:batch", Summary: "Submit up to 100 tasks; each is accepted or refused on its own", Auth: authTenant, Handle: s.handleBatch,
+			Doc: opDoc{Body: client.BatchRequest{}, OK: 200, Result: client.BatchResponse{}, Header: []param{idemHeader},
+				Errors: []int{400, 401, 413, 415}}},
+		{Method: "GET", Path: "/v1/tasks", Summary: "List the tenant's tasks, newest first", Auth: authTenant, Handle: s.handleList,
+			Doc: opDoc{OK: 200, Result: client.TaskList{}, Errors: tenantErrs, Query: []param{
+				{Name: "state", Type: "string", Desc: "Only tasks in this state."},
+				{Name: "limit", Type: "integer", Desc: "Page size, 1 to 100 (default 20)."},
+				{Name: "page_token", Type: "string", Desc: "next_page_token of the previous page."},
+			}}},
+		{Method: "GET", Path: "/v1/tasks/{id}", Summary: "Read a task", Auth: authTenant, Handle: s.handleGet,
+			Doc: opDoc{OK: 200, Result: task.View{}, Errors: tenantErrs}},
+		{Method: "POST", Path: "/v1/tasks/{id}:cancel", Summary: "Cancel a queued or waiting task (queues task.cancelled)", Auth: authTenant, Handle: s.handleCancel,
+			Doc: opDoc{OK: 200, Result: task.View{}, Errors: append(tenantErrs, 409)}},
+		{Method: "DELETE", Path: "/v1/tasks/{id}", Summary: "Erase a finished task's input and outputs and its cache entry; the accounting stays", Auth: authTenant, Handle: s.handleDelete,
+			Doc: opDoc{OK: 204, Errors: append(tenantErrs, 409)}},
+		{Method: "POST", Path: "/admin/v1/tenants", Summary: "Create a tenant; the answer carries its first webhook secret, shown once", Auth: authAdmin, Handle: s.handleCreateTenant,
+			Doc: opDoc{Body: client.CreateTenantRequest{}, OK: 201, Result: client.Tenant{}, Errors: []int{400, 401, 403, 409, 413}}},
+		{Method: "GET", Path: "/admin/v1/tenants/{tenant}", Summary: "Read a tenant (without its secrets)", Auth: authAdmin, Handle: s.handleGetTenant,
+			Doc: opDoc{OK: 200, Result: client.Tenant{}, Errors: []int{401, 403, 404}}},
+		{Method: "PUT", Path: "/admin/v1/tenants/{tenant}/limits", Summary: "Replace a tenant's limits", Auth: authAdmin, Handle: s.handleSetLimits,
+			Doc: opDoc{Body: client.Limits{}, OK: 200, Result: client.Tenant{}, Errors: []int{400, 401, 403, 404}}},
+		{Method: "POST", Path: "/admin/v1/tenants/{tenant}/keys", Summary: "Create an API key; the key is shown once", Auth: authAdmin, Handle: s.handleCreateKey,
+			Doc: opDoc{OK: 201, Result: client.APIKey{}, Errors: []int{401, 403, 404}}},
+		{Method: "DELETE", Path: "/admin/v1/keys/{key_id}", Summary: "Revoke an API key; it fails at once", Auth: authAdmin, Handle: s.handleRevokeKey,
+			Doc: opDoc{OK: 200, Result: client.APIKey{}, Errors: []int{401, 403, 404}}},
+		{Method: "POST", Path: "/admin/v1/tenants/{tenant}/webhook-secrets:rotate", Summary: "Rotate the webhook secret; earlier ones keep signing for the overlap", Auth: authAdmin, Handle: s.handleRotateSecret,
+			Doc: opDoc{OK: 200, Result: client.RotatedSecret{}, Errors: []int{401, 403, 404}}},
+	}
+}
+
+// statusText is the OpenAPI description of a status code.
+func statusText(code int) string { return http.StatusText(code) }

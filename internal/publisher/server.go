@@ -1,0 +1,244 @@
+// Package publisher is genbox's REST API (DESIGN §8): apps submit, read, list, cancel and erase
+// tasks; admins manage tenants, API keys and webhook secrets. A submission is written to
+// Firestore first (due now + a grace, so the sweeper nudges it if the publish is lost) and then
+// nudged on gemini-tasks.
+package publisher
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/store"
+)
+
+// Publisher publishes a nudge; *bus.Publisher implements it.
+type Publisher interface {
+	Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error)
+}
+
+// Families says which prompt families and variants exist.
+type Families interface {
+	Has(family, variant string) bool
+}
+
+// Deps are the publisher's collaborators.
+type Deps struct {
+	Store     *store.Store
+	Publisher Publisher
+	Families  Families
+	// CheckCallback applies the callback URL policy (https, no private addresses unless
+	// insecure callbacks are allowed); a non-nil error refuses the URL and says why.
+	CheckCallback func(rawURL string) error
+	// NewSecret returns a new webhook signing secret.
+	NewSecret func() (string, error)
+	Log       *slog.Logger
+}
+
+// Server is the publisher's HTTP handler.
+type Server struct {
+	cfg      Config
+	st       *store.Store
+	pub      Publisher
+	families Families
+	checkURL func(string) error
+	newSec   func() (string, error)
+	log      *slog.Logger
+	limits   *limiters
+	adminSum [sha256.Size]byte
+	routes   []route
+	doc      func() []byte
+	mux      *http.ServeMux
+}
+
+var _ http.Handler = (*Server)(nil)
+
+// New returns the publisher's handler. cfg must be valid.
+func New(cfg Config, d Deps) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Store == nil || d.Publisher == nil || d.Families == nil || d.CheckCallback == nil || d.NewSecret == nil {
+		return nil, errors.New("publisher: Store, Publisher, Families, CheckCallback and NewSecret are required")
+	}
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, st: d.Store, pub: d.Publisher, families: d.Families, checkURL: d.CheckCallback,
+		newSec: d.NewSecret, log: d.Log, adminSum: sha256.Sum256([]byte(cfg.AdminKey))}
+	s.limits = newLimiters(d.Store, cfg.LimitsTTL)
+	s.routes = s.routeTable()
+	s.doc = sync.OnceValue(s.openAPIJSON)
+	s.mux = s.buildMux()
+	return s, nil
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// auth says who may call a route.
+type auth int
+
+const (
+	authNone   auth = iota
+	authTenant      // Authorization: Bearer <api key>
+	authAdmin       // Authorization: Bearer <GENBOX_ADMIN_KEY>
+)
+
+// route is one operation of the API; the OpenAPI document and the mux are both built from the
+// route table, and a test checks the served document against what the mux answers.
+type route struct {
+	Method string
+	// Path is the OpenAPI path; a final "{id}:action" segment is served by the {id} pattern.
+	Path    string
+	Summary string
+	Auth    auth
+	Handle  func(w http.ResponseWriter, r *http.Request, tenant string) error
+	Doc     opDoc
+}
+
+// buildMux registers every route. Go's ServeMux cannot match "{id}:cancel" (a wildcard is a
+// whole segment), so such routes share their "{id}" pattern and are told apart by the suffix.
+func (s *Server) buildMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	actions := map[string]map[string]route{} // mux pattern -> action -> route
+	plain := map[string]route{}
+	for _, rt := range s.routes {
+		pattern, action := muxPattern(rt)
+		if action == "" {
+			plain[pattern] = rt
+			continue
+		}
+		if actions[pattern] == nil {
+			actions[pattern] = map[string]route{}
+		}
+		actions[pattern][action] = rt
+	}
+	for pattern, rt := range plain {
+		if _, ok := actions[pattern]; ok {
+			panic("publisher: " + pattern + " has both a plain route and actions")
+		}
+		mux.Handle(pattern, s.serve(rt))
+	}
+	for pattern, byAction := range actions {
+		param := pattern[strings.LastIndex(pattern, "{")+1 : len(pattern)-1]
+		handlers := map[string]http.Handler{}
+		for a, rt := range byAction {
+			handlers[a] = s.serve(rt)
+		}
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			v := r.PathValue(param)
+			i := strings.LastIndexByte(v, ':')
+			h, ok := handlers[v[i+1:]]
+			if i < 0 || !ok {
+				s.noRoute(w, r)
+				return
+			}
+			r.SetPathValue(param, v[:i])
+			h.ServeHTTP(w, r)
+		})
+	}
+	mux.HandleFunc("/", s.noRoute)
+	return mux
+}
+
+// muxPattern returns the ServeMux pattern of a route and its ":action" suffix, if any.
+func muxPattern(rt route) (pattern, action string) {
+	p := rt.Path
+	if i := strings.LastIndex(p, "}:"); i >= 0 && !strings.Contains(p[i:], "/") {
+		p, action = p[:i+1], p[i+2:]
+	}
+	return rt.Method + " " + p, action
+}
+
+// noRoute answers a path the API does not have (404) or a method it does not allow there (405).
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		r2 := r.Clone(r.Context())
+		r2.Method = m
+		if _, pat := s.mux.Handler(r2); pat != "/" && pat != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		s.writeError(w, r, problem(http.StatusMethodNotAllowed, probMethod, r.Method+" is not allowed here"))
+		return
+	}
+	s.writeError(w, r, problem(http.StatusNotFound, probNoRoute, "no route "+r.Method+" "+r.URL.Path))
+}
+
+// serve wraps a route with authentication and the one error writer.
+func (s *Server) serve(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant := ""
+		var err error
+		switch rt.Auth {
+		case authTenant:
+			tenant, err = s.authenticate(r)
+		case authAdmin:
+			err = s.authorizeAdmin(r)
+		}
+		if err == nil {
+			err = rt.Handle(w, r, tenant)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	const prefix = "bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", false
+	}
+	return strings.TrimSpace(h[len(prefix):]), true
+}
+
+// authenticate resolves the API key to its tenant, reading the key's document on every request
+// so a revocation applies at once.
+func (s *Server) authenticate(r *http.Request) (string, error) {
+	key, ok := bearer(r)
+	if !ok {
+		return "", problem(http.StatusUnauthorized, probUnauth, "an Authorization: Bearer <api key> header is required")
+	}
+	tenant, err := s.st.Authenticate(r.Context(), key)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRevoked) {
+		return "", problem(http.StatusUnauthorized, probUnauth, "the API key is unknown or revoked")
+	}
+	if err != nil {
+		return "", fmt.Errorf("authenticate: %w", err)
+	}
+	return tenant, nil
+}
+
+func (s *Server) authorizeAdmin(r *http.Request) error {
+	if s.cfg.AdminKey == "" {
+		return problem(http.StatusForbidden, probForbidden, "the admin API is disabled ("+EnvAdminKey+" is not set)")
+	}
+	key, ok := bearer(r)
+	if !ok {
+		return problem(http.StatusUnauthorized, probUnauth, "an Authorization: Bearer <admin key> header is required")
+	}
+	sum := sha256.Sum256([]byte(key))
+	if subtle.ConstantTimeCompare(sum[:], s.adminSum[:]) != 1 {
+		return problem(http.StatusForbidden, probForbidden, "the admin key is wrong")
+	}
+	return nil
+}
+
+// now is the store's clock, so tests can move both together.
+func (s *Server) now() time.Time { return s.st.Now().UTC() }

@@ -1,0 +1,386 @@
+package publisher
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// List page sizes.
+const (
+	defaultPageSize = 20
+	maxPageSize     = 100
+	batchWorkers    = 8
+)
+
+// submitted is the outcome of one accepted submission.
+type submitted struct {
+	t        *store.Task
+	replayed bool
+}
+
+func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant string) error {
+	key := r.Header.Get(client.HeaderIdempotencyKey)
+	if key != "" {
+		if err := checkIdempotencyKey(key); err != nil {
+			return err
+		}
+	}
+	if err := s.limits.take(r.Context(), tenant, s.now()); err != nil {
+		return err
+	}
+	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	var req task.Request
+	if err := decodeStrict(data, &req); err != nil {
+		return err
+	}
+	res, err := s.submit(r.Context(), tenant, key, &req)
+	if err != nil {
+		return err
+	}
+	resp := s.submitResponse(r, res.t)
+	w.Header().Set("Location", resp.StatusURL)
+	code := http.StatusAccepted
+	if res.replayed {
+		w.Header().Set(client.HeaderReplayed, "true")
+		code = http.StatusOK
+	}
+	writeJSON(w, code, "application/json", resp)
+	return nil
+}
+
+// submit validates req and creates its task, then nudges it. With an idempotency key, the task
+// id is derived from tenant and key, so Firestore's Create is the dedup.
+func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Request) (submitted, error) {
+	now := s.now()
+	normalize(req)
+	v := validator{families: s.families, checkCallback: s.checkURL, now: now}
+	if err := v.validate(req); err != nil {
+		return submitted{}, err
+	}
+	hash, err := requestHash(req)
+	if err != nil {
+		return submitted{}, err
+	}
+	id := randomID()
+	if key != "" {
+		id = derivedID(tenant, key)
+	}
+	grace := now.Add(s.cfg.NudgeGrace)
+	t := &store.Task{
+		ID: id, Tenant: tenant, Family: req.Family, Variant: req.Variant, Input: req.Input,
+		SubjectKey: req.SubjectKey, GenConfig: req.Config, CallbackURL: req.CallbackURL, Labels: req.Labels,
+		Cache: req.Cache, RunBefore: req.RunBefore, MaxCostUSD: req.MaxCostUSD,
+		IdempotencyKey: key, RequestHash: hash, State: task.StateQueued,
+		Delivery:  store.Delivery{State: task.DeliveryNone},
+		CreatedAt: now, NudgeAt: &grace,
+	}
+	err = s.st.CreateTask(ctx, t)
+	if errors.Is(err, store.ErrExists) && key != "" {
+		return s.replay(ctx, tenant, id, hash)
+	}
+	if err != nil {
+		return submitted{}, err
+	}
+	s.nudge(ctx, t)
+	return submitted{t: t}, nil
+}
+
+// replay answers a repeated Idempotency-Key: the same request gets the same task.
+func (s *Server) replay(ctx context.Context, tenant, id, hash string) (submitted, error) {
+	t, err := s.st.GetTask(ctx, id)
+	if err != nil {
+		return submitted{}, err
+	}
+	if t.Tenant != tenant || t.RequestHash != hash {
+		return submitted{}, problem(http.StatusUnprocessableEntity, probIdemMismatch,
+			"this Idempotency-Key was used with a different request", client.FieldError{Field: client.HeaderIdempotencyKey, Detail: "already used with a different request"})
+	}
+	return submitted{t: t, replayed: true}, nil
+}
+
+// nudge publishes the task's nudge on gemini-tasks. A failure is only logged: the task is
+// already due at now+grace, so the sweeper nudges it.
+func (s *Server) nudge(ctx context.Context, t *store.Task) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.PublishTimeout)
+	defer cancel()
+	attrs := map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrFamily: t.Family, task.AttrVariant: t.Variant}
+	if _, err := s.pub.Publish(ctx, bus.TopicTasks, nil, attrs); err != nil {
+		s.log.WarnContext(ctx, "nudge not published; the sweeper will nudge the task", "task_id", t.ID, "err", err)
+	}
+}
+
+func (s *Server) submitResponse(r *http.Request, t *store.Task) client.SubmitResponse {
+	return client.SubmitResponse{TaskID: t.ID, State: t.State, StatusURL: s.statusURL(r, t.ID)}
+}
+
+func (s *Server) statusURL(r *http.Request, id string) string {
+	base := s.cfg.PublicURL
+	if base == "" {
+		scheme := "http"
+		if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
+			scheme = "https"
+		}
+		base = scheme + "://" + r.Host
+	}
+	return base + "/v1/tasks/" + id
+}
+
+// requestHash is the SHA-256 of the normalized request's JSON (struct fields in order, map keys sorted).
+func requestHash(req *task.Request) (string, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return "", fmt.Errorf("hash request: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// randomID is a task id of 128 random bits: not time-ordered, so writes spread over the keyspace.
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// derivedID is the task id of an idempotency key: another tenant's key can never name it.
+func derivedID(tenant, key string) string {
+	sum := sha256.Sum256([]byte("genbox/idempotency\x00" + tenant + "\x00" + key))
+	return hex.EncodeToString(sum[:16])
+}
+
+// batchBody is POST /v1/tasks:batch as read: items are decoded one by one so one bad item does
+// not refuse the others.
+type batchBody struct {
+	Tasks []json.RawMessage `json:"tasks"`
+}
+
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, tenant string) error {
+	key := r.Header.Get(client.HeaderIdempotencyKey)
+	if key != "" {
+		if err := checkIdempotencyKey(key); err != nil {
+			return err
+		}
+	}
+	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	var body batchBody
+	if err := decodeStrict(data, &body); err != nil {
+		return err
+	}
+	if len(body.Tasks) == 0 || len(body.Tasks) > client.MaxBatch {
+		return fieldProblem("tasks", "must hold 1 to %d requests", client.MaxBatch)
+	}
+	results := make([]client.BatchResult, len(body.Tasks))
+	sem := make(chan struct{}, batchWorkers)
+	var wg sync.WaitGroup
+	for i, raw := range body.Tasks {
+		results[i].Index = i
+		// Tokens are taken in order, so a batch over the rate keeps its first items.
+		err := s.limits.take(r.Context(), tenant, s.now())
+		if err == nil {
+			var req task.Request
+			if err = decodeStrict(raw, &req); err == nil {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					itemKey := ""
+					if key != "" {
+						itemKey = key + "#" + strconv.Itoa(i)
+					}
+					res, err := s.submit(r.Context(), tenant, itemKey, &req)
+					s.batchResult(r, &results[i], res, err)
+				})
+				continue
+			}
+		}
+		s.batchResult(r, &results[i], submitted{}, err)
+	}
+	wg.Wait()
+	writeJSON(w, http.StatusOK, "application/json", client.BatchResponse{Results: results})
+	return nil
+}
+
+func (s *Server) batchResult(r *http.Request, out *client.BatchResult, res submitted, err error) {
+	if err != nil {
+		p := problemFor(err)
+		if p.Status >= 500 {
+			s.log.ErrorContext(r.Context(), "batch item failed", "index", out.Index, "err", err)
+		}
+		out.Status, out.Problem = p.Status, p
+		return
+	}
+	resp := s.submitResponse(r, res.t)
+	out.Status, out.TaskID, out.State, out.StatusURL, out.Replayed = http.StatusAccepted, resp.TaskID, resp.State, resp.StatusURL, res.replayed
+	if res.replayed {
+		out.Status = http.StatusOK
+	}
+}
+
+// ownTask reads a task of tenant; another tenant's task is not found.
+func (s *Server) ownTask(ctx context.Context, tenant, id string) (*store.Task, error) {
+	t, err := s.st.GetTask(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.Tenant != tenant {
+		return nil, fmt.Errorf("task %s: %w", id, store.ErrNotFound)
+	}
+	return t, nil
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, tenant string) error {
+	t, err := s.ownTask(r.Context(), tenant, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, "application/json", t.View())
+	return nil
+}
+
+// pageToken is the opaque cursor of GET /v1/tasks: the last task of a page and the filter it
+// was listed under.
+type pageToken struct {
+	CreatedAt time.Time  `json:"c"`
+	ID        string     `json:"i"`
+	State     task.State `json:"s,omitempty"`
+}
+
+func encodePageToken(c *store.Cursor, state task.State) string {
+	if c == nil {
+		return ""
+	}
+	b, _ := json.Marshal(pageToken{CreatedAt: c.CreatedAt, ID: c.ID, State: state})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodePageToken(s string, state task.State) (*store.Cursor, error) {
+	if s == "" {
+		return nil, nil
+	}
+	bad := fieldProblem("page_token", "is not a page token of this listing")
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, bad
+	}
+	var pt pageToken
+	if err := json.Unmarshal(b, &pt); err != nil || pt.ID == "" || pt.State != state {
+		return nil, bad
+	}
+	return &store.Cursor{CreatedAt: pt.CreatedAt, ID: pt.ID}, nil
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant string) error {
+	q := r.URL.Query()
+	state := task.State(q.Get("state"))
+	if state != "" && !state.Valid() {
+		return fieldProblem("state", "must be one of %v", task.States)
+	}
+	limit := defaultPageSize
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPageSize {
+			return fieldProblem("limit", "must be an integer from 1 to %d", maxPageSize)
+		}
+		limit = n
+	}
+	cur, err := decodePageToken(q.Get("page_token"), state)
+	if err != nil {
+		return err
+	}
+	tasks, next, err := s.st.ListTasks(r.Context(), tenant, state, limit, cur)
+	if err != nil {
+		return err
+	}
+	out := client.TaskList{Tasks: make([]task.View, 0, len(tasks)), NextPageToken: encodePageToken(next, state)}
+	for _, t := range tasks {
+		out.Tasks = append(out.Tasks, t.View())
+	}
+	writeJSON(w, http.StatusOK, "application/json", out)
+	return nil
+}
+
+// conflict is a 409 saying why the task cannot move.
+func conflict(t *store.Task, what string) error {
+	return problem(http.StatusConflict, probConflict, fmt.Sprintf("task %s is %s: %s", t.ID, t.State, what))
+}
+
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant string) error {
+	id := r.PathValue("id")
+	t, err := s.st.MutateTask(r.Context(), id, func(t *store.Task, now time.Time) error {
+		if t.Tenant != tenant {
+			return store.ErrNotFound
+		}
+		if t.State != task.StateQueued && t.State != task.StateWaiting {
+			return conflict(t, "only a queued or waiting task can be cancelled")
+		}
+		t.Finish(task.StateCancelled, now)
+		if t.Delivery.State == task.DeliveryPending {
+			grace := now.Add(s.cfg.NudgeGrace)
+			t.NudgeAt = &grace // nudged below; the sweeper takes over if that is lost
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if t.Delivery.State == task.DeliveryPending {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.PublishTimeout)
+		defer cancel()
+		if _, err := s.pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant}); err != nil {
+			s.log.WarnContext(ctx, "cancel nudge not published; the sweeper will nudge the delivery", "task_id", t.ID, "err", err)
+		}
+	}
+	writeJSON(w, http.StatusOK, "application/json", t.View())
+	return nil
+}
+
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, tenant string) error {
+	id := r.PathValue("id")
+	t, err := s.st.MutateTask(r.Context(), id, func(t *store.Task, now time.Time) error {
+		switch {
+		case t.Tenant != tenant:
+			return store.ErrNotFound
+		case !t.State.Finished():
+			return conflict(t, "only a finished task can be deleted; cancel it first")
+		case t.State == task.StateDead || len(t.OpenDeadLetters) > 0:
+			return conflict(t, "its dead letter is open (a human may still regenerate it); discard it first")
+		case t.ErasedAt != nil:
+			return store.ErrNoChange
+		}
+		t.Erase(now)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.st.DeleteOutput(r.Context(), t.Fingerprint); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request, _ string) error {
+	writeJSON(w, http.StatusOK, "application/json", client.Health{Status: "ok"})
+	return nil
+}

@@ -1,0 +1,151 @@
+package client
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// ProblemContentType is the media type of error responses (RFC 9457).
+const ProblemContentType = "application/problem+json"
+
+// Headers of the REST API beyond the standard ones.
+const (
+	// HeaderIdempotencyKey names the intent of a submission: one task per key and tenant.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderReplayed is "true" on a response that returns the task an earlier request with the
+	// same Idempotency-Key created.
+	HeaderReplayed = "Idempotent-Replayed"
+)
+
+// MaxBatch is the largest number of tasks one POST /v1/tasks:batch may carry.
+const MaxBatch = 100
+
+// Problem is an error response of the REST API (RFC 9457 problem details). Every non-2xx answer
+// carries one; the client returns it as the error.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Errors names each request field that was refused, and why.
+	Errors []FieldError `json:"errors,omitempty"`
+	// RetryAfter is the server's Retry-After on a 429 or 503 (not part of the body).
+	RetryAfter time.Duration `json:"-"`
+}
+
+// FieldError is one refused field of a request: a dotted JSON path (e.g. "config.temperature")
+// or a header name.
+type FieldError struct {
+	Field  string `json:"field"`
+	Detail string `json:"detail"`
+}
+
+// Error describes the problem in one line.
+func (p *Problem) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "genbox: %d %s", p.Status, p.Title)
+	if p.Detail != "" {
+		b.WriteString(": " + p.Detail)
+	}
+	for _, f := range p.Errors {
+		fmt.Fprintf(&b, "; %s: %s", f.Field, f.Detail)
+	}
+	return b.String()
+}
+
+// SubmitResponse is the answer to a submission: 202 for a new task, 200 for a replayed one.
+type SubmitResponse struct {
+	TaskID    string     `json:"task_id"`
+	State     task.State `json:"state"`
+	StatusURL string     `json:"status_url"`
+	// Replayed is true when an earlier request with the same Idempotency-Key created the task
+	// (from the Idempotent-Replayed header; not part of the body).
+	Replayed bool `json:"-"`
+}
+
+// BatchRequest is the body of POST /v1/tasks:batch.
+type BatchRequest struct {
+	Tasks []task.Request `json:"tasks"`
+}
+
+// BatchResponse is the answer to a batch: one result per request, in order.
+type BatchResponse struct {
+	Results []BatchResult `json:"results"`
+}
+
+// BatchResult is the outcome of one request of a batch: Status is what a single POST /v1/tasks
+// would have answered; a refused request carries its Problem instead of a task.
+type BatchResult struct {
+	Index     int        `json:"index"`
+	Status    int        `json:"status"`
+	TaskID    string     `json:"task_id,omitempty"`
+	State     task.State `json:"state,omitempty"`
+	StatusURL string     `json:"status_url,omitempty"`
+	Replayed  bool       `json:"replayed,omitempty"`
+	Problem   *Problem   `json:"problem,omitempty"`
+}
+
+// TaskList is a page of GET /v1/tasks, newest first.
+type TaskList struct {
+	Tasks []task.View `json:"tasks"`
+	// NextPageToken is opaque; empty on the last page.
+	NextPageToken string `json:"next_page_token,omitempty"`
+}
+
+// Limits are a tenant's quotas; zero means no limit.
+type Limits struct {
+	Concurrency    int     `json:"concurrency"`
+	SubmitRate     float64 `json:"submit_rate"`
+	SubmitBurst    int     `json:"submit_burst"`
+	DailyBudgetUSD float64 `json:"daily_budget_usd"`
+}
+
+// CreateTenantRequest is the body of POST /admin/v1/tenants.
+type CreateTenantRequest struct {
+	ID string `json:"id"`
+	// Limits default to the server's defaults when nil.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// SecretInfo describes a webhook secret without revealing it.
+type SecretInfo struct {
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// Tenant is a tenant as the admin API shows it.
+type Tenant struct {
+	ID             string       `json:"id"`
+	Limits         Limits       `json:"limits"`
+	WebhookSecrets []SecretInfo `json:"webhook_secrets"`
+	CreatedAt      time.Time    `json:"created_at"`
+	// WebhookSecret is the first signing secret, shown only in the answer to the creation.
+	WebhookSecret string `json:"webhook_secret,omitempty"`
+}
+
+// APIKey describes an API key. Key is set only in the answer to its creation: it is stored only
+// as a hash and cannot be shown again.
+type APIKey struct {
+	KeyID     string     `json:"key_id"`
+	Key       string     `json:"key,omitempty"`
+	Tenant    string     `json:"tenant"`
+	Revoked   bool       `json:"revoked"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// RotatedSecret is the answer to a webhook secret rotation: the new secret (shown once), and
+// until when the earlier ones keep signing alongside it.
+type RotatedSecret struct {
+	Tenant           string    `json:"tenant"`
+	WebhookSecret    string    `json:"webhook_secret"`
+	PreviousExpireAt time.Time `json:"previous_expire_at"`
+}
+
+// Health is the answer of GET /healthz.
+type Health struct {
+	Status string `json:"status"`
+}
