@@ -49,6 +49,7 @@ type Task struct {
 	Attempts int         `firestore:"attempts"` // failed generation attempts of this replay
 	Claims   int         `firestore:"claims"`   // takeovers of an expired lease since the last clean release
 	Replay   int         `firestore:"replay"`   // bumped by Regenerate
+	Parks    int         `firestore:"parks"`    // consecutive parks (every model unavailable); sizes the park backoff
 	Lease    claim.Lease `firestore:"lease"`
 
 	// Scheduling. DueAt is derived by Finalize, never set by hand.

@@ -1,0 +1,320 @@
+// Package sweeper guarantees progress (DESIGN §0): one leader at a time finds every task
+// document whose due_at has passed and nudges what is due on it — the task itself, its webhook
+// delivery, its DLQ notices, a decision's unpublished nudges, a Slack update — then records a
+// capped nudge backoff in a write guarded by the document's update time, so a backlog is never
+// re-published on every pass and a concurrent change is never erased.
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"golang.org/x/time/rate"
+	"google.golang.org/api/iterator"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/claim"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Publisher publishes a nudge (bus.Publisher).
+type Publisher interface {
+	Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error)
+}
+
+// Availability says whether any model of a chain could take a call (gemini.Client): parked
+// tasks are left alone while their whole chain is unavailable.
+type Availability interface {
+	Available(models []string) bool
+}
+
+var _ Publisher = (*bus.Publisher)(nil)
+
+// Config is the sweeper's configuration.
+type Config struct {
+	Interval    time.Duration // GENBOX_SWEEP_INTERVAL: time between passes
+	Limit       int           // GENBOX_SWEEP_LIMIT: documents per pass
+	Pace        float64       // GENBOX_SWEEP_PACE: documents nudged per second at most
+	ReleaseRate float64       // GENBOX_SWEEP_RELEASE_RATE: parked tasks released per second when a chain closes
+	LeaderTTL   time.Duration // GENBOX_SWEEP_LEADER_TTL: the leadership lease
+	BackoffBase time.Duration // GENBOX_SWEEP_BACKOFF_BASE: the first re-nudge delay
+	BackoffMax  time.Duration // GENBOX_SWEEP_BACKOFF_MAX: the cap of the re-nudge delay
+}
+
+// ErrConfig means a sweeper setting is invalid; the message names the variable.
+var ErrConfig = errors.New("sweeper: invalid configuration")
+
+// FromEnv reads the configuration with defaults, calling getenv for every variable it knows.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		Interval: 5 * time.Second, Limit: 500, Pace: 200, ReleaseRate: 20,
+		BackoffBase: 30 * time.Second, BackoffMax: 15 * time.Minute,
+	}
+	var errs []error
+	for _, v := range []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{"GENBOX_SWEEP_INTERVAL", &c.Interval},
+		{"GENBOX_SWEEP_LEADER_TTL", &c.LeaderTTL},
+		{"GENBOX_SWEEP_BACKOFF_BASE", &c.BackoffBase},
+		{"GENBOX_SWEEP_BACKOFF_MAX", &c.BackoffMax},
+	} {
+		if s := getenv(v.name); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, v.name, err))
+				continue
+			}
+			*v.dst = d
+		}
+	}
+	for _, v := range []struct {
+		name string
+		dst  *float64
+	}{
+		{"GENBOX_SWEEP_PACE", &c.Pace},
+		{"GENBOX_SWEEP_RELEASE_RATE", &c.ReleaseRate},
+	} {
+		if s := getenv(v.name); s != "" {
+			f, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, v.name, err))
+				continue
+			}
+			*v.dst = f
+		}
+	}
+	if s := getenv("GENBOX_SWEEP_LIMIT"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: GENBOX_SWEEP_LIMIT: %w", ErrConfig, err))
+		}
+		c.Limit = n
+	}
+	if c.LeaderTTL == 0 {
+		c.LeaderTTL = 3 * c.Interval
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+// Validate reports every setting that cannot work, naming its variable.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(name, why string) { errs = append(errs, fmt.Errorf("%w: %s %s", ErrConfig, name, why)) }
+	if c.Interval <= 0 {
+		bad("GENBOX_SWEEP_INTERVAL", "must be positive")
+	}
+	if c.Limit < 1 {
+		bad("GENBOX_SWEEP_LIMIT", "must be at least 1")
+	}
+	if c.Pace <= 0 || c.ReleaseRate <= 0 {
+		bad("GENBOX_SWEEP_PACE/GENBOX_SWEEP_RELEASE_RATE", "must be positive")
+	}
+	if c.LeaderTTL <= c.Interval {
+		bad("GENBOX_SWEEP_LEADER_TTL", "must be longer than GENBOX_SWEEP_INTERVAL")
+	}
+	if c.BackoffBase <= 0 || c.BackoffMax < c.BackoffBase {
+		bad("GENBOX_SWEEP_BACKOFF_BASE/GENBOX_SWEEP_BACKOFF_MAX", "must be positive with base <= max")
+	}
+	return errors.Join(errs...)
+}
+
+// LeaderDoc is the leaders/{id} document whose lease makes one sweeper the leader.
+const LeaderDoc = "sweeper"
+
+// routing lists the only fields a pass reads (Select): what is due, and what DueAt needs to
+// recompute due_at after the nudge.
+var routing = []string{
+	"state", "created_at", "not_before", "lease", "model_chain", "nudges", "nudge_at", "due_at",
+	"delivery.state", "delivery.next_attempt_at", "delivery.lease",
+	"dlq_notices", "decision", "slack_update",
+}
+
+// Sweeper nudges due work. Run it in every instance: only the leader sweeps.
+type Sweeper struct {
+	store  *store.Store
+	pub    Publisher
+	avail  Availability
+	log    *slog.Logger
+	cfg    Config
+	leader *claim.Doc
+
+	pace    *rate.Limiter
+	release *rate.Limiter
+}
+
+// New returns a Sweeper whose leadership lease is held as owner. avail may be nil (every chain
+// is then taken as available).
+func New(s *store.Store, pub Publisher, avail Availability, log *slog.Logger, cfg Config, owner string) *Sweeper {
+	return &Sweeper{
+		store: s, pub: pub, avail: avail, log: log, cfg: cfg,
+		leader: &claim.Doc{FS: s.FS, Ref: s.FS.Collection(store.LeadersCollection).Doc(LeaderDoc), Owner: owner, TTL: cfg.LeaderTTL, Now: s.Now},
+		pace:   rate.NewLimiter(rate.Limit(cfg.Pace), max(1, int(cfg.Pace))),
+		release: rate.NewLimiter(rate.Limit(cfg.ReleaseRate), 1),
+	}
+}
+
+// Run sweeps every Interval while this instance leads, until ctx ends; it then gives the
+// leadership up so another instance need not wait for the lease to expire.
+func (s *Sweeper) Run(ctx context.Context) error {
+	tick := time.NewTicker(s.cfg.Interval)
+	defer tick.Stop()
+	var epoch int64
+	defer func() {
+		if epoch > 0 {
+			_ = s.leader.Release(context.WithoutCancel(ctx), epoch)
+		}
+	}()
+	for {
+		l, err := s.leader.Acquire(ctx)
+		switch {
+		case err == nil:
+			epoch = l.Epoch
+			if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "sweep pass failed", "error", err)
+			}
+		case errors.Is(err, claim.ErrHeld):
+			epoch = 0
+		case ctx.Err() == nil:
+			s.log.WarnContext(ctx, "sweeper leadership", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// Pass runs one sweep: the due documents, oldest due first, at most Limit, paced. It returns
+// how many documents it nudged.
+func (s *Sweeper) Pass(ctx context.Context) (int, error) {
+	now := s.store.Now().UTC()
+	it := s.store.Tasks().Where("due_at", "<=", now).OrderBy("due_at", firestore.Asc).
+		Limit(s.cfg.Limit).Select(routing...).Documents(ctx)
+	defer it.Stop()
+	n := 0
+	for {
+		snap, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("sweep query: %w", err)
+		}
+		t, err := store.DecodeTask(snap)
+		if err != nil {
+			s.log.ErrorContext(ctx, "undecodable task skipped", "task_id", snap.Ref.ID, "error", err)
+			continue
+		}
+		if err := s.pace.Wait(ctx); err != nil {
+			return n, nil
+		}
+		if s.sweep(ctx, t) {
+			n++
+		}
+	}
+}
+
+// sweep nudges what is due on t and records the nudge. It reports whether it nudged anything.
+func (s *Sweeper) sweep(ctx context.Context, t *store.Task) bool {
+	log := s.log.With("task_id", t.ID)
+	now := s.store.Now().UTC()
+	nudged := false
+	publish := func(topic string, attrs map[string]string) {
+		if _, err := s.pub.Publish(ctx, topic, nil, attrs); err != nil {
+			log.WarnContext(ctx, "nudge not published", "topic", topic, "error", err)
+			return
+		}
+		nudged = true
+	}
+	idAttr := map[string]string{task.AttrTaskID: t.ID}
+	held := false // a parked task left alone: looked at again soon, without growing the backoff
+	if taskDue(t, now) {
+		parked := t.State == task.StateWaiting && s.avail != nil && !s.avail.Available(t.ModelChain)
+		if !parked && (t.State != task.StateWaiting || s.release.Allow()) {
+			publish(bus.TopicTasks, idAttr)
+		} else {
+			held = true
+		}
+	}
+	if d := t.Delivery; d.State == task.DeliveryPending && !d.Lease.Live(now) && (d.NextAttemptAt == nil || !now.Before(*d.NextAttemptAt)) {
+		publish(bus.TopicResults, idAttr)
+	}
+	for _, n := range t.Notices {
+		if n.Lease.Live(now) || (n.NextAttemptAt != nil && now.Before(*n.NextAttemptAt)) {
+			continue
+		}
+		topic := bus.TopicTasksDLQ
+		if n.Stage == task.StageDelivery {
+			topic = bus.TopicResultsDLQ
+		}
+		publish(topic, map[string]string{
+			task.AttrTaskID: t.ID, task.AttrStage: string(n.Stage), task.AttrReplay: strconv.Itoa(n.Replay),
+			task.AttrRound: strconv.Itoa(n.Round), task.AttrKind: "notice",
+		})
+	}
+	if d := t.Decision; d != nil && len(d.Topics) > 0 && (d.NextAttemptAt == nil || !now.Before(*d.NextAttemptAt)) {
+		for _, topic := range d.Topics {
+			publish(topic, idAttr)
+		}
+	}
+	if u := t.SlackUpdate; u != nil && len(u.Keys) > 0 && (u.NextAttemptAt == nil || !now.Before(*u.NextAttemptAt)) {
+		publish(bus.TopicTasksDLQ, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: "slack_update"})
+	}
+	s.backoff(ctx, log, t, now, held && !nudged)
+	return nudged
+}
+
+// taskDue reports whether the task itself needs a worker: queued or waiting past its backoff,
+// or running under an expired lease.
+func taskDue(t *store.Task, now time.Time) bool {
+	switch t.State {
+	case task.StateQueued, task.StateWaiting:
+		return t.NotBefore == nil || !now.Before(*t.NotBefore)
+	case task.StateRunning:
+		return !t.Lease.Live(now)
+	}
+	return false
+}
+
+// backoff records the nudge (held: a parked task left alone, looked at again after the base
+// delay without growing the backoff): nudges+1, nudge_at = now + capped exponential backoff, and the
+// due_at that follows, guarded by the update time read — a document someone changed meanwhile is
+// left as they wrote it (their write reset the backoff and recomputed due_at).
+func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, now time.Time, held bool) {
+	next := now.Add(s.cfg.BackoffBase)
+	if !held {
+		t.Nudges++
+		next = now.Add(time.Duration(min(float64(s.cfg.BackoffBase)*math.Pow(2, float64(t.Nudges-1)), float64(s.cfg.BackoffMax))))
+	}
+	t.NudgeAt = &next
+	due, ok := store.DueAt(t, now)
+	updates := []firestore.Update{{Path: "nudges", Value: t.Nudges}, {Path: "nudge_at", Value: next}}
+	if ok {
+		updates = append(updates, firestore.Update{Path: "due_at", Value: due})
+	} else {
+		updates = append(updates, firestore.Update{Path: "due_at", Value: firestore.Delete})
+	}
+	_, err := s.store.Tasks().Doc(t.ID).Update(ctx, updates, firestore.LastUpdateTime(t.UpdateTime))
+	switch status.Code(err) {
+	case codes.OK:
+	case codes.FailedPrecondition, codes.NotFound:
+		log.DebugContext(ctx, "task changed during the sweep; its writer rescheduled it")
+	default:
+		log.WarnContext(ctx, "nudge backoff not recorded", "error", err)
+	}
+}
