@@ -161,8 +161,8 @@ type Sweeper struct {
 func New(s *store.Store, pub Publisher, avail Availability, log *slog.Logger, cfg Config, owner string) *Sweeper {
 	return &Sweeper{
 		store: s, pub: pub, avail: avail, log: log, cfg: cfg,
-		leader: &claim.Doc{FS: s.FS, Ref: s.FS.Collection(store.LeadersCollection).Doc(LeaderDoc), Owner: owner, TTL: cfg.LeaderTTL, Now: s.Now},
-		pace:   rate.NewLimiter(rate.Limit(cfg.Pace), max(1, int(cfg.Pace))),
+		leader:  &claim.Doc{FS: s.FS, Ref: s.FS.Collection(store.LeadersCollection).Doc(LeaderDoc), Owner: owner, TTL: cfg.LeaderTTL, Now: s.Now},
+		pace:    rate.NewLimiter(rate.Limit(cfg.Pace), max(1, int(cfg.Pace))),
 		release: rate.NewLimiter(rate.Limit(cfg.ReleaseRate), 1),
 	}
 }
