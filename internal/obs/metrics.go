@@ -1,0 +1,242 @@
+package obs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// InstrumentationName names genbox's tracer and meter.
+const InstrumentationName = "github.com/genbox-dev/genbox"
+
+// Tracer returns genbox's tracer from the global provider that Setup installed.
+func Tracer() trace.Tracer { return otel.Tracer(InstrumentationName) }
+
+// Metric names: stable, as dashboards and alerts refer to them.
+const (
+	MetricTasks           = "genbox.tasks"
+	MetricTaskE2ELatency  = "genbox.task.e2e_latency"
+	MetricGenLatency      = "genbox.generation.latency"
+	MetricTokens          = "genbox.tokens"
+	MetricCost            = "genbox.cost_usd"
+	MetricCacheHits       = "genbox.cache.hits"
+	MetricRetries         = "genbox.retries"
+	MetricBreakerState    = "genbox.breaker.state"
+	MetricDeadLettersOpen = "genbox.dead_letters.open"
+	MetricPendingAge      = "genbox.pending.oldest_age"
+	MetricWebhookAttempts = "genbox.webhook.attempts"
+	MetricWebhookLatency  = "genbox.webhook.latency"
+)
+
+// Metric attribute keys.
+const (
+	AttrState   = "state"
+	AttrFamily  = "family"
+	AttrModel   = "model"
+	AttrTenant  = "tenant"
+	AttrKind    = "kind" // tokens: prompt or output
+	AttrClass   = "class"
+	AttrStage   = "stage"
+	AttrOutcome = "outcome"
+)
+
+// Token kinds of genbox.tokens.
+const (
+	TokensPrompt = "prompt"
+	TokensOutput = "output"
+)
+
+// Breaker gauge values of genbox.breaker.state, by the breaker state names of pkg/gemini.
+var breakerValues = map[string]int64{"closed": 0, "half_open": 1, "open": 2}
+
+// Metrics holds every genbox instrument. Its methods are safe for concurrent use, and a nil
+// *Metrics does nothing, so services call them unconditionally.
+type Metrics struct {
+	tasks           metric.Int64Counter
+	taskE2E         metric.Float64Histogram
+	genLatency      metric.Float64Histogram
+	tokens          metric.Int64Counter
+	cost            metric.Float64Counter
+	cacheHits       metric.Int64Counter
+	retries         metric.Int64Counter
+	breaker         metric.Int64Gauge
+	deadLetters     metric.Int64Gauge
+	pendingAge      metric.Float64ObservableGauge
+	webhookAttempts metric.Int64Counter
+	webhookLatency  metric.Float64Histogram
+	meter           metric.Meter
+}
+
+// NewMetrics creates every instrument on mp (otel.GetMeterProvider() after Setup; a
+// ManualReader's provider in tests).
+func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
+	mt := mp.Meter(InstrumentationName)
+	m := &Metrics{meter: mt}
+	var errs []error
+	check := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var err error
+	m.tasks, err = mt.Int64Counter(MetricTasks, metric.WithUnit("{task}"),
+		metric.WithDescription("Tasks entering a state, by state and family."))
+	check(err)
+	m.taskE2E, err = mt.Float64Histogram(MetricTaskE2ELatency, metric.WithUnit("s"),
+		metric.WithDescription("Time from submission to an end state, by family and state."),
+		metric.WithExplicitBucketBoundaries(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600))
+	check(err)
+	m.genLatency, err = mt.Float64Histogram(MetricGenLatency, metric.WithUnit("s"),
+		metric.WithDescription("Duration of one task's generation (every attempt and fallback), by model."),
+		metric.WithExplicitBucketBoundaries(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300))
+	check(err)
+	m.tokens, err = mt.Int64Counter(MetricTokens, metric.WithUnit("{token}"),
+		metric.WithDescription("Tokens billed, by model, tenant and kind (prompt or output)."))
+	check(err)
+	m.cost, err = mt.Float64Counter(MetricCost, metric.WithUnit("USD"),
+		metric.WithDescription("Estimated cost of model calls, by model and tenant."))
+	check(err)
+	m.cacheHits, err = mt.Int64Counter(MetricCacheHits, metric.WithUnit("{hit}"),
+		metric.WithDescription("Generations served without a model call, by family."))
+	check(err)
+	m.retries, err = mt.Int64Counter(MetricRetries, metric.WithUnit("{retry}"),
+		metric.WithDescription("Retries, by error class."))
+	check(err)
+	m.breaker, err = mt.Int64Gauge(MetricBreakerState,
+		metric.WithDescription("Circuit breaker state by model: 0 closed, 1 half-open, 2 open."))
+	check(err)
+	m.deadLetters, err = mt.Int64Gauge(MetricDeadLettersOpen, metric.WithUnit("{task}"),
+		metric.WithDescription("Dead letters awaiting a human decision, by stage."))
+	check(err)
+	m.pendingAge, err = mt.Float64ObservableGauge(MetricPendingAge, metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest pending work: now - pending_since."))
+	check(err)
+	m.webhookAttempts, err = mt.Int64Counter(MetricWebhookAttempts, metric.WithUnit("{attempt}"),
+		metric.WithDescription("Webhook delivery attempts, by outcome."))
+	check(err)
+	m.webhookLatency, err = mt.Float64Histogram(MetricWebhookLatency, metric.WithUnit("s"),
+		metric.WithDescription("Duration of one webhook POST, by outcome."),
+		metric.WithExplicitBucketBoundaries(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+	check(err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("create instruments: %w", err)
+	}
+	return m, nil
+}
+
+// TaskState counts a task entering state (queued on submit, running on claim, ...).
+func (m *Metrics) TaskState(ctx context.Context, family string, state task.State) {
+	if m == nil {
+		return
+	}
+	m.tasks.Add(ctx, 1, metric.WithAttributes(attribute.String(AttrState, string(state)), attribute.String(AttrFamily, family)))
+}
+
+// TaskFinished counts a task entering the end state state and records its end-to-end latency
+// (now - created_at) when e2e > 0.
+func (m *Metrics) TaskFinished(ctx context.Context, family string, state task.State, e2e time.Duration) {
+	if m == nil {
+		return
+	}
+	attrs := metric.WithAttributes(attribute.String(AttrState, string(state)), attribute.String(AttrFamily, family))
+	m.tasks.Add(ctx, 1, attrs)
+	if e2e > 0 {
+		m.taskE2E.Record(ctx, e2e.Seconds(), attrs)
+	}
+}
+
+// Generation records one task's generation on model for tenant: the tokens billed (prompt and
+// output), their cost and the generation's duration. Call it for failed generations too: their
+// tokens were paid.
+func (m *Metrics) Generation(ctx context.Context, model, tenant string, usage task.Usage, costUSD float64, dur time.Duration) {
+	if m == nil {
+		return
+	}
+	mt, tn := attribute.String(AttrModel, model), attribute.String(AttrTenant, tenant)
+	if usage.PromptTokens > 0 {
+		m.tokens.Add(ctx, usage.PromptTokens, metric.WithAttributes(mt, tn, attribute.String(AttrKind, TokensPrompt)))
+	}
+	if usage.OutputTokens > 0 {
+		m.tokens.Add(ctx, usage.OutputTokens, metric.WithAttributes(mt, tn, attribute.String(AttrKind, TokensOutput)))
+	}
+	if costUSD > 0 {
+		m.cost.Add(ctx, costUSD, metric.WithAttributes(mt, tn))
+	}
+	if dur > 0 {
+		m.genLatency.Record(ctx, dur.Seconds(), metric.WithAttributes(mt))
+	}
+}
+
+// CacheHit counts a generation of family served without a model call.
+func (m *Metrics) CacheHit(ctx context.Context, family string) {
+	if m == nil {
+		return
+	}
+	m.cacheHits.Add(ctx, 1, metric.WithAttributes(attribute.String(AttrFamily, family)))
+}
+
+// Retry counts one retry of a failure of class (gemini.Class values, or "delivery" and the like).
+func (m *Metrics) Retry(ctx context.Context, class string) {
+	if m == nil {
+		return
+	}
+	m.retries.Add(ctx, 1, metric.WithAttributes(attribute.String(AttrClass, class)))
+}
+
+// Breaker records model's breaker state: "closed", "half_open" or "open" (gemini.BreakerState).
+// Unknown states are ignored.
+func (m *Metrics) Breaker(ctx context.Context, model, state string) {
+	if m == nil {
+		return
+	}
+	if v, ok := breakerValues[state]; ok {
+		m.breaker.Record(ctx, v, metric.WithAttributes(attribute.String(AttrModel, model)))
+	}
+}
+
+// DeadLettersOpen records how many dead letters of stage (task.Stage) await a human decision,
+// as counted from Firestore (so the gauge survives restarts).
+func (m *Metrics) DeadLettersOpen(ctx context.Context, stage task.Stage, n int64) {
+	if m == nil {
+		return
+	}
+	m.deadLetters.Record(ctx, n, metric.WithAttributes(attribute.String(AttrStage, string(stage))))
+}
+
+// ObservePendingAge feeds genbox.pending.oldest_age from oldest, called at each collection:
+// it returns the age of the oldest pending work, or ok false when nothing is pending (then nothing
+// is reported). The sweeper provides it and calls unregister when it stops.
+func (m *Metrics) ObservePendingAge(oldest func(ctx context.Context) (age time.Duration, ok bool)) (unregister func() error, err error) {
+	if m == nil {
+		return func() error { return nil }, nil
+	}
+	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		if age, ok := oldest(ctx); ok {
+			o.ObserveFloat64(m.pendingAge, age.Seconds())
+		}
+		return nil
+	}, m.pendingAge)
+	if err != nil {
+		return nil, fmt.Errorf("register %s: %w", MetricPendingAge, err)
+	}
+	return reg.Unregister, nil
+}
+
+// WebhookAttempt records one webhook POST: its outcome ("delivered", "failed", "timeout", ...)
+// and duration.
+func (m *Metrics) WebhookAttempt(ctx context.Context, outcome string, dur time.Duration) {
+	if m == nil {
+		return
+	}
+	attrs := metric.WithAttributes(attribute.String(AttrOutcome, outcome))
+	m.webhookAttempts.Add(ctx, 1, attrs)
+	m.webhookLatency.Record(ctx, dur.Seconds(), attrs)
+}
