@@ -311,7 +311,7 @@ func LowerTemperature(cfg task.GenConfig) task.GenConfig {
 func (c *Client) call(ctx context.Context, model string, req Request, cfg task.GenConfig, res *Result) (string, *failure, error) {
 	prompt := c.promptTokens(req)
 	lim := c.limiter(model)
-	resv, err := lim.acquire(ctx, c.clock, prompt+min(c.cfg.ExpectedOutputTokens, c.maxOutput(cfg)))
+	resv, err := lim.acquire(ctx, c.clock, prompt)
 	if err != nil {
 		return "", nil, err
 	}
@@ -340,7 +340,7 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 	u := usageOf(resp)
 	res.Usage = res.Usage.Add(u)
 	res.CostUSD += c.cfg.price(model).Cost(u.PromptTokens, u.OutputTokens)
-	lim.settle(now, resv, u.TotalTokens)
+	lim.settle(now, resv, u.PromptTokens)
 	lim.succeeded(now)
 	if berr := blocked(resp); berr != nil {
 		return "", &failure{class: Permanent, code: http.StatusOK, err: berr}, nil

@@ -74,8 +74,8 @@ type Config struct {
 	// CallTimeout bounds one model call; hitting it is a network error (the call may be billed).
 	CallTimeout time.Duration
 
-	// RPM and TPM are each model's requests and tokens per minute for the whole deployment;
-	// a model absent from a map is not limited.
+	// RPM and TPM are each model's requests and input tokens per minute (Gemini's quotas count
+	// prompt tokens) for the whole deployment; a model absent from a map is not limited.
 	RPM map[string]float64
 	TPM map[string]float64
 	// RateWindow is the period RPM and TPM are counted over: a minute against the real API,
@@ -86,8 +86,8 @@ type Config struct {
 	// RateHeadroom keeps the limiters just under the quota, so that boundary effects of the
 	// provider's window never turn into a 429.
 	RateHeadroom float64
-	// ExpectedOutputTokens is the output size reserved in the tokens/min limiter before a call,
-	// settled against usageMetadata after it.
+	// ExpectedOutputTokens is the output counted, with the estimated prompt, for a call that ended
+	// in a network error (in doubt: it may have been billed).
 	ExpectedOutputTokens int64
 	// DefaultMaxOutputTokens is the output bound assumed by Estimate when a request sets none.
 	DefaultMaxOutputTokens int64

@@ -82,7 +82,7 @@ type reservation struct {
 	tokens int64
 }
 
-// acquire waits until one request of n estimated tokens fits both buckets.
+// acquire waits until one request of n estimated prompt tokens fits both buckets.
 func (l *limiter) acquire(ctx context.Context, clock Clock, n int64) (reservation, error) {
 	now := clock.Now()
 	var wait time.Duration
@@ -109,8 +109,8 @@ func (l *limiter) acquire(ctx context.Context, clock Clock, n int64) (reservatio
 	return reservation{tokens: n}, nil
 }
 
-// settle trues up the tokens reserved with the tokens the call really used: the difference is
-// returned to, or taken from, the bucket.
+// settle trues up the tokens reserved with the prompt tokens usageMetadata reported (0 for a call
+// the API refused): the difference is returned to, or taken from, the bucket.
 func (l *limiter) settle(now time.Time, r reservation, used int64) {
 	if l.tokens == nil {
 		return

@@ -1,0 +1,450 @@
+package gemini_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+const (
+	primary  = "model-a"
+	fallback = "model-b"
+)
+
+// fakeClock advances only when the client sleeps, and records every sleep.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	sleeps []time.Duration
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	c.sleeps = append(c.sleeps, d)
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+	return ctx.Err()
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *fakeClock) recorded() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Duration(nil), c.sleeps...)
+}
+
+// breakerLog is a BreakerStore that counts its writes.
+type breakerLog struct {
+	mu      sync.Mutex
+	changes []gemini.BreakerChange
+}
+
+func (l *breakerLog) SaveBreaker(_ context.Context, ch gemini.BreakerChange) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.changes = append(l.changes, ch)
+	return nil
+}
+
+func (l *breakerLog) writes() []gemini.BreakerChange {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]gemini.BreakerChange(nil), l.changes...)
+}
+
+type bundle struct {
+	client  *gemini.Client
+	srv     *geminitest.Server
+	clock   *fakeClock
+	store   *breakerLog
+	alertMu sync.Mutex
+	alerts  []string
+}
+
+func (b *bundle) alertKeys() []string {
+	b.alertMu.Lock()
+	defer b.alertMu.Unlock()
+	return append([]string(nil), b.alerts...)
+}
+
+// testConfig is the production policy with a two-model chain of the fake's, pointed at srv.
+func testConfig(t *testing.T, srv *geminitest.Server) gemini.Config {
+	t.Helper()
+	cfg, err := gemini.ConfigFromEnv(func(k string) string {
+		switch k {
+		case "GOOGLE_GEMINI_BASE_URL":
+			return srv.URL
+		case "GENBOX_MODEL_CHAIN":
+			return primary + "," + fallback
+		case "GENBOX_PRICES":
+			return primary + "=1/2," + fallback + "=0.5/1"
+		}
+		return ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// setup starts a fake Gemini and a client on a fake clock; edit adjusts the config.
+func setup(t *testing.T, edit func(*gemini.Config), fakeOpts ...geminitest.Option) *bundle {
+	t.Helper()
+	srv := geminitest.NewServer(fakeOpts...)
+	t.Cleanup(srv.Close)
+	cfg := testConfig(t, srv)
+	if edit != nil {
+		edit(&cfg)
+	}
+	b := &bundle{srv: srv, clock: &fakeClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}, store: &breakerLog{}}
+	c, err := gemini.New(context.Background(), cfg,
+		gemini.WithClock(b.clock),
+		gemini.WithRand(func() float64 { return 0.5 }),
+		gemini.WithBreakerStore(b.store),
+		gemini.WithAlerts(func(_ context.Context, key, _ string) {
+			b.alertMu.Lock()
+			b.alerts = append(b.alerts, key)
+			b.alertMu.Unlock()
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.client = c
+	return b
+}
+
+func request(id string) gemini.Request {
+	temp := 0.8
+	return gemini.Request{TaskID: id, Tenant: "t1", Prompt: "task " + id + ": say something", Config: task.GenConfig{Temperature: &temp}}
+}
+
+func TestPermanentErrorsAreCalledOnce(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{400, 401, 403, 404} {
+		b := setup(t, nil)
+		b.srv.FailNext(primary, code)
+		res, err := b.client.Generate(context.Background(), request("p"))
+		var ge *gemini.Error
+		if !errors.As(err, &ge) || ge.Class != gemini.Permanent || ge.Code != code {
+			t.Fatalf("code %d: err = %v, want a permanent *Error with that code", code, err)
+		}
+		if n := b.srv.Ledger().Total.Calls; n != 1 || res.Calls != 1 {
+			t.Errorf("code %d: fake saw %d calls, result counts %d; want exactly one", code, n, res.Calls)
+		}
+	}
+}
+
+func TestSafetyBlockIsPermanent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, geminitest.WithResponder(func(r geminitest.Request) geminitest.Reply {
+		return geminitest.Reply{Text: "", FinishReason: "SAFETY"}
+	}))
+	res, err := b.client.Generate(context.Background(), request("s"))
+	if gemini.ClassOf(err) != gemini.Permanent || !errors.Is(err, gemini.ErrBlocked) {
+		t.Fatalf("err = %v, want permanent ErrBlocked", err)
+	}
+	if n := b.srv.Ledger().Total.Calls; n != 1 {
+		t.Errorf("fake saw %d calls, want 1", n)
+	}
+	if res.Usage.TotalTokens == 0 || res.CostUSD == 0 {
+		t.Errorf("a blocked answer was billed; result records usage %+v cost %g", res.Usage, res.CostUSD)
+	}
+}
+
+func TestRetryDelayIsHonored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, geminitest.WithRetryDelay(2*time.Second))
+	b.srv.FailNext(primary, http.StatusTooManyRequests)
+	res, err := b.client.Generate(context.Background(), request("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleeps := b.clock.recorded()
+	if len(sleeps) != 1 || sleeps[0] < 2*time.Second {
+		t.Fatalf("sleeps before the retry = %v, want one of at least 2s", sleeps)
+	}
+	if res.Calls != 2 || res.Model != primary || res.Degraded {
+		t.Errorf("result %+v, want 2 calls answered by the primary", res)
+	}
+}
+
+// TestRetryDelayRealTime checks on the wall clock that the retry reaches the fake no earlier than
+// the RetryInfo delay after the 429.
+func TestRetryDelayRealTime(t *testing.T) {
+	t.Parallel()
+	const delay = 150 * time.Millisecond
+	var mu sync.Mutex
+	var at []time.Time
+	srv := geminitest.NewServer(geminitest.WithResponder(func(r geminitest.Request) geminitest.Reply {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		if r.Call == 0 {
+			return geminitest.Reply{Code: http.StatusTooManyRequests, RetryDelay: delay}
+		}
+		return geminitest.DefaultReply(r)
+	}))
+	defer srv.Close()
+	c, err := gemini.New(context.Background(), testConfig(t, srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Generate(context.Background(), request("rt")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 2 {
+		t.Fatalf("%d calls, want 2", len(at))
+	}
+	if gap := at[1].Sub(at[0]); gap < delay {
+		t.Errorf("retry %s after the 429, want at least %s", gap, delay)
+	}
+}
+
+func TestTransientThenSuccess(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.srv.FailNext(primary, 503, 503, 503)
+	res, err := b.client.Generate(context.Background(), request("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := b.srv.Ledger().Total.Calls; n != 4 || res.Calls != 4 {
+		t.Errorf("fake saw %d calls, result counts %d; want 4", n, res.Calls)
+	}
+	if res.Degraded || res.Model != primary || res.Text == "" {
+		t.Errorf("result %+v, want the primary's answer, not degraded", res)
+	}
+	// Full jitter: each wait is rand (0.5 here) times a doubling ceiling.
+	want := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second}
+	if got := b.clock.recorded(); len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("backoff sleeps %v, want %v", got, want)
+	}
+	if res.Usage.TotalTokens == 0 || res.CostUSD <= 0 {
+		t.Errorf("usage %+v cost %g, want the billed call counted", res.Usage, res.CostUSD)
+	}
+}
+
+func TestFallbackWhenPrimaryAlwaysFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.srv.Outage(primary, time.Hour)
+	res, err := b.client.Generate(context.Background(), request("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Degraded || res.Model != fallback {
+		t.Errorf("result %+v, want the fallback's answer, degraded", res)
+	}
+	l := b.srv.Ledger()
+	if a, f := l.Model(primary).Calls, l.Model(fallback).Calls; a != 4 || f != 1 {
+		t.Errorf("calls primary %d fallback %d, want 4 (model attempts) and 1", a, f)
+	}
+}
+
+func TestAttemptBudgetSpansTheChain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *gemini.Config) { c.MaxAttempts = 5 })
+	b.srv.Outage(primary, time.Hour)
+	b.srv.Outage(fallback, time.Hour)
+	res, err := b.client.Generate(context.Background(), request("budget"))
+	if gemini.ClassOf(err) != gemini.Transient {
+		t.Fatalf("err = %v, want transient", err)
+	}
+	if n := b.srv.Ledger().Total.Calls; n != 5 || res.Calls != 5 {
+		t.Errorf("fake saw %d calls, result %d; want the budget of 5", n, res.Calls)
+	}
+}
+
+func TestSDKDoesNotRetry(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *gemini.Config) { c.MaxAttempts = 1 })
+	b.srv.FailNext(primary, 503, 503)
+	if _, err := b.client.Generate(context.Background(), request("sdk")); gemini.ClassOf(err) != gemini.Transient {
+		t.Fatalf("err = %v, want transient", err)
+	}
+	if n := b.srv.Ledger().Total.Calls; n != 1 {
+		t.Errorf("fake saw %d calls for a budget of one: the SDK retried", n)
+	}
+}
+
+func TestNetworkErrorIsInDoubt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *gemini.Config) {
+		c.CallTimeout = 20 * time.Millisecond
+		c.MaxAttempts = 1
+	}, geminitest.WithLatency(primary, geminitest.Fixed(300*time.Millisecond)))
+	res, err := b.client.Generate(context.Background(), request("n"))
+	if gemini.ClassOf(err) != gemini.Network {
+		t.Fatalf("err = %v, want network", err)
+	}
+	if res.InDoubt.TotalTokens == 0 || res.CostUSD == 0 {
+		t.Errorf("in doubt %+v cost %g, want the call estimated", res.InDoubt, res.CostUSD)
+	}
+}
+
+func TestCallerCancelIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, geminitest.WithLatency(primary, geminitest.Fixed(5*time.Second)))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := b.client.Generate(ctx, request("c"))
+	if !errors.Is(err, context.DeadlineExceeded) || gemini.ClassOf(err) != "" {
+		t.Fatalf("err = %v, want the caller's ctx.Err() unclassified", err)
+	}
+	if len(b.store.writes()) != 0 {
+		t.Errorf("the caller's cancel moved a breaker: %v", b.store.writes())
+	}
+}
+
+func TestMaxCostRefusesBeforeAnyCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := request("cost")
+	tokens, est := b.client.Estimate(req)
+	if tokens <= 0 || est <= 0 {
+		t.Fatalf("estimate %d tokens $%g, want positive", tokens, est)
+	}
+	req.MaxCostUSD = est / 2
+	_, err := b.client.Generate(context.Background(), req)
+	if gemini.ClassOf(err) != gemini.Budget {
+		t.Fatalf("err = %v, want budget", err)
+	}
+	if n := b.srv.Ledger().Total.Calls; n != 0 {
+		t.Errorf("fake saw %d calls, want none", n)
+	}
+	req.MaxCostUSD = est * 2
+	if _, err := b.client.Generate(context.Background(), req); err != nil {
+		t.Errorf("within max_cost_usd: %v", err)
+	}
+}
+
+func TestBreaker(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	b.srv.Outage(primary, time.Hour)
+
+	// 4 failures on the primary, then the fallback: the primary's breaker is not open yet.
+	if res, err := b.client.Generate(ctx, request("1")); err != nil || !res.Degraded {
+		t.Fatalf("first: %+v %v", res, err)
+	}
+	if w := b.store.writes(); len(w) != 0 {
+		t.Fatalf("breaker writes after 4 failures: %v", w)
+	}
+	// The fifth consecutive failure opens it.
+	if _, err := b.client.Generate(ctx, request("2")); err != nil {
+		t.Fatal(err)
+	}
+	w := b.store.writes()
+	if len(w) != 1 || w[0].Model != primary || w[0].To != gemini.BreakerOpen {
+		t.Fatalf("breaker writes %v, want one: %s open", w, primary)
+	}
+	if a := b.alertKeys(); len(a) != 1 || a[0] != "breaker:"+primary {
+		t.Errorf("alerts %v, want one for %s", a, primary)
+	}
+	// Open: skipped, no call to the primary.
+	before := b.srv.Ledger().Model(primary).Calls
+	if res, err := b.client.Generate(ctx, request("3")); err != nil || !res.Degraded || res.Calls != 1 {
+		t.Fatalf("open primary: %+v %v, want one call to the fallback", res, err)
+	}
+	if after := b.srv.Ledger().Model(primary).Calls; after != before {
+		t.Errorf("open breaker let %d calls through", after-before)
+	}
+
+	// Every model open: ErrUnavailable without a call.
+	b.srv.Outage(fallback, time.Hour)
+	for i := 0; i < 3; i++ {
+		_, _ = b.client.Generate(ctx, request("x"))
+	}
+	if b.client.Available(nil) {
+		t.Fatal("Available with every breaker open")
+	}
+	calls := b.srv.Ledger().Total.Calls
+	res, err := b.client.Generate(ctx, request("4"))
+	if !errors.Is(err, gemini.ErrUnavailable) || res.Calls != 0 {
+		t.Fatalf("all open: %+v %v, want ErrUnavailable and no call", res, err)
+	}
+	if n := b.srv.Ledger().Total.Calls; n != calls {
+		t.Errorf("all open made %d calls", n-calls)
+	}
+	writes := len(b.store.writes())
+	if writes != 2 {
+		t.Errorf("%d breaker writes, want 2 (each model opened once): %v", writes, b.store.writes())
+	}
+
+	// After the cooldown a single probe passes; its success closes the breaker.
+	b.srv.Restore(primary)
+	b.clock.advance(time.Minute)
+	if !b.client.Available(nil) {
+		t.Fatal("not available after the cooldown")
+	}
+	res, err = b.client.Generate(ctx, request("5"))
+	if err != nil || res.Model != primary || res.Degraded {
+		t.Fatalf("probe: %+v %v, want the primary's answer", res, err)
+	}
+	w = b.store.writes()[writes:]
+	if len(w) != 2 || w[0].To != gemini.BreakerHalfOpen || w[1].To != gemini.BreakerClosed {
+		t.Fatalf("writes after the probe %v, want half_open then closed", w)
+	}
+	// Closed again: no more writes while calls succeed.
+	for i := 0; i < 3; i++ {
+		if _, err := b.client.Generate(ctx, request("6")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(b.store.writes()); n != writes+2 {
+		t.Errorf("%d writes, want %d: written only on state changes", n, writes+2)
+	}
+	if a := b.alertKeys(); len(a) != 2 {
+		t.Errorf("alerts %v, want one per model that opened", a)
+	}
+}
+
+func TestFailedProbeReopens(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *gemini.Config) { c.Models = []string{primary} })
+	ctx := context.Background()
+	b.srv.Outage(primary, time.Hour)
+	for i := 0; i < 2; i++ {
+		_, _ = b.client.Generate(ctx, request("o"))
+	}
+	if _, err := b.client.Generate(ctx, request("o")); !errors.Is(err, gemini.ErrUnavailable) {
+		t.Fatalf("err = %v, want unavailable", err)
+	}
+	calls := b.srv.Ledger().Total.Calls
+	b.clock.advance(time.Minute)
+	_, err := b.client.Generate(ctx, request("probe"))
+	if gemini.ClassOf(err) != gemini.Transient {
+		t.Fatalf("probe err = %v, want transient", err)
+	}
+	if n := b.srv.Ledger().Total.Calls - calls; n != 1 {
+		t.Errorf("half-open let %d calls through, want exactly the probe", n)
+	}
+	w := b.store.writes()
+	if got := w[len(w)-1]; got.From != gemini.BreakerHalfOpen || got.To != gemini.BreakerOpen {
+		t.Errorf("last write %+v, want half_open -> open", got)
+	}
+	if len(b.alertKeys()) != 1 {
+		t.Errorf("alerts %v: a failed probe must not alert again", b.alertKeys())
+	}
+}
