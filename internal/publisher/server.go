@@ -138,7 +138,7 @@ func (s *Server) buildMux() *http.ServeMux {
 			i := strings.LastIndexByte(v, ':')
 			h, ok := handlers[v[i+1:]]
 			if i < 0 || !ok {
-				s.noRoute(w, r)
+				s.writeError(w, r, problem(http.StatusNotFound, probNoRoute, "no route "+r.Method+" "+r.URL.Path))
 				return
 			}
 			r.SetPathValue(param, v[:i])

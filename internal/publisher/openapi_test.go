@@ -1,0 +1,155 @@
+package publisher
+
+import (
+	"encoding/json"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// TestOpenAPIListsEveryRoute walks the route table and the served document both ways: every
+// route is documented, and every documented operation is answered by a handler of its own
+// (neither the no-route 404 nor a 405).
+func TestOpenAPIListsEveryRoute(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	code, _, body := e.do("GET", "/openapi.json", "", nil, nil)
+	if code != 200 {
+		t.Fatalf("openapi.json: %d", code)
+	}
+	var doc struct {
+		OpenAPI    string                               `json:"openapi"`
+		Paths      map[string]map[string]map[string]any `json:"paths"`
+		Webhooks   map[string]map[string]map[string]any `json:"webhooks"`
+		Components struct {
+			Schemas map[string]map[string]any `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.OpenAPI != "3.1.0" {
+		t.Fatalf("openapi %q", doc.OpenAPI)
+	}
+	for _, rt := range e.srv.routes {
+		if doc.Paths[rt.Path][strings.ToLower(rt.Method)] == nil {
+			t.Errorf("route %s %s is not documented", rt.Method, rt.Path)
+		}
+	}
+	n := 0
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			n++
+			concrete := strings.NewReplacer("{id}", "some-task", "{tenant}", "acme", "{key_id}", "some-key").Replace(path)
+			code, h, body := e.do(strings.ToUpper(method), concrete, testAdminKey, nil, nil)
+			if code == 405 || code == 404 && strings.Contains(string(body), probNoRoute) {
+				t.Errorf("documented %s %s is not served: %d %s", method, path, code, body)
+			}
+			_ = h
+		}
+	}
+	if n != len(e.srv.routes) {
+		t.Errorf("%d documented operations, %d routes", n, len(e.srv.routes))
+	}
+	// The webhook payload: every event type, its headers, and the task as GET shows it.
+	for _, typ := range []task.EventType{task.EventSucceeded, task.EventFailed, task.EventDead, task.EventCancelled, task.EventDiscarded} {
+		post := doc.Webhooks[string(typ)]["post"]
+		if post == nil {
+			t.Fatalf("webhook %s missing", typ)
+		}
+		b, _ := json.Marshal(post)
+		for _, h := range []string{"webhook-id", "webhook-timestamp", "webhook-signature", "#/components/schemas/WebhookEvent"} {
+			if !strings.Contains(string(b), h) {
+				t.Errorf("webhook %s does not mention %s", typ, h)
+			}
+		}
+	}
+	checkSchema(t, doc.Components.Schemas, "Task", reflect.TypeFor[task.View]())
+	checkSchema(t, doc.Components.Schemas, "TaskRequest", reflect.TypeFor[task.Request]())
+	checkSchema(t, doc.Components.Schemas, "WebhookEvent", reflect.TypeFor[task.Event]())
+	if req := doc.Components.Schemas["TaskRequest"]; !slices.Equal(anyStrings(req["required"]), []string{"family", "input"}) {
+		t.Errorf("TaskRequest required %v", req["required"])
+	}
+	for _, name := range []string{"Problem", "SubmitResponse", "BatchRequest", "BatchResponse", "TaskList", "Tenant", "APIKey"} {
+		if doc.Components.Schemas[name] == nil {
+			t.Errorf("schema %s missing", name)
+		}
+	}
+}
+
+// checkSchema compares a schema's properties with the JSON fields the Go type encodes.
+func checkSchema(t *testing.T, schemas map[string]map[string]any, name string, typ reflect.Type) {
+	t.Helper()
+	props, _ := schemas[name]["properties"].(map[string]any)
+	var got, want []string
+	for p := range props {
+		got = append(got, p)
+	}
+	for i := range typ.NumField() {
+		if tag, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ","); tag != "-" && tag != "" {
+			want = append(want, tag)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("schema %s has %v, the type encodes %v", name, got, want)
+	}
+}
+
+func anyStrings(v any) []string {
+	var out []string
+	for _, s := range v.([]any) {
+		out = append(out, s.(string))
+	}
+	return out
+}
+
+// FuzzDecodeTask: decoding never panics, and an accepted request re-encodes to one that decodes
+// and validates to the same request.
+func FuzzDecodeTask(f *testing.F) {
+	for _, s := range []string{
+		`{"family":"summarize","input":"x"}`,
+		`{"family":"summarize","variant":"short","input":"x","labels":{"a":"b"},"config":{"temperature":0.5,"top_k":3},"cache":true,"max_cost_usd":0.1}`,
+		`{"family":"summarize","input":"x","run_before":"2999-01-01T00:00:00+02:00"}`,
+		`{"family":"summarize","input":"x","callback_url":"https://example.com/h"}`,
+		`{"family":1}`, `[]`, `{"input":"\ud800"}`, `{"config":{"top_k":1e10}}`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	v := validator{families: testFamilies, checkCallback: testCallbackPolicy, now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var req task.Request
+		if err := decodeStrict(data, &req); err != nil {
+			if problemFor(err).Status >= 500 {
+				t.Fatalf("a decoding error maps to %d: %v", problemFor(err).Status, err)
+			}
+			return
+		}
+		normalize(&req)
+		if v.validate(&req) != nil {
+			return
+		}
+		b, err := json.Marshal(req)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		var again task.Request
+		if err := decodeStrict(b, &again); err != nil {
+			t.Fatalf("re-decode %s: %v", b, err)
+		}
+		normalize(&again)
+		if err := v.validate(&again); err != nil {
+			t.Fatalf("re-validate %s: %v", b, err)
+		}
+		h1, _ := requestHash(&req)
+		h2, _ := requestHash(&again)
+		if h1 != h2 {
+			t.Fatalf("hash changed after a round trip: %s", b)
+		}
+	})
+}

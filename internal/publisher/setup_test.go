@@ -1,0 +1,260 @@
+package publisher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+
+	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
+	"github.com/genbox-dev/genbox/pkg/webhook"
+)
+
+func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
+
+const testAdminKey = "admin-key-0123456789abcdef"
+
+// published is one recorded Publish call.
+type published struct {
+	topic string
+	attrs map[string]string
+}
+
+// fakePublisher records nudges; PublishFunc, when set, decides the outcome.
+type fakePublisher struct {
+	PublishFunc func(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error)
+
+	mu   sync.Mutex
+	sent []published
+}
+
+var _ Publisher = (*fakePublisher)(nil)
+
+func (p *fakePublisher) Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
+	if p.PublishFunc != nil {
+		if id, err := p.PublishFunc(ctx, topic, data, attrs); err != nil {
+			return id, err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sent = append(p.sent, published{topic, attrs})
+	return "m", nil
+}
+
+func (p *fakePublisher) messages(topic string) []published {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []published
+	for _, m := range p.sent {
+		if m.topic == topic {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// familySet is a hand-written Families: family -> variants.
+type familySet map[string][]string
+
+func (f familySet) Has(family, variant string) bool {
+	for _, v := range f[family] {
+		if v == variant {
+			return true
+		}
+	}
+	return false
+}
+
+var testFamilies = familySet{"summarize": {"default", "short"}, "translate": {"default"}}
+
+// testCallbackPolicy stands in for the SSRF policy: https only, no loopback names or literals.
+func testCallbackPolicy(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "https" {
+		return errors.New("must be https")
+	}
+	switch u.Hostname() {
+	case "localhost", "127.0.0.1", "169.254.169.254", "10.0.0.1":
+		return errors.New("refers to a private address")
+	}
+	return nil
+}
+
+// env is what an endpoint test needs: the server on the emulators, its store, the recorded
+// nudges, an admin client and one tenant with a key.
+type env struct {
+	t      *testing.T
+	cfg    Config
+	st     *store.Store
+	pub    *fakePublisher
+	srv    *Server
+	url    string
+	admin  *client.Client
+	tenant string
+	key    string
+	api    *client.Client
+}
+
+type option func(*Config, *Deps)
+
+func setup(t *testing.T, opts ...option) *env {
+	t.Helper()
+	ctx := context.Background()
+	project := emulator.ProjectID(t)
+	fs, err := firestore.NewClient(ctx, project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	st := store.New(fs)
+	st.MaxAttempts = 50
+	cfg := DefaultConfig()
+	cfg.ProjectID, cfg.AdminKey = project, testAdminKey
+	pub := &fakePublisher{}
+	d := Deps{Store: st, Publisher: pub, Families: testFamilies, CheckCallback: testCallbackPolicy,
+		NewSecret: webhook.NewSecret, Log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(&cfg, &d)
+	}
+	srv, err := New(cfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	e := &env{t: t, cfg: cfg, st: st, pub: pub, srv: srv, url: hs.URL,
+		admin: client.New(hs.URL, testAdminKey, client.WithRetries(0))}
+	if cfg.AdminKey != "" {
+		e.tenant, e.key = e.newTenant("acme", &client.Limits{SubmitRate: 1000, SubmitBurst: 1000})
+		e.api = client.New(hs.URL, e.key, client.WithRetries(0))
+	}
+	return e
+}
+
+// newTenant creates a tenant and an API key of it.
+func (e *env) newTenant(id string, limits *client.Limits) (string, string) {
+	e.t.Helper()
+	ctx := context.Background()
+	if _, err := e.admin.CreateTenant(ctx, id, limits); err != nil {
+		e.t.Fatal(err)
+	}
+	k, err := e.admin.CreateAPIKey(ctx, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return id, k.Key
+}
+
+// do sends a raw request and returns the status, headers and body.
+func (e *env) do(method, path, key string, body []byte, hdr map[string]string) (int, http.Header, []byte) {
+	e.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, e.url+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+// problemOf decodes a problem+json answer.
+func problemOf(t *testing.T, h http.Header, body []byte) client.Problem {
+	t.Helper()
+	if ct := h.Get("Content-Type"); ct != client.ProblemContentType {
+		t.Fatalf("content type %q, want %s; body %s", ct, client.ProblemContentType, body)
+	}
+	var p client.Problem
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatalf("decode problem %s: %v", body, err)
+	}
+	return p
+}
+
+// fields lists the fields a problem names.
+func fields(p client.Problem) []string {
+	var out []string
+	for _, f := range p.Errors {
+		out = append(out, f.Field)
+	}
+	return out
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func validRequest() task.Request {
+	return task.Request{Family: "summarize", Input: "text to work on", Labels: map[string]string{"app": "x"}}
+}
+
+// submit posts a request with the tenant's key and returns the accepted answer.
+func (e *env) submit(req task.Request) *client.SubmitResponse {
+	e.t.Helper()
+	r, err := e.api.Submit(context.Background(), req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+// finish moves a task into an end state with an output, as the worker would.
+func (e *env) finish(id string, state task.State) *store.Task {
+	e.t.Helper()
+	t, err := e.st.MutateTask(context.Background(), id, func(t *store.Task, now time.Time) error {
+		if state == task.StateSucceeded {
+			t.Output, t.OutputAt, t.OutputEpoch = "the output", &now, 1
+		}
+		t.Usage = task.Usage{PromptTokens: 10, OutputTokens: 20, TotalTokens: 30}
+		t.CostUSD, t.Model, t.Fingerprint = 0.001, "gemini-test", "fp-"+id
+		t.Previous = []store.Generation{{Replay: 0, Output: "an older output", State: task.StateSucceeded}}
+		t.Finish(state, now)
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return t
+}
