@@ -38,7 +38,8 @@ func New(client *firestore.Client) *Store {
 	return &Store{FS: client, Now: time.Now, Retention: DefaultRetention}
 }
 
-func (s *Store) now() time.Time { return s.Now().UTC() }
+// now is truncated to Firestore's microsecond precision, so a task in memory equals the stored one.
+func (s *Store) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond) }
 
 // Tasks returns the tasks collection.
 func (s *Store) Tasks() *firestore.CollectionRef { return s.FS.Collection(TasksCollection) }
