@@ -101,7 +101,7 @@ func testCallbackPolicy(raw string) error {
 // env is what an endpoint test needs: the server on the emulators, its store, the recorded
 // nudges, an admin client and one tenant with a key.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	cfg    Config
 	st     *store.Store
 	pub    *fakePublisher
@@ -115,7 +115,7 @@ type env struct {
 
 type option func(*Config, *Deps)
 
-func setup(t *testing.T, opts ...option) *env {
+func setup(t testing.TB, opts ...option) *env {
 	t.Helper()
 	ctx := context.Background()
 	project := emulator.ProjectID(t)
@@ -196,7 +196,7 @@ func (e *env) do(method, path, key string, body []byte, hdr map[string]string) (
 }
 
 // problemOf decodes a problem+json answer.
-func problemOf(t *testing.T, h http.Header, body []byte) client.Problem {
+func problemOf(t testing.TB, h http.Header, body []byte) client.Problem {
 	t.Helper()
 	if ct := h.Get("Content-Type"); ct != client.ProblemContentType {
 		t.Fatalf("content type %q, want %s; body %s", ct, client.ProblemContentType, body)
@@ -217,7 +217,7 @@ func fields(p client.Problem) []string {
 	return out
 }
 
-func mustJSON(t *testing.T, v any) []byte {
+func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {
