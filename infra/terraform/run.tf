@@ -1,0 +1,344 @@
+# The four Cloud Run workloads. Each one's environment is the union of the plain variables in
+# local.env[svc] and the Secret Manager references in local.secret_env[svc]; internal/deploycheck
+# records the variables each service's config loader asks for and fails when one is missing here.
+
+locals {
+  # The OIDC audience Pub/Sub puts in push tokens, and that the consumers check. A fixed string
+  # rather than the service URL, which the service's own environment cannot reference.
+  push_audience = {
+    resulthandler = "genbox-resulthandler-push-${var.project_id}"
+    dlqnotifier   = "genbox-dlqnotifier-push-${var.project_id}"
+  }
+
+  common_env = {
+    GOOGLE_CLOUD_PROJECT = var.project_id
+    # OTLP to telemetry.googleapis.com with the service account's credentials (internal/obs).
+    GENBOX_TELEMETRY        = "gcp"
+    OTEL_TRACES_SAMPLER     = "parentbased_traceidratio"
+    OTEL_TRACES_SAMPLER_ARG = tostring(var.trace_sampling_ratio)
+    GENBOX_LOG_LEVEL        = "info"
+    # Prompts, outputs and secrets stay out of the logs in production.
+    GENBOX_LOG_CONTENT = "false"
+  }
+
+  env = {
+    publisher = merge(local.common_env, {
+      OTEL_SERVICE_NAME = "publisher"
+      # status_url is built from each request's Host unless a custom domain is configured.
+      GENBOX_PUBLIC_URL = var.publisher_public_url
+      # Callback URLs must be https to public addresses (DESIGN §6).
+      GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
+    })
+
+    worker = merge(local.common_env, {
+      OTEL_SERVICE_NAME     = "worker"
+      GENBOX_GEMINI_BACKEND = var.gemini_backend
+      GOOGLE_CLOUD_LOCATION = var.vertex_location
+      GENBOX_MODEL_CHAIN    = join(",", var.model_chain)
+      GENBOX_RPM            = join(",", [for m, n in var.model_rpm : "${m}=${n}"])
+      GENBOX_TPM            = join(",", [for m, n in var.model_tpm : "${m}=${n}"])
+      GENBOX_PRICES         = join(",", [for m, p in var.model_prices : "${m}=${p.input_per_m}/${p.output_per_m}"])
+      # Each instance takes its share of the project's Gemini quota.
+      GENBOX_INSTANCE_SHARE     = format("%.6f", 1 / var.worker_instances)
+      GENBOX_TASKS_SUBSCRIPTION = google_pubsub_subscription.worker.name
+      GENBOX_CONCURRENCY        = tostring(var.worker_concurrency)
+      # Cloud Run kills an instance 10 s after SIGTERM: calls that cannot finish and persist
+      # within this grace are released for another instance.
+      GENBOX_SHUTDOWN_GRACE = "8s"
+    })
+
+    resulthandler = merge(local.common_env, {
+      OTEL_SERVICE_NAME = "resulthandler"
+    })
+
+    dlqnotifier = merge(local.common_env, {
+      OTEL_SERVICE_NAME           = "dlqnotifier"
+      GENBOX_SLACK_CHANNEL        = var.slack_channel
+      GENBOX_SLACK_APPROVERS      = join(",", var.slack_approvers)
+      GENBOX_PUSH_AUDIENCE        = local.push_audience.dlqnotifier
+      GENBOX_PUSH_SERVICE_ACCOUNT = google_service_account.push.email
+    })
+  }
+
+  # Environment variables read from Secret Manager: variable name => key of local.secrets.
+  secret_env = {
+    for svc, keys in local.reads_secrets : svc => { for k in keys : local.secrets[k].env => k }
+  }
+
+  images = { for svc in local.services : svc => "${local.image_base}/${svc}:${var.image_tag}" }
+}
+
+resource "google_cloud_run_v2_service" "publisher" {
+  project             = var.project_id
+  name                = "genbox-publisher"
+  location            = var.region
+  description         = "genbox REST API: apps submit and poll tasks with their API keys."
+  ingress             = "INGRESS_TRAFFIC_ALL"
+  deletion_protection = var.deletion_protection
+
+  template {
+    service_account                  = google_service_account.service["publisher"].email
+    timeout                          = "30s"
+    max_instance_request_concurrency = 80
+
+    scaling {
+      min_instance_count = 0
+      max_instance_count = var.max_instances.publisher
+    }
+
+    containers {
+      image = local.images.publisher
+
+      resources {
+        limits = {
+          cpu    = "1"
+          memory = "512Mi"
+        }
+        # Request-based billing: nothing the publisher does may rely on CPU after the response.
+        cpu_idle = true
+      }
+
+      dynamic "env" {
+        for_each = local.env.publisher
+        content {
+          name  = env.key
+          value = env.value
+        }
+      }
+
+      dynamic "env" {
+        for_each = local.secret_env.publisher
+        content {
+          name = env.key
+          value_source {
+            secret_key_ref {
+              secret  = google_secret_manager_secret.secrets[env.value].secret_id
+              version = var.secret_version
+            }
+          }
+        }
+      }
+
+      startup_probe {
+        http_get {
+          path = "/healthz"
+        }
+      }
+
+      liveness_probe {
+        http_get {
+          path = "/healthz"
+        }
+      }
+    }
+  }
+
+  depends_on = [google_project_service.required, google_secret_manager_secret_iam_member.reads]
+}
+
+# The worker pulls from gemini-tasks-worker and needs CPU between requests: a worker pool with a
+# fixed instance count, so autoscaling never stops an instance in the middle of a paid generation.
+resource "google_cloud_run_v2_worker_pool" "worker" {
+  project             = var.project_id
+  name                = "genbox-worker"
+  location            = var.region
+  description         = "genbox worker: claims tasks, calls Gemini, persists outputs; runs the sweeper."
+  deletion_protection = var.deletion_protection
+  # Worker pools were a preview feature when the 6.x provider line was current.
+  launch_stage = "BETA"
+
+  scaling {
+    scaling_mode          = "MANUAL"
+    manual_instance_count = var.worker_instances
+  }
+
+  template {
+    service_account = google_service_account.service["worker"].email
+
+    containers {
+      image = local.images.worker
+
+      resources {
+        limits = {
+          cpu    = "2"
+          memory = "1Gi"
+        }
+      }
+
+      dynamic "env" {
+        for_each = local.env.worker
+        content {
+          name  = env.key
+          value = env.value
+        }
+      }
+
+      dynamic "env" {
+        for_each = local.secret_env.worker
+        content {
+          name = env.key
+          value_source {
+            secret_key_ref {
+              secret  = google_secret_manager_secret.secrets[env.value].secret_id
+              version = var.secret_version
+            }
+          }
+        }
+      }
+    }
+  }
+
+  depends_on = [google_project_service.required, google_secret_manager_secret_iam_member.reads]
+}
+
+# Private: only Pub/Sub push (the push service account's OIDC token) may invoke it.
+resource "google_cloud_run_v2_service" "resulthandler" {
+  project             = var.project_id
+  name                = "genbox-resulthandler"
+  location            = var.region
+  description         = "genbox result handler: delivers signed webhooks, consuming gemini-results by push."
+  ingress             = "INGRESS_TRAFFIC_INTERNAL_ONLY"
+  deletion_protection = var.deletion_protection
+  custom_audiences    = [local.push_audience.resulthandler]
+
+  template {
+    service_account = google_service_account.service["resulthandler"].email
+    # Pub/Sub waits for a push response no longer than the ack deadline.
+    timeout                          = "${local.ack_deadline_seconds}s"
+    max_instance_request_concurrency = 40
+
+    scaling {
+      min_instance_count = 0
+      max_instance_count = var.max_instances.resulthandler
+    }
+
+    containers {
+      image = local.images.resulthandler
+
+      resources {
+        limits = {
+          cpu    = "1"
+          memory = "512Mi"
+        }
+        cpu_idle = true
+      }
+
+      dynamic "env" {
+        for_each = local.env.resulthandler
+        content {
+          name  = env.key
+          value = env.value
+        }
+      }
+
+      dynamic "env" {
+        for_each = local.secret_env.resulthandler
+        content {
+          name = env.key
+          value_source {
+            secret_key_ref {
+              secret  = google_secret_manager_secret.secrets[env.value].secret_id
+              version = var.secret_version
+            }
+          }
+        }
+      }
+
+      startup_probe {
+        http_get {
+          path = "/healthz"
+        }
+      }
+    }
+  }
+
+  depends_on = [google_project_service.required, google_secret_manager_secret_iam_member.reads]
+}
+
+# Public, because Slack must reach /slack/interactions. The app authenticates every other route
+# itself: Pub/Sub push by its OIDC token (audience and signer checked), admin routes by the key.
+resource "google_cloud_run_v2_service" "dlqnotifier" {
+  project             = var.project_id
+  name                = "genbox-dlqnotifier"
+  location            = var.region
+  description         = "genbox DLQ notifier: posts dead letters and alerts to Slack; the approval gate."
+  ingress             = "INGRESS_TRAFFIC_ALL"
+  deletion_protection = var.deletion_protection
+
+  template {
+    service_account                  = google_service_account.service["dlqnotifier"].email
+    timeout                          = "${local.ack_deadline_seconds}s"
+    max_instance_request_concurrency = 40
+
+    scaling {
+      min_instance_count = 0
+      max_instance_count = var.max_instances.dlqnotifier
+    }
+
+    containers {
+      image = local.images.dlqnotifier
+
+      resources {
+        limits = {
+          cpu    = "1"
+          memory = "512Mi"
+        }
+        cpu_idle = true
+      }
+
+      dynamic "env" {
+        for_each = local.env.dlqnotifier
+        content {
+          name  = env.key
+          value = env.value
+        }
+      }
+
+      dynamic "env" {
+        for_each = local.secret_env.dlqnotifier
+        content {
+          name = env.key
+          value_source {
+            secret_key_ref {
+              secret  = google_secret_manager_secret.secrets[env.value].secret_id
+              version = var.secret_version
+            }
+          }
+        }
+      }
+
+      startup_probe {
+        http_get {
+          path = "/healthz"
+        }
+      }
+    }
+  }
+
+  depends_on = [google_project_service.required, google_secret_manager_secret_iam_member.reads]
+}
+
+# The publisher's own API keys authenticate every /v1 route; Cloud Run lets anyone reach it.
+resource "google_cloud_run_v2_service_iam_member" "publisher_public" {
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_service.publisher.name
+  role     = "roles/run.invoker"
+  member   = "allUsers"
+}
+
+resource "google_cloud_run_v2_service_iam_member" "dlqnotifier_public" {
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_service.dlqnotifier.name
+  role     = "roles/run.invoker"
+  member   = "allUsers"
+}
+
+resource "google_cloud_run_v2_service_iam_member" "push_invokes_resulthandler" {
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_service.resulthandler.name
+  role     = "roles/run.invoker"
+  member   = google_service_account.push.member
+}

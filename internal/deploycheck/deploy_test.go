@@ -1,0 +1,604 @@
+package deploycheck_test
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/deploycheck"
+	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/publisher"
+	"github.com/genbox-dev/genbox/internal/store"
+)
+
+const (
+	repoRoot     = "../.."
+	terraformDir = repoRoot + "/infra/terraform"
+	// pushPath is where the resulthandler and the dlqnotifier mount bus.Push.
+	pushPath = "/pubsub/push"
+	// minGoPatch is the oldest Go 1.26 patch release the images may be built with: the newest
+	// served when this was written, fixing standard-library advisories of earlier ones.
+	minGoPatch = 11
+)
+
+// testVars gives the variables without defaults a value, as an operator's tfvars would.
+var testVars = map[string]cty.Value{
+	"project_id":      cty.StringVal("genbox-test"),
+	"image_tag":       cty.StringVal("abc1234"),
+	"slack_channel":   cty.StringVal("C0123456789"),
+	"slack_approvers": cty.ListVal([]cty.Value{cty.StringVal("U0123456789")}),
+}
+
+func loadModule(t *testing.T, dir string) *deploycheck.Module {
+	t.Helper()
+	m, err := deploycheck.LoadModule(dir, testVars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// brokenCopy copies infra/terraform to a temporary directory with each edit applied (old → new,
+// old must occur), so a test can show that a check fails when the configuration drifts.
+func brokenCopy(t *testing.T, edits map[string][2]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	paths, err := filepath.Glob(filepath.Join(terraformDir, "*.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range paths {
+		src, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := filepath.Base(p)
+		if e, ok := edits[name]; ok {
+			if !strings.Contains(string(src), e[0]) {
+				t.Fatalf("%s does not contain %q", name, e[0])
+			}
+			src = []byte(strings.Replace(string(src), e[0], e[1], 1))
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), src, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func wantErrors(t *testing.T, errs []error, substrings ...string) {
+	t.Helper()
+	joined := errors.Join(errs...)
+	if joined == nil {
+		t.Fatalf("no error; want errors mentioning %q", substrings)
+	}
+	for _, s := range substrings {
+		if !strings.Contains(joined.Error(), s) {
+			t.Errorf("errors do not mention %q:\n%v", s, joined)
+		}
+	}
+}
+
+func noErrors(t *testing.T, errs []error) {
+	t.Helper()
+	for _, err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestVariableValidations(t *testing.T) {
+	noErrors(t, loadModule(t, terraformDir).CheckValidations())
+
+	t.Run("a value outside its validation fails", func(t *testing.T) {
+		vars := maps.Clone(testVars)
+		vars["worker_instances"] = cty.NumberIntVal(0)
+		vars["slack_channel"] = cty.StringVal("#genbox")
+		m, err := deploycheck.LoadModule(terraformDir, vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantErrors(t, m.CheckValidations(), `"worker_instances"`, `"slack_channel"`)
+	})
+}
+
+// pubsubWant is internal/bus's topology, with how each subscription is consumed.
+func pubsubWant() deploycheck.PubSubWant {
+	topo := bus.DefaultTopology()
+	pushedTo := map[string]string{
+		bus.SubWorker:     "", // streaming pull
+		bus.SubResults:    "resulthandler",
+		bus.SubTasksDLQ:   "dlqnotifier",
+		bus.SubResultsDLQ: "dlqnotifier",
+		bus.SubAlerts:     "dlqnotifier",
+	}
+	w := deploycheck.PubSubWant{
+		Topics:              bus.Topics,
+		AckDeadline:         topo.AckDeadline,
+		MaxDeliveryAttempts: topo.MaxDeliveryAttempts,
+		MinBackoff:          topo.MinBackoff,
+		MaxBackoff:          topo.MaxBackoff,
+		PushPath:            pushPath,
+		AgentDomain:         "gcp-sa-pubsub.iam.gserviceaccount.com",
+	}
+	for _, s := range bus.Subscriptions {
+		svc, ok := pushedTo[s.Name]
+		if !ok {
+			panic("subscription " + s.Name + " has no consumer in this test: say how it is consumed")
+		}
+		w.Subscriptions = append(w.Subscriptions, deploycheck.SubscriptionWant{
+			Name: s.Name, Topic: s.Topic, DeadLetterTopic: s.DeadLetterTopic, PushService: svc,
+		})
+	}
+	return w
+}
+
+func TestPubSubMatchesBus(t *testing.T) {
+	noErrors(t, deploycheck.CheckPubSub(loadModule(t, terraformDir), pubsubWant()))
+
+	tests := []struct {
+		name  string
+		edits map[string][2]string
+		want  []string
+	}{
+		{
+			name: "dead-letter policy removed",
+			edits: map[string][2]string{"pubsub.tf": {`  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.topics["gemini-tasks-dlq"].id
+    max_delivery_attempts = local.max_delivery_attempts
+  }`, ""}},
+			want: []string{`"gemini-tasks-worker"`, "no dead_letter_policy"},
+		},
+		{
+			name:  "topic missing",
+			edits: map[string][2]string{"pubsub.tf": {`    "genbox-alerts",`, ""}},
+			want:  []string{`topic "genbox-alerts": no google_pubsub_topic`},
+		},
+		{
+			name:  "ack deadline differs",
+			edits: map[string][2]string{"pubsub.tf": {"ack_deadline_seconds  = 60", "ack_deadline_seconds  = 30"}},
+			want:  []string{"ack_deadline_seconds 30"},
+		},
+		{
+			name:  "service agent cannot publish dead letters",
+			edits: map[string][2]string{"pubsub.tf": {`for_each = toset(["gemini-tasks-dlq", "gemini-results-dlq"])`, `for_each = toset(["gemini-results-dlq"])`}},
+			want:  []string{`lacks roles/pubsub.publisher on dead-letter topic "gemini-tasks-dlq"`},
+		},
+		{
+			name:  "push to the wrong path",
+			edits: map[string][2]string{"pubsub.tf": {`push_path = "/pubsub/push"`, `push_path = "/push"`}},
+			want:  []string{`pushes to path "/push"`},
+		},
+		{
+			name:  "push consumer not invokable",
+			edits: map[string][2]string{"run.tf": {`member   = google_service_account.push.member`, `member   = google_service_account.service["worker"].member`}},
+			want:  []string{"grants roles/run.invoker neither to google_service_account.push"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := loadModule(t, brokenCopy(t, tt.edits))
+			wantErrors(t, deploycheck.CheckPubSub(m, pubsubWant()), tt.want...)
+		})
+	}
+}
+
+// firestoreWant is internal/store's query registry and exemptions.
+func firestoreWant(queries []store.Query) deploycheck.FirestoreWant {
+	var w deploycheck.FirestoreWant
+	for _, q := range queries {
+		if !q.Composite() {
+			for _, f := range q.Fields {
+				w.Queried = append(w.Queried, deploycheck.Field{Collection: q.Collection, Path: f.Path})
+			}
+			continue
+		}
+		idx := deploycheck.Index{Query: q.Name, Collection: q.Collection}
+		for _, f := range q.Fields {
+			idx.Fields = append(idx.Fields, deploycheck.IndexField{Path: f.Path, Order: string(f.Order)})
+		}
+		w.Composite = append(w.Composite, idx)
+	}
+	for _, e := range store.Exemptions {
+		w.Exempt = append(w.Exempt, deploycheck.Field{Collection: e.Collection, Path: e.Field})
+	}
+	// expire_at drives Firestore's TTL deletion of finished tasks and cached outputs.
+	w.TTL = []deploycheck.Field{
+		{Collection: store.TasksCollection, Path: "expire_at"},
+		{Collection: store.OutputsCollection, Path: "expire_at"},
+	}
+	return w
+}
+
+func TestFirestoreMatchesStoreRegistry(t *testing.T) {
+	noErrors(t, deploycheck.CheckFirestore(loadModule(t, terraformDir), firestoreWant(store.Queries)))
+
+	t.Run("composite query without its index", func(t *testing.T) {
+		queries := append(slices.Clone(store.Queries), store.Query{
+			Name: "by-family", Collection: store.TasksCollection,
+			Fields: []store.IndexField{{Path: "family", Order: store.Asc}, {Path: "created_at", Order: store.Desc}},
+		})
+		wantErrors(t, deploycheck.CheckFirestore(loadModule(t, terraformDir), firestoreWant(queries)),
+			`query "by-family" on tasks needs a google_firestore_index`)
+	})
+	t.Run("index with other orders", func(t *testing.T) {
+		queries := append(slices.Clone(store.Queries), store.Query{
+			Name: "q", Collection: store.TasksCollection,
+			Fields: []store.IndexField{{Path: "family", Order: store.Asc}, {Path: "created_at", Order: store.Desc}},
+		})
+		dir := brokenCopy(t, map[string][2]string{"firestore.tf": {"locals {", `resource "google_firestore_index" "q" {
+  project    = var.project_id
+  database   = google_firestore_database.default.name
+  collection = "tasks"
+  fields {
+    field_path = "family"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "created_at"
+    order      = "ASCENDING"
+  }
+}
+
+locals {`}})
+		wantErrors(t, deploycheck.CheckFirestore(loadModule(t, dir), firestoreWant(queries)),
+			`query "q" on tasks needs a google_firestore_index`, "serves no query of the registry")
+	})
+	t.Run("exemption missing", func(t *testing.T) {
+		dir := brokenCopy(t, map[string][2]string{"firestore.tf": {`"tasks.input"        = { collection = "tasks", field = "input" }`, ""}})
+		wantErrors(t, deploycheck.CheckFirestore(loadModule(t, dir), firestoreWant(store.Queries)), "field tasks.input: the code exempts it")
+	})
+	t.Run("queried field exempted", func(t *testing.T) {
+		dir := brokenCopy(t, map[string][2]string{"firestore.tf": {`"tasks.input"        = { collection = "tasks", field = "input" }`, `"tasks.due_at" = { collection = "tasks", field = "due_at" }`}})
+		wantErrors(t, deploycheck.CheckFirestore(loadModule(t, dir), firestoreWant(store.Queries)), "field tasks.due_at", "a query filters or orders on it")
+	})
+	t.Run("TTL missing", func(t *testing.T) {
+		dir := brokenCopy(t, map[string][2]string{"firestore.tf": {"  ttl_config {}\n", ""}})
+		wantErrors(t, deploycheck.CheckFirestore(loadModule(t, dir), firestoreWant(store.Queries)), "no google_firestore_field with a ttl_config")
+	})
+}
+
+// A service's config loaders, as its run function calls them. Each must call getenv for every
+// variable the service reads (COMMON rules); add a service's loader here as its package lands.
+type service struct {
+	resource [2]string // Terraform type and name of its Cloud Run resource
+	load     func(getenv func(string) string) error
+}
+
+var services = map[string]service{
+	"publisher": {[2]string{"google_cloud_run_v2_service", "publisher"}, func(getenv func(string) string) error {
+		c, err := publisher.FromEnv(getenv)
+		if err == nil {
+			err = c.Validate()
+		}
+		_, oerr := obs.ConfigFromEnv(getenv, "publisher")
+		return errors.Join(err, oerr)
+	}},
+	// resulthandler, dlqnotifier: no config loader yet.
+}
+
+const tuning = "a tuning knob whose code default is the production value"
+
+// leftUnset lists, per service, the variables its loaders read that the Terraform leaves unset
+// on purpose, with the reason. Every other variable a loader reads must be set on the service's
+// Cloud Run resource; an entry here that no loader reads any more is an error too.
+var leftUnset = map[string]map[string]string{
+	"*": {
+		"OTEL_EXPORTER_OTLP_ENDPOINT":         "GENBOX_TELEMETRY=gcp exports to telemetry.googleapis.com; a generic OTLP collector is for other setups",
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":  "as OTEL_EXPORTER_OTLP_ENDPOINT",
+		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "as OTEL_EXPORTER_OTLP_ENDPOINT",
+	},
+	"publisher": {
+		"PORT":                   "set by Cloud Run itself (a reserved name)",
+		"GENBOX_PROMPTS_DIR":     "the built-in prompt families are embedded in the image",
+		"GENBOX_MAX_BODY_BYTES":  tuning,
+		"GENBOX_SECRET_OVERLAP":  tuning,
+		"GENBOX_NUDGE_GRACE":     tuning,
+		"GENBOX_PUBLISH_TIMEOUT": tuning,
+		"GENBOX_LIMITS_TTL":      tuning,
+	},
+	"worker": {
+		"PORT":                         "a worker pool gets no PORT and no traffic; /healthz stays on the default port",
+		"GENBOX_INSTANCE_ID":           "the default (hostname-pid) names each instance uniquely",
+		"GOOGLE_GEMINI_BASE_URL":       "the genai SDK's endpoint override, for the fake Gemini server in local runs",
+		"GENBOX_LEASE_TTL":             tuning,
+		"GENBOX_LEASE_RENEW":           tuning,
+		"GENBOX_MAX_EXTENSION":         tuning,
+		"GENBOX_TASK_ATTEMPTS":         tuning,
+		"GENBOX_CLAIM_CAP":             tuning,
+		"GENBOX_RETRY_BASE":            tuning,
+		"GENBOX_RETRY_MAX":             tuning,
+		"GENBOX_PARK_BASE":             tuning,
+		"GENBOX_PARK_MAX":              tuning,
+		"GENBOX_NUDGE_GRACE":           tuning,
+		"GENBOX_COMMIT_RETRY":          tuning,
+		"GENBOX_SWEEP_INTERVAL":        tuning,
+		"GENBOX_SWEEP_LIMIT":           tuning,
+		"GENBOX_SWEEP_PACE":            tuning,
+		"GENBOX_SWEEP_RELEASE_RATE":    tuning,
+		"GENBOX_SWEEP_LEADER_TTL":      tuning,
+		"GENBOX_SWEEP_BACKOFF_BASE":    tuning,
+		"GENBOX_SWEEP_BACKOFF_MAX":     tuning,
+		"GENBOX_MAX_ATTEMPTS":          tuning,
+		"GENBOX_MODEL_ATTEMPTS":        tuning,
+		"GENBOX_QUALITY_ATTEMPTS":      tuning,
+		"GENBOX_BACKOFF_BASE":          tuning,
+		"GENBOX_BACKOFF_MAX":           tuning,
+		"GENBOX_MAX_RETRY_WAIT":        tuning,
+		"GENBOX_CALL_TIMEOUT":          tuning,
+		"GENBOX_RATE_HEADROOM":         tuning,
+		"GENBOX_BREAKER_FAILURES":      tuning,
+		"GENBOX_BREAKER_MIN_VOLUME":    tuning,
+		"GENBOX_BREAKER_WINDOW":        tuning,
+		"GENBOX_BREAKER_COOLDOWN":      tuning,
+		"GENBOX_BREAKER_FAILURE_RATIO": tuning,
+	},
+}
+
+// readBySDK are variables set on the services for libraries that read the process environment
+// themselves, not through a config loader.
+var readBySDK = map[string]string{
+	"OTEL_TRACES_SAMPLER":     "the OpenTelemetry SDK's tracer provider",
+	"OTEL_TRACES_SAMPLER_ARG": "the OpenTelemetry SDK's tracer provider",
+}
+
+// placeholder stands for a value known only after apply (a resource attribute, a secret).
+const placeholder = "placeholder-known-after-apply-0123456789"
+
+// envValues turns the Terraform environment into what the container would see.
+func envValues(t *testing.T, env map[string]deploycheck.EnvVar) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for name, v := range env {
+		if v.Secret != nil || !v.Value.IsWhollyKnown() {
+			out[name] = placeholder
+			continue
+		}
+		s, err := convert.Convert(v.Value, cty.String)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out[name] = s.AsString()
+	}
+	return out
+}
+
+// checkEnv compares what a loader read with what the Terraform sets.
+func checkEnv(svc string, load func(func(string) string) error, env map[string]string) []error {
+	var errs []error
+	read := map[string]bool{}
+	err := load(func(name string) string {
+		read[name] = true
+		return env[name]
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%s: the loader rejects the Terraform's values: %w", svc, err))
+	}
+	unset := maps.Clone(leftUnset["*"])
+	maps.Copy(unset, leftUnset[svc])
+	for _, name := range slices.Sorted(maps.Keys(read)) {
+		_, set := env[name]
+		switch {
+		case !set && unset[name] == "":
+			errs = append(errs, fmt.Errorf("%s reads %s, which its Cloud Run resource does not set", svc, name))
+		case set && unset[name] != "":
+			errs = append(errs, fmt.Errorf("%s: %s is set, yet listed as left unset (%s)", svc, name, unset[name]))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		if !read[name] && readBySDK[name] == "" {
+			errs = append(errs, fmt.Errorf("%s: its Cloud Run resource sets %s, which the service never reads", svc, name))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(leftUnset[svc])) {
+		if !read[name] {
+			errs = append(errs, fmt.Errorf("%s: %s is listed as left unset but the service no longer reads it", svc, name))
+		}
+	}
+	return errs
+}
+
+func TestCloudRunEnvMatchesConfigLoaders(t *testing.T) {
+	m := loadModule(t, terraformDir)
+	for _, svc := range []string{"publisher", "worker", "resulthandler", "dlqnotifier"} {
+		t.Run(svc, func(t *testing.T) {
+			s, ok := services[svc]
+			if !ok {
+				t.Skipf("%s has no config loader registered in this test yet", svc)
+			}
+			res := m.Resource(s.resource[0], s.resource[1])
+			if res == nil || len(res.Instances) != 1 {
+				t.Fatalf("no %s.%s", s.resource[0], s.resource[1])
+			}
+			env, err := deploycheck.CloudRunEnv(res.Instances[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			noErrors(t, checkEnv(svc, s.load, envValues(t, env)))
+		})
+	}
+
+	publisherEnv := func(t *testing.T, dir string) map[string]string {
+		t.Helper()
+		res := loadModule(t, dir).Resource("google_cloud_run_v2_service", "publisher")
+		env, err := deploycheck.CloudRunEnv(res.Instances[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return envValues(t, env)
+	}
+	tests := []struct {
+		name string
+		edit [2]string
+		want []string
+	}{
+		{"a variable the service reads is missing", [2]string{"    GOOGLE_CLOUD_PROJECT = var.project_id\n", ""},
+			[]string{"publisher reads GOOGLE_CLOUD_PROJECT, which its Cloud Run resource does not set"}},
+		{"a misspelt variable", [2]string{"GENBOX_PUBLIC_URL = var.publisher_public_url", "GENBOX_PUBLIC_ULR = var.publisher_public_url"},
+			[]string{"publisher reads GENBOX_PUBLIC_URL", "sets GENBOX_PUBLIC_ULR, which the service never reads"}},
+		{"a value the loader rejects", [2]string{`GENBOX_ALLOW_INSECURE_CALLBACKS = "false"`, `GENBOX_ALLOW_INSECURE_CALLBACKS = "nope"`},
+			[]string{"the loader rejects the Terraform's values", "GENBOX_ALLOW_INSECURE_CALLBACKS"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := publisherEnv(t, brokenCopy(t, map[string][2]string{"run.tf": tt.edit}))
+			wantErrors(t, checkEnv("publisher", services["publisher"].load, env), tt.want...)
+		})
+	}
+}
+
+func TestSecretsComeFromSecretManager(t *testing.T) {
+	m := loadModule(t, terraformDir)
+	secretEnv := map[string]bool{"GEMINI_API_KEY": true, "GENBOX_ADMIN_KEY": true, "SLACK_BOT_TOKEN": true, "SLACK_SIGNING_SECRET": true}
+	for _, typ := range []string{"google_cloud_run_v2_service", "google_cloud_run_v2_worker_pool"} {
+		for _, in := range m.Instances(typ) {
+			env, err := deploycheck.CloudRunEnv(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, v := range env {
+				if secretEnv[name] && (v.Secret == nil || v.Secret.Type != "google_secret_manager_secret") {
+					t.Errorf("%s: %s must come from Secret Manager (value_source.secret_key_ref), not a plain value", in, name)
+				}
+			}
+		}
+	}
+}
+
+func TestMonitoringUsesObsMetricNames(t *testing.T) {
+	known := []string{
+		obs.MetricTasks, obs.MetricTaskE2ELatency, obs.MetricGenLatency, obs.MetricTokens, obs.MetricCost,
+		obs.MetricCacheHits, obs.MetricRetries, obs.MetricBreakerState, obs.MetricDeadLettersOpen,
+		obs.MetricPendingAge, obs.MetricWebhookAttempts, obs.MetricWebhookLatency,
+	}
+	check := func(m *deploycheck.Module) []error {
+		var errs []error
+		metrics := m.Locals["metric"]
+		if !metrics.IsWhollyKnown() || !metrics.CanIterateElements() {
+			return []error{errors.New("local.metric is not a known map of metric names")}
+		}
+		for it := metrics.ElementIterator(); it.Next(); {
+			k, v := it.Element()
+			if !slices.Contains(known, v.AsString()) {
+				errs = append(errs, fmt.Errorf("local.metric.%s = %q is not a metric internal/obs exports", k.AsString(), v.AsString()))
+			}
+		}
+		return errs
+	}
+	noErrors(t, check(loadModule(t, terraformDir)))
+	t.Run("a renamed metric", func(t *testing.T) {
+		dir := brokenCopy(t, map[string][2]string{"monitoring.tf": {`"genbox.dead_letters.open"`, `"genbox.deadletters.open"`}})
+		wantErrors(t, check(loadModule(t, dir)), `"genbox.deadletters.open" is not a metric`)
+	})
+}
+
+func TestCloudBuildParsesAsBuildMessage(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(repoRoot, "cloudbuild.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := deploycheck.ParseCloudBuild(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noErrors(t, deploycheck.CheckSubstitutions(b))
+
+	steps := deploycheck.StepArgs(b)
+	has := func(parts ...string) bool {
+		return slices.ContainsFunc(steps, func(s string) bool {
+			for _, p := range parts {
+				if !strings.Contains(s, p) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	for _, want := range [][]string{{"gofmt -l"}, {"go vet ./..."}, {"scripts/test.sh"}, {"terraform apply", "image_tag=$SHORT_SHA"}} {
+		if !has(want...) {
+			t.Errorf("no step runs %q", want)
+		}
+	}
+	for _, svc := range []string{"publisher", "worker", "resulthandler", "dlqnotifier"} {
+		image := "/" + svc + ":$SHORT_SHA"
+		if !has("build", "services/"+svc+"/Dockerfile", image) {
+			t.Errorf("no step builds services/%s/Dockerfile as …%s", svc, image)
+		}
+		if !has("push", image) {
+			t.Errorf("no step pushes …%s", image)
+		}
+	}
+	// The checks run on the same Go as the images are built with.
+	builder := regexp.MustCompile(`golang:1\.26\.\d+-bookworm`)
+	check := builder.FindString(steps[0])
+	docker, err := os.ReadFile(filepath.Join(repoRoot, "services/worker/Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if image := builder.FindString(string(docker)); check == "" || check != image {
+		t.Errorf("the check step runs on %q, the images build on %q", check, image)
+	}
+
+	t.Run("a misspelt field fails", func(t *testing.T) {
+		for _, src := range []string{
+			"steps:\n- name: golang\n  args: [go, test]\n  waitfor: [x]\n",
+			"stepz:\n- name: golang\n",
+			"steps:\n- name: golang\noptions:\n  logging: CLOUD_LOGS_ONLY\n",
+			"steps:\n- name: golang\ntimeout: 1 hour\n",
+		} {
+			if _, err := deploycheck.ParseCloudBuild([]byte(src)); !errors.Is(err, deploycheck.ErrCloudBuild) {
+				t.Errorf("ParseCloudBuild(%q) = %v, want ErrCloudBuild", src, err)
+			}
+		}
+	})
+	t.Run("an undeclared substitution fails", func(t *testing.T) {
+		b, err := deploycheck.ParseCloudBuild([]byte("substitutions:\n  _REGION: x\n  _UNUSED: unused\nsteps:\n- name: gcr.io/cloud-builders/docker\n  args: [push, \"${_REGION}/$_REPO:$SHORT_SHA\", \"$$HOME\"]\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantErrors(t, deploycheck.CheckSubstitutions(b), "$_REPO is neither built in nor declared", "_UNUSED is declared but never used")
+	})
+}
+
+func TestDockerfiles(t *testing.T) {
+	for _, svc := range []string{"publisher", "worker", "resulthandler", "dlqnotifier"} {
+		t.Run(svc, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join(repoRoot, "services", svc, "Dockerfile"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			noErrors(t, deploycheck.CheckDockerfile(src, deploycheck.DockerfileWant{Service: svc, MinGoPatch: minGoPatch}))
+		})
+	}
+	t.Run("unsafe images fail", func(t *testing.T) {
+		good, err := os.ReadFile(filepath.Join(repoRoot, "services/worker/Dockerfile"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tests := []struct{ old, new, want string }{
+			{"golang:1.26.11-bookworm", "golang:1.26.8-bookworm", "older than 1.26." + strconv.Itoa(minGoPatch)},
+			{"golang:1.26.11-bookworm", "golang:1.26-bookworm", "pinned by exact tag"},
+			{"USER nonroot:nonroot", "USER root", `runs as "root"`},
+			{"static-debian12:nonroot", "static-debian12", "is not gcr.io/distroless/static-*:nonroot"},
+			{"CGO_ENABLED=0 ", "", "CGO_ENABLED=0 is not set"},
+			{"-trimpath ", "", "without -trimpath"},
+		}
+		for _, tt := range tests {
+			if !strings.Contains(string(good), tt.old) {
+				t.Fatalf("the worker Dockerfile no longer contains %q", tt.old)
+			}
+			bad := strings.Replace(string(good), tt.old, tt.new, 1)
+			wantErrors(t, deploycheck.CheckDockerfile([]byte(bad), deploycheck.DockerfileWant{Service: "worker", MinGoPatch: minGoPatch}), tt.want)
+		}
+	})
+}
