@@ -1,0 +1,315 @@
+package sweeper
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/claim"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
+
+type published struct {
+	Topic string
+	Attrs map[string]string
+}
+
+// recorder is a Publisher that records what it publishes.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []published
+}
+
+func (r *recorder) Publish(_ context.Context, topic string, _ []byte, attrs map[string]string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, published{topic, attrs})
+	return "id", nil
+}
+
+func (r *recorder) take() []published {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.msgs
+	r.msgs = nil
+	return out
+}
+
+// availability is a hand-written Availability.
+type availability struct {
+	AvailableFunc func(models []string) bool
+}
+
+func (a availability) Available(models []string) bool { return a.AvailableFunc(models) }
+
+func testConfig() Config {
+	return Config{Interval: 50 * time.Millisecond, Limit: 100, Pace: 1000, ReleaseRate: 1000,
+		LeaderTTL: time.Second, BackoffBase: time.Minute, BackoffMax: 10 * time.Minute}
+}
+
+func setup(t *testing.T) (*store.Store, *recorder) {
+	t.Helper()
+	fs, err := firestore.NewClient(context.Background(), emulator.ProjectID(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	return store.New(fs), &recorder{}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func create(t *testing.T, s *store.Store, id string, mutate func(*store.Task)) {
+	t.Helper()
+	doc := &store.Task{ID: id, Tenant: "a", Family: "f", Input: "x", State: task.StateQueued}
+	mutate(doc)
+	if err := s.CreateTask(context.Background(), doc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPassNudgesWhatIsDue(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	now := time.Now().UTC()
+	past, future := now.Add(-time.Minute), now.Add(time.Hour)
+	create(t, s, "queued", func(*store.Task) {})
+	create(t, s, "backoff", func(d *store.Task) { d.NotBefore = &future })
+	create(t, s, "running-live", func(d *store.Task) {
+		d.State, d.Lease = task.StateRunning, claim.Lease{Owner: "w", Epoch: 1, ExpiresAt: &future}
+	})
+	create(t, s, "running-expired", func(d *store.Task) {
+		d.State, d.Lease = task.StateRunning, claim.Lease{Owner: "w", Epoch: 1, ExpiresAt: &past}
+	})
+	create(t, s, "delivery", func(d *store.Task) {
+		d.State, d.Delivery = task.StateSucceeded, store.Delivery{State: task.DeliveryPending, NextAttemptAt: &past}
+	})
+	create(t, s, "notices", func(d *store.Task) {
+		d.State = task.StateDead
+		d.Notices = []store.Notice{{Stage: task.StageGeneration, Replay: 1, NextAttemptAt: &past}, {Stage: task.StageDelivery, Round: 2}}
+	})
+	create(t, s, "decision", func(d *store.Task) {
+		d.State = task.StateQueued
+		d.NotBefore = &future
+		d.Decision = &store.Decision{At: past, Topics: []string{bus.TopicTasks, bus.TopicResults}}
+	})
+	create(t, s, "slack", func(d *store.Task) {
+		d.State, d.SlackUpdate = task.StateDiscarded, &store.Pending{Keys: []string{"k"}}
+	})
+	create(t, s, "done", func(d *store.Task) { d.State = task.StateSucceeded })
+
+	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
+	if _, err := sw.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]published{}
+	for _, m := range pub.take() {
+		got[m.Attrs[task.AttrTaskID]] = append(got[m.Attrs[task.AttrTaskID]], m)
+	}
+	want := map[string][]string{
+		"queued":          {bus.TopicTasks},
+		"running-expired": {bus.TopicTasks},
+		"delivery":        {bus.TopicResults},
+		"notices":         {bus.TopicTasksDLQ, bus.TopicResultsDLQ},
+		"decision":        {bus.TopicTasks, bus.TopicResults},
+		"slack":           {bus.TopicTasksDLQ},
+	}
+	if len(got) != len(want) {
+		t.Errorf("nudged %v, want %v", keys(got), want)
+	}
+	for id, topics := range want {
+		if len(got[id]) != len(topics) {
+			t.Errorf("%s: nudges %+v, want %v", id, got[id], topics)
+			continue
+		}
+		for i, topic := range topics {
+			if got[id][i].Topic != topic {
+				t.Errorf("%s: nudge %d on %s, want %s", id, i, got[id][i].Topic, topic)
+			}
+		}
+	}
+	if n := got["notices"]; len(n) == 2 && (n[0].Attrs[task.AttrKind] != "notice" || n[0].Attrs[task.AttrReplay] != "1" || n[1].Attrs[task.AttrRound] != "2" || n[1].Attrs[task.AttrStage] != "delivery") {
+		t.Errorf("notice attributes %+v", n)
+	}
+	if s := got["slack"]; len(s) == 1 && s[0].Attrs[task.AttrKind] != "slack_update" {
+		t.Errorf("slack update attributes %+v", s[0].Attrs)
+	}
+	// The backoff is recorded: the next pass publishes nothing.
+	doc, err := s.GetTask(context.Background(), "queued")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Nudges != 1 || doc.NudgeAt == nil || doc.DueAt == nil || !doc.DueAt.Equal(*doc.NudgeAt) || doc.DueAt.Before(now.Add(50*time.Second)) {
+		t.Errorf("after a nudge: nudges %d nudge_at %v due_at %v", doc.Nudges, doc.NudgeAt, doc.DueAt)
+	}
+	if _, err := sw.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if again := pub.take(); len(again) != 0 {
+		t.Errorf("second pass re-published %+v", again)
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// The backoff grows exponentially up to its cap, and a write by anyone else resets it.
+func TestBackoffGrowsAndResets(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	clock := time.Now().UTC().Truncate(time.Millisecond) // Firestore keeps microseconds
+	var mu sync.Mutex
+	s.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	create(t, s, "t", func(*store.Task) {})
+	cfg := testConfig()
+	cfg.BackoffBase, cfg.BackoffMax = time.Minute, 3*time.Minute
+	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), cfg, "me")
+	ctx := context.Background()
+	for i, want := range []time.Duration{time.Minute, 2 * time.Minute, 3 * time.Minute, 3 * time.Minute} {
+		if _, err := sw.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		doc, _ := s.GetTask(ctx, "t")
+		if doc.Nudges != i+1 || !doc.NudgeAt.Equal(clock.Add(want)) {
+			t.Fatalf("pass %d: nudges %d nudge_at in %v, want %d and %v", i, doc.Nudges, doc.NudgeAt.Sub(clock), i+1, want)
+		}
+		if n := len(pub.take()); n != 1 {
+			t.Fatalf("pass %d published %d", i, n)
+		}
+		advance(want)
+	}
+	if _, err := s.MutateTask(ctx, "t", func(*store.Task, time.Time) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if doc, _ := s.GetTask(ctx, "t"); doc.Nudges != 0 || doc.NudgeAt != nil {
+		t.Errorf("progress did not reset the backoff: %d %v", doc.Nudges, doc.NudgeAt)
+	}
+}
+
+// A document changed between the query and the backoff write keeps its writer's version.
+func TestGuardedWriteNeverErasesAChange(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	create(t, s, "t", func(*store.Task) {})
+	ctx := context.Background()
+	stale, err := s.GetTask(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MutateTask(ctx, "t", func(d *store.Task, now time.Time) error {
+		d.State = task.StateCancelled
+		d.Finish(task.StateCancelled, now)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
+	sw.sweep(ctx, stale)
+	doc, _ := s.GetTask(ctx, "t")
+	if doc.State != task.StateCancelled || doc.Nudges != 0 || doc.DueAt != nil {
+		t.Errorf("guarded write applied over a change: state %s nudges %d due_at %v", doc.State, doc.Nudges, doc.DueAt)
+	}
+}
+
+// Parked tasks are left alone while their whole chain is unavailable, then released, paced.
+func TestParkedTasksWaitForTheChain(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	past := time.Now().UTC().Add(-time.Second)
+	for _, id := range []string{"p1", "p2", "p3"} {
+		create(t, s, id, func(d *store.Task) { d.State, d.NotBefore, d.ModelChain = task.StateWaiting, &past, []string{"m"} })
+	}
+	var mu sync.Mutex
+	open := true
+	avail := availability{AvailableFunc: func(models []string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !open || len(models) != 1 || models[0] != "m"
+	}}
+	cfg := testConfig()
+	cfg.ReleaseRate = 0.001 // one release, then none within the test
+	sw := New(s, pub, avail, slog.New(slog.DiscardHandler), cfg, "me")
+	ctx := context.Background()
+	if _, err := sw.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := pub.take(); len(n) != 0 {
+		t.Fatalf("parked tasks nudged while the chain is open: %+v", n)
+	}
+	doc, _ := s.GetTask(ctx, "p1")
+	if doc.Nudges != 0 || doc.NudgeAt == nil {
+		t.Errorf("parked task not held back: nudges %d nudge_at %v", doc.Nudges, doc.NudgeAt)
+	}
+	mu.Lock()
+	open = false
+	mu.Unlock()
+	// Due again (the held-back delay passed), the chain closed: released one at a time.
+	for _, id := range []string{"p1", "p2", "p3"} {
+		if _, err := s.FS.Collection(store.TasksCollection).Doc(id).Update(ctx, []firestore.Update{{Path: "due_at", Value: past}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sw.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := pub.take(); len(n) != 1 || n[0].Topic != bus.TopicTasks {
+		t.Errorf("released %+v, want one paced release", n)
+	}
+}
+
+// Only one sweeper leads at a time; when it stops, another takes over.
+func TestOneLeader(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	cfg := testConfig()
+	a := New(s, pub, nil, slog.New(slog.DiscardHandler), cfg, "a")
+	b := New(s, pub, nil, slog.New(slog.DiscardHandler), cfg, "b")
+	ctx := context.Background()
+	if _, err := a.leader.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.leader.Acquire(ctx); err == nil {
+		t.Fatal("two leaders")
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	time.Sleep(3 * cfg.Interval)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.leader.Acquire(ctx); err != nil {
+		t.Errorf("leadership not handed over after the leader stopped: %v", err)
+	}
+}
+
+// The registry the Terraform indexes are checked against lists the sweep query as it runs.
+func TestSweepQueryRegistered(t *testing.T) {
+	t.Parallel()
+	for _, q := range store.Queries {
+		if q.Name == "sweep" {
+			if q.Collection != store.TasksCollection || len(q.Fields) != 1 || q.Fields[0] != (store.IndexField{Path: "due_at", Order: store.Asc}) {
+				t.Fatalf("registered sweep query %+v, want tasks by due_at ascending", q)
+			}
+			return
+		}
+	}
+	t.Fatal("the sweep query is not in store.Queries")
+}
