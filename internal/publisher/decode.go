@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -32,7 +33,6 @@ const (
 	maxCallbackURL     = 2048
 	maxNameLen         = 64
 	maxIdempotencyKey  = 255
-	DefaultVariant     = "default"
 	maxMaxOutputTokens = 65536
 	maxTopK            = 100
 )
@@ -138,7 +138,7 @@ type validator struct {
 // normalize fills defaults so equal intents hash alike.
 func normalize(req *task.Request) {
 	if req.Variant == "" {
-		req.Variant = DefaultVariant
+		req.Variant = prompts.DefaultVariant
 	}
 	if req.RunBefore != nil {
 		rb := req.RunBefore.UTC()
@@ -149,8 +149,8 @@ func normalize(req *task.Request) {
 	}
 }
 
-// validate returns a 400 problem naming every refused field, or nil.
-func (v validator) validate(req *task.Request) error {
+// validate returns the request's resolved family variant, or a 400 problem naming every refused field.
+func (v validator) validate(req *task.Request) (variant *prompts.Variant, err error) {
 	var fs []client.FieldError
 	bad := func(field, format string, args ...any) {
 		fs = append(fs, client.FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
@@ -162,12 +162,18 @@ func (v validator) validate(req *task.Request) error {
 		bad("family", "must be up to %d characters of a-z, 0-9, '_', '.', '-'", maxNameLen)
 	case len(req.Variant) > maxNameLen || !nameRE.MatchString(req.Variant):
 		bad("variant", "must be up to %d characters of a-z, 0-9, '_', '.', '-'", maxNameLen)
-	case !v.families.Has(req.Family, req.Variant):
-		if req.Variant != DefaultVariant && v.families.Has(req.Family, DefaultVariant) {
+	default:
+		fam, err := v.families.Variant(req.Family, req.Variant)
+		_, defErr := v.families.Variant(req.Family, prompts.DefaultVariant)
+		switch {
+		case err != nil && defErr == nil:
 			bad("variant", "family %q has no variant %q", req.Family, req.Variant)
-		} else {
+		case err != nil:
 			bad("family", "unknown family %q", req.Family)
+		case req.Config != nil && req.Config.MaxOutputTokens != nil && fam.MaxOutputTokensLimit > 0 && *req.Config.MaxOutputTokens > fam.MaxOutputTokensLimit:
+			bad("config.max_output_tokens", "family %q allows at most %d", req.Family, fam.MaxOutputTokensLimit)
 		}
+		variant = fam
 	}
 	switch {
 	case req.Input == "":
@@ -218,10 +224,10 @@ func (v validator) validate(req *task.Request) error {
 		bad("max_cost_usd", "must be greater than 0")
 	}
 	if len(fs) == 0 {
-		return nil
+		return variant, nil
 	}
 	slices.SortStableFunc(fs, func(a, b client.FieldError) int { return cmp.Compare(a.Field, b.Field) })
-	return problem(http.StatusBadRequest, probInvalid, fmt.Sprintf("%d invalid field(s); first %s: %s", len(fs), fs[0].Field, fs[0].Detail), fs...)
+	return nil, problem(http.StatusBadRequest, probInvalid, fmt.Sprintf("%d invalid field(s); first %s: %s", len(fs), fs[0].Field, fs[0].Detail), fs...)
 }
 
 // checkIdempotencyKey refuses keys that are empty, too long or not printable ASCII.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -121,7 +122,7 @@ func fieldRanges(c schemas) {
 	set("GenConfig", "max_output_tokens", "minimum", 1, "maximum", maxMaxOutputTokens)
 	set("TaskRequest", "input", "maxLength", MaxInputBytes, "minLength", 1, "description", "At most 256 KiB of UTF-8.")
 	set("TaskRequest", "family", "description", "A known prompt family.")
-	set("TaskRequest", "variant", "default", DefaultVariant)
+	set("TaskRequest", "variant", "default", prompts.DefaultVariant)
 	set("TaskRequest", "callback_url", "format", "uri", "description", "https; private, loopback, link-local and metadata addresses are refused.")
 	set("TaskRequest", "labels", "maxProperties", MaxLabels)
 	set("TaskRequest", "cache", "default", false)

@@ -114,7 +114,7 @@ func anyStrings(v any) []string {
 func FuzzDecodeTask(f *testing.F) {
 	for _, s := range []string{
 		`{"family":"summarize","input":"x"}`,
-		`{"family":"summarize","variant":"short","input":"x","labels":{"a":"b"},"config":{"temperature":0.5,"top_k":3},"cache":true,"max_cost_usd":0.1}`,
+		`{"family":"summarize","variant":"digest","input":"x","labels":{"a":"b"},"config":{"temperature":0.5,"top_k":3},"cache":true,"max_cost_usd":0.1}`,
 		`{"family":"summarize","input":"x","run_before":"2999-01-01T00:00:00+02:00"}`,
 		`{"family":"summarize","input":"x","callback_url":"https://example.com/h"}`,
 		`{"family":1}`, `[]`, `{"input":"\ud800"}`, `{"config":{"top_k":1e10}}`, ``,
@@ -131,7 +131,7 @@ func FuzzDecodeTask(f *testing.F) {
 			return
 		}
 		normalize(&req)
-		if v.validate(&req) != nil {
+		if _, err := v.validate(&req); err != nil {
 			return
 		}
 		b, err := json.Marshal(req)
@@ -143,7 +143,7 @@ func FuzzDecodeTask(f *testing.F) {
 			t.Fatalf("re-decode %s: %v", b, err)
 		}
 		normalize(&again)
-		if err := v.validate(&again); err != nil {
+		if _, err := v.validate(&again); err != nil {
 			t.Fatalf("re-validate %s: %v", b, err)
 		}
 		h1, _ := requestHash(&req)

@@ -18,6 +18,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -85,7 +86,7 @@ func TestNudgeOnEmulator(t *testing.T) {
 	})
 	r := e.submit(validRequest())
 	attrs := receive(t, c, r.TaskID)[r.TaskID]
-	if attrs[task.AttrTenant] != e.tenant || attrs[task.AttrFamily] != "summarize" || attrs[task.AttrVariant] != DefaultVariant {
+	if attrs[task.AttrTenant] != e.tenant || attrs[task.AttrFamily] != "summarize" || attrs[task.AttrVariant] != prompts.DefaultVariant {
 		t.Fatalf("attributes %v", attrs)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/prompts"
 )
 
 // Publisher publishes a nudge; *bus.Publisher implements it.
@@ -24,10 +25,13 @@ type Publisher interface {
 	Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error)
 }
 
-// Families says which prompt families and variants exist.
+// Families resolves a family's variant: whether it exists, its prompt version, model chain and
+// output bounds. *prompts.Registry implements it.
 type Families interface {
-	Has(family, variant string) bool
+	Variant(family, variant string) (*prompts.Variant, error)
 }
+
+var _ Families = (*prompts.Registry)(nil)
 
 // Deps are the publisher's collaborators.
 type Deps struct {

@@ -20,6 +20,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
@@ -68,19 +69,14 @@ func (p *fakePublisher) messages(topic string) []published {
 	return out
 }
 
-// familySet is a hand-written Families: family -> variants.
-type familySet map[string][]string
-
-func (f familySet) Has(family, variant string) bool {
-	for _, v := range f[family] {
-		if v == variant {
-			return true
-		}
+// testFamilies is the embedded prompt registry: summarize (default, digest), classify, analyze.
+var testFamilies = func() *prompts.Registry {
+	r, err := prompts.Default()
+	if err != nil {
+		panic(err)
 	}
-	return false
-}
-
-var testFamilies = familySet{"summarize": {"default", "short"}, "translate": {"default"}}
+	return r
+}()
 
 // testCallbackPolicy stands in for the SSRF policy: https only, no loopback names or literals.
 func testCallbackPolicy(raw string) error {

@@ -72,7 +72,8 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 	now := s.now()
 	normalize(req)
 	v := validator{families: s.families, checkCallback: s.checkURL, now: now}
-	if err := v.validate(req); err != nil {
+	variant, err := v.validate(req)
+	if err != nil {
 		return submitted{}, err
 	}
 	hash, err := requestHash(req)
@@ -89,7 +90,8 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 		SubjectKey: req.SubjectKey, GenConfig: req.Config, CallbackURL: req.CallbackURL, Labels: req.Labels,
 		Cache: req.Cache, RunBefore: req.RunBefore, MaxCostUSD: req.MaxCostUSD,
 		IdempotencyKey: key, RequestHash: hash, State: task.StateQueued,
-		Delivery:  store.Delivery{State: task.DeliveryNone},
+		Delivery:      store.Delivery{State: task.DeliveryNone},
+		PromptVersion: variant.Version, ModelChain: variant.Models,
 		CreatedAt: now, NudgeAt: &grace,
 	}
 	err = s.st.CreateTask(ctx, t)

@@ -23,7 +23,7 @@ func TestSubmitWritesFirstThenNudges(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	before := time.Now().UTC()
-	code, h, body := e.do("POST", "/v1/tasks", e.key, mustJSON(t, task.Request{Family: "summarize", Variant: "short",
+	code, h, body := e.do("POST", "/v1/tasks", e.key, mustJSON(t, task.Request{Family: "summarize", Variant: "digest",
 		Input: "hello", Cache: true, Config: &task.GenConfig{Temperature: new(0.3)}}), nil)
 	if code != http.StatusAccepted {
 		t.Fatalf("submit: %d %s", code, body)
@@ -39,16 +39,20 @@ func TestSubmitWritesFirstThenNudges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if doc.Tenant != e.tenant || doc.Family != "summarize" || doc.Variant != "short" || doc.Input != "hello" || !doc.Cache ||
+	if doc.Tenant != e.tenant || doc.Family != "summarize" || doc.Variant != "digest" || doc.Input != "hello" || !doc.Cache ||
 		doc.RequestHash == "" || doc.Delivery.State != task.DeliveryNone || *doc.GenConfig.Temperature != 0.3 {
 		t.Fatalf("document %+v", doc)
+	}
+	fam, _ := testFamilies.Variant("summarize", "digest")
+	if doc.PromptVersion == "" || doc.PromptVersion != fam.Version || !slices.Equal(doc.ModelChain, fam.Models) {
+		t.Fatalf("prompt version %q and model chain %v, want the family's %q %v", doc.PromptVersion, doc.ModelChain, fam.Version, fam.Models)
 	}
 	// Due at now + grace: the sweeper nudges it if the publish below was lost.
 	if doc.DueAt == nil || doc.DueAt.Before(before.Add(e.cfg.NudgeGrace)) || doc.DueAt.After(time.Now().Add(e.cfg.NudgeGrace)) {
 		t.Fatalf("due_at %v, want now+%s", doc.DueAt, e.cfg.NudgeGrace)
 	}
 	msgs := e.pub.messages(bus.TopicTasks)
-	want := map[string]string{task.AttrTaskID: r.TaskID, task.AttrTenant: e.tenant, task.AttrFamily: "summarize", task.AttrVariant: "short"}
+	want := map[string]string{task.AttrTaskID: r.TaskID, task.AttrTenant: e.tenant, task.AttrFamily: "summarize", task.AttrVariant: "digest"}
 	if len(msgs) != 1 || !equalMaps(msgs[0].attrs, want) {
 		t.Fatalf("nudges %+v, want one with %v", msgs, want)
 	}
@@ -56,11 +60,11 @@ func TestSubmitWritesFirstThenNudges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.TaskID != r.TaskID || v.State != task.StateQueued || v.Variant != "short" || v.Delivery.State != task.DeliveryNone {
+	if v.TaskID != r.TaskID || v.State != task.StateQueued || v.Variant != "digest" || v.Delivery.State != task.DeliveryNone {
 		t.Fatalf("view %+v", v)
 	}
 	// Without an Idempotency-Key every request is a new task with a random id.
-	r2 := e.submit(task.Request{Family: "summarize", Variant: "short", Input: "hello", Cache: true, Config: &task.GenConfig{Temperature: new(0.3)}})
+	r2 := e.submit(task.Request{Family: "summarize", Variant: "digest", Input: "hello", Cache: true, Config: &task.GenConfig{Temperature: new(0.3)}})
 	if r2.TaskID == r.TaskID || len(r2.TaskID) != 32 {
 		t.Fatalf("second id %q (first %q)", r2.TaskID, r.TaskID)
 	}
@@ -198,6 +202,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"top_k", withReq(func(r map[string]any) { r["config"] = map[string]any{"top_k": 0} }), "", 400, "config.top_k"},
 		{"top_k fraction", withReq(func(r map[string]any) { r["config"] = map[string]any{"top_k": 1.5} }), "", 400, "config.top_k"},
 		{"max_output_tokens", withReq(func(r map[string]any) { r["config"] = map[string]any{"max_output_tokens": 70000} }), "", 400, "config.max_output_tokens"},
+		{"max_output_tokens over the family's limit", withReq(func(r map[string]any) { r["config"] = map[string]any{"max_output_tokens": 4097} }), "", 400, "config.max_output_tokens"},
 		{"callback http", withReq(func(r map[string]any) { r["callback_url"] = "http://example.com/hook" }), "", 400, "callback_url"},
 		{"callback private", withReq(func(r map[string]any) { r["callback_url"] = "https://169.254.169.254/" }), "", 400, "callback_url"},
 		{"too many labels", withReq(func(r map[string]any) { r["labels"] = labels33 }), "", 400, "labels"},
@@ -233,7 +238,7 @@ func TestSubmitValidation(t *testing.T) {
 	// Within the bounds everything is accepted.
 	ok := task.Request{Family: "summarize", Input: strings.Repeat("é", MaxInputBytes/2), SubjectKey: "site-a/daily",
 		CallbackURL: "https://example.com/hook", Labels: map[string]string{"app": "x", "team.name": "Ünïcode value"},
-		Config:    &task.GenConfig{Temperature: new(2.0), TopP: new(0.0), TopK: new(int32(100)), MaxOutputTokens: new(int32(65536))},
+		Config:    &task.GenConfig{Temperature: new(2.0), TopP: new(0.0), TopK: new(int32(100)), MaxOutputTokens: new(int32(4096))},
 		RunBefore: new(time.Now().Add(time.Hour)), MaxCostUSD: new(0.05)}
 	if _, err := e.api.Submit(context.Background(), ok); err != nil {
 		t.Fatalf("request at the bounds: %v", err)
@@ -468,7 +473,7 @@ func TestBatch(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	body := []byte(`{"tasks":[{"family":"summarize","input":"a"},{"family":"summarize","input":"b","colour":"red"},` +
-		`{"family":"poetry","input":"c"},{"family":"translate","input":"d"}]}`)
+		`{"family":"poetry","input":"c"},{"family":"classify","input":"d"}]}`)
 	hdr := map[string]string{client.HeaderIdempotencyKey: "batch-1"}
 	code, _, out := e.do("POST", "/v1/tasks:batch", e.key, body, hdr)
 	if code != 200 {
