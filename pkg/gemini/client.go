@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/genai"
 
+	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -291,19 +292,7 @@ func (c *Client) qualityRetry(req Request, cfg task.GenConfig) task.GenConfig {
 	if req.QualityRetry != nil {
 		return req.QualityRetry(cfg)
 	}
-	return LowerTemperature(cfg)
-}
-
-// LowerTemperature is the default change of conditions after a rejected output: half the
-// temperature (1.0 when none was set), down to 0.
-func LowerTemperature(cfg task.GenConfig) task.GenConfig {
-	t := 1.0
-	if cfg.Temperature != nil {
-		t = *cfg.Temperature
-	}
-	t = math.Round(t/2*100) / 100
-	cfg.Temperature = &t
-	return cfg
+	return prompts.LowerTemperature(cfg)
 }
 
 // call makes one model call and adds what it spent to res. A nil failure and nil error mean the

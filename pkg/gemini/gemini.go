@@ -71,7 +71,7 @@ type Request struct {
 	// Validate checks an output; a failure is a quality failure. Nil accepts every output.
 	Validate func(output string) error
 	// QualityRetry changes the generation config after Validate rejected an output; nil uses
-	// LowerTemperature. A rejected output is never retried under the same conditions.
+	// prompts.LowerTemperature. A rejected output is never retried under the same conditions.
 	QualityRetry func(task.GenConfig) task.GenConfig
 	// MaxCostUSD refuses calls whose estimate exceeds it; 0 means no limit.
 	MaxCostUSD float64
