@@ -1,6 +1,7 @@
 package deploycheck_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 
@@ -601,4 +603,25 @@ func TestDockerfiles(t *testing.T) {
 			wantErrors(t, deploycheck.CheckDockerfile([]byte(bad), deploycheck.DockerfileWant{Service: "worker", MinGoPatch: minGoPatch}), tt.want)
 		}
 	})
+}
+
+// TestTerraformFormatted is `terraform fmt -check` without the terraform binary: hclwrite.Format
+// is the formatter terraform fmt applies.
+func TestTerraformFormatted(t *testing.T) {
+	paths, err := filepath.Glob(filepath.Join(terraformDir, "*.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range paths {
+		src, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hclwrite.Format(src); !bytes.Equal(got, src) {
+			t.Errorf("%s is not formatted: run terraform fmt infra/terraform", p)
+		}
+	}
+	if bad := []byte("resource \"x\" \"y\" {\n  a = 1\n  bb = 2\n}\n"); bytes.Equal(hclwrite.Format(bad), bad) {
+		t.Error("hclwrite.Format left misaligned attributes alone; this check would pass anything")
+	}
 }
