@@ -279,6 +279,9 @@ func (c *Client) do(ctx context.Context, method, path, idemKey string, in, out a
 	}
 }
 
+// maxDetail bounds the detail kept from an error answer that is not a problem document.
+const maxDetail = 512
+
 // errTransport marks a failure to get any answer.
 type errTransport struct{ err error }
 
@@ -340,7 +343,11 @@ func (c *Client) once(ctx context.Context, method, path, idemKey string, body []
 	}
 	p := &Problem{}
 	if json.Unmarshal(data, p) != nil || p.Status == 0 {
-		p = &Problem{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode), Detail: strings.TrimSpace(string(data))}
+		detail := strings.TrimSpace(string(data))
+		if len(detail) > maxDetail {
+			detail = detail[:maxDetail] + "…"
+		}
+		p = &Problem{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode), Detail: detail}
 	}
 	p.Status = resp.StatusCode
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
