@@ -128,6 +128,9 @@ resource "google_pubsub_topic_iam_member" "agent_publishes_dead_letters" {
   topic   = google_pubsub_topic.topics[each.value].name
   role    = "roles/pubsub.publisher"
   member  = local.pubsub_agent
+
+  # The agent exists once the Pub/Sub API is enabled.
+  depends_on = [google_project_service.required]
 }
 
 resource "google_pubsub_subscription_iam_member" "agent_acks_worker" {
@@ -135,6 +138,7 @@ resource "google_pubsub_subscription_iam_member" "agent_acks_worker" {
   subscription = google_pubsub_subscription.worker.name
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_agent
+  depends_on   = [google_project_service.required]
 }
 
 resource "google_pubsub_subscription_iam_member" "agent_acks_resulthandler" {
@@ -142,6 +146,7 @@ resource "google_pubsub_subscription_iam_member" "agent_acks_resulthandler" {
   subscription = google_pubsub_subscription.resulthandler.name
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_agent
+  depends_on   = [google_project_service.required]
 }
 
 # The agent mints the push requests' OIDC tokens as the push service account.
@@ -149,4 +154,5 @@ resource "google_service_account_iam_member" "agent_signs_push_tokens" {
   service_account_id = google_service_account.push.name
   role               = "roles/iam.serviceAccountTokenCreator"
   member             = local.pubsub_agent
+  depends_on         = [google_project_service.required]
 }
