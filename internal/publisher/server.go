@@ -16,8 +16,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/prompts"
+	"github.com/genbox-dev/genbox/pkg/webhook"
 )
 
 // Publisher publishes a nudge; *bus.Publisher implements it.
@@ -38,10 +40,10 @@ type Deps struct {
 	Store     *store.Store
 	Publisher Publisher
 	Families  Families
-	// CheckCallback applies the callback URL policy (https, no private addresses unless
-	// insecure callbacks are allowed); a non-nil error refuses the URL and says why.
+	// CheckCallback applies the callback URL policy; a non-nil error refuses the URL and says
+	// why. Nil: ssrf.CheckURL with Config.AllowInsecureCallbacks.
 	CheckCallback func(rawURL string) error
-	// NewSecret returns a new webhook signing secret.
+	// NewSecret returns a new webhook signing secret. Nil: webhook.NewSecret.
 	NewSecret func() (string, error)
 	Log       *slog.Logger
 }
@@ -69,8 +71,14 @@ func New(cfg Config, d Deps) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if d.Store == nil || d.Publisher == nil || d.Families == nil || d.CheckCallback == nil || d.NewSecret == nil {
-		return nil, errors.New("publisher: Store, Publisher, Families, CheckCallback and NewSecret are required")
+	if d.Store == nil || d.Publisher == nil || d.Families == nil {
+		return nil, errors.New("publisher: Store, Publisher and Families are required")
+	}
+	if d.CheckCallback == nil {
+		d.CheckCallback = func(u string) error { return ssrf.CheckURL(u, cfg.AllowInsecureCallbacks) }
+	}
+	if d.NewSecret == nil {
+		d.NewSecret = webhook.NewSecret
 	}
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)

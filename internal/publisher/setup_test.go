@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -22,7 +20,6 @@ import (
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
-	"github.com/genbox-dev/genbox/pkg/webhook"
 )
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
@@ -78,22 +75,6 @@ var testFamilies = func() *prompts.Registry {
 	return r
 }()
 
-// testCallbackPolicy stands in for the SSRF policy: https only, no loopback names or literals.
-func testCallbackPolicy(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return err
-	}
-	if u.Scheme != "https" {
-		return errors.New("must be https")
-	}
-	switch u.Hostname() {
-	case "localhost", "127.0.0.1", "169.254.169.254", "10.0.0.1":
-		return errors.New("refers to a private address")
-	}
-	return nil
-}
-
 // env is what an endpoint test needs: the server on the emulators, its store, the recorded
 // nudges, an admin client and one tenant with a key.
 type env struct {
@@ -125,8 +106,7 @@ func setup(t testing.TB, opts ...option) *env {
 	cfg := DefaultConfig()
 	cfg.ProjectID, cfg.AdminKey = project, testAdminKey
 	pub := &fakePublisher{}
-	d := Deps{Store: st, Publisher: pub, Families: testFamilies, CheckCallback: testCallbackPolicy,
-		NewSecret: webhook.NewSecret, Log: slog.New(slog.DiscardHandler)}
+	d := Deps{Store: st, Publisher: pub, Families: testFamilies, Log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(&cfg, &d)
 	}

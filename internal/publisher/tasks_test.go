@@ -205,6 +205,11 @@ func TestSubmitValidation(t *testing.T) {
 		{"max_output_tokens over the family's limit", withReq(func(r map[string]any) { r["config"] = map[string]any{"max_output_tokens": 4097} }), "", 400, "config.max_output_tokens"},
 		{"callback http", withReq(func(r map[string]any) { r["callback_url"] = "http://example.com/hook" }), "", 400, "callback_url"},
 		{"callback private", withReq(func(r map[string]any) { r["callback_url"] = "https://169.254.169.254/" }), "", 400, "callback_url"},
+		{"callback loopback", withReq(func(r map[string]any) { r["callback_url"] = "https://127.0.0.1:8443/hook" }), "", 400, "callback_url"},
+		{"callback localhost", withReq(func(r map[string]any) { r["callback_url"] = "https://localhost/hook" }), "", 400, "callback_url"},
+		{"callback private range", withReq(func(r map[string]any) { r["callback_url"] = "https://10.1.2.3/hook" }), "", 400, "callback_url"},
+		{"callback mapped IPv6", withReq(func(r map[string]any) { r["callback_url"] = "https://[::ffff:127.0.0.1]/hook" }), "", 400, "callback_url"},
+		{"callback not a URL", withReq(func(r map[string]any) { r["callback_url"] = "::nope" }), "", 400, "callback_url"},
 		{"too many labels", withReq(func(r map[string]any) { r["labels"] = labels33 }), "", 400, "labels"},
 		{"label key charset", withReq(func(r map[string]any) { r["labels"] = map[string]any{"Bad Key": "v"} }), "", 400, "labels.Bad Key"},
 		{"label value control", withReq(func(r map[string]any) { r["labels"] = map[string]any{"k": "a\nb"} }), "", 400, "labels.k"},
@@ -610,5 +615,22 @@ func TestNotARoute(t *testing.T) {
 	code, _, body := e.do("GET", "/healthz", "", nil, nil)
 	if code != 200 || !strings.Contains(string(body), `"ok"`) {
 		t.Fatalf("healthz: %d %s", code, body)
+	}
+}
+
+// TestInsecureCallbacksForLocalUse: GENBOX_ALLOW_INSECURE_CALLBACKS admits http and loopback
+// (for `genbox dev`), still not the metadata server.
+func TestInsecureCallbacksForLocalUse(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *Config, _ *Deps) { c.AllowInsecureCallbacks = true })
+	req := validRequest()
+	req.CallbackURL = "http://127.0.0.1:9999/hook"
+	if _, err := e.api.Submit(context.Background(), req); err != nil {
+		t.Fatalf("loopback http with insecure callbacks allowed: %v", err)
+	}
+	req.CallbackURL = "http://169.254.169.254/computeMetadata/v1/"
+	var p *client.Problem
+	if _, err := e.api.Submit(context.Background(), req); !errors.As(err, &p) || !slices.Contains(fields(*p), "callback_url") {
+		t.Fatalf("metadata address: %v", err)
 	}
 }
