@@ -1,0 +1,345 @@
+package ssrf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		addr, want string
+	}{
+		{"127.0.0.1", ReasonLoopback},
+		{"127.8.9.10", ReasonLoopback},
+		{"::1", ReasonLoopback},
+		{"10.0.0.1", ReasonPrivate},
+		{"172.16.0.1", ReasonPrivate},
+		{"172.31.255.255", ReasonPrivate},
+		{"192.168.1.1", ReasonPrivate},
+		{"fc00::1", ReasonPrivate},
+		{"fd12:3456::1", ReasonPrivate},
+		{"169.254.1.1", ReasonLinkLocal},
+		{"fe80::1", ReasonLinkLocal},
+		{"fe80::1%eth0", ReasonLinkLocal},
+		{"100.64.0.1", ReasonCGNAT},
+		{"100.127.255.255", ReasonCGNAT},
+		{"169.254.169.254", ReasonMetadata},
+		{"fd00:ec2::254", ReasonMetadata},
+		{"::ffff:127.0.0.1", ReasonMapped + " of " + ReasonLoopback},
+		{"::ffff:10.1.2.3", ReasonMapped + " of " + ReasonPrivate},
+		{"::ffff:8.8.8.8", ReasonMapped},
+		{"64:ff9b::7f00:1", ReasonNAT64},
+		{"64:ff9b:1::1", ReasonNAT64},
+		{"2002:7f00:1::", Reason6to4 + " of " + ReasonLoopback},
+		{"0.0.0.0", ReasonUnspecified},
+		{"::", ReasonUnspecified},
+		{"0.1.2.3", ReasonReserved},
+		{"240.0.0.1", ReasonReserved},
+		{"224.0.0.1", ReasonLinkLocal},
+		{"239.1.1.1", ReasonMulticast},
+		{"ff02::1", ReasonLinkLocal},
+		{"ff0e::1", ReasonMulticast},
+		{"255.255.255.255", ReasonBroadcast},
+		{"8.8.8.8", ""},
+		{"100.63.255.255", ""},
+		{"172.32.0.1", ""},
+		{"2001:4860:4860::8888", ""},
+		{"2002:808:808::", ""},
+	}
+	for _, tc := range tests {
+		if got := Classify(netip.MustParseAddr(tc.addr)); got != tc.want {
+			t.Errorf("Classify(%s) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
+
+func TestCheckURL(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		url      string
+		insecure bool
+		want     string // reason prefix; "" means allowed
+	}{
+		{"https://example.com/hook", false, ""},
+		{"https://example.com:8443/hook?x=1", false, ""},
+		{"https://93.184.216.34/hook", false, ""},
+		{"http://example.com/hook", false, ReasonScheme},
+		{"http://example.com/hook", true, ""},
+		{"ftp://example.com/", true, ReasonScheme},
+		{"/relative", false, ReasonScheme},
+		{"https://", false, ReasonNoHost},
+		{"https://user:pw@example.com/", false, ReasonUserinfo},
+		{"https://localhost/", false, ReasonLocalhost},
+		{"https://LOCALHOST./", false, ReasonLocalhost},
+		{"https://app.localhost/", false, ReasonLocalhost},
+		{"http://localhost:8080/", true, ""},
+		{"https://127.0.0.1/", false, ReasonLoopback},
+		{"http://127.0.0.1:9000/", true, ""},
+		{"https://[::1]/", false, ReasonLoopback},
+		{"https://[::ffff:127.0.0.1]/", false, ReasonMapped},
+		{"https://[::ffff:127.0.0.1]/", true, ReasonMapped},
+		{"https://10.0.0.1/", true, ReasonPrivate},
+		{"https://192.168.1.1/", false, ReasonPrivate},
+		{"https://172.16.0.1/", false, ReasonPrivate},
+		{"https://100.64.0.1/", false, ReasonCGNAT},
+		{"https://169.254.169.254/latest/meta-data", true, ReasonMetadata},
+		{"https://[fd00:ec2::254]/", false, ReasonMetadata},
+		{"https://[64:ff9b::a00:1]/", false, ReasonNAT64},
+		{"https://0.0.0.0/", false, ReasonUnspecified},
+		{"https://%zz/", false, ReasonURL},
+	}
+	for _, tc := range tests {
+		err := CheckURL(tc.url, tc.insecure)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("CheckURL(%q, %v) = %v, want nil", tc.url, tc.insecure, err)
+			}
+			continue
+		}
+		b, ok := IsBlocked(err)
+		if !ok || !strings.HasPrefix(b.Reason, tc.want) {
+			t.Errorf("CheckURL(%q, %v) = %v, want reason %q", tc.url, tc.insecure, err, tc.want)
+		}
+	}
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// serve starts an HTTP server on a counting listener of network/addr; ok is false when the
+// machine has no such address (no IPv6 loopback).
+func serve(t *testing.T, network, addr string, h http.Handler) (*countingListener, bool) {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return nil, false
+	}
+	cl := &countingListener{Listener: ln}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(cl) //nolint:errcheck // ends with Close
+	t.Cleanup(func() { srv.Close() })
+	return cl, true
+}
+
+func port(l net.Listener) uint16 { return netip.MustParseAddrPort(l.Addr().String()).Port() }
+
+// fakeResolver maps names to addresses, as a DNS server under an attacker's control could.
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := f[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+var hit = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+
+// Every forbidden destination is refused with its reason, and none of the listeners standing
+// behind them receives a connection.
+func TestClientRefusesInternalDestinations(t *testing.T) {
+	t.Parallel()
+	internal, _ := serve(t, "tcp4", "127.0.0.1:0", hit)
+	p4 := port(internal)
+	internal6, has6 := serve(t, "tcp6", "[::1]:0", hit)
+	public, _ := serve(t, "tcp4", "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, fmt.Sprintf("http://127.0.0.1:%d/", p4), http.StatusFound)
+	}))
+	pubAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port(public))
+	loop := netip.MustParseAddr("127.0.0.1")
+	p := Policy{
+		AllowHTTP: true,
+		Resolver: fakeResolver{
+			"localhost":          {loop, netip.MustParseAddr("::1")},
+			"internal.example":   {loop},
+			"rebind.example":     {netip.MustParseAddr("93.184.216.34"), loop},
+			"public.example":     {loop},
+			"metadata.internal.": {netip.MustParseAddr("169.254.169.254")},
+		},
+		allow: func(ap netip.AddrPort) bool { return ap == pubAddr },
+	}
+	c := NewClient(p)
+	tests := []struct {
+		url, reason string
+	}{
+		{fmt.Sprintf("http://127.0.0.1:%d/", p4), ReasonLoopback},
+		{fmt.Sprintf("http://localhost:%d/", p4), ReasonLoopback},
+		{fmt.Sprintf("http://[::ffff:127.0.0.1]:%d/", p4), ReasonMapped},
+		{fmt.Sprintf("http://internal.example:%d/", p4), ReasonLoopback},
+		{fmt.Sprintf("http://rebind.example:%d/", p4), ReasonLoopback},
+		{"http://10.0.0.1/", ReasonPrivate},
+		{"http://192.168.1.1/", ReasonPrivate},
+		{"http://172.16.0.1/", ReasonPrivate},
+		{"http://100.64.0.1/", ReasonCGNAT},
+		{"http://169.254.169.254/latest/meta-data/", ReasonMetadata},
+		{"http://metadata.internal./", ReasonMetadata},
+		{"http://[fd00:ec2::254]/", ReasonMetadata},
+		{"http://[64:ff9b::7f00:1]/", ReasonNAT64},
+		{"http://0.0.0.0/", ReasonUnspecified},
+		{fmt.Sprintf("http://public.example:%d/", port(public)), ReasonRedirect},
+	}
+	if has6 {
+		tests = append(tests, struct{ url, reason string }{fmt.Sprintf("http://[::1]:%d/", port(internal6)), ReasonLoopback})
+	} else {
+		tests = append(tests, struct{ url, reason string }{"http://[::1]:9/", ReasonLoopback})
+	}
+	for _, tc := range tests {
+		t.Run(tc.url, func(t *testing.T) {
+			resp, err := c.Post(tc.url, "application/json", strings.NewReader("{}"))
+			if err == nil {
+				err = CheckResponse(resp)
+				resp.Body.Close()
+			}
+			b, ok := IsBlocked(err)
+			if !ok {
+				t.Fatalf("not refused: %v", err)
+			}
+			if !strings.HasPrefix(b.Reason, tc.reason) {
+				t.Fatalf("reason %q, want %q", b.Reason, tc.reason)
+			}
+			t.Logf("refused: %v", b)
+		})
+	}
+	if n := internal.accepted.Load(); n != 0 {
+		t.Errorf("internal listener accepted %d connections", n)
+	}
+	if has6 {
+		if n := internal6.accepted.Load(); n != 0 {
+			t.Errorf("internal IPv6 listener accepted %d connections", n)
+		}
+	}
+	if n := public.accepted.Load(); n != 1 {
+		t.Errorf("the public receiver accepted %d connections, want 1 (the redirecting answer)", n)
+	}
+}
+
+// With proxy variables pointing at a listener, a request neither goes to the proxy nor gets
+// past the dialer's check; an allowed destination is reached directly.
+func TestClientIgnoresProxyVariables(t *testing.T) {
+	proxy, _ := serve(t, "tcp4", "127.0.0.1:0", hit)
+	proxyURL := "http://" + proxy.Addr().String()
+	for _, v := range []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY"} {
+		t.Setenv(v, proxyURL)
+	}
+	t.Setenv("NO_PROXY", "")
+	t.Setenv("no_proxy", "")
+	public, _ := serve(t, "tcp4", "127.0.0.1:0", hit)
+	pubAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port(public))
+	loop := netip.MustParseAddr("127.0.0.1")
+	c := NewClient(Policy{
+		AllowHTTP: true,
+		Resolver:  fakeResolver{"internal.example": {loop}, "public.example": {loop}},
+		allow:     func(ap netip.AddrPort) bool { return ap == pubAddr },
+	})
+	for _, u := range []string{"https://internal.example/", "http://internal.example/"} {
+		_, err := c.Get(u)
+		b, ok := IsBlocked(err)
+		if !ok || b.Reason != ReasonLoopback {
+			t.Errorf("GET %s = %v, want refused as loopback", u, err)
+		}
+	}
+	resp, err := c.Get(fmt.Sprintf("http://public.example:%d/", pubAddr.Port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if n := proxy.accepted.Load(); n != 0 {
+		t.Errorf("the proxy accepted %d connections", n)
+	}
+	if n := public.accepted.Load(); n != 1 {
+		t.Errorf("the public receiver accepted %d connections, want 1", n)
+	}
+}
+
+func TestClientPolicy(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 4*MaxResponseBytes)
+	srv, _ := serve(t, "tcp4", "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, big) //nolint:errcheck // the client stops reading
+	}))
+	u := fmt.Sprintf("http://127.0.0.1:%d/", port(srv))
+
+	t.Run("loopback allowed explicitly, body capped", func(t *testing.T) {
+		resp, err := NewClient(Policy{AllowHTTP: true, AllowLoopback: true}).Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) != MaxResponseBytes {
+			t.Fatalf("read %d bytes, want the cap %d", len(b), MaxResponseBytes)
+		}
+	})
+	t.Run("http refused without AllowHTTP", func(t *testing.T) {
+		before := srv.accepted.Load()
+		_, err := NewClient(Policy{AllowLoopback: true}).Get(u)
+		if b, ok := IsBlocked(err); !ok || !strings.HasPrefix(b.Reason, ReasonScheme) {
+			t.Fatalf("err = %v, want scheme refusal", err)
+		}
+		if srv.accepted.Load() != before {
+			t.Fatal("the server was reached")
+		}
+	})
+	t.Run("userinfo refused", func(t *testing.T) {
+		_, err := NewClient(Policy{AllowHTTP: true, AllowLoopback: true}).Get(strings.Replace(u, "http://", "http://u:p@", 1))
+		if b, ok := IsBlocked(err); !ok || b.Reason != ReasonUserinfo {
+			t.Fatalf("err = %v, want userinfo refusal", err)
+		}
+	})
+	t.Run("dns failure is not a refusal", func(t *testing.T) {
+		_, err := NewClient(Policy{Resolver: fakeResolver{}}).Get("https://nowhere.example/")
+		if _, ok := IsBlocked(err); ok || err == nil {
+			t.Fatalf("err = %v, want a plain resolution error", err)
+		}
+		var dnsErr *net.DNSError
+		if !errors.As(err, &dnsErr) {
+			t.Fatalf("err = %v, want a *net.DNSError inside", err)
+		}
+	})
+}
+
+// The dialer's Control hook is the last line: it refuses an address that reaches the dialer
+// without going through dial's check.
+func TestControlHookRefuses(t *testing.T) {
+	t.Parallel()
+	ln, _ := serve(t, "tcp4", "127.0.0.1:0", hit)
+	conn, err := newDialer(Policy{}).DialContext(context.Background(), "tcp", ln.Addr().String())
+	if err == nil {
+		conn.Close()
+		t.Fatal("dialed a loopback address")
+	}
+	if b, ok := IsBlocked(err); !ok || b.Reason != ReasonLoopback {
+		t.Fatalf("err = %v", err)
+	}
+	conn, err = newDialer(Policy{AllowLoopback: true}).DialContext(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("loopback allowed explicitly: %v", err)
+	}
+	conn.Close()
+}
