@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
+
+// syncBuffer is an output sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// addr returns the address the "publisher started" line names, once it is logged.
+func (s *syncBuffer) addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, line := range strings.Split(s.b.String(), "\n") {
+		var rec struct {
+			Message string `json:"message"`
+			Addr    string `json:"addr"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "publisher started" {
+			return rec.Addr
+		}
+	}
+	return ""
+}
+
+// TestRunServesAndShutsDown runs the service as Cloud Run would (PORT=0 here) against the
+// emulators: admin sets up a tenant, a task is submitted and its nudge arrives, SIGTERM (ctx)
+// ends run cleanly.
+func TestRunServesAndShutsDown(t *testing.T) {
+	project := emulator.ProjectID(t)
+	ps, err := pubsub.NewClient(context.Background(), project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	topo := bus.DefaultTopology()
+	topo.AckDeadline = 10 * time.Second
+	if err := bus.Bootstrap(context.Background(), ps, topo); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"PORT": "0", "GOOGLE_CLOUD_PROJECT": project, "GENBOX_ADMIN_KEY": "an-admin-key-for-tests"}
+	var mu sync.Mutex
+	asked := map[string]bool{}
+	getenv := func(k string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		asked[k] = true
+		return env[k]
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, getenv, out) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for out.addr() == "" {
+		select {
+		case err := <-done:
+			t.Fatalf("run ended early: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the publisher did not start")
+		}
+	}
+	base := "http://" + strings.Replace(out.addr(), "[::]", "127.0.0.1", 1)
+	admin := client.New(base, env["GENBOX_ADMIN_KEY"])
+	if _, err := admin.CreateTenant(ctx, "acme", nil); err != nil {
+		t.Fatal(err)
+	}
+	key, err := admin.CreateAPIKey(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := client.New(base, key.Key).Submit(ctx, task.Request{Family: "summarize", Input: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var got string
+	_ = bus.Pull(rctx, ps, bus.SubWorker, bus.PullSettings{NumGoroutines: 1}, bus.HandlerFunc(func(_ context.Context, m *bus.Message) bus.Result {
+		if m.Attributes[task.AttrTaskID] == r.TaskID {
+			got = m.Attributes[task.AttrTenant]
+			cancel()
+		}
+		return bus.Ack
+	}))
+	if got != "acme" {
+		t.Fatalf("nudge of %s not received (tenant %q)", r.TaskID, got)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	for _, name := range []string{"PORT", "GOOGLE_CLOUD_PROJECT", "GENBOX_ADMIN_KEY", "GENBOX_MAX_BODY_BYTES",
+		"GENBOX_ALLOW_INSECURE_CALLBACKS", "GENBOX_PUBLIC_URL", "GENBOX_SECRET_OVERLAP", "GENBOX_PROMPTS_DIR"} {
+		if !asked[name] {
+			t.Errorf("run never read %s", name)
+		}
+	}
+}
+
+func TestRunRefusesBadConfig(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		name string
+	}{
+		{map[string]string{}, "GOOGLE_CLOUD_PROJECT"},
+		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_MAX_BODY_BYTES": "lots"}, "GENBOX_MAX_BODY_BYTES"},
+		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_ADMIN_KEY": "short"}, "GENBOX_ADMIN_KEY"},
+		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_SECRET_OVERLAP": "1 day"}, "GENBOX_SECRET_OVERLAP"},
+		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_PUBLIC_URL": "example.com"}, "GENBOX_PUBLIC_URL"},
+		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_ALLOW_INSECURE_CALLBACKS": "maybe"}, "GENBOX_ALLOW_INSECURE_CALLBACKS"},
+	} {
+		err := run(context.Background(), func(k string) string { return c.env[k] }, &syncBuffer{})
+		if err == nil || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("env %v: %v, want an error naming %s", c.env, err, c.name)
+		}
+	}
+}
