@@ -1,0 +1,207 @@
+package resulthandler
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/ssrf"
+)
+
+// Environment variables the resulthandler reads (besides the telemetry ones of internal/obs).
+const (
+	EnvProject        = "GOOGLE_CLOUD_PROJECT"
+	EnvPort           = "PORT"
+	EnvInstance       = "GENBOX_INSTANCE_ID"
+	EnvSubscription   = "GENBOX_RESULTS_SUBSCRIPTION"
+	EnvConsumer       = "GENBOX_CONSUMER"
+	EnvConcurrency    = "GENBOX_CONCURRENCY"
+	EnvTimeout        = "GENBOX_WEBHOOK_TIMEOUT"
+	EnvHorizon        = "GENBOX_DELIVERY_HORIZON"
+	EnvBackoffMin     = "GENBOX_DELIVERY_BACKOFF_MIN"
+	EnvBackoffMax     = "GENBOX_DELIVERY_BACKOFF_MAX"
+	EnvNoticeGrace    = "GENBOX_NOTICE_GRACE"
+	EnvAllowInsecure  = "GENBOX_ALLOW_INSECURE_CALLBACKS"
+	EnvShutdownGrace  = "GENBOX_SHUTDOWN_GRACE"
+	ConsumerPush      = "push"
+	ConsumerPull      = "pull"
+	defaultPort       = "8080"
+	defaultLogEntries = 20
+)
+
+// PushPath is where the push consumer is mounted: the push endpoint of the subscription.
+const PushPath = "/pubsub/push"
+
+// ErrConfig means a setting is invalid; the message names the variable.
+var ErrConfig = errors.New("resulthandler: invalid configuration")
+
+// Config is the resulthandler's configuration, read from the environment.
+type Config struct {
+	Project      string // GOOGLE_CLOUD_PROJECT
+	Port         string // PORT: /healthz and, in push mode, the push endpoint
+	Instance     string // GENBOX_INSTANCE_ID: the delivery lease owner (hostname-pid when empty)
+	Subscription string // GENBOX_RESULTS_SUBSCRIPTION (pull mode)
+	Consumer     string // GENBOX_CONSUMER: push (Cloud Run request-driven) or pull
+	Concurrency  int    // GENBOX_CONCURRENCY: messages handled at once in pull mode
+
+	Policy
+
+	// AllowInsecure admits http callbacks and loopback receivers: local use only.
+	AllowInsecure bool          // GENBOX_ALLOW_INSECURE_CALLBACKS
+	ShutdownGrace time.Duration // GENBOX_SHUTDOWN_GRACE: in-flight deliveries may finish within it
+}
+
+// Policy is what the Handler needs of the configuration.
+type Policy struct {
+	Owner       string        // the delivery lease owner
+	Timeout     time.Duration // GENBOX_WEBHOOK_TIMEOUT: one POST, response included
+	Horizon     time.Duration // GENBOX_DELIVERY_HORIZON: retries stop this long after the first attempt
+	BackoffMin  time.Duration // GENBOX_DELIVERY_BACKOFF_MIN: the smallest delay before a retry
+	BackoffMax  time.Duration // GENBOX_DELIVERY_BACKOFF_MAX: the ceiling of the exponential backoff
+	NoticeGrace time.Duration // GENBOX_NOTICE_GRACE: the sweeper re-sends a DLQ notice after it
+	LogEntries  int           // attempts kept in delivery.log
+}
+
+// DefaultPolicy returns the production delivery policy for owner.
+func DefaultPolicy(owner string) Policy {
+	return Policy{
+		Owner:       owner,
+		Timeout:     ssrf.DefaultTimeout,
+		Horizon:     24 * time.Hour,
+		BackoffMin:  10 * time.Second,
+		BackoffMax:  time.Hour,
+		NoticeGrace: time.Minute,
+		LogEntries:  defaultLogEntries,
+	}
+}
+
+// LeaseTTL is how long a delivery claim lasts: three HTTP timeouts, so a live claimant is never
+// overtaken while its POST may still be in flight.
+func (p Policy) LeaseTTL() time.Duration { return 3 * p.Timeout }
+
+// SSRF returns the delivery client's policy.
+func (c Config) SSRF() ssrf.Policy {
+	return ssrf.Policy{AllowHTTP: c.AllowInsecure, AllowLoopback: c.AllowInsecure, Timeout: c.Timeout}
+}
+
+// FromEnv reads the configuration, with defaults, calling getenv for every variable it knows,
+// and validates it.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		Project:       getenv(EnvProject),
+		Port:          getenv(EnvPort),
+		Instance:      getenv(EnvInstance),
+		Subscription:  getenv(EnvSubscription),
+		Consumer:      getenv(EnvConsumer),
+		Concurrency:   64,
+		ShutdownGrace: 8 * time.Second,
+	}
+	if c.Port == "" {
+		c.Port = defaultPort
+	}
+	if c.Subscription == "" {
+		c.Subscription = bus.SubResults
+	}
+	if c.Consumer == "" {
+		c.Consumer = ConsumerPush
+	}
+	if c.Instance == "" {
+		host, _ := os.Hostname()
+		c.Instance = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	c.Policy = DefaultPolicy(c.Instance)
+	var errs []error
+	for _, v := range []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{EnvTimeout, &c.Timeout},
+		{EnvHorizon, &c.Horizon},
+		{EnvBackoffMin, &c.BackoffMin},
+		{EnvBackoffMax, &c.BackoffMax},
+		{EnvNoticeGrace, &c.NoticeGrace},
+		{EnvShutdownGrace, &c.ShutdownGrace},
+	} {
+		if s := getenv(v.name); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, v.name, err))
+				continue
+			}
+			*v.dst = d
+		}
+	}
+	if s := getenv(EnvConcurrency); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, EnvConcurrency, err))
+		}
+		c.Concurrency = n
+	}
+	if s := getenv(EnvAllowInsecure); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, EnvAllowInsecure, err))
+		}
+		c.AllowInsecure = b
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+// Validate reports every setting that cannot work, naming its variable.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(name, why string) { errs = append(errs, fmt.Errorf("%w: %s %s", ErrConfig, name, why)) }
+	if c.Project == "" {
+		bad(EnvProject, "is required")
+	}
+	if n, err := strconv.Atoi(c.Port); err != nil || n < 0 || n > 65535 {
+		bad(EnvPort, "must be a port number")
+	}
+	if c.Consumer != ConsumerPush && c.Consumer != ConsumerPull {
+		bad(EnvConsumer, "must be push or pull")
+	}
+	if c.Concurrency <= 0 {
+		bad(EnvConcurrency, "must be positive")
+	}
+	if c.ShutdownGrace <= 0 {
+		bad(EnvShutdownGrace, "must be positive")
+	}
+	if err := c.Policy.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (p Policy) validate() error {
+	var errs []error
+	bad := func(name, why string) { errs = append(errs, fmt.Errorf("%w: %s %s", ErrConfig, name, why)) }
+	if p.Owner == "" {
+		bad(EnvInstance, "must not be empty")
+	}
+	if p.Timeout <= 0 {
+		bad(EnvTimeout, "must be positive")
+	}
+	if p.Horizon <= 0 {
+		bad(EnvHorizon, "must be positive")
+	}
+	if p.BackoffMin <= 0 {
+		bad(EnvBackoffMin, "must be positive")
+	}
+	if p.BackoffMax < p.BackoffMin {
+		bad(EnvBackoffMax, "must not be below "+EnvBackoffMin)
+	}
+	if p.NoticeGrace <= 0 {
+		bad(EnvNoticeGrace, "must be positive")
+	}
+	if p.LogEntries <= 0 {
+		errs = append(errs, fmt.Errorf("%w: LogEntries must be positive", ErrConfig))
+	}
+	return errors.Join(errs...)
+}

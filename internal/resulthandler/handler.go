@@ -1,0 +1,349 @@
+// Package resulthandler delivers genbox's webhooks (DESIGN §6). It consumes gemini-results
+// nudges; for each, it claims the task's pending delivery in Firestore under a lease that
+// outlasts three HTTP timeouts (so two instances never POST the same event at once), POSTs the
+// payload frozen when the event was queued, signed per Standard Webhooks with every active
+// secret of the tenant, through the SSRF-guarded client of internal/ssrf, and records the
+// outcome on the task: delivered (then the next queued event starts), a retry at now +
+// exponential backoff with full jitter that the sweeper nudges when due, or — for a 4xx other
+// than 408/429, a redirect, a refused destination, or a failure past the horizon counted from the
+// first attempt — a dead delivery with a DLQ notice to gemini-results-dlq. The task's own state
+// never changes here; every attempt is logged on it.
+//
+// Guarantee: every event is delivered at least once, always with the same webhook-id
+// ({task_id}.{type}.{replay}, the same across retries and Redeliver) so receivers can dedupe. A
+// duplicate happens only if the process dies between the receiver's 2xx and the commit that
+// records the delivery; the lease then expires and the delivery is retried.
+package resulthandler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/ssrf"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/task"
+	"github.com/genbox-dev/genbox/pkg/webhook"
+)
+
+// Store is the task access the handler needs; *store.Store implements it.
+type Store interface {
+	MutateTask(ctx context.Context, id string, fn store.MutateFunc) (*store.Task, error)
+}
+
+// Secrets gives a tenant's active webhook secrets, newest first; *store.Store implements it.
+type Secrets interface {
+	WebhookSecrets(ctx context.Context, tenant string) ([]string, error)
+}
+
+// Publisher publishes DLQ notices; *bus.Publisher implements it.
+type Publisher interface {
+	Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error)
+}
+
+// Doer sends a delivery; the *http.Client of ssrf.NewClient is the one to use.
+type Doer interface {
+	Do(r *http.Request) (*http.Response, error)
+}
+
+var (
+	_ Store       = (*store.Store)(nil)
+	_ Secrets     = (*store.Store)(nil)
+	_ Publisher   = (*bus.Publisher)(nil)
+	_ Doer        = (*http.Client)(nil)
+	_ bus.Handler = (*Handler)(nil)
+)
+
+// maxChain bounds how many queued events one message delivers back to back; a longer queue is
+// left to the sweeper (each started event is due at once).
+const maxChain = 8
+
+// commitBudget bounds recording an outcome, which must happen even while shutting down.
+const commitBudget = 10 * time.Second
+
+// Handler delivers webhooks; it is a bus.Handler for gemini-results. Safe for concurrent use.
+type Handler struct {
+	store   Store
+	secrets Secrets
+	pub     Publisher
+	client  Doer
+	log     *slog.Logger
+	policy  Policy
+
+	// Now stamps webhook-timestamp (leases and schedules use the store's clock). Jitter returns
+	// a uniformly random duration in [0, d]. Tests replace them.
+	Now    func() time.Time
+	Jitter func(d time.Duration) time.Duration
+}
+
+// New returns a Handler.
+func New(st Store, sec Secrets, pub Publisher, client Doer, log *slog.Logger, p Policy) (*Handler, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return &Handler{
+		store: st, secrets: sec, pub: pub, client: client, log: log, policy: p,
+		Now:    time.Now,
+		Jitter: func(d time.Duration) time.Duration { return rand.N(d + 1) },
+	}, nil
+}
+
+// Handle delivers the pending webhook of the task the message names, if it is due and nobody
+// else holds it. It always acks: retries are scheduled on the task, and the sweeper nudges them.
+func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
+	id := m.Attributes[task.AttrTaskID]
+	if id == "" {
+		h.log.WarnContext(ctx, "resulthandler: message without task id", "message_id", m.ID)
+		return bus.Ack
+	}
+	for range maxChain {
+		if !h.deliverOnce(ctx, id) {
+			break
+		}
+	}
+	return bus.Ack
+}
+
+// claim is what a claim transaction decided, acted on after it commits.
+type claim struct {
+	eventID, payload, url, tenant string
+	epoch                         int64
+	round, attempt                int
+}
+
+// outcome is what one POST came to.
+type outcome struct {
+	kind       outcomeKind
+	status     int
+	err        string
+	retryAfter time.Duration
+}
+
+type outcomeKind int
+
+const (
+	delivered outcomeKind = iota
+	retry
+	dead
+)
+
+// deliverOnce claims, POSTs and records one attempt. It reports whether another event of the
+// task became due at once (the next queued one started after a delivery).
+func (h *Handler) deliverOnce(ctx context.Context, id string) bool {
+	c, ok := h.claim(ctx, id)
+	if !ok {
+		return false
+	}
+	log := h.log.With("task_id", id, "event_id", c.eventID, "attempt", c.attempt, "round", c.round)
+	o := h.post(ctx, c)
+	// The outcome is recorded even when ctx ends (shutdown): a delivered event must be marked.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitBudget)
+	defer cancel()
+	next, notice, err := h.record(rctx, id, c, o)
+	if err != nil {
+		// The lease expires and the sweeper nudges the delivery again: at least once.
+		log.ErrorContext(ctx, "resulthandler: record outcome", "status", o.status, "error", err)
+		return false
+	}
+	log.InfoContext(ctx, "resulthandler: attempt", "status", o.status, "outcome", o.kind.String(), "error", o.err)
+	if notice != nil {
+		h.publishNotice(rctx, id, *notice, log)
+	}
+	return next
+}
+
+func (k outcomeKind) String() string {
+	switch k {
+	case delivered:
+		return "delivered"
+	case retry:
+		return "retry"
+	}
+	return "dead"
+}
+
+// claim takes the delivery lease when the delivery is pending, due and not held.
+func (h *Handler) claim(ctx context.Context, id string) (claim, bool) {
+	var c claim
+	var ok bool
+	_, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+		ok = false
+		d := &t.Delivery
+		if d.State != task.DeliveryPending || d.Lease.Live(now) || (d.NextAttemptAt != nil && now.Before(*d.NextAttemptAt)) {
+			return store.ErrNoChange
+		}
+		if err := d.Lease.Take(h.policy.Owner, now, h.policy.LeaseTTL()); err != nil {
+			return store.ErrNoChange
+		}
+		if d.FirstAttemptAt == nil {
+			d.FirstAttemptAt = &now
+		}
+		d.Attempts++
+		c = claim{eventID: d.EventID, payload: d.Payload, url: t.CallbackURL, tenant: t.Tenant,
+			epoch: d.Lease.Epoch, round: d.Round, attempt: d.Attempts}
+		ok = true
+		return nil
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		h.log.InfoContext(ctx, "resulthandler: no such task", "task_id", id)
+		return claim{}, false
+	case err != nil:
+		// Contention (Aborted) or an outage: not claimed; the task's due_at still stands.
+		h.log.WarnContext(ctx, "resulthandler: claim", "task_id", id, "error", err)
+		return claim{}, false
+	}
+	return c, ok
+}
+
+// post sends the frozen payload, signed, and classifies the answer.
+func (h *Handler) post(ctx context.Context, c claim) outcome {
+	secrets, err := h.secrets.WebhookSecrets(ctx, c.tenant)
+	if err != nil {
+		return outcome{kind: retry, err: "webhook secrets: " + err.Error()}
+	}
+	signer, err := webhook.NewSigner(secrets...)
+	if err != nil {
+		return outcome{kind: retry, err: "webhook secrets: " + err.Error()}
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.policy.Timeout)
+	defer cancel()
+	body := []byte(c.payload)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(c.payload))
+	if err != nil {
+		return outcome{kind: dead, err: "callback url: " + err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "genbox-webhook/1")
+	signer.SetHeaders(req.Header, c.eventID, h.Now(), body)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if _, blocked := ssrf.IsBlocked(err); blocked {
+			return outcome{kind: dead, err: err.Error()}
+		}
+		return outcome{kind: retry, err: err.Error()}
+	}
+	_, _ = io.Copy(io.Discard, resp.Body) // the client caps it; draining lets the connection be reused
+	resp.Body.Close()
+	return classify(resp)
+}
+
+// classify maps a receiver's answer to an outcome: 2xx delivered; 408, 429 and 5xx retried
+// (honouring a Retry-After in seconds); a redirect (never followed) and every other status dead.
+func classify(resp *http.Response) outcome {
+	s := resp.StatusCode
+	o := outcome{status: s}
+	switch {
+	case s >= 200 && s <= 299:
+		o.kind = delivered
+	case s == http.StatusRequestTimeout || s == http.StatusTooManyRequests || s >= 500:
+		o.kind = retry
+		o.err = http.StatusText(s)
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			o.retryAfter = time.Duration(secs) * time.Second
+		}
+	case s >= 300 && s <= 399:
+		o.kind = dead
+		o.err = ssrf.CheckResponse(resp).Error()
+	default:
+		o.kind = dead
+		o.err = "receiver refused: " + strconv.Itoa(s) + " " + http.StatusText(s)
+	}
+	return o
+}
+
+// backoff is the delay before retry n (1-based): full jitter over an exponential ceiling,
+// floored at BackoffMin, and at least what the receiver asked for (up to BackoffMax).
+func (h *Handler) backoff(n int, retryAfter time.Duration) time.Duration {
+	p := h.policy
+	ceiling := p.BackoffMax
+	if n < 40 {
+		if c := p.BackoffMin << (n - 1); c > 0 && c < ceiling {
+			ceiling = c
+		}
+	}
+	d := max(h.Jitter(ceiling), p.BackoffMin)
+	return min(max(d, retryAfter), p.BackoffMax)
+}
+
+// record commits one attempt's outcome. A delivery counts for a matching event whatever the
+// lease epoch; a failure reschedules only a delivery nobody else has since claimed. It returns
+// whether a queued event started and the DLQ notice to publish, if any.
+func (h *Handler) record(ctx context.Context, id string, c claim, o outcome) (bool, *store.Notice, error) {
+	var next bool
+	var notice *store.Notice
+	_, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+		next, notice = false, nil
+		d := &t.Delivery
+		if d.EventID != c.eventID || d.State != task.DeliveryPending {
+			return store.ErrNoChange // finished (or discarded) meanwhile: nothing left to record
+		}
+		d.Log = append(d.Log, store.DeliveryAttempt{EventID: c.eventID, Round: c.round, At: now, Status: o.status, Error: o.err})
+		if n := len(d.Log) - h.policy.LogEntries; n > 0 {
+			d.Log = append(d.Log[:0:0], d.Log[n:]...)
+		}
+		if o.kind == delivered {
+			d.State, d.DeliveredAt, d.NextAttemptAt = task.DeliveryDelivered, &now, nil
+			d.LastStatus, d.LastError = o.status, ""
+			d.Lease.Clear()
+			t.AdvanceDelivery(now)
+			next = t.Delivery.State == task.DeliveryPending
+			return nil
+		}
+		if d.Round != c.round || (d.Lease.Live(now) && !d.Lease.HeldBy(h.policy.Owner, c.epoch, now)) {
+			return nil // someone else owns the delivery now: only the log entry is ours to write
+		}
+		d.LastStatus, d.LastError = o.status, o.err
+		d.Lease.Clear()
+		first := now
+		if d.FirstAttemptAt != nil {
+			first = *d.FirstAttemptAt
+		}
+		horizon := first.Add(h.policy.Horizon)
+		if o.kind == retry && now.Before(horizon) {
+			at := now.Add(h.backoff(c.attempt, o.retryAfter))
+			if at.After(horizon) {
+				at = horizon // one last attempt at the horizon
+			}
+			d.NextAttemptAt = &at
+			return nil
+		}
+		if o.kind == retry {
+			d.LastError = fmt.Sprintf("horizon %s passed: %s", h.policy.Horizon, o.err)
+		}
+		d.State, d.NextAttemptAt = task.DeliveryDead, nil
+		notice = h.addNotice(t, now)
+		return nil
+	})
+	return next, notice, err
+}
+
+// addNotice appends the delivery's DLQ notice unless it is already there, and returns it. The
+// sweeper re-sends it after NoticeGrace until the dlqnotifier has recorded it.
+func (h *Handler) addNotice(t *store.Task, now time.Time) *store.Notice {
+	at := now.Add(h.policy.NoticeGrace)
+	n := store.Notice{Stage: task.StageDelivery, Replay: t.Replay, Round: t.Delivery.Round, NextAttemptAt: &at}
+	for _, e := range t.Notices {
+		if e.Stage == n.Stage && e.Replay == n.Replay && e.Round == n.Round {
+			return &e
+		}
+	}
+	t.Notices = append(t.Notices, n)
+	return &n
+}
+
+// publishNotice publishes a DLQ notice; on failure the sweeper re-sends it when due.
+func (h *Handler) publishNotice(ctx context.Context, id string, n store.Notice, log *slog.Logger) {
+	_, err := h.pub.Publish(ctx, bus.TopicResultsDLQ, nil, n.Attributes(id))
+	if err != nil {
+		log.WarnContext(ctx, "resulthandler: publish dlq notice", "error", err)
+	}
+}

@@ -1,0 +1,344 @@
+package resulthandler
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/ssrf"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// checkPosts asserts every post verified with the official library and carried id.
+func checkPosts(t *testing.T, posts []post, ids ...string) {
+	t.Helper()
+	if len(posts) != len(ids) {
+		t.Fatalf("%d posts, want %d: %+v", len(posts), len(ids), posts)
+	}
+	for i, p := range posts {
+		if p.VerifyErr != nil {
+			t.Errorf("post %d does not verify with the official library: %v", i, p.VerifyErr)
+		}
+		if p.ID != ids[i] {
+			t.Errorf("post %d webhook-id %q, want %q", i, p.ID, ids[i])
+		}
+	}
+}
+
+func TestRetryThenDelivered(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.recv.schedule = func(n int) int {
+		if n == 1 {
+			return 500
+		}
+		return 200
+	}
+	tk := e.finishedTask(t, "t-retry", e.recv.URL())
+	evID := task.EventID(tk.ID, task.EventSucceeded, 0)
+
+	if r := e.handle(tk.ID); r != bus.Ack {
+		t.Fatalf("result %v", r)
+	}
+	got := e.get(t, tk.ID)
+	d := got.Delivery
+	if d.State != task.DeliveryPending || d.Attempts != 1 || d.LastStatus != 500 || d.Lease.Owner != "" {
+		t.Fatalf("after a 500: %+v", d)
+	}
+	if want := e.clock.Now().Add(e.policy.BackoffMin); d.NextAttemptAt == nil || !d.NextAttemptAt.Equal(want) {
+		t.Fatalf("next_attempt_at %v, want %v", d.NextAttemptAt, want)
+	}
+	if got.DueAt == nil || !got.DueAt.Equal(*d.NextAttemptAt) {
+		t.Fatalf("due_at %v, want next_attempt_at %v", got.DueAt, d.NextAttemptAt)
+	}
+
+	e.handle(tk.ID) // not due yet: nothing happens
+	if n := len(e.recv.Posts()); n != 1 {
+		t.Fatalf("%d posts before next_attempt_at", n)
+	}
+
+	e.clock.Set(*d.NextAttemptAt)
+	e.handle(tk.ID)
+	got = e.get(t, tk.ID)
+	d = got.Delivery
+	if d.State != task.DeliveryDelivered || d.DeliveredAt == nil || d.Attempts != 2 || d.LastStatus != 200 {
+		t.Fatalf("after a 200: %+v", d)
+	}
+	if got.State != task.StateSucceeded {
+		t.Fatalf("task state %s changed", got.State)
+	}
+	if got.DueAt != nil || got.ExpireAt == nil {
+		t.Fatalf("nothing pending, yet due_at %v expire_at %v", got.DueAt, got.ExpireAt)
+	}
+	if len(d.Log) != 2 || d.Log[0].Status != 500 || d.Log[1].Status != 200 || d.Log[0].EventID != evID {
+		t.Fatalf("log %+v", d.Log)
+	}
+	posts := e.recv.Posts()
+	checkPosts(t, posts, evID, evID)
+	var ev task.Event
+	if err := json.Unmarshal([]byte(posts[1].Body), &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Type != task.EventSucceeded || ev.Data.TaskID != tk.ID || ev.Data.Output == nil || *ev.Data.Output != "a summary" {
+		t.Fatalf("payload %+v", ev)
+	}
+	if posts[0].Body != posts[1].Body {
+		t.Fatal("the retry sent another payload than the frozen one")
+	}
+	if len(e.pub.Msgs()) != 0 {
+		t.Fatalf("published %+v", e.pub.Msgs())
+	}
+}
+
+func TestClientErrorIsDeadAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{400, 401, 404, 410, 302} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			e.recv.schedule = func(int) int { return status }
+			tk := e.finishedTask(t, "t-dead", e.recv.URL())
+			e.handle(tk.ID)
+			got := e.get(t, tk.ID)
+			d := got.Delivery
+			if d.State != task.DeliveryDead || d.Attempts != 1 || d.LastStatus != status || d.NextAttemptAt != nil || d.Lease.Owner != "" {
+				t.Fatalf("delivery %+v", d)
+			}
+			if got.State != task.StateSucceeded {
+				t.Fatalf("task state %s changed", got.State)
+			}
+			if len(got.Notices) != 1 || got.Notices[0].Stage != task.StageDelivery || got.Notices[0].Round != 0 {
+				t.Fatalf("notices %+v", got.Notices)
+			}
+			want := e.clock.Now().Add(e.policy.NoticeGrace)
+			if got.DueAt == nil || !got.DueAt.Equal(want) {
+				t.Fatalf("due_at %v, want the notice's %v", got.DueAt, want)
+			}
+			msgs := e.pub.Msgs()
+			if len(msgs) != 1 || msgs[0].Topic != bus.TopicResultsDLQ {
+				t.Fatalf("published %+v", msgs)
+			}
+			a := msgs[0].Attrs
+			if a[task.AttrTaskID] != tk.ID || a[task.AttrStage] != "delivery" || a[task.AttrReplay] != "0" || a[task.AttrRound] != "0" || a[task.AttrKind] != "notice" {
+				t.Fatalf("attributes %v", a)
+			}
+			e.clock.Set(e.clock.Now().Add(time.Hour))
+			e.handle(tk.ID)
+			if n := len(e.recv.Posts()); n != 1 {
+				t.Fatalf("%d posts: a dead delivery was retried", n)
+			}
+		})
+	}
+}
+
+// drive handles the task, then moves the clock to its next attempt, until the delivery is no
+// longer pending (or n rounds).
+func (e *env) drive(t *testing.T, id string, n int, before func(i int)) *store.Task {
+	t.Helper()
+	for i := range n {
+		if before != nil {
+			before(i)
+		}
+		e.handle(id)
+		got := e.get(t, id)
+		if got.Delivery.State != task.DeliveryPending {
+			return got
+		}
+		if got.Delivery.NextAttemptAt == nil {
+			t.Fatalf("pending without next_attempt_at: %+v", got.Delivery)
+		}
+		e.clock.Set(*got.Delivery.NextAttemptAt)
+	}
+	t.Fatalf("still pending after %d rounds", n)
+	return nil
+}
+
+func TestReceiverDownPastHorizonIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.recv.stop() // connection refused from now on
+	tk := e.finishedTask(t, "t-down", e.recv.URL())
+	start := e.clock.Now()
+	got := e.drive(t, tk.ID, 20, nil)
+	d := got.Delivery
+	if d.State != task.DeliveryDead {
+		t.Fatalf("delivery %+v", d)
+	}
+	if !strings.Contains(d.LastError, "horizon") {
+		t.Fatalf("last error %q", d.LastError)
+	}
+	last := d.Log[len(d.Log)-1].At
+	if !last.Equal(start.Add(e.policy.Horizon)) {
+		t.Fatalf("last attempt at %v, want the horizon %v", last, start.Add(e.policy.Horizon))
+	}
+	if d.FirstAttemptAt == nil || !d.FirstAttemptAt.Equal(start) || d.Attempts != len(d.Log) || d.Attempts < 4 {
+		t.Fatalf("first attempt %v, attempts %d, log %d", d.FirstAttemptAt, d.Attempts, len(d.Log))
+	}
+	for _, a := range d.Log {
+		if a.Status != 0 || !strings.Contains(a.Error, "refused") {
+			t.Fatalf("attempt %+v is not a connection error", a)
+		}
+	}
+	if len(got.Notices) != 1 || len(e.pub.Msgs()) != 1 {
+		t.Fatalf("notices %+v, published %+v", got.Notices, e.pub.Msgs())
+	}
+}
+
+func TestReceiverBackBeforeHorizonDeliversOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	addr := e.recv.addr
+	e.recv.stop()
+	tk := e.finishedTask(t, "t-back", e.recv.URL())
+	got := e.drive(t, tk.ID, 20, func(i int) {
+		if i == 3 {
+			e.recv.start(t, addr) // back, on the same address
+		}
+	})
+	if got.Delivery.State != task.DeliveryDelivered || got.Delivery.Attempts != 4 {
+		t.Fatalf("delivery %+v", got.Delivery)
+	}
+	evID := task.EventID(tk.ID, task.EventSucceeded, 0)
+	checkPosts(t, e.recv.Posts(), evID)
+	e.clock.Set(e.clock.Now().Add(time.Hour))
+	e.handle(tk.ID)
+	checkPosts(t, e.recv.Posts(), evID) // still exactly one
+}
+
+func TestTwoInstancesOnePOST(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.recv.hold = make(chan struct{})
+	e.recv.arrived = make(chan struct{}, 4)
+	tk := e.finishedTask(t, "t-race", e.recv.URL())
+	other := e.handler(t, testPolicy("rh-2"))
+	msg := &bus.Message{ID: "m", Attributes: map[string]string{task.AttrTaskID: tk.ID}}
+
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	done := make(chan string, 2)
+	for name, h := range map[string]*Handler{"rh-1": e.h, "rh-2": other} {
+		wg.Go(func() {
+			<-start
+			h.Handle(e.ctx, msg)
+			done <- name
+		})
+	}
+	close(start)
+	<-e.recv.arrived // one instance is inside the POST, holding the lease
+	loser := <-done  // the other has given up without posting
+	close(e.recv.hold)
+	wg.Wait()
+	got := e.get(t, tk.ID)
+	if got.Delivery.State != task.DeliveryDelivered || got.Delivery.Attempts != 1 {
+		t.Fatalf("delivery %+v", got.Delivery)
+	}
+	if len(e.recv.Posts()) != 1 {
+		t.Fatalf("%d posts, want 1", len(e.recv.Posts()))
+	}
+	if got.Delivery.Lease.Epoch != 1 {
+		t.Fatalf("lease epoch %d: claimed more than once", got.Delivery.Lease.Epoch)
+	}
+	t.Logf("%s lost the claim", loser)
+}
+
+func TestNewerEventQueuesBehindPending(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.recv.schedule = func(n int) int {
+		if n == 1 {
+			return 503
+		}
+		return 200
+	}
+	now := e.clock.Now()
+	tk := &store.Task{ID: "t-queue", Tenant: tenant, Family: "summarize", Input: "x",
+		CallbackURL: e.recv.URL(), State: task.StateRunning, CreatedAt: now}
+	tk.Error = &store.TaskError{Kind: task.KindTransient, Message: "every attempt failed"}
+	tk.Finish(task.StateDead, now)
+	if err := e.st.CreateTask(e.ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	deadID := task.EventID(tk.ID, task.EventDead, 0)
+	e.handle(tk.ID) // 503: task.dead stays pending
+
+	// Meanwhile a human regenerates and replay 1 succeeds: its event queues behind.
+	_, err := e.st.MutateTask(e.ctx, tk.ID, func(t *store.Task, now time.Time) error {
+		t.Replay, t.Error = 1, nil
+		t.Output, t.OutputAt = "second try", &now
+		t.Finish(task.StateSucceeded, now)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := e.get(t, tk.ID)
+	if got.Delivery.EventID != deadID || got.Delivery.State != task.DeliveryPending || len(got.Delivery.Queue) != 1 {
+		t.Fatalf("the newer event overwrote the pending one: %+v", got.Delivery)
+	}
+	e.clock.Set(*got.Delivery.NextAttemptAt)
+	e.handle(tk.ID) // task.dead delivered, then task.succeeded started and delivered in the same call
+	got = e.get(t, tk.ID)
+	okID := task.EventID(tk.ID, task.EventSucceeded, 1)
+	if got.Delivery.State != task.DeliveryDelivered || got.Delivery.EventID != okID || len(got.Delivery.Queue) != 0 {
+		t.Fatalf("delivery %+v", got.Delivery)
+	}
+	posts := e.recv.Posts()
+	checkPosts(t, posts, deadID, deadID, okID)
+	var ev task.Event
+	if err := json.Unmarshal([]byte(posts[1].Body), &ev); err != nil || ev.Type != task.EventDead || ev.Data.State != task.StateDead {
+		t.Fatalf("task.dead payload %s (%v)", posts[1].Body, err)
+	}
+}
+
+func TestRefusedDestinationIsDead(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tk := e.finishedTask(t, "t-ssrf", "http://10.0.0.1/hook")
+	e.handle(tk.ID)
+	got := e.get(t, tk.ID)
+	if got.Delivery.State != task.DeliveryDead || !strings.Contains(got.Delivery.LastError, ssrf.ReasonPrivate) {
+		t.Fatalf("delivery %+v", got.Delivery)
+	}
+	if len(got.Notices) != 1 || len(e.pub.Msgs()) != 1 {
+		t.Fatalf("notices %+v published %+v", got.Notices, e.pub.Msgs())
+	}
+}
+
+// A lost notice publish leaves the notice on the task, due for the sweeper after the grace.
+func TestNoticePublishFailureLeavesOutbox(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.pub.PublishFunc = func(string, map[string]string) error { return net.ErrClosed }
+	e.recv.schedule = func(int) int { return 422 }
+	tk := e.finishedTask(t, "t-lost", e.recv.URL())
+	e.handle(tk.ID)
+	got := e.get(t, tk.ID)
+	if len(got.Notices) != 1 || got.DueAt == nil || !got.DueAt.Equal(*got.Notices[0].NextAttemptAt) {
+		t.Fatalf("notices %+v due_at %v", got.Notices, got.DueAt)
+	}
+}
+
+func TestAckWhenNothingToDo(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for _, attrs := range []map[string]string{{}, {task.AttrTaskID: "missing"}} {
+		if r := e.h.Handle(e.ctx, &bus.Message{Attributes: attrs}); r != bus.Ack {
+			t.Fatalf("%v: %v", attrs, r)
+		}
+	}
+	tk := &store.Task{ID: "t-none", Tenant: tenant, State: task.StateRunning, CreatedAt: e.clock.Now()}
+	tk.Finish(task.StateSucceeded, e.clock.Now()) // no callback: delivery none
+	if err := e.st.CreateTask(e.ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.handle(tk.ID); r != bus.Ack || len(e.recv.Posts()) != 0 {
+		t.Fatalf("result %v, posts %d", r, len(e.recv.Posts()))
+	}
+}
