@@ -404,6 +404,28 @@ func TestTraceCrossesHTTPAndPubSubAttributes(t *testing.T) {
 	}
 }
 
+func TestHandlerSpanNamesAndProbes(t *testing.T) {
+	resetGlobals(t)
+	exp := tracetest.NewInMemoryExporter()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)))
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/tasks/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
+	h := Handler(mux, "publisher")
+	for _, r := range []*http.Request{
+		httptest.NewRequest(http.MethodPost, "/v1/tasks/t1/cancel", nil),
+		httptest.NewRequest(http.MethodGet, "/healthz", nil),
+		httptest.NewRequest(http.MethodGet, "/nowhere", nil),
+	} {
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	got := names(exp.GetSpans())
+	want := []string{"publisher POST /v1/tasks/{id}/cancel", "publisher GET"}
+	if !slices.Equal(got, want) {
+		t.Errorf("spans = %q, want %q", got, want)
+	}
+}
+
 func names(spans tracetest.SpanStubs) []string {
 	var out []string
 	for _, s := range spans {
