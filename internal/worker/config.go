@@ -1,0 +1,179 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/sweeper"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+)
+
+// Config is the worker service's configuration, read from the environment.
+type Config struct {
+	Project      string // GOOGLE_CLOUD_PROJECT
+	Port         string // PORT: /healthz
+	Instance     string // GENBOX_INSTANCE_ID: the lease owner name (hostname-pid when empty)
+	Subscription string // GENBOX_TASKS_SUBSCRIPTION
+
+	LeaseTTL     time.Duration // GENBOX_LEASE_TTL: how long a claim lasts without renewal
+	RenewEvery   time.Duration // GENBOX_LEASE_RENEW: renewal interval while the model runs
+	MaxExtension time.Duration // GENBOX_MAX_EXTENSION: ack-deadline extension; the longest generation
+	Concurrency  int           // GENBOX_CONCURRENCY: messages handled at once
+	MaxAttempts  int           // GENBOX_TASK_ATTEMPTS: failed generations before a task is dead
+	ClaimCap     int           // GENBOX_CLAIM_CAP: takeovers of an expired lease before a task is dead
+
+	RetryBase, RetryMax time.Duration // GENBOX_RETRY_BASE/MAX: not_before after a transient failure
+	ParkBase, ParkMax   time.Duration // GENBOX_PARK_BASE/MAX: not_before of a parked (waiting) task
+	NudgeGrace          time.Duration // GENBOX_NUDGE_GRACE: sweeper holds off this long after our own nudge
+	CommitRetry         time.Duration // GENBOX_COMMIT_RETRY: how long an answered output's commit is retried
+	ShutdownGrace       time.Duration // GENBOX_SHUTDOWN_GRACE: in-flight calls may finish within it on SIGTERM
+
+	Sweep  sweeper.Config
+	Gemini gemini.Config
+}
+
+// ErrConfig means a setting is invalid; the message names the variable.
+var ErrConfig = errors.New("worker: invalid configuration")
+
+// FromEnv reads the configuration, with defaults, calling getenv for every variable it knows.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		Project:       getenv("GOOGLE_CLOUD_PROJECT"),
+		Port:          getenv("PORT"),
+		Instance:      getenv("GENBOX_INSTANCE_ID"),
+		Subscription:  getenv("GENBOX_TASKS_SUBSCRIPTION"),
+		LeaseTTL:      30 * time.Second,
+		RenewEvery:    10 * time.Second,
+		MaxExtension:  15 * time.Minute,
+		Concurrency:   64,
+		MaxAttempts:   5,
+		ClaimCap:      3,
+		RetryBase:     5 * time.Second,
+		RetryMax:      10 * time.Minute,
+		ParkBase:      30 * time.Second,
+		ParkMax:       15 * time.Minute,
+		NudgeGrace:    time.Minute,
+		CommitRetry:   2 * time.Minute,
+		ShutdownGrace: 8 * time.Second,
+	}
+	if c.Port == "" {
+		c.Port = "8080"
+	}
+	if c.Subscription == "" {
+		c.Subscription = bus.SubWorker
+	}
+	if c.Instance == "" {
+		host, _ := os.Hostname()
+		c.Instance = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	var errs []error
+	for _, v := range []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{"GENBOX_LEASE_TTL", &c.LeaseTTL},
+		{"GENBOX_LEASE_RENEW", &c.RenewEvery},
+		{"GENBOX_MAX_EXTENSION", &c.MaxExtension},
+		{"GENBOX_RETRY_BASE", &c.RetryBase},
+		{"GENBOX_RETRY_MAX", &c.RetryMax},
+		{"GENBOX_PARK_BASE", &c.ParkBase},
+		{"GENBOX_PARK_MAX", &c.ParkMax},
+		{"GENBOX_NUDGE_GRACE", &c.NudgeGrace},
+		{"GENBOX_COMMIT_RETRY", &c.CommitRetry},
+		{"GENBOX_SHUTDOWN_GRACE", &c.ShutdownGrace},
+	} {
+		if s := getenv(v.name); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, v.name, err))
+				continue
+			}
+			*v.dst = d
+		}
+	}
+	for _, v := range []struct {
+		name string
+		dst  *int
+	}{
+		{"GENBOX_CONCURRENCY", &c.Concurrency},
+		{"GENBOX_TASK_ATTEMPTS", &c.MaxAttempts},
+		{"GENBOX_CLAIM_CAP", &c.ClaimCap},
+	} {
+		if s := getenv(v.name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, v.name, err))
+				continue
+			}
+			*v.dst = n
+		}
+	}
+	var err error
+	if c.Sweep, err = sweeper.FromEnv(getenv); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Gemini, err = gemini.ConfigFromEnv(getenv); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+// Validate reports every setting that cannot work, naming its variable.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(name, why string) { errs = append(errs, fmt.Errorf("%w: %s %s", ErrConfig, name, why)) }
+	if c.Project == "" {
+		bad("GOOGLE_CLOUD_PROJECT", "is required")
+	}
+	if c.LeaseTTL <= 0 {
+		bad("GENBOX_LEASE_TTL", "must be positive")
+	}
+	if c.RenewEvery <= 0 || c.RenewEvery >= c.LeaseTTL {
+		bad("GENBOX_LEASE_RENEW", "must be positive and shorter than GENBOX_LEASE_TTL")
+	}
+	if c.MaxExtension < c.LeaseTTL {
+		bad("GENBOX_MAX_EXTENSION", "must cover at least GENBOX_LEASE_TTL")
+	}
+	if c.Concurrency < 1 {
+		bad("GENBOX_CONCURRENCY", "must be at least 1")
+	}
+	if c.MaxAttempts < 1 {
+		bad("GENBOX_TASK_ATTEMPTS", "must be at least 1")
+	}
+	if c.ClaimCap < 1 {
+		bad("GENBOX_CLAIM_CAP", "must be at least 1")
+	}
+	if c.RetryBase <= 0 || c.RetryMax < c.RetryBase {
+		bad("GENBOX_RETRY_BASE/GENBOX_RETRY_MAX", "must be positive with base <= max")
+	}
+	if c.ParkBase <= 0 || c.ParkMax < c.ParkBase {
+		bad("GENBOX_PARK_BASE/GENBOX_PARK_MAX", "must be positive with base <= max")
+	}
+	if c.NudgeGrace <= 0 {
+		bad("GENBOX_NUDGE_GRACE", "must be positive")
+	}
+	if c.CommitRetry <= 0 {
+		bad("GENBOX_COMMIT_RETRY", "must be positive")
+	}
+	if c.ShutdownGrace < 0 {
+		bad("GENBOX_SHUTDOWN_GRACE", "must not be negative")
+	}
+	return errors.Join(errs...)
+}
+
+// Policy is the part of Config the message handler applies.
+func (c Config) Policy() Policy {
+	return Policy{
+		Owner: c.Instance, LeaseTTL: c.LeaseTTL, RenewEvery: c.RenewEvery,
+		MaxAttempts: c.MaxAttempts, ClaimCap: c.ClaimCap,
+		RetryBase: c.RetryBase, RetryMax: c.RetryMax, ParkBase: c.ParkBase, ParkMax: c.ParkMax,
+		NudgeGrace: c.NudgeGrace, CommitRetry: c.CommitRetry,
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !genbox_crashpoints
+
+package crashpoint
+
+const tagged = false

@@ -1,0 +1,184 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
+	"github.com/genbox-dev/genbox/pkg/prompts"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
+
+// fakeRenderer renders the task input as the prompt, for the model chain it is given.
+type fakeRenderer struct {
+	RenderFunc func(family, variant, input string, cfg *task.GenConfig) (*prompts.Rendered, error)
+}
+
+func (r fakeRenderer) Render(family, variant, input string, cfg *task.GenConfig) (*prompts.Rendered, error) {
+	return r.RenderFunc(family, variant, input, cfg)
+}
+
+// chain renders every task for models.
+func chain(models ...string) fakeRenderer {
+	return fakeRenderer{RenderFunc: func(_, _, input string, _ *task.GenConfig) (*prompts.Rendered, error) {
+		return &prompts.Rendered{Prompt: input, Models: models}, nil
+	}}
+}
+
+// published is one recorded Publish.
+type published struct {
+	Topic string
+	Attrs map[string]string
+}
+
+// recorder is a Publisher that records what it publishes.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []published
+}
+
+func (r *recorder) Publish(_ context.Context, topic string, _ []byte, attrs map[string]string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, published{topic, attrs})
+	return "id", nil
+}
+
+func (r *recorder) on(topic string) []published {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []published
+	for _, m := range r.msgs {
+		if m.Topic == topic {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type bundle struct {
+	fs    *firestore.Client
+	store *store.Store
+	srv   *geminitest.Server
+	gen   *gemini.Client
+	pub   *recorder
+	logs  *syncBuffer
+	log   *slog.Logger
+}
+
+// setup returns a bundle on a project of the test's own, a fake Gemini with lat latency per call,
+// and a Gemini client with quick retries.
+func setup(t *testing.T, lat time.Duration) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	fs, err := firestore.NewClient(ctx, emulator.ProjectID(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	st := store.New(fs)
+	st.MaxAttempts = 20
+	srv := geminitest.NewServer(geminitest.WithLatency("", geminitest.Fixed(lat)))
+	t.Cleanup(srv.Close)
+	env := map[string]string{
+		"GOOGLE_GEMINI_BASE_URL": srv.URL, "GENBOX_MODEL_CHAIN": "m",
+		"GENBOX_MAX_ATTEMPTS": "2", "GENBOX_MODEL_ATTEMPTS": "2",
+		"GENBOX_BACKOFF_BASE": "5ms", "GENBOX_BACKOFF_MAX": "10ms",
+	}
+	cfg, err := gemini.ConfigFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, err := gemini.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	return &bundle{fs: fs, store: st, srv: srv, gen: gen, pub: &recorder{}, logs: logs,
+		log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+}
+
+// policy is a test policy: short leases, a long renewal unless set.
+func policy(owner string) Policy {
+	return Policy{
+		Owner: owner, LeaseTTL: 5 * time.Second, RenewEvery: 100 * time.Millisecond,
+		MaxAttempts: 3, ClaimCap: 2,
+		RetryBase: time.Second, RetryMax: 2 * time.Second, ParkBase: time.Second, ParkMax: 2 * time.Second,
+		NudgeGrace: time.Minute, CommitRetry: 5 * time.Second,
+	}
+}
+
+func (b *bundle) handler(pol Policy, r Renderer) *Handler {
+	return New(b.store, b.gen, r, b.pub, b.log.With("owner", pol.Owner), pol)
+}
+
+// task writes a queued task whose input names its id (so the fake's ledger can find its bills).
+func (b *bundle) task(t *testing.T, id string, mutate ...func(*store.Task)) {
+	t.Helper()
+	doc := &store.Task{
+		ID: id, Tenant: "tenant-a", Family: "summarize", Variant: "default", Input: "summarize " + id,
+		State: task.StateQueued, CallbackURL: "https://app.example/hook",
+	}
+	for _, m := range mutate {
+		m(doc)
+	}
+	if err := b.store.CreateTask(context.Background(), doc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *bundle) get(t *testing.T, id string) *store.Task {
+	t.Helper()
+	doc, err := b.store.GetTask(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+func msg(id string) *bus.Message {
+	return &bus.Message{ID: "m-" + id, Attributes: map[string]string{task.AttrTaskID: id}}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,603 @@
+// Package worker is the heart of genbox (DESIGN §4): per gemini-tasks nudge it claims the task in
+// Firestore under a fenced lease, calls the model while renewing the lease, persists the output
+// immediately (first output wins, never overwritten, a finished task never revived), nudges
+// gemini-results and only then acks. Every other outcome is written to the task (retry backoff,
+// park, failure, dead with a DLQ notice) and the message is acked: retries are scheduled in
+// Firestore, never by nacking, and the sweeper carries whatever a crash leaves behind.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/prompts"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Generator makes one task's model call under the call policy (gemini.Client).
+type Generator interface {
+	Generate(ctx context.Context, req gemini.Request) (gemini.Result, error)
+}
+
+// Renderer renders a task's prompt from its family and variant (prompts.Registry).
+type Renderer interface {
+	Render(family, variant, input string, cfg *task.GenConfig) (*prompts.Rendered, error)
+}
+
+// Publisher publishes a nudge (bus.Publisher).
+type Publisher interface {
+	Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error)
+}
+
+var (
+	_ Generator = (*gemini.Client)(nil)
+	_ Renderer  = (*prompts.Registry)(nil)
+	_ Publisher = (*bus.Publisher)(nil)
+)
+
+// Policy is what the handler needs of the configuration.
+type Policy struct {
+	Owner       string        // lease owner: this instance
+	LeaseTTL    time.Duration // a claim's lease
+	RenewEvery  time.Duration // renewal interval while the model runs
+	MaxAttempts int           // failed generations before dead
+	ClaimCap    int           // takeovers of an expired lease before dead
+	RetryBase   time.Duration // transient retry backoff: full jitter over base·2^(attempts-1), capped
+	RetryMax    time.Duration
+	ParkBase    time.Duration // park backoff: base·2^(parks-1), capped, with jitter
+	ParkMax     time.Duration
+	NudgeGrace  time.Duration // the sweeper holds off this long after the worker's own nudge
+	CommitRetry time.Duration // how long a commit with an unknown outcome is retried
+}
+
+// Handler handles gemini-tasks messages. It is safe for concurrent use.
+type Handler struct {
+	store  *store.Store
+	gen    Generator
+	render Renderer
+	pub    Publisher
+	log    *slog.Logger
+	pol    Policy
+
+	abort  context.Context // cancelled by Abort: in-flight calls give up and release their lease
+	cancel context.CancelFunc
+	stats  Stats
+}
+
+var _ bus.Handler = (*Handler)(nil)
+
+// New returns a Handler.
+func New(s *store.Store, gen Generator, render Renderer, pub Publisher, log *slog.Logger, pol Policy) *Handler {
+	abort, cancel := context.WithCancel(context.Background())
+	return &Handler{store: s, gen: gen, render: render, pub: pub, log: log, pol: pol, abort: abort, cancel: cancel}
+}
+
+// Abort makes every in-flight model call give up and release its lease (fenced): the end of
+// the shutdown grace period. Calls that answered still persist their output.
+func (h *Handler) Abort() { h.cancel() }
+
+// Stats counts what the handler did; read it with Snapshot.
+type Stats struct {
+	claimed, notClaimed, stored, lost, released, parked, failed, dead, refused atomic.Int64
+	mu                                                                         sync.Mutex
+	windows                                                                    []time.Duration
+}
+
+// StatsSnapshot is a copy of the handler's counters.
+type StatsSnapshot struct {
+	Claimed, NotClaimed, Stored, Lost, Released, Parked, Failed, Dead, Refused int64
+	// PaidWindows are the durations from the start of each stored output's model call to its
+	// commit: the only window in which a crash costs a second generation.
+	PaidWindows []time.Duration
+}
+
+// Stats returns a snapshot of the handler's counters.
+func (h *Handler) Stats() StatsSnapshot {
+	s := &h.stats
+	s.mu.Lock()
+	w := append([]time.Duration(nil), s.windows...)
+	s.mu.Unlock()
+	return StatsSnapshot{
+		Claimed: s.claimed.Load(), NotClaimed: s.notClaimed.Load(), Stored: s.stored.Load(), Lost: s.lost.Load(),
+		Released: s.released.Load(), Parked: s.parked.Load(), Failed: s.failed.Load(), Dead: s.dead.Load(),
+		Refused: s.refused.Load(), PaidWindows: w,
+	}
+}
+
+// Handle claims the task named by the message, runs it and acks. It never nacks: whatever it
+// cannot act on is left to the lease owner or the sweeper.
+func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
+	id := m.Attributes[task.AttrTaskID]
+	if id == "" {
+		h.log.WarnContext(ctx, "message without a task id; acked", "message_id", m.ID)
+		return bus.Ack
+	}
+	log := h.log.With("task_id", id, "delivery_attempt", m.DeliveryAttempt)
+	// The work outlives the pull's context (it ends when pulling stops) and ends only by Abort.
+	work, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	defer context.AfterFunc(h.abort, stop)()
+
+	crashpoint.Hit(crashpoint.BeforeClaim)
+	c, err := h.claim(work, id)
+	if err != nil {
+		log.WarnContext(ctx, "claim failed; acked, the sweeper will nudge again", "error", err)
+		h.stats.notClaimed.Add(1)
+		return bus.Ack
+	}
+	switch c.outcome {
+	case claimNot:
+		log.DebugContext(ctx, "not claimable; acked", "state", string(c.task.State))
+		h.stats.notClaimed.Add(1)
+		return bus.Ack
+	case claimExpired:
+		log.InfoContext(ctx, "run_before passed; failed as expired")
+		h.stats.failed.Add(1)
+		return bus.Ack
+	case claimDead:
+		log.ErrorContext(ctx, "task killed its worker past the claim cap; dead", "claims", c.task.Claims)
+		h.stats.dead.Add(1)
+		h.publishNotices(ctx, log, c.task)
+		return bus.Ack
+	}
+	h.stats.claimed.Add(1)
+	crashpoint.Hit(crashpoint.AfterClaim)
+	h.run(work, log, c.task)
+	return bus.Ack
+}
+
+type claimOutcome int
+
+const (
+	claimNot claimOutcome = iota
+	claimed
+	claimExpired
+	claimDead
+)
+
+type claimResult struct {
+	outcome claimOutcome
+	task    *store.Task
+}
+
+// claim runs step 1 of DESIGN §4 in one transaction. Contention (codes.Aborted) is "not claimed".
+func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
+	var outcome claimOutcome
+	t, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+		outcome = claimNot
+		switch t.State {
+		case task.StateQueued, task.StateWaiting:
+			if t.NotBefore != nil && now.Before(*t.NotBefore) {
+				return store.ErrNoChange
+			}
+		case task.StateRunning:
+			if t.Lease.Live(now) {
+				return store.ErrNoChange
+			}
+			t.Claims++
+			if t.Claims > h.pol.ClaimCap {
+				t.Error = &store.TaskError{Kind: task.KindCrash, Message: fmt.Sprintf("the task's lease expired %d times without a release: it kills its worker", t.Claims-1)}
+				h.kill(t, now)
+				outcome = claimDead
+				return nil
+			}
+		default:
+			return store.ErrNoChange
+		}
+		if t.RunBefore != nil && !now.Before(*t.RunBefore) {
+			t.Error = &store.TaskError{Kind: task.KindExpired, Message: "run_before passed before the model was called"}
+			t.Finish(task.StateFailed, now)
+			outcome = claimExpired
+			return nil
+		}
+		t.State = task.StateRunning
+		if err := t.Lease.Take(h.pol.Owner, now, h.pol.LeaseTTL); err != nil {
+			return err
+		}
+		outcome = claimed
+		return nil
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound), status.Code(err) == codes.Aborted:
+		return claimResult{outcome: claimNot, task: &store.Task{ID: id}}, nil
+	case err != nil:
+		return claimResult{}, err
+	}
+	return claimResult{outcome: outcome, task: t}, nil
+}
+
+// kill moves t to dead (stage generation) with a DLQ notice kept as an outbox on the task; the
+// caller publishes the notice after the commit and the sweeper re-sends it until it is cleared.
+func (h *Handler) kill(t *store.Task, now time.Time) {
+	next := now.Add(h.pol.NudgeGrace)
+	t.Notices = append(t.Notices, store.Notice{Stage: task.StageGeneration, Replay: t.Replay, Round: 0, NextAttemptAt: &next})
+	t.Finish(task.StateDead, now)
+}
+
+// errOutputStored cancels a model call whose task already has its output.
+var errOutputStored = errors.New("worker: the task already has its output")
+
+// run is steps 2–5 of DESIGN §4 for a claimed task.
+func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
+	epoch := t.Lease.Epoch
+	log = log.With("epoch", epoch)
+	req, err := h.request(t)
+	if err != nil {
+		log.ErrorContext(ctx, "cannot render the task's prompt; failed", "error", err)
+		h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
+		return
+	}
+	// The model policy's steps before the call (output cache, tenant budget and concurrency)
+	// belong here, between the claim and the call.
+
+	callCtx, cancel := context.WithCancelCause(ctx)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		h.renew(callCtx, cancel, log, t.ID, epoch)
+	}()
+	start := time.Now()
+	res, err := h.gen.Generate(callCtx, req)
+	cause := context.Cause(callCtx)
+	cancel(nil)
+	<-renewed
+
+	switch {
+	case err == nil:
+		crashpoint.Hit(crashpoint.Answered)
+		h.persist(ctx, log, t, epoch, res, start)
+	case errors.Is(cause, errOutputStored):
+		log.InfoContext(ctx, "another worker stored the output first; call cancelled")
+		h.stats.lost.Add(1)
+		h.account(ctx, log, t.ID, res)
+	case ctx.Err() != nil:
+		log.WarnContext(ctx, "shutting down before the model answered; lease released")
+		h.release(ctx, log, t.ID, epoch, res)
+	case errors.Is(err, gemini.ErrUnavailable):
+		h.park(ctx, log, t.ID, epoch, res)
+	default:
+		switch gemini.ClassOf(err) {
+		case gemini.Permanent, gemini.Quality, gemini.Budget:
+			h.fail(ctx, log, t.ID, epoch, res, taskError(err))
+		default: // transient, network, or unclassified: retried later, counted
+			h.retry(ctx, log, t.ID, epoch, res, taskError(err))
+		}
+	}
+}
+
+// request renders the model request of t.
+func (h *Handler) request(t *store.Task) (gemini.Request, error) {
+	r, err := h.render.Render(t.Family, t.Variant, t.Input, t.GenConfig)
+	if err != nil {
+		return gemini.Request{}, fmt.Errorf("render %s/%s: %w", t.Family, t.Variant, err)
+	}
+	req := gemini.Request{
+		TaskID: t.ID, Tenant: t.Tenant, Models: r.Models,
+		SystemInstruction: r.SystemInstruction, Prompt: r.Prompt, Config: r.Config,
+		ResponseMIMEType: r.ResponseMIMEType, ResponseJSONSchema: r.ResponseJSONSchema,
+		Validate: r.Validate, QualityRetry: r.QualityRetry,
+	}
+	if len(t.ModelChain) > 0 {
+		req.Models = t.ModelChain
+	}
+	if t.MaxCostUSD != nil {
+		req.MaxCostUSD = *t.MaxCostUSD
+	}
+	return req, nil
+}
+
+// renew extends the lease every RenewEvery while the call runs (fenced: my epoch, still
+// running, no output). When it finds the output already stored it cancels the call. A lost
+// lease does not stop the call: a zombie's paid output is still kept if it comes first.
+func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, epoch int64) {
+	tick := time.NewTicker(h.pol.RenewEvery)
+	defer tick.Stop()
+	lost := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		crashpoint.Hit(crashpoint.MidGenerate)
+		_, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+			if t.HasOutput() {
+				return errOutputStored
+			}
+			if !h.fenced(t, epoch) {
+				return store.ErrNoChange
+			}
+			return t.Lease.Renew(h.pol.Owner, epoch, now, h.pol.LeaseTTL)
+		})
+		switch {
+		case errors.Is(err, errOutputStored):
+			cancel(errOutputStored)
+			return
+		case err != nil && ctx.Err() == nil && !lost:
+			lost = true
+			log.WarnContext(ctx, "lease renewal refused; the call goes on, its output still counts if it is first", "error", err)
+		}
+	}
+}
+
+// fenced reports whether a non-output write by the holder of epoch may apply to t.
+func (h *Handler) fenced(t *store.Task, epoch int64) bool {
+	return t.State == task.StateRunning && t.Lease.Owner == h.pol.Owner && t.Lease.Epoch == epoch && !t.HasOutput()
+}
+
+// addSpend adds what a call paid to t: paid tokens are recorded whatever happens to the task.
+func addSpend(t *store.Task, res gemini.Result) {
+	t.Usage = t.Usage.Add(res.Usage)
+	t.InDoubt = t.InDoubt.Add(res.InDoubt)
+	t.ModelCalls += res.Calls
+	t.CostUSD += res.CostUSD
+}
+
+// spent reports whether res paid for anything worth recording.
+func spent(res gemini.Result) bool {
+	return res.Calls > 0 || res.CostUSD > 0 || res.Usage != (task.Usage{}) || res.InDoubt != (task.Usage{})
+}
+
+type persistOutcome int
+
+const (
+	persistStored   persistOutcome = iota // my output is the task's output
+	persistAccount                        // another output won, or the task ended: spend recorded only
+	persistMineSeen                       // a retry found my own earlier commit
+)
+
+// persist is step 4: the output is committed at once, first output wins. An unknown commit
+// outcome is retried in-process while the output is held; finding my epoch's output is success.
+// Then step 5: the gemini-results nudge.
+func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.Task, epoch int64, res gemini.Result, start time.Time) {
+	ctx = context.WithoutCancel(ctx) // a paid output persists even during shutdown
+	var outcome persistOutcome
+	fn := func(t *store.Task, now time.Time) error {
+		if t.HasOutput() && t.Replay == claimed.Replay && t.OutputEpoch == epoch {
+			outcome = persistMineSeen
+			return store.ErrNoChange
+		}
+		addSpend(t, res)
+		if t.Replay != claimed.Replay || t.HasOutput() || !(t.State == task.StateRunning || t.State == task.StateQueued || t.State == task.StateWaiting) {
+			outcome = persistAccount
+			return nil
+		}
+		t.Output, t.OutputEpoch, t.OutputAt = res.Text, epoch, &now
+		t.Model, t.Degraded, t.Error = res.Model, res.Degraded, nil
+		t.Finish(task.StateSucceeded, now)
+		if t.Delivery.State == task.DeliveryPending {
+			grace := now.Add(h.pol.NudgeGrace)
+			t.NudgeAt = &grace // we publish the nudge ourselves right after the commit
+		}
+		outcome = persistStored
+		return nil
+	}
+	t, err := h.mutateRetrying(ctx, log, claimed.ID, fn)
+	if err != nil {
+		// The output is lost with this process; the lease expires and the sweeper re-runs the task.
+		log.ErrorContext(ctx, "could not persist the output", "error", err)
+		return
+	}
+	switch outcome {
+	case persistAccount:
+		h.stats.lost.Add(1)
+		log.WarnContext(ctx, "output refused: the task already has an output or has ended; spend recorded", "state", string(t.State))
+		return
+	case persistStored, persistMineSeen:
+	}
+	window := time.Since(start)
+	h.stats.stored.Add(1)
+	h.stats.mu.Lock()
+	h.stats.windows = append(h.stats.windows, window)
+	h.stats.mu.Unlock()
+	log.InfoContext(ctx, "output stored", "model", t.Model, "paid_window_ms", window.Milliseconds(), "output_tokens", t.Usage.OutputTokens)
+	crashpoint.Hit(crashpoint.AfterCommit)
+	if t.Delivery.State == task.DeliveryPending {
+		if _, err := h.pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: t.ID}); err != nil {
+			log.WarnContext(ctx, "result nudge not published; the sweeper will", "error", err)
+		}
+	}
+	crashpoint.Hit(crashpoint.AfterPublish)
+}
+
+// mutateRetrying runs MutateTask, retrying while its outcome is unknown or contended.
+func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, id string, fn store.MutateFunc) (*store.Task, error) {
+	deadline := time.Now().Add(h.pol.CommitRetry)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		t, err := h.store.MutateTask(ctx, id, fn)
+		if !unknownOutcome(err) {
+			return t, err
+		}
+		if time.Now().After(deadline) {
+			return nil, err
+		}
+		log.WarnContext(ctx, "commit outcome unknown; retrying with the output held", "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(jitter(wait)):
+		}
+	}
+}
+
+// unknownOutcome reports whether a commit may or may not have happened (or lost a contention):
+// worth retrying while the output is held.
+func unknownOutcome(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
+// fencedWrite applies change to the task if I still hold it at epoch; the spend of res is
+// recorded either way. A refused write is logged; the message is acked all the same.
+func (h *Handler) fencedWrite(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, what string, change func(t *store.Task, now time.Time)) (*store.Task, bool) {
+	ctx = context.WithoutCancel(ctx)
+	applied := false
+	t, err := h.mutateRetrying(ctx, log, id, func(t *store.Task, now time.Time) error {
+		applied = h.fenced(t, epoch)
+		if !applied && !spent(res) {
+			return store.ErrNoChange
+		}
+		addSpend(t, res)
+		if applied {
+			change(t, now)
+		}
+		return nil
+	})
+	if err != nil {
+		log.ErrorContext(ctx, what+": write failed; the lease will expire and the sweeper re-nudges", "error", err)
+		return nil, false
+	}
+	if !applied {
+		h.stats.refused.Add(1)
+		log.WarnContext(ctx, what+": refused, the lease is no longer mine", "state", string(t.State), "lease_epoch", t.Lease.Epoch)
+	}
+	return t, applied
+}
+
+// account records what a cancelled call spent.
+func (h *Handler) account(ctx context.Context, log *slog.Logger, id string, res gemini.Result) {
+	if !spent(res) {
+		return
+	}
+	if _, err := h.store.MutateTask(context.WithoutCancel(ctx), id, func(t *store.Task, _ time.Time) error {
+		addSpend(t, res)
+		return nil
+	}); err != nil {
+		log.ErrorContext(ctx, "could not record the spend of a cancelled call", "error", err)
+	}
+}
+
+// release hands the task back (queued) without counting a failed attempt: a clean release.
+func (h *Handler) release(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
+	if _, ok := h.fencedWrite(ctx, log, id, epoch, res, "release", func(t *store.Task, _ time.Time) {
+		t.State = task.StateQueued
+		t.Claims = 0
+		_ = t.Lease.Release(h.pol.Owner, epoch) // fenced above: I hold it
+	}); ok {
+		h.stats.released.Add(1)
+	}
+}
+
+// retry releases the task after a transient failure with a jittered not_before, or kills it when
+// its attempts are exhausted.
+func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, e *store.TaskError) {
+	dead := false
+	t, ok := h.fencedWrite(ctx, log, id, epoch, res, "retry", func(t *store.Task, now time.Time) {
+		t.Attempts++
+		t.Error = e
+		if t.Attempts >= h.pol.MaxAttempts {
+			dead = true
+			h.kill(t, now)
+			return
+		}
+		nb := now.Add(fullJitter(h.pol.RetryBase, h.pol.RetryMax, t.Attempts))
+		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
+		_ = t.Lease.Release(h.pol.Owner, epoch)
+	})
+	switch {
+	case !ok:
+	case dead:
+		h.stats.dead.Add(1)
+		log.ErrorContext(ctx, "attempts exhausted; dead", "attempts", t.Attempts, "error_kind", string(e.Kind), "error", e.Message)
+		h.publishNotices(ctx, log, t)
+	default:
+		h.stats.released.Add(1)
+		log.WarnContext(ctx, "transient failure; retry scheduled", "attempt", t.Attempts, "not_before", t.NotBefore, "error", e.Message)
+	}
+}
+
+// park moves the task to waiting when every model of its chain is unavailable: its own backoff,
+// no attempt counted.
+func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
+	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "park", func(t *store.Task, now time.Time) {
+		t.Parks++
+		nb := now.Add(parkBackoff(h.pol.ParkBase, h.pol.ParkMax, t.Parks))
+		t.State, t.NotBefore, t.Claims = task.StateWaiting, &nb, 0
+		_ = t.Lease.Release(h.pol.Owner, epoch)
+	}); ok {
+		h.stats.parked.Add(1)
+		log.WarnContext(ctx, "every model unavailable; parked", "parks", t.Parks, "not_before", t.NotBefore)
+	}
+}
+
+// fail ends the task as failed.
+func (h *Handler) fail(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, e *store.TaskError) {
+	if _, ok := h.fencedWrite(ctx, log, id, epoch, res, "fail", func(t *store.Task, now time.Time) {
+		t.Error = e
+		t.Finish(task.StateFailed, now)
+	}); ok {
+		h.stats.failed.Add(1)
+		log.WarnContext(ctx, "failed", "error_kind", string(e.Kind), "error", e.Message)
+	}
+}
+
+// publishNotices sends the task's DLQ notices after their commit. A lost publish is re-sent by
+// the sweeper: the notice stays on the task until the dlqnotifier clears it.
+func (h *Handler) publishNotices(ctx context.Context, log *slog.Logger, t *store.Task) {
+	for _, n := range t.Notices {
+		topic := bus.TopicTasksDLQ
+		if n.Stage == task.StageDelivery {
+			topic = bus.TopicResultsDLQ
+		}
+		if _, err := h.pub.Publish(ctx, topic, nil, NoticeAttributes(t.ID, n)); err != nil {
+			log.WarnContext(ctx, "DLQ notice not published; the sweeper will", "error", err)
+		}
+	}
+}
+
+// NoticeAttributes are the attributes of a DLQ notice message.
+func NoticeAttributes(taskID string, n store.Notice) map[string]string {
+	return map[string]string{
+		task.AttrTaskID: taskID, task.AttrStage: string(n.Stage),
+		task.AttrReplay: strconv.Itoa(n.Replay), task.AttrRound: strconv.Itoa(n.Round), task.AttrKind: "notice",
+	}
+}
+
+// taskError records a classified model error on the task.
+func taskError(err error) *store.TaskError {
+	var ge *gemini.Error
+	if errors.As(err, &ge) {
+		kind := task.ErrorKind(ge.Class)
+		if ge.Class == gemini.Budget {
+			kind = task.KindBudget
+		}
+		return &store.TaskError{Kind: kind, Code: ge.Code, Message: ge.Error()}
+	}
+	return &store.TaskError{Kind: task.KindTransient, Message: err.Error()}
+}
+
+// fullJitter is a uniform draw in [0, min(max, base·2^(n-1))].
+func fullJitter(base, maxD time.Duration, n int) time.Duration {
+	return time.Duration(rand.Float64() * float64(ceiling(base, maxD, n)))
+}
+
+// parkBackoff is the exponential ceiling with ±50 % jitter, so parked tasks never wake together.
+func parkBackoff(base, maxD time.Duration, n int) time.Duration {
+	c := float64(ceiling(base, maxD, n))
+	return time.Duration(c/2 + rand.Float64()*c/2)
+}
+
+func ceiling(base, maxD time.Duration, n int) time.Duration {
+	c := float64(base) * math.Pow(2, float64(max(n-1, 0)))
+	return time.Duration(min(c, float64(maxD)))
+}
+
+func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/sweeper"
+	"github.com/genbox-dev/genbox/internal/worker"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/prompts"
+)
+
+// run serves until ctx ends, then shuts down within the configured grace: it stops pulling, lets
+// calls that finish within GENBOX_SHUTDOWN_GRACE persist, and makes the rest release their lease.
+func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+	cfg, err := worker.FromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	log := obs.NewLogger(stdout, slog.LevelInfo, obs.LogOptions{Project: cfg.Project})
+	// Clients outlive ctx: they are needed while shutting down.
+	bg := context.WithoutCancel(ctx)
+	fs, err := firestore.NewClient(bg, cfg.Project)
+	if err != nil {
+		return fmt.Errorf("firestore: %w", err)
+	}
+	defer fs.Close()
+	ps, err := pubsub.NewClient(bg, cfg.Project)
+	if err != nil {
+		return fmt.Errorf("pubsub: %w", err)
+	}
+	defer ps.Close()
+	pub := bus.NewPublisher(ps)
+	defer pub.Close()
+	gen, err := gemini.New(bg, cfg.Gemini, gemini.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	reg, err := prompts.Default()
+	if err != nil {
+		return err
+	}
+	st := store.New(fs)
+	h := worker.New(st, gen, reg, pub, log, cfg.Policy())
+	sw := sweeper.New(st, pub, gen, log, cfg.Sweep, cfg.Instance)
+
+	ln, err := net.Listen("tcp", ":"+cfg.Port)
+	if err != nil {
+		return fmt.Errorf("PORT: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.InfoContext(ctx, "worker started", "addr", ln.Addr().String(), "instance", cfg.Instance, "subscription", cfg.Subscription)
+
+	sweepCtx, stopSweep := context.WithCancel(bg)
+	swept := make(chan struct{})
+	go func() { defer close(swept); _ = sw.Run(sweepCtx) }()
+
+	pullCtx, stopPull := context.WithCancel(bg)
+	pulled := make(chan error, 1)
+	go func() {
+		pulled <- bus.Pull(pullCtx, ps, cfg.Subscription, bus.PullSettings{
+			MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension,
+		}, h)
+	}()
+
+	var runErr error
+	pullEnded := false
+	select {
+	case <-ctx.Done():
+	case runErr = <-pulled:
+		pullEnded = true
+	case err := <-serveErr:
+		runErr = fmt.Errorf("healthz server: %w", err)
+	}
+	log.InfoContext(bg, "shutting down", "grace", cfg.ShutdownGrace.String())
+	stopPull()
+	abort := time.AfterFunc(cfg.ShutdownGrace, h.Abort) // what cannot finish in time releases its lease
+	if !pullEnded {
+		runErr = errors.Join(runErr, <-pulled) // in-flight handlers have returned
+	}
+	abort.Stop()
+	stopSweep()
+	<-swept
+	shutdownCtx, cancel := context.WithTimeout(bg, time.Second)
+	defer cancel()
+	return errors.Join(runErr, srv.Shutdown(shutdownCtx))
+}
