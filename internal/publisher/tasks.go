@@ -71,11 +71,6 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant str
 func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Request) (submitted, error) {
 	now := s.now()
 	normalize(req)
-	v := validator{families: s.families, checkCallback: s.checkURL, now: now}
-	variant, err := v.validate(req)
-	if err != nil {
-		return submitted{}, err
-	}
 	hash, err := requestHash(req)
 	if err != nil {
 		return submitted{}, err
@@ -83,6 +78,18 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 	id := randomID()
 	if key != "" {
 		id = derivedID(tenant, key)
+	}
+	v := validator{families: s.families, checkCallback: s.checkURL, now: now}
+	variant, err := v.validate(req)
+	if err != nil && key != "" {
+		// A retry of an accepted request may no longer validate (run_before has passed, the
+		// policy changed): the key still names its task.
+		if res, rerr := s.replay(ctx, tenant, id, hash); rerr == nil {
+			return res, nil
+		}
+	}
+	if err != nil {
+		return submitted{}, err
 	}
 	grace := now.Add(s.cfg.NudgeGrace)
 	t := &store.Task{

@@ -104,14 +104,34 @@ func TestIdempotencyKey(t *testing.T) {
 	if p := problemOf(t, h, body); code != http.StatusUnprocessableEntity || !slices.Contains(fields(p), client.HeaderIdempotencyKey) {
 		t.Fatalf("different body: %d %s", code, body)
 	}
+	// A retry after run_before has passed still finds its task.
+	soon := validRequest()
+	soon.RunBefore = new(time.Now().Add(2 * time.Second))
+	accepted, err := e.api.SubmitWithKey(ctx, "intent-soon", soon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := *e.st
+	later.Now = func() time.Time { return time.Now().Add(time.Minute) }
+	srv, err := New(e.cfg, Deps{Store: &later, Publisher: e.pub, Families: testFamilies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := srv.submit(ctx, e.tenant, "intent-soon", &soon)
+	if err != nil || !res.replayed || res.t.ID != accepted.TaskID {
+		t.Fatalf("retry past run_before: %+v %v", res, err)
+	}
+	if _, err := srv.submit(ctx, e.tenant, "", &soon); err == nil {
+		t.Fatal("a new request past run_before was accepted")
+	}
 	// The same key of another tenant is another task.
 	_, key2 := e.newTenant("globex", nil)
 	r2, err := client.New(e.url, key2).SubmitWithKey(ctx, "intent-1", req)
 	if err != nil || r2.TaskID == first.TaskID || r2.Replayed {
 		t.Fatalf("other tenant: %+v %v", r2, err)
 	}
-	if n := len(e.pub.messages(bus.TopicTasks)); n != 2 {
-		t.Fatalf("%d nudges, want one per created task (2)", n)
+	if n := len(e.pub.messages(bus.TopicTasks)); n != 3 {
+		t.Fatalf("%d nudges, want one per created task (3)", n)
 	}
 	// A key that is not printable ASCII, or too long, is refused naming the header.
 	for _, bad := range []string{"has space", strings.Repeat("k", 256)} {
