@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -30,6 +32,8 @@ import (
 	colmetricpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
+
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 func TestConfigFromEnv(t *testing.T) {
@@ -432,4 +436,38 @@ func names(spans tracetest.SpanStubs) []string {
 		out = append(out, s.Name)
 	}
 	return out
+}
+
+func TestStartAndEndSpans(t *testing.T) {
+	resetGlobals(t)
+	exp := tracetest.NewInMemoryExporter()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)))
+	ctx := WithTask(context.Background(), "t7")
+
+	_, ok := Start(ctx, "gemini.generate", GenerationAttrs("flash", 2, task.Usage{PromptTokens: 11, OutputTokens: 5})...)
+	End(ok, nil, "")
+	_, failed := Start(ctx, "gemini.generate", GenerationAttrs("pro", 3, task.Usage{})...)
+	End(failed, errors.New("503 unavailable"), "transient")
+
+	spans := exp.GetSpans()
+	if len(spans) != 2 {
+		t.Fatalf("got %d spans, want 2", len(spans))
+	}
+	attrs := func(s tracetest.SpanStub) map[string]string {
+		out := map[string]string{}
+		for _, kv := range s.Attributes {
+			out[string(kv.Key)] = kv.Value.Emit()
+		}
+		return out
+	}
+	a := attrs(spans[0])
+	if a[SpanTaskID] != "t7" || a[SpanModel] != "flash" || a[SpanAttempt] != "2" || a[SpanInputTokens] != "11" || a[SpanOutputTokens] != "5" {
+		t.Errorf("attempt span attributes = %v", a)
+	}
+	if spans[0].Status.Code != codes.Unset {
+		t.Errorf("successful span status = %v", spans[0].Status)
+	}
+	if b := attrs(spans[1]); spans[1].Status.Code != codes.Error || b[SpanErrorType] != "transient" || len(spans[1].Events) != 1 {
+		t.Errorf("failed span: status %v, attributes %v, events %v", spans[1].Status, b, spans[1].Events)
+	}
 }
