@@ -142,7 +142,7 @@ func (c *Client) limiter(model string) *limiter {
 	defer c.mu.Unlock()
 	l, ok := c.limiters[model]
 	if !ok {
-		l = &limiter{}
+		l = &limiter{tolerance: time.Duration(float64(c.cfg.RateWindow) * (1 - c.cfg.RateHeadroom) / 2)}
 		if r, ok := c.cfg.RPM[model]; ok {
 			l.requests = newBucket(r, c.cfg.RateWindow, c.cfg.InstanceShare, c.cfg.RateHeadroom)
 		}
@@ -308,7 +308,6 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 	defer cancel()
 	res.Calls++
 	resp, err := c.models.GenerateContent(callCtx, model, genai.Text(req.Prompt), c.genaiConfig(req, cfg))
-	now := c.clock.Now()
 	if err != nil {
 		if ctx.Err() != nil {
 			c.spendInDoubt(model, prompt, cfg, res)
@@ -319,18 +318,18 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 		case f.class == Network:
 			c.spendInDoubt(model, prompt, cfg, res)
 		case f.code == http.StatusTooManyRequests:
-			lim.throttled(now)
-			lim.settle(now, resv, 0)
+			lim.throttled(c.clock)
+			lim.settle(c.clock, resv, 0)
 		default:
-			lim.settle(now, resv, 0)
+			lim.settle(c.clock, resv, 0)
 		}
 		return "", &f, nil
 	}
 	u := usageOf(resp)
 	res.Usage = res.Usage.Add(u)
 	res.CostUSD += c.cfg.price(model).Cost(u.PromptTokens, u.OutputTokens)
-	lim.settle(now, resv, u.PromptTokens)
-	lim.succeeded(now)
+	lim.settle(c.clock, resv, u.PromptTokens)
+	lim.succeeded(c.clock)
 	if berr := blocked(resp); berr != nil {
 		return "", &failure{class: Permanent, code: http.StatusOK, err: berr}, nil
 	}

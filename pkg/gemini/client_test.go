@@ -86,7 +86,7 @@ func (b *bundle) alertKeys() []string {
 }
 
 // testConfig is the production policy with a two-model chain of the fake's, pointed at srv.
-func testConfig(t *testing.T, srv *geminitest.Server) gemini.Config {
+func testConfig(t testing.TB, srv *geminitest.Server) gemini.Config {
 	t.Helper()
 	cfg, err := gemini.ConfigFromEnv(func(k string) string {
 		switch k {

@@ -23,11 +23,12 @@ type bucket struct {
 }
 
 // newBucket returns a bucket for perWindow events per window, of which this instance may use
-// share, kept under the quota by headroom. Its burst is what the headroom leaves free, so that
-// a full bucket plus a window at the steady rate never exceeds the quota.
+// share, kept under the quota by headroom. Its burst takes half of what the headroom leaves free,
+// so that a full bucket plus a window at the steady rate stays under the quota, and the other half
+// absorbs the jitter between leaving the client and reaching the provider's window.
 func newBucket(perWindow float64, window time.Duration, share, headroom float64) *bucket {
 	quota := perWindow * share
-	burst := int(quota * (1 - headroom))
+	burst := int(quota * (1 - headroom) / 2)
 	if burst < 1 {
 		burst = 1
 	}
@@ -72,6 +73,10 @@ func (b *bucket) increase(now time.Time) {
 
 // limiter paces one model's calls by requests and tokens per window. Either bucket may be nil.
 type limiter struct {
+	// tolerance is how late past its turn a call may leave: the half of the headroom that the
+	// burst leaves free, as a share of the window.
+	tolerance time.Duration
+
 	mu       sync.Mutex
 	requests *bucket
 	tokens   *bucket
@@ -82,41 +87,62 @@ type reservation struct {
 	tokens int64
 }
 
-// acquire waits until one request of n estimated prompt tokens fits both buckets.
+// acquire waits until one request of n estimated prompt tokens fits both buckets. A process
+// descheduled past its turn (lateness beyond the limiter's tolerance) would send a bunch of
+// requests whose turns were spread out, which the provider's window counts together: such a
+// request reserves again, counting twice rather than risking a 429.
 func (l *limiter) acquire(ctx context.Context, clock Clock, n int64) (reservation, error) {
+	for try := 0; ; try++ {
+		due, taken := l.reserve(clock, n)
+		wait := due.Sub(clock.Now())
+		if wait > 0 {
+			if err := clock.Sleep(ctx, wait); err != nil {
+				at := clock.Now()
+				for _, r := range taken {
+					r.CancelAt(at)
+				}
+				return reservation{}, err
+			}
+		}
+		if late := clock.Now().Sub(due); late <= l.tolerance || try == maxLateRetries {
+			return reservation{tokens: n}, nil
+		}
+	}
+}
+
+// maxLateRetries bounds the reservations a late request takes again.
+const maxLateRetries = 2
+
+// reserve takes one request and n tokens and returns when the call may go.
+func (l *limiter) reserve(clock Clock, n int64) (time.Time, []*rate.Reservation) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Read the clock under the lock: a reservation made at a time earlier than the previous one
+	// would be granted too early (x/time/rate does not go back in time).
 	now := clock.Now()
 	var wait time.Duration
 	var taken []*rate.Reservation
-	l.mu.Lock()
-	if l.requests != nil {
-		w, rs := l.requests.take(now, 1)
-		wait, taken = max(wait, w), append(taken, rs...)
-	}
-	if l.tokens != nil {
-		w, rs := l.tokens.take(now, n)
-		wait, taken = max(wait, w), append(taken, rs...)
-	}
-	l.mu.Unlock()
-	if wait > 0 {
-		if err := clock.Sleep(ctx, wait); err != nil {
-			at := clock.Now()
-			for _, r := range taken {
-				r.CancelAt(at)
-			}
-			return reservation{}, err
+	for _, b := range []struct {
+		b *bucket
+		n int64
+	}{{l.requests, 1}, {l.tokens, n}} {
+		if b.b != nil {
+			w, rs := b.b.take(now, b.n)
+			wait, taken = max(wait, w), append(taken, rs...)
 		}
 	}
-	return reservation{tokens: n}, nil
+	return now.Add(wait), taken
 }
 
 // settle trues up the tokens reserved with the prompt tokens usageMetadata reported (0 for a call
 // the API refused): the difference is returned to, or taken from, the bucket.
-func (l *limiter) settle(now time.Time, r reservation, used int64) {
+func (l *limiter) settle(clock Clock, r reservation, used int64) {
 	if l.tokens == nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := clock.Now()
 	switch {
 	case used > r.tokens:
 		l.tokens.take(now, used-r.tokens)
@@ -126,9 +152,10 @@ func (l *limiter) settle(now time.Time, r reservation, used int64) {
 }
 
 // throttled cuts both rates by half after a 429 (multiplicative decrease).
-func (l *limiter) throttled(now time.Time) {
+func (l *limiter) throttled(clock Clock) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := clock.Now()
 	for _, b := range []*bucket{l.requests, l.tokens} {
 		if b != nil {
 			b.decrease(now)
@@ -137,9 +164,10 @@ func (l *limiter) throttled(now time.Time) {
 }
 
 // succeeded recovers both rates additively after a successful call.
-func (l *limiter) succeeded(now time.Time) {
+func (l *limiter) succeeded(clock Clock) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	now := clock.Now()
 	for _, b := range []*bucket{l.requests, l.tokens} {
 		if b != nil {
 			b.increase(now)
