@@ -1,0 +1,68 @@
+package publisher
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFromEnv(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		EnvPort: "9090", EnvProject: "p", EnvAdminKey: "0123456789abcdef", EnvMaxBodyBytes: "2048",
+		EnvAllowInsecureCallbacks: "true", EnvPublicURL: "https://api.example.com", EnvSecretOverlap: "1h",
+		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvLimitsTTL: "5s",
+	}
+	asked := map[string]bool{}
+	c, err := FromEnv(func(k string) string { asked[k] = true; return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Port: 9090, ProjectID: "p", AdminKey: "0123456789abcdef", MaxBodyBytes: 2048, AllowInsecureCallbacks: true,
+		PublicURL: "https://api.example.com", SecretOverlap: time.Hour, PromptsDir: "/etc/prompts", NudgeGrace: 10 * time.Second,
+		PublishTimeout: 2 * time.Second, LimitsTTL: 5 * time.Second}
+	if c != want {
+		t.Fatalf("config %+v, want %+v", c, want)
+	}
+	for k := range env {
+		if !asked[k] {
+			t.Errorf("FromEnv never read %s", k)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := FromEnv(func(k string) string { return map[string]string{EnvProject: "p"}[k] })
+	if err != nil || d.Validate() != nil || d.MaxBodyBytes != 1<<20 || d.SecretOverlap != 24*time.Hour || d.Port != 8080 {
+		t.Fatalf("defaults %+v: %v", d, err)
+	}
+}
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  map[string]string
+		name string
+	}{
+		{map[string]string{}, EnvProject},
+		{map[string]string{EnvPort: "x"}, EnvPort},
+		{map[string]string{EnvPort: "70000"}, EnvPort},
+		{map[string]string{EnvMaxBodyBytes: "12"}, EnvMaxBodyBytes},
+		{map[string]string{EnvAdminKey: "short"}, EnvAdminKey},
+		{map[string]string{EnvPublicURL: "/relative"}, EnvPublicURL},
+		{map[string]string{EnvNudgeGrace: "0s"}, EnvNudgeGrace},
+		{map[string]string{EnvLimitsTTL: "soon"}, EnvLimitsTTL},
+		{map[string]string{EnvAllowInsecureCallbacks: "perhaps"}, EnvAllowInsecureCallbacks},
+	} {
+		if _, ok := c.env[EnvProject]; !ok && c.name != EnvProject {
+			c.env[EnvProject] = "p"
+		}
+		cfg, err := FromEnv(func(k string) string { return c.env[k] })
+		if err == nil {
+			err = cfg.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("env %v: %v, want an error naming %s", c.env, err, c.name)
+		}
+	}
+}
