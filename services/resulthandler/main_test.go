@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"cloud.google.com/go/pubsub/v2"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/resulthandler"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/task"
+	"github.com/genbox-dev/genbox/pkg/webhook"
+)
+
+func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var addrRE = regexp.MustCompile(`"addr":"[^"]*:(\d+)"`)
+
+// The service end to end, in both consumer modes: a nudge on gemini-results becomes a signed
+// POST that the official library verifies; a 400 dead-letters the delivery with a notice on
+// gemini-results-dlq; SIGTERM (ctx) shuts it down cleanly.
+func TestRun(t *testing.T) {
+	for _, mode := range []string{resulthandler.ConsumerPush, resulthandler.ConsumerPull} {
+		t.Run(mode, func(t *testing.T) { testRun(t, mode) })
+	}
+}
+
+func testRun(t *testing.T, mode string) {
+	ctx := context.Background()
+	project := emulator.ProjectID(t)
+	fs, err := firestore.NewClient(ctx, project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	ps, err := pubsub.NewClient(ctx, project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	st := store.New(fs)
+	secret, _ := webhook.NewSecret()
+	if _, err := st.CreateTenant(ctx, "acme", store.DefaultLimits(), secret); err != nil {
+		t.Fatal(err)
+	}
+	wh, _ := standardwebhooks.NewWebhook(secret)
+	type got struct {
+		id     string
+		verify error
+	}
+	posts := make(chan got, 8)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		posts <- got{r.Header.Get(webhook.HeaderID), wh.Verify(body, r.Header)}
+		if r.URL.Path == "/bad" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer recv.Close()
+
+	top := bus.DefaultTopology()
+	top.MinBackoff, top.MaxBackoff = time.Second, 2*time.Second
+	if err := bus.Bootstrap(ctx, ps, top); err != nil {
+		t.Fatal(err)
+	}
+
+	var out syncBuffer
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	env := map[string]string{
+		"GOOGLE_CLOUD_PROJECT":            project,
+		"PORT":                            "0",
+		"GENBOX_CONSUMER":                 mode,
+		"GENBOX_ALLOW_INSECURE_CALLBACKS": "true",
+		"GENBOX_WEBHOOK_TIMEOUT":          "2s",
+		"GENBOX_SHUTDOWN_GRACE":           "3s",
+	}
+	go func() { done <- run(runCtx, func(k string) string { return env[k] }, &out) }()
+	var port string
+	for deadline := time.Now().Add(20 * time.Second); port == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := addrRE.FindStringSubmatch(out.String()); m != nil {
+			port = m[1]
+		}
+	}
+	if port == "" {
+		stop()
+		t.Fatalf("never started: %v\n%s", <-done, out.String())
+	}
+	if mode == resulthandler.ConsumerPush { // now that the port is known
+		top.PushEndpoints = map[string]string{bus.SubResults: "http://127.0.0.1:" + port + resulthandler.PushPath}
+		if err := bus.Bootstrap(ctx, ps, top); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := http.Get("http://127.0.0.1:" + port + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	pub := bus.NewPublisher(ps)
+	defer pub.Close()
+	submit := func(id, path string) {
+		now := time.Now()
+		tk := &store.Task{ID: id, Tenant: "acme", Family: "summarize", Input: "x", CallbackURL: recv.URL + path,
+			State: task.StateRunning, CreatedAt: now}
+		tk.Output, tk.OutputAt = "out", &now
+		tk.Finish(task.StateSucceeded, now)
+		if err := st.CreateTask(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := func(id string) {
+		select {
+		case p := <-posts:
+			if p.id != task.EventID(id, task.EventSucceeded, 0) || p.verify != nil {
+				t.Fatalf("post %+v", p)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no delivery of %s\n%s", id, out.String())
+		}
+	}
+	submit("t-ok", "/ok")
+	wait("t-ok")
+	submit("t-bad", "/bad")
+	wait("t-bad")
+
+	// The DLQ notice reaches gemini-results-dlq.
+	nctx, ncancel := context.WithTimeout(ctx, 30*time.Second)
+	defer ncancel()
+	var notice map[string]string
+	err = ps.Subscriber(bus.SubResultsDLQ).Receive(nctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		notice = m.Attributes
+		ncancel()
+	})
+	if err != nil || notice[task.AttrTaskID] != "t-bad" || notice[task.AttrKind] != "notice" || notice[task.AttrStage] != "delivery" {
+		t.Fatalf("notice %v (%v)", notice, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ok, err := st.GetTask(ctx, "t-ok")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok.Delivery.State == task.DeliveryDelivered {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("t-ok delivery %+v", ok.Delivery)
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+}
+
+func TestRunConfigError(t *testing.T) {
+	err := run(context.Background(), func(k string) string {
+		return map[string]string{"GENBOX_CONSUMER": "poll"}[k]
+	}, io.Discard)
+	if err == nil {
+		t.Fatal("run accepted a bad configuration")
+	}
+}
