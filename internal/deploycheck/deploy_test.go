@@ -22,6 +22,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/publisher"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/worker"
 )
 
 const (
@@ -286,6 +287,14 @@ var services = map[string]service{
 		_, oerr := obs.ConfigFromEnv(getenv, "publisher")
 		return errors.Join(err, oerr)
 	}},
+	"worker": {[2]string{"google_cloud_run_v2_worker_pool", "worker"}, func(getenv func(string) string) error {
+		c, err := worker.FromEnv(getenv)
+		if err == nil {
+			err = c.Validate()
+		}
+		_, oerr := obs.ConfigFromEnv(getenv, "worker")
+		return errors.Join(err, oerr)
+	}},
 	// resulthandler, dlqnotifier: no config loader yet.
 }
 
@@ -339,6 +348,7 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_MAX_RETRY_WAIT":        tuning,
 		"GENBOX_CALL_TIMEOUT":          tuning,
 		"GENBOX_RATE_HEADROOM":         tuning,
+		"GENBOX_RATE_WINDOW":           "a minute, the period of Gemini's quotas; shorter only in tests",
 		"GENBOX_BREAKER_FAILURES":      tuning,
 		"GENBOX_BREAKER_MIN_VOLUME":    tuning,
 		"GENBOX_BREAKER_WINDOW":        tuning,
@@ -623,5 +633,30 @@ func TestTerraformFormatted(t *testing.T) {
 	}
 	if bad := []byte("resource \"x\" \"y\" {\n  a = 1\n  bb = 2\n}\n"); bytes.Equal(hclwrite.Format(bad), bad) {
 		t.Error("hclwrite.Format left misaligned attributes alone; this check would pass anything")
+	}
+}
+
+func TestGeminiBackendChoosesKeyOrVertexRole(t *testing.T) {
+	for _, backend := range []string{"gemini", "vertex"} {
+		t.Run(backend, func(t *testing.T) {
+			vars := maps.Clone(testVars)
+			vars["gemini_backend"] = cty.StringVal(backend)
+			m, err := deploycheck.LoadModule(terraformDir, vars)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env, err := deploycheck.CloudRunEnv(m.Resource("google_cloud_run_v2_worker_pool", "worker").Instances[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, hasKey := env["GEMINI_API_KEY"]
+			hasRole := m.Resource("google_project_iam_member", "service").Instance(cty.StringVal("worker/roles/aiplatform.user")) != nil
+			if hasKey != (backend == "gemini") || hasRole != (backend == "vertex") {
+				t.Errorf("backend %s: worker has GEMINI_API_KEY %v, roles/aiplatform.user %v", backend, hasKey, hasRole)
+			}
+			if got := envValues(t, env)["GENBOX_GEMINI_BACKEND"]; got != backend {
+				t.Errorf("GENBOX_GEMINI_BACKEND = %q, want %q", got, backend)
+			}
+		})
 	}
 }
