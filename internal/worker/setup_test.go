@@ -88,13 +88,14 @@ func (s *syncBuffer) String() string {
 }
 
 type bundle struct {
-	fs    *firestore.Client
-	store *store.Store
-	srv   *geminitest.Server
-	gen   *gemini.Client
-	pub   *recorder
-	logs  *syncBuffer
-	log   *slog.Logger
+	project string
+	fs      *firestore.Client
+	store   *store.Store
+	srv     *geminitest.Server
+	gen     *gemini.Client
+	pub     *recorder
+	logs    *syncBuffer
+	log     *slog.Logger
 }
 
 // setup returns a bundle on a project of the test's own, a fake Gemini with lat latency per call,
@@ -102,7 +103,8 @@ type bundle struct {
 func setup(t *testing.T, lat time.Duration) *bundle {
 	t.Helper()
 	ctx := context.Background()
-	fs, err := firestore.NewClient(ctx, emulator.ProjectID(t))
+	project := emulator.ProjectID(t)
+	fs, err := firestore.NewClient(ctx, project)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +127,7 @@ func setup(t *testing.T, lat time.Duration) *bundle {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	return &bundle{fs: fs, store: st, srv: srv, gen: gen, pub: &recorder{}, logs: logs,
+	return &bundle{project: project, fs: fs, store: st, srv: srv, gen: gen, pub: &recorder{}, logs: logs,
 		log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 }
 
