@@ -1,0 +1,128 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+func TestBreakerDocuments(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	chain := []string{"m-a", "models/m-b"}
+	if ok, err := s.ChainAvailable(ctx, chain, now); err != nil || !ok {
+		t.Fatalf("fresh chain: %v %v, want available", ok, err)
+	}
+	for _, m := range chain {
+		if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: m, From: gemini.BreakerClosed, To: gemini.BreakerOpen, At: now, RetryAt: now.Add(time.Minute), Reason: "5 consecutive failures"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bs, err := s.Breakers(ctx, chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := bs["models/m-b"]; b.State != "open" || b.RetryAt == nil || !b.RetryAt.Equal(now.Add(time.Minute)) {
+		t.Errorf("breaker doc %+v", b)
+	}
+	if ok, _ := s.ChainAvailable(ctx, chain, now.Add(30*time.Second)); ok {
+		t.Error("every model open, yet available")
+	}
+	if ok, _ := s.ChainAvailable(ctx, chain, now.Add(time.Minute)); !ok {
+		t.Error("past the retry time, not available")
+	}
+	if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: "m-a", From: gemini.BreakerHalfOpen, To: gemini.BreakerClosed, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := s.ChainAvailable(ctx, chain, now.Add(time.Second)); !ok {
+		t.Error("one model closed, yet not available")
+	}
+}
+
+func TestOutputCache(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	clock := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	s.Now = func() time.Time { return clock }
+	o := &store.Output{Fingerprint: "fp1", Tenant: "acme", Payload: "out", Model: "m", Usage: task.Usage{PromptTokens: 1, OutputTokens: 2, TotalTokens: 3}, CostUSD: 0.01}
+	if _, err := s.GetOutput(ctx, "acme", "fp1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("empty cache: %v", err)
+	}
+	if err := s.PutOutput(ctx, o, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetOutput(ctx, "acme", "fp1")
+	if err != nil || got.Payload != "out" || got.Usage.TotalTokens != 3 || got.Fingerprint != "fp1" {
+		t.Fatalf("hit: %+v %v", got, err)
+	}
+	if _, err := s.GetOutput(ctx, "other", "fp1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("another tenant read it: %v", err)
+	}
+	clock = clock.Add(time.Hour)
+	if _, err := s.GetOutput(ctx, "acme", "fp1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("expired entry served: %v", err)
+	}
+}
+
+func TestBudgetCounters(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if err := s.AddSpend(ctx, "acme", "2026-12-02", 0.25); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.AddSpend(ctx, "acme", "2026-12-03", 7); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Spent(ctx, "acme", "2026-12-02")
+	if err != nil || math.Abs(got-5) > 1e-9 {
+		t.Fatalf("spent %v %v, want 5", got, err)
+	}
+	if got, _ := s.Spent(ctx, "other", "2026-12-02"); got != 0 {
+		t.Errorf("another tenant spent %v", got)
+	}
+}
+
+// TestBudgetsOverStore runs the in-memory soft limit over the sharded counters: two instances
+// share the day's total through the store.
+func TestBudgetsOverStore(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	now := func() time.Time { return time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC) }
+	a := gemini.NewBudgets(s, now, 0)
+	b := gemini.NewBudgets(s, now, 0)
+	h, err := a.Reserve(ctx, "acme", 1.0, 0.6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Reserve(ctx, "acme", 1.0, 0.6); !errors.Is(err, gemini.ErrBudgetExhausted) {
+		t.Fatalf("second reservation on one instance: %v, want exhausted", err)
+	}
+	h.Settle(0.7)
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Reserve(ctx, "acme", 1.0, 0.5); !errors.Is(err, gemini.ErrBudgetExhausted) {
+		t.Errorf("the other instance does not see the flushed spend: %v", err)
+	}
+	if _, err := b.Reserve(ctx, "acme", 1.0, 0.2); err != nil {
+		t.Errorf("room left: %v", err)
+	}
+}
