@@ -32,7 +32,8 @@ type Reply struct {
 type Responder func(r Request) Reply
 
 // DefaultReply is the fake's own answer: a short text derived from a hash of the whole request,
-// or, when r asks for application/json, a JSON value satisfying its schema (text/x.enum: the
+// or, when r asks for application/json, a JSON value satisfying its schema ({"answer": text}
+// without a schema; text/x.enum: the
 // schema's first enum value). A maxOutputTokens below the output's size truncates it with
 // finishReason MAX_TOKENS, as Gemini does, which may leave JSON invalid.
 func DefaultReply(r Request) Reply {
@@ -40,8 +41,12 @@ func DefaultReply(r Request) Reply {
 	var text string
 	switch r.ResponseMIMEType {
 	case mimeJSON:
-		b, err := json.Marshal(sampleJSON(r.ResponseSchema, r.ResponseSchema, h, 0))
-		if err != nil { // unreachable: sampleJSON builds only marshalable values
+		var v any = map[string]any{"answer": sentence(r.Model, h)}
+		if r.ResponseSchema != nil {
+			v = (&sampler{root: r.ResponseSchema, h: h}).sample(r.ResponseSchema, 0)
+		}
+		b, err := json.Marshal(v)
+		if err != nil { // unreachable: the sampler builds only marshalable values
 			b = []byte("{}")
 		}
 		text = string(b)
@@ -119,21 +124,34 @@ func (h *hashStream) next() uint64 {
 // id is a short hex name of the request, the same for the same request.
 func (h *hashStream) id() string { return hex.EncodeToString(h.seed[:4]) }
 
-// maxSchemaDepth bounds recursion through nested or self-referencing schemas.
-const maxSchemaDepth = 12
+// Bounds on the work of one sample, against nested, self-referencing or huge schemas: past
+// them the sampler answers null.
+const (
+	maxSchemaDepth = 12
+	maxNodes       = 10000
+)
 
-// sampleJSON builds a value satisfying schema, which may be a JSON Schema (responseJsonSchema)
+// sampler builds a value satisfying a schema; root resolves $refs.
+type sampler struct {
+	root  any
+	h     *hashStream
+	nodes int
+}
+
+// sample builds a value satisfying schema, which may be a JSON Schema (responseJsonSchema)
 // or Gemini's OpenAPI-style Schema (responseSchema, upper-case types): objects with every
 // property, the first enum value or const, numbers within minimum/maximum, arrays within
 // minItems/maxItems, strings within minLength/maxLength, the first branch of anyOf/oneOf, and
 // local $refs into $defs/definitions.
-func sampleJSON(root, schema any, h *hashStream, depth int) any {
+func (p *sampler) sample(schema any, depth int) any {
+	p.nodes++
 	s, ok := schema.(map[string]any)
-	if !ok || depth > maxSchemaDepth {
+	if !ok || depth > maxSchemaDepth || p.nodes > maxNodes {
 		return nil
 	}
+	h := p.h
 	if ref, ok := s["$ref"].(string); ok {
-		return sampleJSON(root, resolveRef(root, ref), h, depth+1)
+		return p.sample(resolveRef(p.root, ref), depth+1)
 	}
 	if c, ok := s["const"]; ok {
 		return c
@@ -143,7 +161,7 @@ func sampleJSON(root, schema any, h *hashStream, depth int) any {
 	}
 	for _, k := range []string{"anyOf", "oneOf", "allOf"} {
 		if branches, ok := s[k].([]any); ok && len(branches) > 0 {
-			return sampleJSON(root, firstNonNull(branches), h, depth+1)
+			return p.sample(firstNonNull(branches), depth+1)
 		}
 	}
 	switch schemaType(s) {
@@ -156,7 +174,7 @@ func sampleJSON(root, schema any, h *hashStream, depth int) any {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			out[k] = sampleJSON(root, props[k], h, depth+1)
+			out[k] = p.sample(props[k], depth+1)
 		}
 		for _, k := range stringsOf(s["required"]) {
 			if _, ok := out[k]; !ok {
@@ -174,7 +192,7 @@ func sampleJSON(root, schema any, h *hashStream, depth int) any {
 		}
 		out := make([]any, 0, n)
 		for range n {
-			out = append(out, sampleJSON(root, s["items"], h, depth+1))
+			out = append(out, p.sample(s["items"], depth+1))
 		}
 		return out
 	case "integer":
