@@ -75,16 +75,13 @@ func decodePush(r io.Reader) (*Message, string, error) {
 	dec.DisallowUnknownFields()
 	var env pushEnvelope
 	if err := dec.Decode(&env); err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return nil, "", fmt.Errorf("%w: more than %d bytes", errTooLarge, mbe.Limit)
-		}
-		return nil, "", fmt.Errorf("%w: %w", ErrBadEnvelope, err)
+		return nil, "", readErr(err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return nil, "", fmt.Errorf("%w: more than %d bytes", errTooLarge, mbe.Limit)
-		}
+	switch _, err := dec.Token(); {
+	case err == nil:
 		return nil, "", fmt.Errorf("%w: data after the envelope", ErrBadEnvelope)
+	case !errors.Is(err, io.EOF):
+		return nil, "", readErr(err)
 	}
 	pm := env.Message
 	if pm == nil {
@@ -107,6 +104,14 @@ func decodePush(r io.Reader) (*Message, string, error) {
 		m.DeliveryAttempt = *env.DeliveryAttempt
 	}
 	return m, env.Subscription, nil
+}
+
+// readErr classifies an error met while reading an envelope: too large, or not an envelope.
+func readErr(err error) error {
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		return fmt.Errorf("%w: more than %d bytes", errTooLarge, mbe.Limit)
+	}
+	return fmt.Errorf("%w: %w", ErrBadEnvelope, err)
 }
 
 // pushStatus maps a decoding error to its HTTP status.
