@@ -1,0 +1,230 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"cloud.google.com/go/firestore/apiv1/firestorepb"
+	"cloud.google.com/go/pubsub/v2"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// fsCounter counts the documents Firestore reads and writes for a client, at the gRPC layer.
+type fsCounter struct{ reads, writes, commits atomic.Int64 }
+
+func (c *fsCounter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if r, ok := req.(*firestorepb.CommitRequest); ok {
+		c.commits.Add(1)
+		c.writes.Add(int64(len(r.Writes)))
+	}
+	if _, ok := req.(*firestorepb.GetDocumentRequest); ok {
+		c.reads.Add(1)
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (c *fsCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	return &countingStream{ClientStream: s, c: c}, err
+}
+
+type countingStream struct {
+	grpc.ClientStream
+	c *fsCounter
+}
+
+func (s *countingStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil {
+		switch r := m.(type) {
+		case *firestorepb.BatchGetDocumentsResponse:
+			if r.GetFound() != nil || r.GetMissing() != "" {
+				s.c.reads.Add(1)
+			}
+		case *firestorepb.RunQueryResponse:
+			if r.GetDocument() != nil {
+				s.c.reads.Add(1)
+			}
+		}
+	}
+	return err
+}
+
+// emulatorCreds is the emulator's owner token, as the firestore client sends it.
+type emulatorCreds struct{}
+
+func (emulatorCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer owner"}, nil
+}
+func (emulatorCreds) RequireTransportSecurity() bool { return false }
+
+// countingFirestore is a Firestore client on the emulator whose reads and writes are counted.
+func countingFirestore(b testing.TB, project string) (*firestore.Client, *fsCounter) {
+	b.Helper()
+	c := &fsCounter{}
+	conn, err := grpc.NewClient(os.Getenv(emulator.FirestoreHostEnv),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(emulatorCreds{}),
+		grpc.WithChainUnaryInterceptor(c.unary), grpc.WithChainStreamInterceptor(c.stream))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fs, err := firestore.NewClient(context.Background(), project, option.WithGRPCConn(conn))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { fs.Close() })
+	return fs, c
+}
+
+// countingPublisher counts publishes per topic.
+type countingPublisher struct {
+	next Publisher
+	mu   sync.Mutex
+	n    map[string]int
+}
+
+func (p *countingPublisher) Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
+	p.mu.Lock()
+	p.n[topic]++
+	p.mu.Unlock()
+	return p.next.Publish(ctx, topic, data, attrs)
+}
+
+// txCeiling measures the emulator's transaction ceiling: conc goroutines running read-modify-write
+// transactions (MutateTask) on distinct task documents for d. It returns transactions per second.
+func txCeiling(b *testing.B, st *store.Store, conc int, d time.Duration) float64 {
+	ctx := context.Background()
+	for i := range conc {
+		if err := st.CreateTask(ctx, &store.Task{ID: fmt.Sprintf("ceiling-%d", i), State: task.StateSucceeded}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var n atomic.Int64
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range conc {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				if _, err := st.MutateTask(ctx, fmt.Sprintf("ceiling-%d", i), func(t *store.Task, _ time.Time) error {
+					t.Attempts++
+					return nil
+				}); err == nil {
+					n.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+// BenchmarkWorker measures, for short generations without cache at concurrency 64 with 500 ms
+// fake latency: Firestore reads, writes and Pub/Sub publishes per successful task (counted at the
+// gRPC layer and around the publisher), the paid window (call start to output commit), and the
+// throughput against min(Little's-law bound, the emulator's measured transaction ceiling ÷ the
+// two transactions a task needs). Messages are handed to Handle by 64 goroutines, as the pull's
+// flow control would; each b.N is one task. Run with e.g. -benchtime=640x.
+func BenchmarkWorker(b *testing.B) {
+	const conc, latency = 64, 500 * time.Millisecond
+	ctx := context.Background()
+	project := emulator.ProjectID(b)
+	fs, counter := countingFirestore(b, project)
+	st := store.New(fs)
+	st.MaxAttempts = 20
+	ps, err := pubsub.NewClient(ctx, project)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ps.Close()
+	if err := bus.Bootstrap(ctx, ps, bus.DefaultTopology()); err != nil {
+		b.Fatal(err)
+	}
+	bp := bus.NewPublisher(ps)
+	defer bp.Close()
+	pub := &countingPublisher{next: bp, n: map[string]int{}}
+	srv := geminitest.NewServer(geminitest.WithLatency("", geminitest.Fixed(latency)))
+	defer srv.Close()
+	env := map[string]string{"GOOGLE_GEMINI_BASE_URL": srv.URL, "GENBOX_MODEL_CHAIN": "m"}
+	gcfg, err := gemini.ConfigFromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		b.Fatal(err)
+	}
+	gen, err := gemini.New(ctx, gcfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ceiling := txCeiling(b, st, conc, 3*time.Second)
+
+	ids := make([]string, b.N)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("bench-%06d", i)
+		doc := &store.Task{ID: ids[i], Tenant: "t", Family: "summarize", Variant: "default", Input: "text " + ids[i],
+			State: task.StateQueued, CallbackURL: "https://app.example/hook"}
+		if err := st.CreateTask(ctx, doc); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pol := policy("bench")
+	pol.LeaseTTL, pol.RenewEvery = 30*time.Second, 10*time.Second
+	h := New(st, gen, chain("m"), pub, slog.New(slog.DiscardHandler), pol)
+	r0, w0 := counter.reads.Load(), counter.writes.Load()
+	work := make(chan string)
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for id := range work {
+				h.Handle(ctx, &bus.Message{ID: id, Attributes: map[string]string{task.AttrTaskID: id}})
+			}
+		})
+	}
+	for _, id := range ids {
+		work <- id
+	}
+	close(work)
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+
+	stats := h.Stats()
+	if stats.Stored != int64(b.N) {
+		b.Fatalf("%d of %d tasks stored", stats.Stored, b.N)
+	}
+	n := float64(stats.Stored)
+	throughput := n / elapsed.Seconds()
+	little := conc / latency.Seconds()
+	bound := min(little, ceiling/2)
+	windows := slices.Clone(stats.PaidWindows)
+	slices.Sort(windows)
+	b.ReportMetric(float64(counter.reads.Load()-r0)/n, "reads/task")
+	b.ReportMetric(float64(counter.writes.Load()-w0)/n, "writes/task")
+	pub.mu.Lock()
+	b.ReportMetric(float64(pub.n[bus.TopicResults])/n, "result-publishes/task")
+	b.ReportMetric(float64(len(pub.n)), "topics")
+	pub.mu.Unlock()
+	b.ReportMetric(throughput, "tasks/s")
+	b.ReportMetric(little, "little-bound/s")
+	b.ReportMetric(ceiling, "emulator-tx/s")
+	b.ReportMetric(throughput/bound, "efficiency")
+	b.ReportMetric(float64(windows[len(windows)/2].Milliseconds()), "paid-window-p50-ms")
+	b.ReportMetric(float64(windows[len(windows)*99/100].Milliseconds()), "paid-window-p99-ms")
+}
