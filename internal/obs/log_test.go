@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -246,13 +247,23 @@ func TestLoggerLevel(t *testing.T) {
 	}
 }
 
-// FuzzRedaction: whatever the value, under a sensitive key it never reaches a default log.
+// FuzzRedaction: whatever the value, under a key ending in a sensitive word it never reaches a
+// default log, neither at the top level nor in a group.
 func FuzzRedaction(f *testing.F) {
-	f.Add("prompt", "hello world")
-	f.Add("api_key", "AIzaSyXXXX")
-	f.Add("outputText", "\"quoted\"\n")
-	f.Fuzz(func(t *testing.T, key, value string) {
-		if !sensitive(key) || !utf8.ValidString(key) || len(value) < 4 || strings.Contains(Redacted, value) {
+	f.Add("user", "hello world", uint8(0))
+	f.Add("gemini", "AIzaSyXXXX", uint8(5))
+	f.Add("", "\"quoted\"\n", uint8(2))
+	var list []string
+	for w := range sensitiveWords {
+		list = append(list, w)
+	}
+	slices.Sort(list)
+	f.Fuzz(func(t *testing.T, prefix, value string, pick uint8) {
+		key := prefix + "_" + list[int(pick)%len(list)]
+		if !sensitive(key) {
+			t.Fatalf("sensitive(%q) = false", key)
+		}
+		if !utf8.ValidString(key) || len(value) < 4 || strings.Contains(Redacted, value) {
 			return
 		}
 		var buf bytes.Buffer
