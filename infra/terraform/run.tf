@@ -49,6 +49,12 @@ locals {
 
     resulthandler = merge(local.common_env, {
       OTEL_SERVICE_NAME = "resulthandler"
+      # Consumed by OIDC-authenticated push; Cloud Run's IAM checks the token.
+      GENBOX_CONSUMER = "push"
+      # Callback URLs must be https to public addresses (the SSRF guard, DESIGN §6).
+      GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
+      # Cloud Run kills an instance 10 s after SIGTERM.
+      GENBOX_SHUTDOWN_GRACE = "8s"
     })
 
     dlqnotifier = merge(local.common_env, {

@@ -21,6 +21,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/deploycheck"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/publisher"
+	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker"
 )
@@ -28,8 +29,8 @@ import (
 const (
 	repoRoot     = "../.."
 	terraformDir = repoRoot + "/infra/terraform"
-	// pushPath is where the resulthandler and the dlqnotifier mount bus.Push.
-	pushPath = "/pubsub/push"
+	// pushPath is where the push consumers mount bus.Push.
+	pushPath = resulthandler.PushPath
 	// minGoPatch is the oldest Go 1.26 patch release the images may be built with: the newest
 	// served when this was written, fixing standard-library advisories of earlier ones.
 	minGoPatch = 11
@@ -295,7 +296,12 @@ var services = map[string]service{
 		_, oerr := obs.ConfigFromEnv(getenv, "worker")
 		return errors.Join(err, oerr)
 	}},
-	// resulthandler, dlqnotifier: no config loader yet.
+	"resulthandler": {[2]string{"google_cloud_run_v2_service", "resulthandler"}, func(getenv func(string) string) error {
+		_, err := resulthandler.FromEnv(getenv) // validates too
+		_, oerr := obs.ConfigFromEnv(getenv, "resulthandler")
+		return errors.Join(err, oerr)
+	}},
+	// dlqnotifier: no config loader yet.
 }
 
 const tuning = "a tuning knob whose code default is the production value"
@@ -317,6 +323,17 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_NUDGE_GRACE":     tuning,
 		"GENBOX_PUBLISH_TIMEOUT": tuning,
 		"GENBOX_LIMITS_TTL":      tuning,
+	},
+	"resulthandler": {
+		"PORT":                        "set by Cloud Run itself (a reserved name)",
+		"GENBOX_INSTANCE_ID":          "the default (hostname-pid) names each instance uniquely",
+		"GENBOX_RESULTS_SUBSCRIPTION": "pull mode only; in push mode the subscription names the service, not the reverse (a cycle)",
+		"GENBOX_CONCURRENCY":          "pull mode only; push concurrency is the service's max_instance_request_concurrency",
+		"GENBOX_WEBHOOK_TIMEOUT":      tuning,
+		"GENBOX_DELIVERY_HORIZON":     tuning,
+		"GENBOX_DELIVERY_BACKOFF_MIN": tuning,
+		"GENBOX_DELIVERY_BACKOFF_MAX": tuning,
+		"GENBOX_NOTICE_GRACE":         tuning,
 	},
 	"worker": {
 		"PORT":                         "a worker pool gets no PORT and no traffic; /healthz stays on the default port",
