@@ -163,44 +163,35 @@ func BenchmarkSubmit(b *testing.B) {
 // performs, called directly.
 func BenchmarkBareCreatePublish(b *testing.B) {
 	e := setup(b, func(cfg *Config, d *Deps) { _, d.Publisher = emulatorBus(b, cfg.ProjectID) })
-	pub := e.srv.pub
-	runBench(b, func() error {
-		now := time.Now().UTC()
-		grace := now.Add(30 * time.Second)
-		t := &store.Task{ID: randomID(), Tenant: e.tenant, Family: "summarize", Variant: "default", Input: "text to work on",
-			Labels: map[string]string{"app": "x"}, State: task.StateQueued, Delivery: store.Delivery{State: task.DeliveryNone},
-			CreatedAt: now, NudgeAt: &grace}
-		if err := e.st.CreateTask(context.Background(), t); err != nil {
-			return err
-		}
-		_, err := pub.Publish(context.Background(), bus.TopicTasks, nil, map[string]string{
-			task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrFamily: t.Family, task.AttrVariant: t.Variant})
-		return err
-	})
+	runBench(b, func() error { return createPublish(e, e.tenant) })
 }
 
 // BenchmarkBareAuthCreatePublish adds the API key read the handler must do (revocation applies
 // at once, so it is not cached) to the bare create and publish.
 func BenchmarkBareAuthCreatePublish(b *testing.B) {
 	e := setup(b, func(cfg *Config, d *Deps) { _, d.Publisher = emulatorBus(b, cfg.ProjectID) })
-	pub := e.srv.pub
 	runBench(b, func() error {
 		tenant, err := e.st.Authenticate(context.Background(), e.key)
 		if err != nil {
 			return err
 		}
-		now := time.Now().UTC()
-		grace := now.Add(30 * time.Second)
-		t := &store.Task{ID: randomID(), Tenant: tenant, Family: "summarize", Variant: "default", Input: "text to work on",
-			Labels: map[string]string{"app": "x"}, State: task.StateQueued, Delivery: store.Delivery{State: task.DeliveryNone},
-			CreatedAt: now, NudgeAt: &grace}
-		if err := e.st.CreateTask(context.Background(), t); err != nil {
-			return err
-		}
-		_, err = pub.Publish(context.Background(), bus.TopicTasks, nil, map[string]string{
-			task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrFamily: t.Family, task.AttrVariant: t.Variant})
-		return err
+		return createPublish(e, tenant)
 	})
+}
+
+// createPublish writes a task as the handler does and publishes its nudge.
+func createPublish(e *env, tenant string) error {
+	now := time.Now().UTC()
+	grace := now.Add(30 * time.Second)
+	t := &store.Task{ID: randomID(), Tenant: tenant, Family: "summarize", Variant: "default", Input: "text to work on",
+		Labels: map[string]string{"app": "x"}, State: task.StateQueued, Delivery: store.Delivery{State: task.DeliveryNone},
+		CreatedAt: now, NudgeAt: &grace}
+	if err := e.st.CreateTask(context.Background(), t); err != nil {
+		return err
+	}
+	_, err := e.srv.pub.Publish(context.Background(), bus.TopicTasks, nil, map[string]string{
+		task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrFamily: t.Family, task.AttrVariant: t.Variant})
+	return err
 }
 
 const benchWorkers = 8
