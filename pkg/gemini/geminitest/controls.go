@@ -20,11 +20,14 @@ func Fixed(d time.Duration) Latency { return Latency{Min: d} }
 // Uniform is a latency drawn uniformly from [lo, hi].
 func Uniform(lo, hi time.Duration) Latency { return Latency{Min: lo, Max: hi} }
 
-func (l Latency) draw(r Request, rng *rand.Rand) time.Duration {
+// draw picks the latency of r; it calls Func without holding mu, so Func may use the Fake.
+func (l Latency) draw(r Request, mu *sync.Mutex, rng *rand.Rand) time.Duration {
 	switch {
 	case l.Func != nil:
 		return max(0, l.Func(r))
 	case l.Max > l.Min:
+		mu.Lock()
+		defer mu.Unlock()
 		return l.Min + time.Duration(rng.Int64N(int64(l.Max-l.Min)+1))
 	}
 	return max(0, l.Min)

@@ -285,3 +285,26 @@ func TestAPIKey(t *testing.T) {
 		t.Errorf("unauthorized calls reached the model: %+v", l)
 	}
 }
+
+func TestCloseEndsHeldCallsUnbilled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	gate := b.srv.Block("")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.generate(t.Context(), model, "held at shutdown", nil)
+		errc <- err
+	}()
+	select {
+	case <-gate.Entered():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call never reached the model")
+	}
+	b.srv.Close() // must not wait for the gate
+	if e := apiError(t, <-errc); e.Code != http.StatusServiceUnavailable {
+		t.Fatalf("held call at shutdown: %+v, want 503", e)
+	}
+	if l := b.srv.Ledger().Model(model); l.Generations != 0 || l.Failed != 1 || b.srv.InFlight() != 0 {
+		t.Fatalf("ledger = %+v, in flight %d: want the held call failed and unbilled", l, b.srv.InFlight())
+	}
+}

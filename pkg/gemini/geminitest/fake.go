@@ -300,7 +300,7 @@ func pick[V any](m map[string]V, model string) (V, bool) {
 
 // admit numbers the call and decides, under the lock, whether it fails before generating:
 // outage, then the failure schedule, then the rate limits.
-func (f *Fake) admit(req *Request, now time.Time) (fail *apiFailure, responder Responder, gate *Gate, latency time.Duration) {
+func (f *Fake) admit(req *Request, now time.Time) (fail *apiFailure, responder Responder, gate *Gate, latency Latency) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	req.Call = f.calls
@@ -313,7 +313,7 @@ func (f *Fake) admit(req *Request, now time.Time) (fail *apiFailure, responder R
 		}
 	}()
 	if until, ok := pick(f.outages, req.Model); ok && now.Before(until) {
-		return &apiFailure{code: http.StatusServiceUnavailable}, nil, nil, 0
+		return &apiFailure{code: http.StatusServiceUnavailable}, nil, nil, Latency{}
 	}
 	key := req.Model
 	if len(f.failures[key]) == 0 {
@@ -327,7 +327,7 @@ func (f *Fake) admit(req *Request, now time.Time) (fail *apiFailure, responder R
 			if code == http.StatusTooManyRequests {
 				scripted.retryDelay = f.retryDelay
 			}
-			return scripted, nil, nil, 0
+			return scripted, nil, nil, Latency{}
 		}
 	}
 	if l, ok := pick(f.limits, req.Model); ok {
@@ -335,19 +335,19 @@ func (f *Fake) admit(req *Request, now time.Time) (fail *apiFailure, responder R
 		f.windows[req.Model] = win
 		if quota != "" {
 			return &apiFailure{code: http.StatusTooManyRequests, retryDelay: wait, quota: quota, model: req.Model,
-				message: fmt.Sprintf("You exceeded your current quota, please check your plan and billing details. Quota exceeded for metric: generativelanguage.googleapis.com/%s, model: %s. Please retry in %s.", quota, req.Model, formatDuration(wait))}, nil, nil, 0
+				message: fmt.Sprintf("You exceeded your current quota, please check your plan and billing details. Quota exceeded for metric: generativelanguage.googleapis.com/%s, model: %s. Please retry in %s.", quota, req.Model, formatDuration(wait))}, nil, nil, Latency{}
 		}
 	}
-	lat, _ := pick(f.latency, req.Model)
+	latency, _ = pick(f.latency, req.Model)
 	gate, _ = pick(f.gates, req.Model)
 	f.inflight++
-	return nil, f.responder, gate, lat.draw(*req, f.rng)
+	return nil, f.responder, gate, latency
 }
 
 // generate serves generateContent and streamGenerateContent. Once admitted, the generation runs
 // to its end on the fake's own clock, not the client's: a client that goes away is billed anyway.
 func (f *Fake) generate(w http.ResponseWriter, r *http.Request, req Request) {
-	fail, responder, gate, latency := f.admit(&req, time.Now())
+	fail, responder, gate, lat := f.admit(&req, time.Now())
 	if fail != nil {
 		f.logCall(req, fail.code, task.Usage{})
 		f.writeError(w, *fail)
@@ -358,6 +358,7 @@ func (f *Fake) generate(w http.ResponseWriter, r *http.Request, req Request) {
 		f.inflight--
 		f.mu.Unlock()
 	}()
+	latency := lat.draw(req, &f.mu, f.rng)
 	reply := responder(req)
 	if reply.Code != 0 {
 		f.fail(req, w, apiFailure{code: reply.Code, message: reply.Message, retryDelay: reply.RetryDelay, model: req.Model})
@@ -388,7 +389,15 @@ func (f *Fake) generate(w http.ResponseWriter, r *http.Request, req Request) {
 	respID := newHashStream(req).id() + fmt.Sprintf("-%d", req.Call)
 	for i, c := range chunks {
 		if !f.sleep(latency / time.Duration(len(chunks))) {
-			f.fail(req, w, apiFailure{code: http.StatusServiceUnavailable, message: "The fake Gemini server is shutting down."})
+			shutdown := apiFailure{code: http.StatusServiceUnavailable, message: "The fake Gemini server is shutting down."}
+			if i == 0 {
+				f.fail(req, w, shutdown)
+				return
+			}
+			// The stream has begun: the error goes in-band, as Gemini sends it.
+			f.fail(req, nil, shutdown)
+			b, _ := json.Marshal(shutdown.body()) // googleError always marshals
+			_, _ = fmt.Fprintf(w, "data: %s\r\n\r\n", b)
 			return
 		}
 		resp := wireResponse{
@@ -434,12 +443,15 @@ func (f *Fake) sleep(d time.Duration) bool {
 	}
 }
 
+// fail records a failed generation and, when w is not nil, answers it.
 func (f *Fake) fail(req Request, w http.ResponseWriter, fail apiFailure) {
 	f.mu.Lock()
 	f.ledger.tally(req.Model).Failed++
 	f.mu.Unlock()
 	f.logCall(req, fail.code, task.Usage{})
-	f.writeError(w, fail)
+	if w != nil {
+		f.writeError(w, fail)
+	}
 }
 
 func (f *Fake) bill(req Request, u task.Usage, abandoned bool) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -196,9 +197,12 @@ func TestLedgerBillsWhatTheClientSaw(t *testing.T) {
 
 func TestResponderScriptsOutputs(t *testing.T) {
 	t.Parallel()
+	var mu sync.Mutex
 	var seen []geminitest.Request
 	b := setup(t, geminitest.WithResponder(func(r geminitest.Request) geminitest.Reply {
-		seen = append(seen, r) // calls are sequential in this test
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, r)
 		if r.Call == 0 {
 			return geminitest.Reply{Text: "{not json"}
 		}
@@ -221,6 +225,8 @@ func TestResponderScriptsOutputs(t *testing.T) {
 	if !json.Valid([]byte(r.Text())) {
 		t.Fatalf("second answer %q is not JSON", r.Text())
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(seen) != 2 || seen[1].Call != 1 || seen[1].Model != model || seen[1].Prompt != "task r-1" ||
 		seen[1].Temperature == nil || *seen[1].Temperature != float64(temp) {
 		t.Fatalf("responder saw %+v", seen)
