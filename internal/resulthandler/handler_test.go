@@ -1,11 +1,14 @@
 package resulthandler
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,5 +343,88 @@ func TestAckWhenNothingToDo(t *testing.T) {
 	}
 	if r := e.handle(tk.ID); r != bus.Ack || len(e.recv.Posts()) != 0 {
 		t.Fatalf("result %v, posts %d", r, len(e.recv.Posts()))
+	}
+}
+
+// Redeliver (the dlqnotifier's button) puts a dead delivery back with round + 1 and a fresh
+// horizon: the receiver gets the same webhook-id, so it can dedupe.
+func TestRedeliverKeepsWebhookID(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.recv.schedule = func(n int) int {
+		if n == 1 {
+			return 404
+		}
+		return 200
+	}
+	tk := e.finishedTask(t, "t-redeliver", e.recv.URL())
+	e.handle(tk.ID)
+	if got := e.get(t, tk.ID); got.Delivery.State != task.DeliveryDead {
+		t.Fatalf("delivery %+v", got.Delivery)
+	}
+	_, err := e.st.MutateTask(e.ctx, tk.ID, func(t *store.Task, now time.Time) error {
+		d := &t.Delivery
+		d.State, d.Round, d.Attempts, d.FirstAttemptAt, d.NextAttemptAt = task.DeliveryPending, d.Round+1, 0, nil, &now
+		t.Notices = nil
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.handle(tk.ID)
+	got := e.get(t, tk.ID)
+	if got.Delivery.State != task.DeliveryDelivered || got.Delivery.Round != 1 {
+		t.Fatalf("delivery %+v", got.Delivery)
+	}
+	if l := got.Delivery.Log; len(l) != 2 || l[0].Round != 0 || l[1].Round != 1 {
+		t.Fatalf("log %+v", l)
+	}
+	id := task.EventID(tk.ID, task.EventSucceeded, 0)
+	checkPosts(t, e.recv.Posts(), id, id)
+}
+
+// failingStore fails the handler's second transaction (the outcome commit), as a process dying
+// right after the receiver's 2xx would leave it.
+type failingStore struct {
+	Store
+	calls atomic.Int64
+}
+
+func (f *failingStore) MutateTask(ctx context.Context, id string, fn store.MutateFunc) (*store.Task, error) {
+	if f.calls.Add(1) == 2 {
+		return nil, errors.New("process died")
+	}
+	return f.Store.MutateTask(ctx, id, fn)
+}
+
+// The documented duplicate window: when the delivered commit is lost, the lease expires and the
+// event is delivered again — with the same webhook-id — and never before the lease expires.
+func TestLostCommitRedeliversSameID(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tk := e.finishedTask(t, "t-crash", e.recv.URL())
+	crashing, err := New(&failingStore{Store: e.st}, e.st, e.pub, ssrf.NewClient(ssrf.Policy{AllowHTTP: true, AllowLoopback: true}),
+		e.h.log, testPolicy("rh-crash"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashing.Handle(e.ctx, &bus.Message{Attributes: map[string]string{task.AttrTaskID: tk.ID}})
+	got := e.get(t, tk.ID)
+	if got.Delivery.State != task.DeliveryPending || !got.Delivery.Lease.Live(e.clock.Now()) {
+		t.Fatalf("delivery %+v", got.Delivery)
+	}
+	if got.DueAt == nil || !got.DueAt.Equal(*got.Delivery.Lease.ExpiresAt) {
+		t.Fatalf("due_at %v, want the lease expiry %v", got.DueAt, got.Delivery.Lease.ExpiresAt)
+	}
+	e.handle(tk.ID) // the lease is live: nobody else posts
+	if n := len(e.recv.Posts()); n != 1 {
+		t.Fatalf("%d posts under a live lease", n)
+	}
+	e.clock.Set(*got.Delivery.Lease.ExpiresAt)
+	e.handle(tk.ID)
+	id := task.EventID(tk.ID, task.EventSucceeded, 0)
+	checkPosts(t, e.recv.Posts(), id, id)
+	if got := e.get(t, tk.ID); got.Delivery.State != task.DeliveryDelivered || got.Delivery.Lease.Epoch != 2 {
+		t.Fatalf("delivery %+v", got.Delivery)
 	}
 }
