@@ -39,6 +39,7 @@ var Queries = []Query{
 	{Name: "sweep", Collection: TasksCollection, Fields: []IndexField{{"due_at", Asc}}},
 	{Name: "tasks-by-tenant", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"created_at", Desc}}},
 	{Name: "tasks-by-tenant-state", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"state", Asc}, {"created_at", Desc}}},
+	{Name: "dead-letters-by-state", Collection: DeadLettersCollection, Fields: []IndexField{{"state", Asc}, {"created_at", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of DESIGN §2.

@@ -85,6 +85,10 @@ type Task struct {
 	CompletedAt *time.Time `firestore:"completed_at,omitempty"`
 	ExpireAt    *time.Time `firestore:"expire_at,omitempty"`
 	ErasedAt    *time.Time `firestore:"erased_at,omitempty"` // DELETE /v1/tasks/{id} erased the content
+
+	// BypassCache makes the next run skip the output cache: set by Regenerate, whose point is a
+	// fresh generation.
+	BypassCache bool `firestore:"bypass_cache,omitempty"`
 }
 
 // TaskError is a task's last error.

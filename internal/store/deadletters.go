@@ -1,0 +1,231 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"google.golang.org/api/iterator"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Collections of the dlqnotifier.
+const (
+	AlertsCollection = "alerts"
+)
+
+// DeadLetterState is where a dead letter is in the human gate.
+type DeadLetterState string
+
+// Dead-letter states: open until a human (or an operator) decides.
+const (
+	DeadLetterOpen        DeadLetterState = "open"
+	DeadLetterRedelivered DeadLetterState = "redelivered"
+	DeadLetterRegenerated DeadLetterState = "regenerated"
+	DeadLetterDiscarded   DeadLetterState = "discarded"
+)
+
+// DeadLetter is the dead_letters/{task_id}:{stage}:{replay}:{round} document: one death of a
+// task's generation (replay) or of one round of its webhook delivery, and what a human decided.
+type DeadLetter struct {
+	ID string `firestore:"-"`
+
+	TaskID    string          `firestore:"task_id"`
+	Tenant    string          `firestore:"tenant"`
+	Family    string          `firestore:"family"`
+	Variant   string          `firestore:"variant"`
+	Stage     task.Stage      `firestore:"stage"`
+	Replay    int             `firestore:"replay"`
+	Round     int             `firestore:"round"`
+	State     DeadLetterState `firestore:"state"`
+	EventID   string          `firestore:"event_id,omitempty"`   // delivery stage: the event that died
+	EventType task.EventType  `firestore:"event_type,omitempty"` // delivery stage
+	Attempts  int             `firestore:"attempts"`
+	LastError string          `firestore:"last_error,omitempty"`
+	Usage     task.Usage      `firestore:"usage"` // tokens already paid for this replay
+	CostUSD   float64         `firestore:"cost_usd"`
+
+	DecidedBy string     `firestore:"decided_by,omitempty"`
+	DecidedAt *time.Time `firestore:"decided_at,omitempty"`
+	// Applied is set once the decision's nudges are all published.
+	Applied bool `firestore:"applied"`
+
+	SlackChannel string `firestore:"slack_channel,omitempty"`
+	SlackTS      string `firestore:"slack_ts,omitempty"`
+	PostAttempts int    `firestore:"post_attempts"` // failed Slack posts; sizes the notice's backoff
+
+	CreatedAt time.Time `firestore:"created_at"`
+	UpdatedAt time.Time `firestore:"updated_at"`
+}
+
+// DeadLetters returns the dead_letters collection.
+func (s *Store) DeadLetters() *firestore.CollectionRef { return s.FS.Collection(DeadLettersCollection) }
+
+// GetDeadLetter reads one dead letter, or ErrNotFound.
+func (s *Store) GetDeadLetter(ctx context.Context, id string) (*DeadLetter, error) {
+	snap, err := s.DeadLetters().Doc(id).Get(ctx)
+	if status.Code(err) == codes.NotFound {
+		return nil, fmt.Errorf("get dead letter %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get dead letter %s: %w", id, err)
+	}
+	return decodeDeadLetter(snap)
+}
+
+func decodeDeadLetter(snap *firestore.DocumentSnapshot) (*DeadLetter, error) {
+	var d DeadLetter
+	if err := snap.DataTo(&d); err != nil {
+		return nil, fmt.Errorf("decode dead letter %s: %w", snap.Ref.ID, err)
+	}
+	d.ID = snap.Ref.ID
+	return &d, nil
+}
+
+// ListDeadLetters returns up to limit dead letters in state, oldest first (query
+// "dead-letters-by-state" of the registry).
+func (s *Store) ListDeadLetters(ctx context.Context, state DeadLetterState, limit int) ([]*DeadLetter, error) {
+	it := s.DeadLetters().Where("state", "==", string(state)).OrderBy("created_at", firestore.Asc).Limit(limit).Documents(ctx)
+	defer it.Stop()
+	var out []*DeadLetter
+	for {
+		snap, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list dead letters: %w", err)
+		}
+		d, err := decodeDeadLetter(snap)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+}
+
+// DeadLetterFunc decides, from the task and its dead letter as read inside one transaction, what
+// to change in both. d is never nil: a dead letter that does not exist yet has a zero CreatedAt,
+// and is written only if fn gives it one. Like MutateFunc, fn may run more than once and returns
+// ErrNoChange to write nothing.
+type DeadLetterFunc func(t *Task, d *DeadLetter, now time.Time) error
+
+// MutateDeadLetter runs fn over task taskID and dead letter id in one transaction, then writes
+// both: the task as MutateTask writes it (nudge backoff reset, finalized), the dead letter if it
+// exists or fn created it. It is the one way to change a dead letter together with its task (a
+// notice recorded, a decision taken, a Slack post committed). It returns both as written, or
+// ErrNotFound when the task does not exist.
+func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn DeadLetterFunc) (*Task, *DeadLetter, error) {
+	tref, dref := s.Tasks().Doc(taskID), s.DeadLetters().Doc(id)
+	var outT *Task
+	var outD *DeadLetter
+	opts := []firestore.TransactionOption{}
+	if s.MaxAttempts > 0 {
+		opts = append(opts, firestore.MaxAttempts(s.MaxAttempts))
+	}
+	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		outT, outD = nil, nil
+		snaps, err := tx.GetAll([]*firestore.DocumentRef{tref, dref})
+		if err != nil {
+			return err
+		}
+		if !snaps[0].Exists() {
+			return ErrNotFound
+		}
+		t, err := DecodeTask(snaps[0])
+		if err != nil {
+			return err
+		}
+		read := func() (*DeadLetter, error) {
+			if !snaps[1].Exists() {
+				return &DeadLetter{ID: id}, nil
+			}
+			return decodeDeadLetter(snaps[1])
+		}
+		d, err := read()
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		t.Nudges, t.NudgeAt = 0, nil
+		if err := fn(t, d, now); errors.Is(err, ErrNoChange) {
+			if outT, err = DecodeTask(snaps[0]); err != nil {
+				return err
+			}
+			outD, err = read()
+			return err
+		} else if err != nil {
+			return err
+		}
+		t.UpdatedAt = now
+		Finalize(t, now, s.Retention)
+		if err := tx.Set(tref, t); err != nil {
+			return err
+		}
+		outT, outD = t, d
+		if d.CreatedAt.IsZero() {
+			return nil
+		}
+		d.UpdatedAt = now
+		return tx.Set(dref, d)
+	}, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mutate dead letter %s: %w", id, err)
+	}
+	return outT, outD, nil
+}
+
+// Alert is the alerts/{key} document: when an alert of that key was last posted, so a
+// repeated alert within its cooldown is posted once, whichever instance receives it.
+type Alert struct {
+	LastPostedAt time.Time `firestore:"last_posted_at"`
+	Count        int       `firestore:"count"` // alerts received with this key
+}
+
+// ClaimAlert records an alert of key and reports whether it is to be posted: true when none was
+// posted within cooldown, in which case last_posted_at becomes now (one transaction, so two
+// instances never both post). prev is the previous post time, for UnclaimAlert.
+func (s *Store) ClaimAlert(ctx context.Context, key string, cooldown time.Duration) (post bool, prev time.Time, err error) {
+	ref := s.FS.Collection(AlertsCollection).Doc(key)
+	err = s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		post, prev = false, time.Time{}
+		var a Alert
+		snap, err := tx.Get(ref)
+		switch {
+		case status.Code(err) == codes.NotFound:
+		case err != nil:
+			return err
+		default:
+			if err := snap.DataTo(&a); err != nil {
+				return fmt.Errorf("decode alert %s: %w", key, err)
+			}
+		}
+		now := s.now()
+		a.Count++
+		prev = a.LastPostedAt
+		if a.LastPostedAt.IsZero() || !now.Before(a.LastPostedAt.Add(cooldown)) {
+			post = true
+			a.LastPostedAt = now
+		}
+		return tx.Set(ref, a)
+	})
+	if err != nil {
+		return false, time.Time{}, fmt.Errorf("claim alert %s: %w", key, err)
+	}
+	return post, prev, nil
+}
+
+// UnclaimAlert puts back the previous post time of key after a post that failed, so the next
+// alert of that key is posted.
+func (s *Store) UnclaimAlert(ctx context.Context, key string, prev time.Time) error {
+	_, err := s.FS.Collection(AlertsCollection).Doc(key).Update(ctx, []firestore.Update{{Path: "last_posted_at", Value: prev}})
+	if err != nil {
+		return fmt.Errorf("unclaim alert %s: %w", key, err)
+	}
+	return nil
+}
