@@ -379,6 +379,9 @@ func (f *Fake) generate(w http.ResponseWriter, r *http.Request, req Request) {
 	if reply.FinishReason == "" {
 		reply.FinishReason = "STOP"
 	}
+	if reply.BlockReason != "" {
+		reply.Text = ""
+	}
 	usage := task.Usage{PromptTokens: req.PromptTokens(), OutputTokens: tokens(reply.Text)}
 	usage.TotalTokens = usage.PromptTokens + usage.OutputTokens
 	chunks := []string{reply.Text}
@@ -405,8 +408,14 @@ func (f *Fake) generate(w http.ResponseWriter, r *http.Request, req Request) {
 			ModelVersion: req.Model,
 			ResponseID:   respID,
 		}
+		if reply.BlockReason != "" {
+			resp.Candidates = nil
+			resp.PromptFeedback = &wirePromptFeedback{BlockReason: reply.BlockReason}
+		}
 		if i == len(chunks)-1 {
-			resp.Candidates[0].FinishReason = reply.FinishReason
+			if resp.Candidates != nil {
+				resp.Candidates[0].FinishReason = reply.FinishReason
+			}
 			resp.UsageMetadata = &wireUsage{
 				PromptTokenCount:     usage.PromptTokens,
 				CandidatesTokenCount: usage.OutputTokens,

@@ -232,3 +232,30 @@ func TestResponderScriptsOutputs(t *testing.T) {
 		t.Fatalf("responder saw %+v", seen)
 	}
 }
+
+func TestSafetyBlocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, geminitest.WithResponder(func(r geminitest.Request) geminitest.Reply {
+		if strings.Contains(r.Prompt, "blocked prompt") {
+			return geminitest.Reply{BlockReason: "SAFETY"}
+		}
+		return geminitest.Reply{FinishReason: "SAFETY"}
+	}))
+	r, err := b.generate(t.Context(), model, "blocked prompt", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Candidates) != 0 || r.PromptFeedback == nil || r.PromptFeedback.BlockReason != genai.BlockedReasonSafety {
+		t.Fatalf("blocked prompt answered %+v", r)
+	}
+	r, err = b.generate(t.Context(), model, "blocked answer", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Text() != "" || r.Candidates[0].FinishReason != genai.FinishReasonSafety {
+		t.Fatalf("blocked answer %+v", r.Candidates[0])
+	}
+	if l := b.srv.Ledger().Model(model); l.Generations != 2 || l.Billed.OutputTokens != 0 || l.Billed.PromptTokens == 0 {
+		t.Errorf("ledger = %+v, want prompt tokens billed only", l)
+	}
+}

@@ -18,8 +18,12 @@ import (
 type Reply struct {
 	// Text is the model's output.
 	Text string
-	// FinishReason is the candidate's finishReason; "" means "STOP".
+	// FinishReason is the candidate's finishReason; "" means "STOP". "SAFETY" with an empty Text
+	// is a response blocked by the safety filters.
 	FinishReason string
+	// BlockReason, when set (e.g. "SAFETY"), blocks the prompt: the answer has no candidates and
+	// promptFeedback.blockReason; only the prompt tokens are billed.
+	BlockReason string
 	// Code, when non-zero, fails the call with this HTTP status and a Google error body
 	// (Message, and RetryDelay as a RetryInfo detail) instead of answering. A failed call is not billed.
 	Code       int

@@ -172,10 +172,15 @@ const (
 // wireResponse is a GenerateContentResponse, whole or one SSE chunk of it. It never carries a
 // continuationToken.
 type wireResponse struct {
-	Candidates    []wireCandidate `json:"candidates"`
-	UsageMetadata *wireUsage      `json:"usageMetadata,omitempty"`
-	ModelVersion  string          `json:"modelVersion"`
-	ResponseID    string          `json:"responseId"`
+	Candidates     []wireCandidate     `json:"candidates,omitempty"`
+	PromptFeedback *wirePromptFeedback `json:"promptFeedback,omitempty"`
+	UsageMetadata  *wireUsage          `json:"usageMetadata,omitempty"`
+	ModelVersion   string              `json:"modelVersion"`
+	ResponseID     string              `json:"responseId"`
+}
+
+type wirePromptFeedback struct {
+	BlockReason string `json:"blockReason"`
 }
 
 type wireCandidate struct {
