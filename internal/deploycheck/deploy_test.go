@@ -677,3 +677,42 @@ func TestGeminiBackendChoosesKeyOrVertexRole(t *testing.T) {
 		})
 	}
 }
+
+func TestEachServiceRunsAsItsOwnAccountWithNarrowRoles(t *testing.T) {
+	// Project-wide roles a genbox service may hold: Firestore has no narrower grant, telemetry
+	// is written per project, Vertex AI is called per project. Everything else is granted on
+	// the one topic, subscription or secret concerned.
+	projectRoles := []string{"roles/datastore.user", "roles/telemetry.tracesWriter", "roles/telemetry.metricsWriter", "roles/aiplatform.user"}
+	check := func(m *deploycheck.Module) []error {
+		var errs []error
+		for _, typ := range []string{"google_cloud_run_v2_service", "google_cloud_run_v2_worker_pool"} {
+			for _, in := range m.Instances(typ) {
+				tmpl, ok, err := in.Scope().Block("template")
+				if err != nil || !ok {
+					errs = append(errs, fmt.Errorf("%s: no template", in))
+					continue
+				}
+				ref, err := tmpl.Ref("service_account")
+				if err != nil || ref.Type != "google_service_account" || ref.Name != "service" ||
+					ref.Key.Type() != cty.String || ref.Key.AsString() != in.Resource.Name {
+					errs = append(errs, fmt.Errorf("%s does not run as google_service_account.service[%q]", in, in.Resource.Name))
+				}
+			}
+		}
+		for _, in := range m.Instances("google_project_iam_member") {
+			if role, err := in.Scope().String("role"); err != nil || !slices.Contains(projectRoles, role) {
+				errs = append(errs, fmt.Errorf("%s grants %q project-wide", in, role))
+			}
+		}
+		return errs
+	}
+	noErrors(t, check(loadModule(t, terraformDir)))
+	t.Run("a broad role fails", func(t *testing.T) {
+		dir := brokenCopy(t, map[string][2]string{"iam.tf": {`"roles/datastore.user",`, `"roles/editor",`}})
+		wantErrors(t, check(loadModule(t, dir)), `grants "roles/editor" project-wide`)
+	})
+	t.Run("a shared account fails", func(t *testing.T) {
+		dir := brokenCopy(t, map[string][2]string{"run.tf": {`service_account = google_service_account.service["worker"].email`, `service_account = google_service_account.service["publisher"].email`}})
+		wantErrors(t, check(loadModule(t, dir)), `google_cloud_run_v2_worker_pool.worker does not run as google_service_account.service["worker"]`)
+	})
+}
