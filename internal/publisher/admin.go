@@ -91,7 +91,11 @@ func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request, _ st
 }
 
 func (s *Server) handleGetTenant(w http.ResponseWriter, r *http.Request, _ string) error {
-	t, err := s.st.GetTenant(r.Context(), r.PathValue("tenant"))
+	id, err := pathID(r, "tenant")
+	if err != nil {
+		return err
+	}
+	t, err := s.st.GetTenant(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -111,7 +115,10 @@ func (s *Server) handleSetLimits(w http.ResponseWriter, r *http.Request, _ strin
 	if err := checkLimits("", l); err != nil {
 		return err
 	}
-	id := r.PathValue("tenant")
+	id, err := pathID(r, "tenant")
+	if err != nil {
+		return err
+	}
 	t, err := s.st.SetTenantLimits(r.Context(), id, store.Limits(l))
 	if err != nil {
 		return err
@@ -122,8 +129,12 @@ func (s *Server) handleSetLimits(w http.ResponseWriter, r *http.Request, _ strin
 }
 
 func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ string) error {
+	id, err := pathID(r, "tenant")
+	if err != nil {
+		return err
+	}
 	key := newAPIKey()
-	k, err := s.st.CreateAPIKey(r.Context(), r.PathValue("tenant"), key)
+	k, err := s.st.CreateAPIKey(r.Context(), id, key)
 	if err != nil {
 		return err
 	}
@@ -134,7 +145,11 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ strin
 }
 
 func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request, _ string) error {
-	k, err := s.st.RevokeAPIKey(r.Context(), r.PathValue("key_id"))
+	id, err := pathID(r, "key_id")
+	if err != nil {
+		return err
+	}
+	k, err := s.st.RevokeAPIKey(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -147,7 +162,10 @@ func (s *Server) handleRotateSecret(w http.ResponseWriter, r *http.Request, _ st
 	if err != nil {
 		return err
 	}
-	id := r.PathValue("tenant")
+	id, err := pathID(r, "tenant")
+	if err != nil {
+		return err
+	}
 	t, err := s.st.RotateWebhookSecret(r.Context(), id, secret, s.cfg.SecretOverlap)
 	if err != nil {
 		return err

@@ -57,6 +57,9 @@ func TestAdmin(t *testing.T) {
 	if _, err := e.admin.CreateTenant(ctx, "neg", &client.Limits{SubmitRate: -1}); status(err) != 400 || !slices.Contains(fields(*p), "limits.submit_rate") {
 		t.Fatalf("bad limits: %v", err)
 	}
+	if _, err := e.admin.GetTenant(ctx, "__reserved__"); status(err) != 404 {
+		t.Fatalf("reserved tenant id: %v", err)
+	}
 	if _, err := e.admin.GetTenant(ctx, "nobody"); status(err) != 404 {
 		t.Fatalf("missing tenant: %v", err)
 	}

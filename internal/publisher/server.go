@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -250,6 +251,23 @@ func (s *Server) authorizeAdmin(r *http.Request) error {
 		return problem(http.StatusForbidden, probForbidden, "the admin key is wrong")
 	}
 	return nil
+}
+
+// pathIDs are the shapes of the path parameters: anything else names nothing (and must not
+// reach Firestore, which refuses some document ids outright).
+var pathIDs = map[string]*regexp.Regexp{
+	"id":     regexp.MustCompile(`^[0-9a-f]{32}$`),
+	"key_id": regexp.MustCompile(`^[0-9a-f]{64}$`),
+	"tenant": regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`),
+}
+
+// pathID returns the path parameter name, or ErrNotFound when it cannot name anything.
+func pathID(r *http.Request, name string) (string, error) {
+	v := r.PathValue(name)
+	if !pathIDs[name].MatchString(v) {
+		return "", fmt.Errorf("%s %q: %w", name, v, store.ErrNotFound)
+	}
+	return v, nil
 }
 
 // now is the store's clock, so tests can move both together.

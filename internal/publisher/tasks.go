@@ -258,7 +258,11 @@ func (s *Server) ownTask(ctx context.Context, tenant, id string) (*store.Task, e
 }
 
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, tenant string) error {
-	t, err := s.ownTask(r.Context(), tenant, r.PathValue("id"))
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
+	t, err := s.ownTask(r.Context(), tenant, id)
 	if err != nil {
 		return err
 	}
@@ -334,7 +338,10 @@ func conflict(t *store.Task, what string) error {
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant string) error {
-	id := r.PathValue("id")
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
 	t, err := s.st.MutateTask(r.Context(), id, func(t *store.Task, now time.Time) error {
 		if t.Tenant != tenant {
 			return store.ErrNotFound
@@ -364,7 +371,10 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant str
 }
 
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, tenant string) error {
-	id := r.PathValue("id")
+	id, err := pathID(r, "id")
+	if err != nil {
+		return err
+	}
 	t, err := s.st.MutateTask(r.Context(), id, func(t *store.Task, now time.Time) error {
 		switch {
 		case t.Tenant != tenant:

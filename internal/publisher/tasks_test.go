@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -460,19 +461,31 @@ func TestList(t *testing.T) {
 	if _, err := e.api.Cancel(ctx, ids[3]); err != nil {
 		t.Fatal(err)
 	}
+	e.finish(ids[4], task.StateSucceeded)
 	var got []string
 	for v, err := range e.api.All(ctx, client.ListOptions{Limit: 2}) {
 		if err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, v.TaskID)
+		// A listing reads only what a view shows: it must show the same.
+		if full, err := e.api.Get(ctx, v.TaskID); err != nil || !reflect.DeepEqual(v, *full) {
+			t.Fatalf("listed %+v, GET %+v (%v)", v, full, err)
+		}
 	}
 	want := slices.Clone(ids)
 	slices.Reverse(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("listed %v, want newest first %v", got, want)
 	}
+	full, err := e.api.Get(ctx, ids[3])
+	if err != nil {
+		t.Fatal(err)
+	}
 	page, err := e.api.List(ctx, client.ListOptions{State: task.StateCancelled, Limit: 1})
+	if err == nil && len(page.Tasks) == 1 && !reflect.DeepEqual(page.Tasks[0], *full) {
+		t.Fatalf("listed view %+v differs from GET %+v", page.Tasks[0], *full)
+	}
 	if err != nil || len(page.Tasks) != 1 || page.Tasks[0].TaskID != ids[3] || page.NextPageToken == "" {
 		t.Fatalf("cancelled page 1: %+v %v", page, err)
 	}
@@ -625,7 +638,9 @@ func TestNotARoute(t *testing.T) {
 		{"POST", "/v1/tasks/abc:bogus", 404, probNoRoute},
 		{"POST", "/v1/tasks/abc", 404, probNoRoute},
 		{"PUT", "/v1/tasks", 405, probMethod},
-		{"GET", "/v1/tasks/abc:cancel", 404, probNotFound}, // a task id that does not exist
+		{"GET", "/v1/tasks/abc:cancel", 404, probNotFound},   // a task id that does not exist
+		{"GET", "/v1/tasks/__reserved__", 404, probNotFound}, // never reaches Firestore
+		{"DELETE", "/v1/tasks/..", 404, probNoRoute},
 	} {
 		code, h, body := e.do(c.method, c.path, e.key, nil, nil)
 		if p := problemOf(t, h, body); code != c.code || p.Type != problemBase+c.slug {

@@ -21,9 +21,14 @@ type Cursor struct {
 	ID        string
 }
 
+// viewFields are the fields (*Task).View reads: a listing skips inputs, history and payloads.
+var viewFields = []string{"state", "family", "variant", "labels", "output", "output_at", "usage", "cost_usd", "model",
+	"degraded", "stale", "cache_hit", "replay", "delivery.state", "delivery.attempts", "error", "created_at", "completed_at"}
+
 // ListTasks returns up to limit of tenant's tasks (only those in state, when state is not empty),
 // newest first, starting after the cursor (from the start when nil), and the cursor of the next
-// page (nil on the last page). It runs the tasks-by-tenant or tasks-by-tenant-state query.
+// page (nil on the last page). The tasks hold only what View shows. It runs the tasks-by-tenant or
+// tasks-by-tenant-state query.
 func (s *Store) ListTasks(ctx context.Context, tenant string, state task.State, limit int, after *Cursor) ([]*Task, *Cursor, error) {
 	q := s.Tasks().Where("tenant", "==", tenant)
 	if state != "" {
@@ -33,7 +38,7 @@ func (s *Store) ListTasks(ctx context.Context, tenant string, state task.State, 
 	if after != nil {
 		q = q.StartAfter(after.CreatedAt, s.Tasks().Doc(after.ID))
 	}
-	it := q.Limit(limit + 1).Documents(ctx)
+	it := q.Limit(limit + 1).Select(viewFields...).Documents(ctx)
 	defer it.Stop()
 	var out []*Task
 	for {
