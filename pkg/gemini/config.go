@@ -3,6 +3,7 @@ package gemini
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -229,15 +230,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("GENBOX_CALL_TIMEOUT: %s, want > 0", c.CallTimeout)
 	case c.RateWindow <= 0:
 		return fmt.Errorf("GENBOX_RATE_WINDOW: %s, want > 0", c.RateWindow)
-	case c.InstanceShare <= 0 || c.InstanceShare > 1:
+	case !(c.InstanceShare > 0 && c.InstanceShare <= 1):
 		return fmt.Errorf("GENBOX_INSTANCE_SHARE: %g, want in (0, 1]", c.InstanceShare)
-	case c.RateHeadroom <= 0 || c.RateHeadroom > 1:
+	case !(c.RateHeadroom > 0 && c.RateHeadroom <= 1):
 		return fmt.Errorf("GENBOX_RATE_HEADROOM: %g, want in (0, 1]", c.RateHeadroom)
 	case c.Breaker.ConsecutiveFailures < 1:
 		return fmt.Errorf("GENBOX_BREAKER_FAILURES: %d, want at least 1", c.Breaker.ConsecutiveFailures)
 	case c.Breaker.Window <= 0:
 		return fmt.Errorf("GENBOX_BREAKER_WINDOW: %s, want > 0", c.Breaker.Window)
-	case c.Breaker.FailureRatio <= 0 || c.Breaker.FailureRatio > 1:
+	case !(c.Breaker.FailureRatio > 0 && c.Breaker.FailureRatio <= 1):
 		return fmt.Errorf("GENBOX_BREAKER_FAILURE_RATIO: %g, want in (0, 1]", c.Breaker.FailureRatio)
 	case c.Breaker.Cooldown <= 0:
 		return fmt.Errorf("GENBOX_BREAKER_COOLDOWN: %s, want > 0", c.Breaker.Cooldown)
@@ -267,8 +268,8 @@ func ParsePrices(s string) (map[string]Price, error) {
 		if err := errors.Join(err1, err2); err != nil {
 			return nil, fmt.Errorf("%q: %w", item, err)
 		}
-		if pi < 0 || po < 0 {
-			return nil, fmt.Errorf("%q: negative price", item)
+		if !(pi >= 0 && po >= 0) || math.IsInf(pi, 0) || math.IsInf(po, 0) {
+			return nil, fmt.Errorf("%q: want finite prices >= 0", item)
 		}
 		out[strings.TrimSpace(model)] = Price{InputPerM: pi, OutputPerM: po}
 	}
@@ -287,8 +288,8 @@ func parseRates(s string) (map[string]float64, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%q: %w", item, err)
 		}
-		if n <= 0 {
-			return nil, fmt.Errorf("%q: want a positive rate", item)
+		if !(n > 0) || math.IsInf(n, 0) {
+			return nil, fmt.Errorf("%q: want a finite positive rate", item)
 		}
 		out[strings.TrimSpace(model)] = n
 	}

@@ -2,6 +2,7 @@ package gemini
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -28,7 +29,7 @@ type bucket struct {
 // absorbs the jitter between leaving the client and reaching the provider's window.
 func newBucket(perWindow float64, window time.Duration, share, headroom float64) *bucket {
 	quota := perWindow * share
-	burst := int(quota * (1 - headroom) / 2)
+	burst := int(math.Floor(quota*(1-headroom)/2 + 1e-9)) // 1e-9: 100*0.2/2 is 9.999… in floats
 	if burst < 1 {
 		burst = 1
 	}

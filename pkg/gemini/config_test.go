@@ -1,0 +1,96 @@
+package gemini_test
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/genbox-dev/genbox/pkg/gemini"
+)
+
+func env(m map[string]string, asked *[]string) func(string) string {
+	return func(k string) string {
+		if asked != nil {
+			*asked = append(*asked, k)
+		}
+		return m[k]
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	t.Parallel()
+	var asked []string
+	c, err := gemini.ConfigFromEnv(env(map[string]string{
+		"GEMINI_API_KEY":        "k",
+		"GENBOX_RPM":            "gemini-2.5-flash=1000, gemini-2.5-flash-lite=4000",
+		"GENBOX_TPM":            "gemini-2.5-flash=1000000",
+		"GENBOX_PRICES":         "gemini-2.5-flash=0.3/2.5",
+		"GENBOX_INSTANCE_SHARE": "0.25",
+		"GENBOX_BACKOFF_BASE":   "200ms",
+	}, &asked))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Models, gemini.DefaultModelChain) || c.RPM["gemini-2.5-flash-lite"] != 4000 || c.TPM["gemini-2.5-flash"] != 1e6 {
+		t.Errorf("config %+v", c)
+	}
+	if c.InstanceShare != 0.25 || c.BackoffBase != 200*time.Millisecond || c.Prices["gemini-2.5-flash"].OutputPerM != 2.5 {
+		t.Errorf("config %+v", c)
+	}
+	if c.Breaker.ConsecutiveFailures != 5 || c.Breaker.Window != 5*time.Minute || c.Breaker.FailureRatio != 0.5 {
+		t.Errorf("breaker defaults %+v", c.Breaker)
+	}
+	for _, name := range []string{"GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "GENBOX_GEMINI_BACKEND", "GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_LOCATION", "GENBOX_MODEL_CHAIN", "GENBOX_MAX_ATTEMPTS", "GENBOX_RPM", "GENBOX_TPM", "GENBOX_INSTANCE_SHARE", "GENBOX_PRICES", "GENBOX_BREAKER_COOLDOWN"} {
+		if !slices.Contains(asked, name) {
+			t.Errorf("%s never read", name)
+		}
+	}
+}
+
+func TestConfigErrorsNameTheVariable(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"no key":      {map[string]string{}, "GEMINI_API_KEY"},
+		"backend":     {map[string]string{"GEMINI_API_KEY": "k", "GENBOX_GEMINI_BACKEND": "openai"}, "GENBOX_GEMINI_BACKEND"},
+		"vertex":      {map[string]string{"GENBOX_GEMINI_BACKEND": "vertex"}, "GOOGLE_CLOUD_PROJECT"},
+		"rpm":         {map[string]string{"GEMINI_API_KEY": "k", "GENBOX_RPM": "m=fast"}, "GENBOX_RPM"},
+		"rpm zero":    {map[string]string{"GEMINI_API_KEY": "k", "GENBOX_RPM": "m=0"}, "GENBOX_RPM"},
+		"rpm nan":     {map[string]string{"GEMINI_API_KEY": "k", "GENBOX_RPM": "m=NaN"}, "GENBOX_RPM"},
+		"price inf":   {map[string]string{"GEMINI_API_KEY": "k", "GENBOX_PRICES": "m=Inf/1"}, "GENBOX_PRICES"},
+		"prices":      {map[string]string{"GEMINI_API_KEY": "k", "GENBOX_PRICES": "m=1"}, "GENBOX_PRICES"},
+		"share":       {map[string]string{"GEMINI_API_KEY": "k", "GENBOX_INSTANCE_SHARE": "2"}, "GENBOX_INSTANCE_SHARE"},
+		"share nan":   {map[string]string{"GEMINI_API_KEY": "k", "GENBOX_INSTANCE_SHARE": "NaN"}, "GENBOX_INSTANCE_SHARE"},
+		"attempts":    {map[string]string{"GEMINI_API_KEY": "k", "GENBOX_MAX_ATTEMPTS": "0"}, "GENBOX_MAX_ATTEMPTS"},
+		"duration":    {map[string]string{"GEMINI_API_KEY": "k", "GENBOX_CALL_TIMEOUT": "soon"}, "GENBOX_CALL_TIMEOUT"},
+		"empty chain": {map[string]string{"GEMINI_API_KEY": "k", "GENBOX_MODEL_CHAIN": " , "}, "GENBOX_MODEL_CHAIN"},
+	} {
+		_, err := gemini.ConfigFromEnv(env(tc.env, nil))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want it to name %s", name, err, tc.want)
+		}
+	}
+	if _, err := gemini.ConfigFromEnv(env(map[string]string{"GENBOX_GEMINI_BACKEND": "vertex", "GOOGLE_CLOUD_PROJECT": "p", "GOOGLE_CLOUD_LOCATION": "us-central1"}, nil)); err != nil {
+		t.Errorf("vertex: %v", err)
+	}
+}
+
+func FuzzParsePrices(f *testing.F) {
+	f.Add("gemini-2.5-flash=0.3/2.5,m=1/2")
+	f.Add("=/")
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := gemini.ParsePrices(s)
+		if err != nil {
+			return
+		}
+		for m, v := range p {
+			if m == "" || !(v.InputPerM >= 0 && v.OutputPerM >= 0) || math.IsInf(v.InputPerM+v.OutputPerM, 0) {
+				t.Fatalf("accepted %q: %q %+v", s, m, v)
+			}
+		}
+	})
+}
