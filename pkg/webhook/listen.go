@@ -17,11 +17,13 @@ import (
 const MaxBodyBytes = 2 << 20
 
 // Receiver returns an http.Handler that verifies every POSTed delivery with v and prints it to
-// out: one line naming it, then its body. A verified delivery is answered 204, a failed one 401
+// out: one line naming it (and, for a webhook-id seen before, which delivery of it this is: what
+// a receiver must dedupe), then its body. A verified delivery is answered 204, a failed one 401
 // (printed with the reason), so the sender's retries can be watched. It is what
 // `genbox webhook listen` serves.
 func Receiver(v *Verifier, out io.Writer) http.Handler {
 	var mu sync.Mutex // deliveries arrive concurrently; keep each one's lines together
+	seen := map[string]int{}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -42,8 +44,14 @@ func Receiver(v *Verifier, out io.Writer) http.Handler {
 		if verr != nil {
 			fmt.Fprintf(out, "REJECTED webhook-id=%q: %v\n", r.Header.Get(HeaderID), verr)
 		} else {
-			fmt.Fprintf(out, "verified webhook-id=%s type=%s timestamp=%s\n%s\n",
-				r.Header.Get(HeaderID), ev.Type, r.Header.Get(HeaderTimestamp), body)
+			id := r.Header.Get(HeaderID)
+			seen[id]++
+			dup := ""
+			if n := seen[id]; n > 1 {
+				dup = fmt.Sprintf(" duplicate=%d", n)
+			}
+			fmt.Fprintf(out, "verified webhook-id=%s type=%s timestamp=%s%s\n%s\n",
+				id, ev.Type, r.Header.Get(HeaderTimestamp), dup, body)
 		}
 		mu.Unlock()
 		if verr != nil {

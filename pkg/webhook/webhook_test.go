@@ -253,13 +253,15 @@ func TestReceiver(t *testing.T) {
 		return resp.StatusCode
 	}
 	theirs, _ := standardwebhooks.NewWebhook(secret)
-	if code := post(func(h http.Header) {
-		sig, _ := theirs.Sign("good", time.Now(), body)
-		h.Set(webhook.HeaderID, "good")
-		h.Set(webhook.HeaderTimestamp, strconv.FormatInt(time.Now().Unix(), 10))
-		h.Set(webhook.HeaderSignature, sig)
-	}); code != http.StatusNoContent {
-		t.Fatalf("verified delivery answered %d", code)
+	for range 2 {
+		if code := post(func(h http.Header) {
+			sig, _ := theirs.Sign("good", time.Now(), body)
+			h.Set(webhook.HeaderID, "good")
+			h.Set(webhook.HeaderTimestamp, strconv.FormatInt(time.Now().Unix(), 10))
+			h.Set(webhook.HeaderSignature, sig)
+		}); code != http.StatusNoContent {
+			t.Fatalf("verified delivery answered %d", code)
+		}
 	}
 	wrong, _ := webhook.NewSigner(newSecret(t))
 	if code := post(func(h http.Header) { wrong.SetHeaders(h, "bad", time.Now(), body) }); code != http.StatusUnauthorized {
@@ -268,6 +270,9 @@ func TestReceiver(t *testing.T) {
 	got := out.String()
 	if !strings.Contains(got, "verified webhook-id=good type=task.succeeded") || !strings.Contains(got, string(body)) {
 		t.Errorf("output lacks the verified delivery:\n%s", got)
+	}
+	if !strings.Contains(got, "webhook-id=good type=task.succeeded timestamp=") || !strings.Contains(got, " duplicate=2\n") {
+		t.Errorf("output does not flag the second delivery of the same id:\n%s", got)
 	}
 	if !strings.Contains(got, `REJECTED webhook-id="bad"`) {
 		t.Errorf("output lacks the rejection:\n%s", got)
