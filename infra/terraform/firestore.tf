@@ -53,6 +53,23 @@ resource "google_firestore_index" "tasks_by_tenant_state" {
   }
 }
 
+# store.Queries "dead-letters-by-state": open dead letters, oldest first (`genbox dlq list`, the
+# open-dead-letters gauge).
+resource "google_firestore_index" "dead_letters_by_state" {
+  project    = var.project_id
+  database   = google_firestore_database.default.name
+  collection = "dead_letters"
+
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "created_at"
+    order      = "ASCENDING"
+  }
+}
+
 locals {
   # store.Exemptions: large values nobody queries, and timestamps nobody filters on (a
   # monotonically rising indexed value caps a collection near 500 writes/s).
