@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -74,17 +75,37 @@ type Handler struct {
 	log    *slog.Logger
 	pol    Policy
 
-	abort  context.Context // cancelled by Abort: in-flight calls give up and release their lease
-	cancel context.CancelFunc
-	stats  Stats
+	abort   context.Context // cancelled by Abort: in-flight calls give up and release their lease
+	cancel  context.CancelFunc
+	stats   Stats
+	metrics *obs.Metrics // nil records nothing
 }
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithMetrics records task states, generations and retries in m.
+func WithMetrics(m *obs.Metrics) Option { return func(h *Handler) { h.metrics = m } }
 
 var _ bus.Handler = (*Handler)(nil)
 
 // New returns a Handler.
-func New(s *store.Store, gen Generator, render Renderer, pub Publisher, log *slog.Logger, pol Policy) *Handler {
+func New(s *store.Store, gen Generator, render Renderer, pub Publisher, log *slog.Logger, pol Policy, opts ...Option) *Handler {
 	abort, cancel := context.WithCancel(context.Background())
-	return &Handler{store: s, gen: gen, render: render, pub: pub, log: log, pol: pol, abort: abort, cancel: cancel}
+	h := &Handler{store: s, gen: gen, render: render, pub: pub, log: log, pol: pol, abort: abort, cancel: cancel}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// finished records a task's move into an end state.
+func (h *Handler) finished(ctx context.Context, t *store.Task) {
+	var e2e time.Duration
+	if t.CompletedAt != nil {
+		e2e = t.CompletedAt.Sub(t.CreatedAt)
+	}
+	h.metrics.TaskFinished(ctx, t.Family, t.State, e2e)
 }
 
 // Abort makes every in-flight model call give up and release its lease (fenced): the end of
@@ -148,14 +169,17 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 	case claimExpired:
 		log.InfoContext(ctx, "run_before passed; failed as expired")
 		h.stats.failed.Add(1)
+		h.finished(ctx, c.task)
 		return bus.Ack
 	case claimDead:
 		log.ErrorContext(ctx, "task killed its worker past the claim cap; dead", "claims", c.task.Claims)
 		h.stats.dead.Add(1)
+		h.finished(ctx, c.task)
 		h.publishNotices(ctx, log, c.task)
 		return bus.Ack
 	}
 	h.stats.claimed.Add(1)
+	h.metrics.TaskState(ctx, c.task.Family, task.StateRunning)
 	crashpoint.Hit(crashpoint.AfterClaim)
 	h.run(work, log, c.task)
 	return bus.Ack
@@ -256,6 +280,9 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 	cause := context.Cause(callCtx)
 	cancel(nil)
 	<-renewed
+	if spent(res) {
+		h.metrics.Generation(ctx, res.Model, t.Tenant, res.Usage, res.CostUSD, time.Since(start))
+	}
 
 	switch {
 	case err == nil:
@@ -406,6 +433,9 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 	h.stats.windows = append(h.stats.windows, window)
 	h.stats.mu.Unlock()
 	log.InfoContext(ctx, "output stored", "model", t.Model, "paid_window_ms", window.Milliseconds(), "output_tokens", t.Usage.OutputTokens)
+	if outcome == persistStored {
+		h.finished(ctx, t)
+	}
 	crashpoint.Hit(crashpoint.AfterCommit)
 	if t.Delivery.State == task.DeliveryPending {
 		if _, err := h.pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: t.ID}); err != nil {
@@ -516,10 +546,12 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 	case !ok:
 	case dead:
 		h.stats.dead.Add(1)
+		h.finished(ctx, t)
 		log.ErrorContext(ctx, "attempts exhausted; dead", "attempts", t.Attempts, "error_kind", string(e.Kind), "error", e.Message)
 		h.publishNotices(ctx, log, t)
 	default:
 		h.stats.released.Add(1)
+		h.metrics.Retry(ctx, string(e.Kind))
 		log.WarnContext(ctx, "transient failure; retry scheduled", "attempt", t.Attempts, "not_before", t.NotBefore, "error", e.Message)
 	}
 }
@@ -540,11 +572,12 @@ func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch i
 
 // fail ends the task as failed.
 func (h *Handler) fail(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, e *store.TaskError) {
-	if _, ok := h.fencedWrite(ctx, log, id, epoch, res, "fail", func(t *store.Task, now time.Time) {
+	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "fail", func(t *store.Task, now time.Time) {
 		t.Error = e
 		t.Finish(task.StateFailed, now)
 	}); ok {
 		h.stats.failed.Add(1)
+		h.finished(ctx, t)
 		log.WarnContext(ctx, "failed", "error_kind", string(e.Kind), "error", e.Message)
 	}
 }

@@ -338,6 +338,7 @@ func TestCrashMatrix(t *testing.T) {
 			for _, id := range ids {
 				got := s.get(t, id)
 				bills := len(s.fake.Ledger().BillsFor(id))
+				t.Logf("%s: billed %d time(s), output epoch %d, claims %d", id, bills, got.OutputEpoch, got.Claims)
 				if bills < 1 || bills > maxBills || !got.HasOutput() {
 					t.Errorf("%s billed %d times (max %d), output stored %v", id, bills, maxBills, got.HasOutput())
 				}

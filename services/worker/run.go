@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
 	"cloud.google.com/go/firestore"
 	"cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
@@ -20,6 +20,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/worker"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // run serves until ctx ends, then shuts down within the configured grace: it stops pulling, lets
@@ -29,9 +30,28 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	log := obs.NewLogger(stdout, slog.LevelInfo, obs.LogOptions{Project: cfg.Project})
+	ocfg, err := obs.ConfigFromEnv(getenv, "worker")
+	if err != nil {
+		return err
+	}
+	log := ocfg.Logger(stdout)
 	// Clients outlive ctx: they are needed while shutting down.
 	bg := context.WithoutCancel(ctx)
+	shutdownTelemetry, err := obs.Setup(bg, ocfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flush, cancel := context.WithTimeout(bg, time.Second)
+		defer cancel()
+		if err := shutdownTelemetry(flush); err != nil {
+			log.WarnContext(flush, "telemetry flush", "error", err)
+		}
+	}()
+	metrics, err := obs.NewMetrics(otel.GetMeterProvider())
+	if err != nil {
+		return err
+	}
 	fs, err := firestore.NewClient(bg, cfg.Project)
 	if err != nil {
 		return fmt.Errorf("firestore: %w", err)
@@ -44,7 +64,13 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer ps.Close()
 	pub := bus.NewPublisher(ps)
 	defer pub.Close()
-	gen, err := gemini.New(bg, cfg.Gemini, gemini.WithLogger(log))
+	st := store.New(fs)
+	gen, err := gemini.New(bg, cfg.Gemini, gemini.WithLogger(log), gemini.WithBreakerStore(st),
+		gemini.WithAlerts(func(ctx context.Context, key, msg string) {
+			if _, err := pub.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: "alert", task.AttrAlert: key}); err != nil {
+				log.WarnContext(ctx, "alert not published", "alert_key", key, "error", err)
+			}
+		}))
 	if err != nil {
 		return err
 	}
@@ -52,8 +78,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	st := store.New(fs)
-	h := worker.New(st, gen, reg, pub, log, cfg.Policy())
+	h := worker.New(st, gen, reg, pub, log, cfg.Policy(), worker.WithMetrics(metrics))
 	sw := sweeper.New(st, pub, gen, log, cfg.Sweep, cfg.Instance)
 
 	ln, err := net.Listen("tcp", ":"+cfg.Port)
