@@ -62,8 +62,14 @@ var _ http.Handler = (*Fake)(nil)
 // Option configures a Fake at construction.
 type Option func(*Fake)
 
-// WithLogger logs every call (model, method, code, tokens); the default discards.
-func WithLogger(log *slog.Logger) Option { return func(f *Fake) { f.log = log } }
+// WithLogger logs every call (model, method, code, tokens); the default (and nil) discards.
+func WithLogger(log *slog.Logger) Option {
+	return func(f *Fake) {
+		if log != nil {
+			f.log = log
+		}
+	}
+}
 
 // WithAPIKey makes the fake accept only this key (400 API_KEY_INVALID otherwise). Without it any
 // non-empty key is accepted; a call without a key always gets 403 PERMISSION_DENIED.

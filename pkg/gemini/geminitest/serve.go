@@ -56,6 +56,9 @@ func Serve(ctx context.Context, addr string, log *slog.Logger, opts ...Option) e
 	if err != nil {
 		return fmt.Errorf("fake gemini: listen on %s: %w", addr, err)
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	f := New(append([]Option{WithLogger(log)}, opts...)...)
 	srv := &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
 	log.Info("fake gemini listening", "addr", ln.Addr().String(), "base_url", "http://"+ln.Addr().String())
