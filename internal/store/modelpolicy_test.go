@@ -126,3 +126,55 @@ func TestBudgetsOverStore(t *testing.T) {
 		t.Errorf("room left: %v", err)
 	}
 }
+
+// TestCacheKeyedByFingerprint: the same request of the same tenant hits; another temperature or
+// another tenant misses.
+func TestCacheKeyedByFingerprint(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	temp := func(v float64) *float64 { return &v }
+	req := gemini.Request{Models: []string{"m"}, Prompt: "p", Config: task.GenConfig{Temperature: temp(0.3)}}
+	fp := gemini.Fingerprint("acme", req, "v1")
+	if err := s.PutOutput(ctx, &store.Output{Fingerprint: fp, Tenant: "acme", Payload: "out"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := s.GetOutput(ctx, "acme", gemini.Fingerprint("acme", req, "v1")); err != nil || o.Payload != "out" {
+		t.Fatalf("identical request: %+v %v", o, err)
+	}
+	warmer := req
+	warmer.Config.Temperature = temp(0.9)
+	if _, err := s.GetOutput(ctx, "acme", gemini.Fingerprint("acme", warmer, "v1")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("another temperature hit: %v", err)
+	}
+	if _, err := s.GetOutput(ctx, "other", gemini.Fingerprint("other", req, "v1")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("another tenant hit: %v", err)
+	}
+}
+
+func TestLastGoodOutput(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	if _, err := s.GetLastGood(ctx, "acme", "summarize", "digest", "site-a/daily"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("none yet: %v", err)
+	}
+	for _, p := range []string{"monday", "tuesday"} {
+		if err := s.PutLastGood(ctx, "summarize", "digest", "site-a/daily", &store.Output{Tenant: "acme", Payload: p, Model: "m"}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, err := s.GetLastGood(ctx, "acme", "summarize", "digest", "site-a/daily")
+	if err != nil || o.Payload != "tuesday" {
+		t.Fatalf("last good: %+v %v, want tuesday", o, err)
+	}
+	for name, args := range map[string][4]string{
+		"tenant":  {"other", "summarize", "digest", "site-a/daily"},
+		"subject": {"acme", "summarize", "digest", "site-b/daily"},
+		"variant": {"acme", "summarize", "default", "site-a/daily"},
+	} {
+		if _, err := s.GetLastGood(ctx, args[0], args[1], args[2], args[3]); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("another %s read it: %v", name, err)
+		}
+	}
+}

@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -66,4 +69,40 @@ func (s *Store) PutOutput(ctx context.Context, o *Output, ttl time.Duration) err
 		return fmt.Errorf("put output %s: %w", o.Fingerprint, err)
 	}
 	return nil
+}
+
+// DefaultLastGoodTTL is how long the last good output of a subject is kept for stale answers.
+const DefaultLastGoodTTL = 30 * 24 * time.Hour
+
+// lastGoodID is the outputs document holding the last good output of a tenant's subject in a
+// family variant (on_exhausted: stale). It cannot collide with a fingerprint (hex only).
+func lastGoodID(tenant, family, variant, subjectKey string) string {
+	b, _ := json.Marshal([]string{tenant, family, variant, subjectKey}) // strings always marshal
+	sum := sha256.Sum256(b)
+	return "last-good:" + hex.EncodeToString(sum[:])
+}
+
+// PutLastGood records o as the last good output of tenant's subjectKey in family/variant; a
+// family with on_exhausted: stale answers with it when every model is unavailable. Record only
+// fresh outputs (never a stale one).
+func (s *Store) PutLastGood(ctx context.Context, family, variant, subjectKey string, o *Output, ttl time.Duration) error {
+	if subjectKey == "" || o.Tenant == "" {
+		return fmt.Errorf("put last good output: tenant and subject key are required")
+	}
+	if ttl <= 0 {
+		ttl = DefaultLastGoodTTL
+	}
+	now := s.now()
+	doc := *o
+	doc.CreatedAt, doc.ExpireAt = now, now.Add(ttl)
+	id := lastGoodID(o.Tenant, family, variant, subjectKey)
+	if _, err := s.FS.Collection(OutputsCollection).Doc(id).Set(ctx, doc); err != nil {
+		return fmt.Errorf("put last good output of %s/%s: %w", family, variant, err)
+	}
+	return nil
+}
+
+// GetLastGood reads the last good output of tenant's subjectKey in family/variant, or ErrNotFound.
+func (s *Store) GetLastGood(ctx context.Context, tenant, family, variant, subjectKey string) (*Output, error) {
+	return s.GetOutput(ctx, tenant, lastGoodID(tenant, family, variant, subjectKey))
 }

@@ -11,7 +11,8 @@ import (
 // Fingerprint is the cache key of a generation (outputs/{fingerprint}): a SHA-256 over the tenant
 // and everything that shapes the output — the model chain, the prompt version, the rendered
 // prompt, the system instruction, the whole generation config and the response format. Two
-// tenants never share a fingerprint, so no tenant can see another's output or cost.
+// tenants never share a fingerprint, so no tenant can see another's output or cost. req.Models
+// should be the resolved chain (Client.Chain).
 func Fingerprint(tenant string, req Request, promptVersion string) string {
 	// A JSON array keeps field boundaries unambiguous; map keys (in the schema) are sorted.
 	schema, err := json.Marshal(req.ResponseJSONSchema)

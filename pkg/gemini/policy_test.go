@@ -22,12 +22,7 @@ func render(t testing.TB, family, variant, input string, over *task.GenConfig) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	return gemini.Request{
-		TaskID: "q", Tenant: "t1", Models: r.Models,
-		SystemInstruction: r.SystemInstruction, Prompt: r.Prompt, Config: r.Config,
-		ResponseMIMEType: r.ResponseMIMEType, ResponseJSONSchema: r.ResponseJSONSchema,
-		Validate: r.Validate, QualityRetry: r.QualityRetry,
-	}, r
+	return gemini.NewRequest("q", "t1", r), r
 }
 
 func TestQualityRetryLowersTemperature(t *testing.T) {
