@@ -135,10 +135,11 @@ func (c Config) Validate() error {
 // LeaderDoc is the leaders/{id} document whose lease makes one sweeper the leader.
 const LeaderDoc = "sweeper"
 
-// routing lists the only fields a pass reads (Select): what is due, and what DueAt needs to
-// recompute due_at after the nudge.
+// routing lists the only fields a pass reads (Select): what is due, and what Finalize needs to
+// recompute due_at, pending_since and expire_at after the nudge.
 var routing = []string{
 	"state", "created_at", "not_before", "lease", "model_chain", "nudges", "nudge_at", "due_at",
+	"pending_since", "open_dead_letters",
 	"delivery.state", "delivery.next_attempt_at", "delivery.lease",
 	"dlq_notices", "decision", "slack_update",
 }
@@ -267,15 +268,22 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task) bool {
 			task.AttrRound: strconv.Itoa(n.Round), task.AttrKind: "notice",
 		})
 	}
+	decided := false // every nudge of a decision is published: the decision is carried out
 	if d := t.Decision; d != nil && len(d.Topics) > 0 && (d.NextAttemptAt == nil || !now.Before(*d.NextAttemptAt)) {
+		decided = true
 		for _, topic := range d.Topics {
-			publish(topic, idAttr)
+			if _, err := s.pub.Publish(ctx, topic, nil, idAttr); err != nil {
+				log.WarnContext(ctx, "decision nudge not published", "topic", topic, "error", err)
+				decided = false
+				continue
+			}
+			nudged = true
 		}
 	}
 	if u := t.SlackUpdate; u != nil && len(u.Keys) > 0 && (u.NextAttemptAt == nil || !now.Before(*u.NextAttemptAt)) {
 		publish(bus.TopicTasksDLQ, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: "slack_update"})
 	}
-	s.backoff(ctx, log, t, now, held && !nudged)
+	s.backoff(ctx, log, t, now, held && !nudged, decided)
 	return nudged
 }
 
@@ -292,23 +300,36 @@ func taskDue(t *store.Task, now time.Time) bool {
 }
 
 // backoff records the nudge (held: a parked task left alone, looked at again after the base
-// delay without growing the backoff): nudges+1, nudge_at = now + capped exponential backoff, and the
+// delay without growing the backoff; decided: a decision's nudges are all published, so its
+// topics are cleared): nudges+1, nudge_at = now + capped exponential backoff, and the
 // due_at that follows, guarded by the update time read — a document someone changed meanwhile is
 // left as they wrote it (their write reset the backoff and recomputed due_at).
-func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, now time.Time, held bool) {
+func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, now time.Time, held, decided bool) {
 	next := now.Add(s.cfg.BackoffBase)
 	if !held {
 		t.Nudges++
 		next = now.Add(time.Duration(min(float64(s.cfg.BackoffBase)*math.Pow(2, float64(t.Nudges-1)), float64(s.cfg.BackoffMax))))
 	}
 	t.NudgeAt = &next
-	due, ok := store.DueAt(t, now)
-	updates := []firestore.Update{{Path: "nudges", Value: t.Nudges}, {Path: "nudge_at", Value: next}}
-	if ok {
-		updates = append(updates, firestore.Update{Path: "due_at", Value: due})
-	} else {
-		updates = append(updates, firestore.Update{Path: "due_at", Value: firestore.Delete})
+	var updates []firestore.Update
+	if decided {
+		t.Decision.Topics = nil
+		updates = append(updates, firestore.Update{Path: "decision.topics", Value: firestore.Delete})
 	}
+	store.Finalize(t, now, s.store.Retention)
+	orDelete := func(v *time.Time) any {
+		if v == nil {
+			return firestore.Delete
+		}
+		return *v
+	}
+	updates = append(updates,
+		firestore.Update{Path: "nudges", Value: t.Nudges},
+		firestore.Update{Path: "nudge_at", Value: orDelete(t.NudgeAt)},
+		firestore.Update{Path: "due_at", Value: orDelete(t.DueAt)},
+		firestore.Update{Path: "pending_since", Value: orDelete(t.PendingSince)},
+		firestore.Update{Path: "expire_at", Value: orDelete(t.ExpireAt)},
+	)
 	_, err := s.store.Tasks().Doc(t.ID).Update(ctx, updates, firestore.LastUpdateTime(t.UpdateTime))
 	switch status.Code(err) {
 	case codes.OK:

@@ -144,6 +144,10 @@ func TestPassNudgesWhatIsDue(t *testing.T) {
 	if s := got["slack"]; len(s) == 1 && s[0].Attrs[task.AttrKind] != "slack_update" {
 		t.Errorf("slack update attributes %+v", s[0].Attrs)
 	}
+	// A decision whose nudges are all published is carried out: its topics are cleared.
+	if d, err := s.GetTask(context.Background(), "decision"); err != nil || d.Decision == nil || len(d.Decision.Topics) != 0 {
+		t.Errorf("decision after its nudges: %+v %v", d.Decision, err)
+	}
 	// The backoff is recorded: the next pass publishes nothing.
 	doc, err := s.GetTask(context.Background(), "queued")
 	if err != nil {
@@ -312,4 +316,29 @@ func TestSweepQueryRegistered(t *testing.T) {
 		}
 	}
 	t.Fatal("the sweep query is not in store.Queries")
+}
+
+// Once a decision's nudges are out and nothing else is pending, the document leaves the sweep:
+// no due_at, no pending_since, and its retention clock starts.
+func TestDecisionCarriedOut(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	create(t, s, "d", func(d *store.Task) {
+		d.State = task.StateDiscarded
+		d.Decision = &store.Decision{At: time.Now().UTC().Add(-time.Second), Topics: []string{bus.TopicResults}}
+	})
+	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
+	if _, err := sw.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := pub.take(); len(n) != 1 || n[0].Topic != bus.TopicResults {
+		t.Fatalf("published %+v", n)
+	}
+	d, err := s.GetTask(context.Background(), "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Decision.Topics) != 0 || d.DueAt != nil || d.PendingSince != nil || d.ExpireAt == nil || d.Nudges != 0 {
+		t.Errorf("after the decision: topics %v due_at %v pending_since %v expire_at %v nudges %d", d.Decision.Topics, d.DueAt, d.PendingSince, d.ExpireAt, d.Nudges)
+	}
 }

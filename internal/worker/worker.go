@@ -533,8 +533,8 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 	t, ok := h.fencedWrite(ctx, log, id, epoch, res, "retry", func(t *store.Task, now time.Time) {
 		t.Attempts++
 		t.Error = e
-		if t.Attempts >= h.pol.MaxAttempts {
-			dead = true
+		dead = t.Attempts >= h.pol.MaxAttempts
+		if dead {
 			h.kill(t, now)
 			return
 		}
