@@ -33,34 +33,34 @@ const (
 // DeadLetter is the dead_letters/{task_id}:{stage}:{replay}:{round} document: one death of a
 // task's generation (replay) or of one round of its webhook delivery, and what a human decided.
 type DeadLetter struct {
-	ID string `firestore:"-"`
+	ID string `firestore:"-" json:"id"`
 
-	TaskID    string          `firestore:"task_id"`
-	Tenant    string          `firestore:"tenant"`
-	Family    string          `firestore:"family"`
-	Variant   string          `firestore:"variant"`
-	Stage     task.Stage      `firestore:"stage"`
-	Replay    int             `firestore:"replay"`
-	Round     int             `firestore:"round"`
-	State     DeadLetterState `firestore:"state"`
-	EventID   string          `firestore:"event_id,omitempty"`   // delivery stage: the event that died
-	EventType task.EventType  `firestore:"event_type,omitempty"` // delivery stage
-	Attempts  int             `firestore:"attempts"`
-	LastError string          `firestore:"last_error,omitempty"`
-	Usage     task.Usage      `firestore:"usage"` // tokens already paid for this replay
-	CostUSD   float64         `firestore:"cost_usd"`
+	TaskID    string          `firestore:"task_id" json:"task_id"`
+	Tenant    string          `firestore:"tenant" json:"tenant"`
+	Family    string          `firestore:"family" json:"family"`
+	Variant   string          `firestore:"variant" json:"variant"`
+	Stage     task.Stage      `firestore:"stage" json:"stage"`
+	Replay    int             `firestore:"replay" json:"replay"`
+	Round     int             `firestore:"round" json:"round"`
+	State     DeadLetterState `firestore:"state" json:"state"`
+	EventID   string          `firestore:"event_id,omitempty" json:"event_id,omitempty"`     // delivery stage: the event that died
+	EventType task.EventType  `firestore:"event_type,omitempty" json:"event_type,omitempty"` // delivery stage
+	Attempts  int             `firestore:"attempts" json:"attempts"`
+	LastError string          `firestore:"last_error,omitempty" json:"last_error,omitempty"`
+	Usage     task.Usage      `firestore:"usage" json:"usage"` // tokens already paid for this replay
+	CostUSD   float64         `firestore:"cost_usd" json:"cost_usd"`
 
-	DecidedBy string     `firestore:"decided_by,omitempty"`
-	DecidedAt *time.Time `firestore:"decided_at,omitempty"`
+	DecidedBy string     `firestore:"decided_by,omitempty" json:"decided_by,omitempty"`
+	DecidedAt *time.Time `firestore:"decided_at,omitempty" json:"decided_at,omitempty"`
 	// Applied is set once the decision's nudges are all published.
-	Applied bool `firestore:"applied"`
+	Applied bool `firestore:"applied" json:"applied"`
 
-	SlackChannel string `firestore:"slack_channel,omitempty"`
-	SlackTS      string `firestore:"slack_ts,omitempty"`
-	PostAttempts int    `firestore:"post_attempts"` // failed Slack posts; sizes the notice's backoff
+	SlackChannel string `firestore:"slack_channel,omitempty" json:"slack_channel,omitempty"`
+	SlackTS      string `firestore:"slack_ts,omitempty" json:"slack_ts,omitempty"`
+	PostAttempts int    `firestore:"post_attempts" json:"post_attempts"` // failed Slack posts; sizes the notice's backoff
 
-	CreatedAt time.Time `firestore:"created_at"`
-	UpdatedAt time.Time `firestore:"updated_at"`
+	CreatedAt time.Time `firestore:"created_at" json:"created_at"`
+	UpdatedAt time.Time `firestore:"updated_at" json:"updated_at"`
 }
 
 // DeadLetters returns the dead_letters collection.

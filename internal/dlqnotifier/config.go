@@ -1,0 +1,200 @@
+package dlqnotifier
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+)
+
+// Environment variables the dlqnotifier reads (besides the telemetry ones of internal/obs).
+const (
+	EnvPort             = "PORT"
+	EnvProject          = "GOOGLE_CLOUD_PROJECT"
+	EnvBotToken         = "SLACK_BOT_TOKEN"
+	EnvSigningSecret    = "SLACK_SIGNING_SECRET"
+	EnvChannel          = "GENBOX_SLACK_CHANNEL"
+	EnvApprovers        = "GENBOX_SLACK_APPROVERS"
+	EnvSlackAPIURL      = "GENBOX_SLACK_API_URL"
+	EnvAdminKey         = "GENBOX_ADMIN_KEY"
+	EnvAlertCooldown    = "GENBOX_ALERT_COOLDOWN"
+	EnvConsumer         = "GENBOX_CONSUMER"
+	EnvInstance         = "GENBOX_INSTANCE_ID"
+	EnvTasksDLQSub      = "GENBOX_TASKS_DLQ_SUBSCRIPTION"
+	EnvResultsDLQSub    = "GENBOX_RESULTS_DLQ_SUBSCRIPTION"
+	EnvAlertsSub        = "GENBOX_ALERTS_SUBSCRIPTION"
+	EnvPostLease        = "GENBOX_SLACK_POST_LEASE"
+	EnvPostBackoffBase  = "GENBOX_SLACK_BACKOFF_BASE"
+	EnvPostBackoffMax   = "GENBOX_SLACK_BACKOFF_MAX"
+	EnvFollowUpGrace    = "GENBOX_DECISION_GRACE"
+	EnvShutdownGrace    = "GENBOX_SHUTDOWN_GRACE"
+	ConsumerPush        = "push"
+	ConsumerPull        = "pull"
+	defaultPort         = "8080"
+	defaultSlackAPIBase = "https://slack.com"
+)
+
+// Routes of the service's HTTP handler.
+const (
+	InteractionsPath = "/slack/interactions"
+	PushPath         = "/pubsub/push"
+	AdminPrefix      = "/admin/dead-letters"
+	HealthPath       = "/healthz"
+)
+
+// ErrConfig means a setting is invalid; the message names the variable.
+var ErrConfig = errors.New("dlqnotifier: invalid configuration")
+
+// Config is the dlqnotifier's configuration, read from the environment.
+type Config struct {
+	Port          string   // PORT
+	Project       string   // GOOGLE_CLOUD_PROJECT
+	BotToken      string   // SLACK_BOT_TOKEN: chat.postMessage, chat.update, chat.postEphemeral
+	SigningSecret string   // SLACK_SIGNING_SECRET: verifies /slack/interactions
+	Channel       string   // GENBOX_SLACK_CHANNEL: where dead letters and alerts are posted
+	Approvers     []string // GENBOX_SLACK_APPROVERS: comma-separated Slack user ids who may decide
+	SlackAPIURL   string   // GENBOX_SLACK_API_URL: Slack's base URL, https://slack.com (a local double in dev)
+	AdminKey      string   // GENBOX_ADMIN_KEY: Bearer key of /admin/...; empty disables the admin path
+	Consumer      string   // GENBOX_CONSUMER: push (Cloud Run) or pull
+	Instance      string   // GENBOX_INSTANCE_ID: the post lease owner (hostname-pid when empty)
+
+	// Pull subscriptions (GENBOX_TASKS_DLQ_SUBSCRIPTION, GENBOX_RESULTS_DLQ_SUBSCRIPTION,
+	// GENBOX_ALERTS_SUBSCRIPTION).
+	TasksDLQSub, ResultsDLQSub, AlertsSub string
+
+	Policy
+
+	ShutdownGrace time.Duration // GENBOX_SHUTDOWN_GRACE
+}
+
+// Policy is the timing the service needs.
+type Policy struct {
+	AlertCooldown   time.Duration // GENBOX_ALERT_COOLDOWN: one post per alert key within it
+	PostLease       time.Duration // GENBOX_SLACK_POST_LEASE: a notice is held this long while posted
+	PostBackoffBase time.Duration // GENBOX_SLACK_BACKOFF_BASE: the first delay after a failed Slack call
+	PostBackoffMax  time.Duration // GENBOX_SLACK_BACKOFF_MAX: the cap of that backoff
+	// FollowUpGrace holds the sweeper off a decision's nudges and Slack update while this
+	// process carries them itself (GENBOX_DECISION_GRACE).
+	FollowUpGrace time.Duration
+}
+
+// DefaultPolicy returns the production timing.
+func DefaultPolicy() Policy {
+	return Policy{
+		AlertCooldown: 30 * time.Minute, PostLease: 30 * time.Second,
+		PostBackoffBase: 10 * time.Second, PostBackoffMax: 10 * time.Minute, FollowUpGrace: time.Minute,
+	}
+}
+
+// FromEnv reads the configuration with defaults, calling getenv for every variable it knows, and
+// validates it.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Config{
+		Port: getenv(EnvPort), Project: getenv(EnvProject),
+		BotToken: getenv(EnvBotToken), SigningSecret: getenv(EnvSigningSecret),
+		Channel: getenv(EnvChannel), SlackAPIURL: getenv(EnvSlackAPIURL), AdminKey: getenv(EnvAdminKey),
+		Consumer: getenv(EnvConsumer), Instance: getenv(EnvInstance),
+		TasksDLQSub: getenv(EnvTasksDLQSub), ResultsDLQSub: getenv(EnvResultsDLQSub), AlertsSub: getenv(EnvAlertsSub),
+		Policy: DefaultPolicy(), ShutdownGrace: 8 * time.Second,
+	}
+	for _, id := range strings.Split(getenv(EnvApprovers), ",") {
+		if id = strings.TrimSpace(id); id != "" {
+			c.Approvers = append(c.Approvers, id)
+		}
+	}
+	if c.Port == "" {
+		c.Port = defaultPort
+	}
+	if c.Consumer == "" {
+		c.Consumer = ConsumerPush
+	}
+	c.SlackAPIURL = strings.TrimRight(c.SlackAPIURL, "/")
+	if c.SlackAPIURL == "" {
+		c.SlackAPIURL = defaultSlackAPIBase
+	}
+	if c.TasksDLQSub == "" {
+		c.TasksDLQSub = bus.SubTasksDLQ
+	}
+	if c.ResultsDLQSub == "" {
+		c.ResultsDLQSub = bus.SubResultsDLQ
+	}
+	if c.AlertsSub == "" {
+		c.AlertsSub = bus.SubAlerts
+	}
+	if c.Instance == "" {
+		host, _ := os.Hostname()
+		c.Instance = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	var errs []error
+	for _, v := range []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{EnvAlertCooldown, &c.AlertCooldown},
+		{EnvPostLease, &c.PostLease},
+		{EnvPostBackoffBase, &c.PostBackoffBase},
+		{EnvPostBackoffMax, &c.PostBackoffMax},
+		{EnvFollowUpGrace, &c.FollowUpGrace},
+		{EnvShutdownGrace, &c.ShutdownGrace},
+	} {
+		if s := getenv(v.name); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, v.name, err))
+				continue
+			}
+			*v.dst = d
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, err
+	}
+	return c, c.Validate()
+}
+
+// Validate reports every setting that cannot work, naming its variable.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(name, why string) { errs = append(errs, fmt.Errorf("%w: %s %s", ErrConfig, name, why)) }
+	if c.Project == "" {
+		bad(EnvProject, "is required")
+	}
+	if c.BotToken == "" {
+		bad(EnvBotToken, "is required")
+	}
+	if c.SigningSecret == "" {
+		bad(EnvSigningSecret, "is required")
+	}
+	if c.Channel == "" {
+		bad(EnvChannel, "is required")
+	}
+	if len(c.Approvers) == 0 {
+		bad(EnvApprovers, "must name at least one Slack user id")
+	}
+	if u, err := url.Parse(c.SlackAPIURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		bad(EnvSlackAPIURL, "must be an http(s) URL")
+	}
+	if c.Consumer != ConsumerPush && c.Consumer != ConsumerPull {
+		bad(EnvConsumer, "must be push or pull")
+	}
+	for _, v := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{EnvAlertCooldown, c.AlertCooldown}, {EnvPostLease, c.PostLease}, {EnvPostBackoffBase, c.PostBackoffBase},
+		{EnvFollowUpGrace, c.FollowUpGrace}, {EnvShutdownGrace, c.ShutdownGrace},
+	} {
+		if v.d <= 0 {
+			bad(v.name, "must be positive")
+		}
+	}
+	if c.PostBackoffMax < c.PostBackoffBase {
+		bad(EnvPostBackoffMax, "must be at least "+EnvPostBackoffBase)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,275 @@
+package dlqnotifier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Action is a human's decision on a dead letter.
+type Action string
+
+// Actions: Redeliver and Discard apply to the delivery stage, Regenerate and Discard to the
+// generation stage.
+const (
+	ActionRedeliver  Action = "redeliver"
+	ActionRegenerate Action = "regenerate"
+	ActionDiscard    Action = "discard"
+)
+
+// decided is the dead letter state each action leaves.
+var decided = map[Action]store.DeadLetterState{
+	ActionRedeliver: store.DeadLetterRedelivered, ActionRegenerate: store.DeadLetterRegenerated, ActionDiscard: store.DeadLetterDiscarded,
+}
+
+// commitBudget bounds a commit that must happen even while the request or shutdown ends.
+const commitBudget = 10 * time.Second
+
+// Decision errors.
+var (
+	// ErrAction means the action does not apply to the dead letter's stage.
+	ErrAction = errors.New("dlqnotifier: action does not apply to this dead letter")
+	// ErrMovedOn means the task is no longer what the dead letter was about (for example its
+	// delivery was redelivered and succeeded by another path); nothing was changed.
+	ErrMovedOn = errors.New("dlqnotifier: the task has moved on since this dead letter")
+)
+
+// DecidedError answers a decision on a dead letter someone already decided.
+type DecidedError struct {
+	State store.DeadLetterState
+	By    string
+	At    time.Time
+}
+
+func (e *DecidedError) Error() string {
+	return fmt.Sprintf("already decided by %s at %s (%s)", e.By, e.At.UTC().Format(time.RFC3339), e.State)
+}
+
+// appliesTo reports whether a applies at stage.
+func (a Action) appliesTo(stage task.Stage) bool {
+	switch a {
+	case ActionDiscard:
+		return true
+	case ActionRedeliver:
+		return stage == task.StageDelivery
+	case ActionRegenerate:
+		return stage == task.StageGeneration
+	}
+	return false
+}
+
+// Decide applies a human's decision on dead letter id — from Slack or the admin path — in one
+// transaction with the task's state change, after re-checking that the dead letter is open and
+// the task still what it was about. Then it publishes the decision's nudges and updates the
+// Slack message before returning; whatever it cannot finish is on the task for the sweeper.
+func (s *Service) Decide(ctx context.Context, id string, action Action, by string) (*store.DeadLetter, error) {
+	taskID, _, err := parseDeadLetterID(id)
+	if err != nil {
+		return nil, err
+	}
+	log := s.log.With("task_id", taskID, "dead_letter_id", id, "action", string(action), "by", by)
+	_, d, err := s.store.MutateDeadLetter(ctx, taskID, id, func(t *store.Task, d *store.DeadLetter, now time.Time) error {
+		if d.CreatedAt.IsZero() {
+			return store.ErrNotFound
+		}
+		if d.State != store.DeadLetterOpen {
+			at := time.Time{}
+			if d.DecidedAt != nil {
+				at = *d.DecidedAt
+			}
+			return &DecidedError{State: d.State, By: d.DecidedBy, At: at}
+		}
+		if !action.appliesTo(d.Stage) {
+			return fmt.Errorf("%w: %s on the %s stage", ErrAction, action, d.Stage)
+		}
+		topics, err := apply(t, d, action, now)
+		if err != nil {
+			return err
+		}
+		d.State = decided[action]
+		d.DecidedBy, d.DecidedAt, d.Applied = by, &now, len(topics) == 0
+		t.OpenDeadLetters = slices.DeleteFunc(t.OpenDeadLetters, func(e string) bool { return e == id })
+		grace := now.Add(s.cfg.FollowUpGrace)
+		t.Decision = &store.Decision{DeadLetterID: id, Action: string(action), By: by, At: now, Topics: topics, NextAttemptAt: &grace}
+		if d.SlackTS != "" {
+			s.queueSlackUpdate(t, id, now)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("decide %s on %s: %w", action, id, err)
+	}
+	log.InfoContext(ctx, "dlqnotifier: decision recorded")
+	// Cloud Run may throttle CPU once the response is sent: the follow-up runs now.
+	s.followUp(context.WithoutCancel(ctx), log, taskID)
+	return d, nil
+}
+
+// apply changes the task per action, after checking it is still what the dead letter was about,
+// and returns the topics to nudge.
+func apply(t *store.Task, d *store.DeadLetter, action Action, now time.Time) ([]string, error) {
+	if t.Replay != d.Replay {
+		return nil, fmt.Errorf("%w: replay %d, the dead letter is of replay %d", ErrMovedOn, t.Replay, d.Replay)
+	}
+	if d.Stage == task.StageGeneration {
+		if t.State != task.StateDead {
+			return nil, fmt.Errorf("%w: the task is %s", ErrMovedOn, t.State)
+		}
+		if action == ActionDiscard {
+			t.Finish(task.StateDiscarded, now)
+			return deliveryNudge(t), nil
+		}
+		regenerate(t)
+		return []string{bus.TopicTasks}, nil
+	}
+	dl := &t.Delivery
+	if dl.State != task.DeliveryDead || dl.EventID != d.EventID || dl.Round != d.Round {
+		return nil, fmt.Errorf("%w: delivery %s of %s round %d", ErrMovedOn, dl.State, dl.EventID, dl.Round)
+	}
+	if action == ActionDiscard {
+		dl.State, dl.NextAttemptAt = task.DeliveryDiscarded, nil
+		dl.Lease.Clear()
+		t.AdvanceDelivery(now)
+		return deliveryNudge(t), nil
+	}
+	// Redeliver: the same event (same webhook-id, same frozen payload), a new round.
+	dl.State = task.DeliveryPending
+	dl.Round++
+	dl.Attempts = 0
+	dl.FirstAttemptAt, dl.DeliveredAt = nil, nil
+	dl.NextAttemptAt = &now
+	dl.LastStatus, dl.LastError = 0, ""
+	dl.Lease.Clear()
+	return []string{bus.TopicResults}, nil
+}
+
+func deliveryNudge(t *store.Task) []string {
+	if t.Delivery.State == task.DeliveryPending {
+		return []string{bus.TopicResults}
+	}
+	return nil
+}
+
+// regenerate moves the dead replay's outcome into previous and queues a fresh generation:
+// attempts and claims reset, replay + 1 (so its event has a new webhook-id), cache bypassed.
+func regenerate(t *store.Task) {
+	t.Previous = append(t.Previous, store.Generation{
+		Replay: t.Replay, Output: t.Output, OutputEpoch: t.OutputEpoch, Usage: t.Usage, CostUSD: t.CostUSD,
+		Model: t.Model, State: t.State, Error: t.Error, CompletedAt: t.CompletedAt,
+	})
+	t.Output, t.OutputEpoch, t.OutputAt = "", 0, nil
+	t.Usage, t.CostUSD, t.Model = task.Usage{}, 0, ""
+	t.Degraded, t.Stale, t.CacheHit = false, false, false
+	t.Error, t.CompletedAt = nil, nil
+	t.State = task.StateQueued
+	t.Attempts, t.Claims, t.Parks = 0, 0, 0
+	t.NotBefore = nil
+	t.Lease.Clear()
+	t.Replay++
+	t.BypassCache = true
+}
+
+// followUp carries what a decision left on task id: its unpublished nudges, then the chat.update
+// of each decided dead letter's message. Each part is cleared once done; what fails stays on the
+// task with a backoff, and the sweeper sends a slack_update nudge for it.
+func (s *Service) followUp(ctx context.Context, log *slog.Logger, id string) {
+	t, err := s.store.GetTask(ctx, id)
+	if err != nil {
+		log.WarnContext(ctx, "dlqnotifier: follow-up: read task", "error", err)
+		return
+	}
+	if dec := t.Decision; dec != nil && len(dec.Topics) > 0 {
+		var failed error
+		for _, topic := range dec.Topics {
+			if _, err := s.pub.Publish(ctx, topic, nil, map[string]string{task.AttrTaskID: id}); err != nil {
+				failed = errors.Join(failed, err)
+			}
+		}
+		if failed != nil {
+			log.WarnContext(ctx, "dlqnotifier: decision nudge not published; the sweeper will", "error", failed)
+		} else {
+			s.decisionApplied(ctx, log, id, dec.DeadLetterID)
+		}
+	}
+	if t.SlackUpdate == nil {
+		return
+	}
+	var done []string
+	var failed bool
+	for _, key := range t.SlackUpdate.Keys {
+		if s.updateMessage(ctx, log, key) {
+			done = append(done, key)
+		} else {
+			failed = true
+		}
+	}
+	_, err = s.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+		if t.SlackUpdate == nil {
+			return store.ErrNoChange
+		}
+		t.SlackUpdate.Keys = slices.DeleteFunc(t.SlackUpdate.Keys, func(k string) bool { return slices.Contains(done, k) })
+		if len(t.SlackUpdate.Keys) == 0 {
+			t.SlackUpdate = nil
+			return nil
+		}
+		if failed {
+			next := now.Add(s.cfg.PostBackoffBase)
+			t.SlackUpdate.NextAttemptAt = &next
+		}
+		return nil
+	})
+	if err != nil {
+		log.WarnContext(ctx, "dlqnotifier: record Slack update", "error", err)
+	}
+}
+
+// decisionApplied clears the decision's topics once its nudges are published and marks the dead
+// letter applied.
+func (s *Service) decisionApplied(ctx context.Context, log *slog.Logger, id, dlID string) {
+	_, _, err := s.store.MutateDeadLetter(ctx, id, dlID, func(t *store.Task, d *store.DeadLetter, _ time.Time) error {
+		if t.Decision == nil || t.Decision.DeadLetterID != dlID || len(t.Decision.Topics) == 0 {
+			return store.ErrNoChange
+		}
+		t.Decision.Topics, t.Decision.NextAttemptAt = nil, nil
+		if !d.CreatedAt.IsZero() {
+			d.Applied = true
+		}
+		return nil
+	})
+	if err != nil {
+		log.WarnContext(ctx, "dlqnotifier: clear published decision; the sweeper re-nudges (harmless)", "error", err)
+	}
+}
+
+// updateMessage rewrites the Slack message of dead letter key to show its decision. It reports
+// whether nothing is left to do (done, or nothing to update).
+func (s *Service) updateMessage(ctx context.Context, log *slog.Logger, key string) bool {
+	d, err := s.store.GetDeadLetter(ctx, key)
+	if errors.Is(err, store.ErrNotFound) {
+		return true
+	}
+	if err != nil {
+		log.WarnContext(ctx, "dlqnotifier: read dead letter for its Slack update", "dead_letter_id", key, "error", err)
+		return false
+	}
+	if d.SlackTS == "" {
+		return true // never posted: the post will show the decision
+	}
+	uctx, cancel := context.WithTimeout(ctx, slackBudget)
+	defer cancel()
+	if _, _, _, err := s.slack.UpdateMessageContext(uctx, d.SlackChannel, d.SlackTS,
+		slack.MsgOptionText(summary(d), false), slack.MsgOptionBlocks(s.blocks(d, nil)...)); err != nil {
+		log.WarnContext(ctx, "dlqnotifier: chat.update failed; retried later", "dead_letter_id", key, "error", err)
+		return false
+	}
+	return true
+}

@@ -1,0 +1,186 @@
+// Package dlqnotifier is genbox's human gate (DESIGN §7). It consumes the DLQ notices that the
+// worker and the resulthandler keep as an outbox on a task, records each as a dead_letters
+// document, and posts one Slack Block Kit message per dead letter with the buttons that apply to
+// its stage: Redeliver (free) or Discard for a dead webhook delivery, Regenerate (~$estimate) or
+// Discard for a dead generation. Only configured approvers may decide; a decision and the task's
+// state change are one Firestore transaction, re-checked against the dead letter, so a second
+// click answers who already decided. The same decision function serves the authenticated admin
+// path for operators without Slack.
+//
+// It also takes Pub/Sub's own dead-lettered poison messages (recorded only when the task really
+// is dead, else raised as an alert) and genbox-alerts, posted with a cooldown per alert key.
+//
+// Guarantees: one Slack message per dead letter. chat.postMessage has no idempotency key, so a
+// duplicate post happens only if the process dies between Slack's 200 and the commit that stores
+// the message's channel/ts (the post lease then expires and the sweeper re-sends the notice).
+// Everything after a decision's commit — its nudges, the chat.update of the original message —
+// is recorded on the task first (decision.topics, slack_update) and carried by the sweeper if
+// this process dies; response_url is never relied on (it expires after 30 minutes).
+package dlqnotifier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/slack-go/slack"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Slack is the part of the Slack Web API the notifier calls (*slack.Client).
+type Slack interface {
+	PostMessageContext(ctx context.Context, channelID string, options ...slack.MsgOption) (string, string, error)
+	UpdateMessageContext(ctx context.Context, channelID, timestamp string, options ...slack.MsgOption) (string, string, string, error)
+	PostEphemeralContext(ctx context.Context, channelID, userID string, options ...slack.MsgOption) (string, error)
+}
+
+// Publisher publishes nudges and alerts (bus.Publisher).
+type Publisher interface {
+	Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error)
+}
+
+// Estimator prices one more generation of a task: the Regenerate button's estimate. ok is false
+// when no estimate can be made (the button then says so).
+type Estimator interface {
+	EstimateUSD(t *store.Task) (usd float64, ok bool)
+}
+
+var (
+	_ Slack       = (*slack.Client)(nil)
+	_ Publisher   = (*bus.Publisher)(nil)
+	_ bus.Handler = (*Service)(nil)
+)
+
+// Message attribute values and Pub/Sub's dead-letter attributes.
+const (
+	KindNotice      = "notice"
+	KindSlackUpdate = "slack_update"
+	KindAlert       = "alert"
+	// AttrDeadLetterSource is set by Pub/Sub on a message it dead-lettered: the subscription
+	// whose consumer could not take it.
+	AttrDeadLetterSource = "CloudPubSubDeadLetterSourceSubscription"
+)
+
+// NewSlackClient returns the Web API client of cfg: SLACK_BOT_TOKEN against GENBOX_SLACK_API_URL.
+func NewSlackClient(cfg Config) *slack.Client {
+	return slack.New(cfg.BotToken, slack.OptionAPIURL(cfg.SlackAPIURL+"/api/"))
+}
+
+// Service consumes the DLQ and alert topics and serves Slack interactions and the admin path.
+// It is safe for concurrent use.
+type Service struct {
+	cfg   Config
+	store *store.Store
+	slack Slack
+	pub   Publisher
+	est   Estimator
+	log   *slog.Logger
+
+	approvers map[string]bool
+}
+
+// New returns a Service. est may be nil: the Regenerate button then prices from the task's
+// recorded spend (RecordedEstimator).
+func New(cfg Config, st *store.Store, sl Slack, pub Publisher, est Estimator, log *slog.Logger) *Service {
+	if est == nil {
+		est = RecordedEstimator{}
+	}
+	s := &Service{cfg: cfg, store: st, slack: sl, pub: pub, est: est, log: log, approvers: map[string]bool{}}
+	for _, id := range cfg.Approvers {
+		s.approvers[id] = true
+	}
+	return s
+}
+
+// Handle takes one message of gemini-tasks-dlq, gemini-results-dlq or genbox-alerts. It always
+// acks: what needs doing again is recorded on the task, and the sweeper nudges it.
+func (s *Service) Handle(ctx context.Context, m *bus.Message) bus.Result {
+	a := m.Attributes
+	id := a[task.AttrTaskID]
+	log := s.log.With("message_id", m.ID, "task_id", id)
+	switch {
+	case a[task.AttrKind] == KindAlert || a[task.AttrAlert] != "":
+		s.alert(ctx, a[task.AttrAlert], string(m.Data))
+	case a[AttrDeadLetterSource] != "":
+		s.poison(ctx, log, id, a[AttrDeadLetterSource], m)
+	case id == "":
+		log.WarnContext(ctx, "dlqnotifier: message without a task id; acked")
+	case a[task.AttrKind] == KindNotice:
+		n, err := noticeOf(a)
+		if err != nil {
+			log.WarnContext(ctx, "dlqnotifier: malformed notice; acked", "error", err)
+			break
+		}
+		s.notice(ctx, log, id, n)
+	case a[task.AttrKind] == KindSlackUpdate:
+		s.followUp(ctx, log, id)
+	default:
+		log.WarnContext(ctx, "dlqnotifier: unknown message kind; acked", "kind", a[task.AttrKind])
+	}
+	return bus.Ack
+}
+
+// ErrBadNotice means a notice message's attributes do not name a dead letter.
+var ErrBadNotice = errors.New("dlqnotifier: bad notice attributes")
+
+// noticeOf reads the notice a message announces.
+func noticeOf(a map[string]string) (store.Notice, error) {
+	var n store.Notice
+	n.Stage = task.Stage(a[task.AttrStage])
+	if n.Stage != task.StageGeneration && n.Stage != task.StageDelivery {
+		return n, fmt.Errorf("%w: stage %q", ErrBadNotice, a[task.AttrStage])
+	}
+	var err1, err2 error
+	n.Replay, err1 = strconv.Atoi(a[task.AttrReplay])
+	n.Round, err2 = strconv.Atoi(a[task.AttrRound])
+	if err := errors.Join(err1, err2); err != nil || n.Replay < 0 || n.Round < 0 {
+		return n, fmt.Errorf("%w: replay %q round %q", ErrBadNotice, a[task.AttrReplay], a[task.AttrRound])
+	}
+	return n, nil
+}
+
+// Run pulls the three subscriptions until ctx ends (GENBOX_CONSUMER=pull).
+func (s *Service) Run(ctx context.Context, ps *pubsub.Client) error {
+	subs := []string{s.cfg.TasksDLQSub, s.cfg.ResultsDLQSub, s.cfg.AlertsSub}
+	errs := make(chan error, len(subs))
+	for _, sub := range subs {
+		go func() {
+			if err := bus.Pull(ctx, ps, sub, bus.PullSettings{MaxOutstandingMessages: 16}, s); err != nil {
+				errs <- fmt.Errorf("pull %s: %w", sub, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	var all []error
+	for range subs {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}
+
+// parseDeadLetterID splits {task_id}:{stage}:{replay}:{round}; task ids may not contain ':' but
+// the split is from the right all the same.
+func parseDeadLetterID(id string) (taskID string, n store.Notice, err error) {
+	parts := strings.Split(id, ":")
+	if len(parts) < 4 {
+		return "", n, fmt.Errorf("%w: %q", ErrBadDeadLetterID, id)
+	}
+	k := len(parts)
+	n, err = noticeOf(map[string]string{task.AttrStage: parts[k-3], task.AttrReplay: parts[k-2], task.AttrRound: parts[k-1]})
+	taskID = strings.Join(parts[:k-3], ":")
+	if err != nil || taskID == "" || store.DeadLetterID(taskID, n.Stage, n.Replay, n.Round) != id {
+		return "", n, fmt.Errorf("%w: %q", ErrBadDeadLetterID, id)
+	}
+	return taskID, n, nil
+}
+
+// ErrBadDeadLetterID means a string is not a dead letter id.
+var ErrBadDeadLetterID = errors.New("dlqnotifier: bad dead letter id")
