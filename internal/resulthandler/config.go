@@ -26,10 +26,14 @@ const (
 	EnvNoticeGrace    = "GENBOX_NOTICE_GRACE"
 	EnvAllowInsecure  = "GENBOX_ALLOW_INSECURE_CALLBACKS"
 	EnvShutdownGrace  = "GENBOX_SHUTDOWN_GRACE"
-	ConsumerPush      = "push"
-	ConsumerPull      = "pull"
 	defaultPort       = "8080"
 	defaultLogEntries = 20
+)
+
+// Consumer modes of GENBOX_CONSUMER.
+const (
+	ConsumerPush = "push" // Pub/Sub pushes to PushPath (Cloud Run, request-driven)
+	ConsumerPull = "pull" // streaming pull (an always-on instance, or `genbox dev`)
 )
 
 // PushPath is where the push consumer is mounted: the push endpoint of the subscription.
