@@ -97,16 +97,14 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 	one := int32(1)
 	cc := &genai.ClientConfig{
 		HTTPClient: c.httpClient,
-		HTTPOptions: genai.HTTPOptions{
-			BaseURL:      cfg.BaseURL,
-			RetryOptions: &genai.HTTPRetryOptions{Attempts: &one},
-		},
+		// One attempt per SDK call: the SDK's own retries ignore RetryInfo and our budget.
+		HTTPOptions: genai.HTTPOptions{RetryOptions: &genai.HTTPRetryOptions{Attempts: &one}},
 	}
 	switch cfg.Backend {
 	case BackendVertex:
 		cc.Backend, cc.Project, cc.Location = genai.BackendVertexAI, cfg.Project, cfg.Location
 	default:
-		cc.Backend, cc.APIKey = genai.BackendGeminiAPI, cfg.APIKey
+		cc.Backend, cc.APIKey, cc.HTTPOptions.BaseURL = genai.BackendGeminiAPI, cfg.APIKey, cfg.BaseURL
 		if cc.APIKey == "" {
 			cc.APIKey = "fake" // a fake at BaseURL (Validate allows no key only then) ignores it
 		}
@@ -185,7 +183,7 @@ func (c *Client) maxOutput(cfg task.GenConfig) int64 {
 
 // Estimate returns the worst case of one call before any is made: the estimated prompt plus the
 // largest output, priced at the most expensive model of the chain. It is what max_cost_usd and
-// the Regenerate button's estimate compare against.
+// the Regenerate button's estimate compare against. A model missing from the price table costs 0.
 func (c *Client) Estimate(req Request) (tokens int64, costUSD float64) {
 	in, out := c.promptTokens(req), c.maxOutput(req.Config)
 	for _, m := range c.chain(req) {

@@ -54,7 +54,7 @@ type BreakerConfig struct {
 type Config struct {
 	Backend  string // "gemini" (Gemini API) or "vertex" (Vertex AI)
 	APIKey   string // GEMINI_API_KEY, for the Gemini API backend
-	BaseURL  string // GOOGLE_GEMINI_BASE_URL: the SDK's own endpoint override (a fake in tests)
+	BaseURL  string // GOOGLE_GEMINI_BASE_URL: the SDK's own Gemini API endpoint override (a fake in tests)
 	Project  string // GOOGLE_CLOUD_PROJECT, for Vertex AI
 	Location string // GOOGLE_CLOUD_LOCATION, for Vertex AI
 
@@ -99,7 +99,15 @@ type Config struct {
 	Breaker BreakerConfig
 }
 
-// ConfigFromEnv reads the policy from the environment. It calls getenv for every variable it knows.
+// ConfigFromEnv reads the policy from the environment. It calls getenv for every variable it knows:
+// GEMINI_API_KEY, GOOGLE_GEMINI_BASE_URL, GENBOX_GEMINI_BACKEND (gemini|vertex),
+// GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (vertex), GENBOX_MODEL_CHAIN ("a,b"),
+// GENBOX_MAX_ATTEMPTS, GENBOX_MODEL_ATTEMPTS, GENBOX_QUALITY_ATTEMPTS, GENBOX_BACKOFF_BASE,
+// GENBOX_BACKOFF_MAX, GENBOX_MAX_RETRY_WAIT, GENBOX_CALL_TIMEOUT, GENBOX_RPM and GENBOX_TPM
+// ("model=n,..."), GENBOX_RATE_WINDOW, GENBOX_INSTANCE_SHARE, GENBOX_RATE_HEADROOM,
+// GENBOX_PRICES ("model=in/out,..." USD per 1M tokens), GENBOX_BREAKER_FAILURES,
+// GENBOX_BREAKER_WINDOW, GENBOX_BREAKER_FAILURE_RATIO, GENBOX_BREAKER_MIN_VOLUME and
+// GENBOX_BREAKER_COOLDOWN.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
 		Backend:                firstNonEmpty(getenv("GENBOX_GEMINI_BACKEND"), BackendGemini),
@@ -212,7 +220,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("GENBOX_GEMINI_BACKEND: %q is neither %q nor %q", c.Backend, BackendGemini, BackendVertex)
 	case c.Backend == BackendGemini && c.APIKey == "" && c.BaseURL == "":
 		return errors.New("GEMINI_API_KEY: required by the gemini backend unless GOOGLE_GEMINI_BASE_URL names a fake")
-	case c.Backend == BackendVertex && c.BaseURL == "" && (c.Project == "" || c.Location == ""):
+	case c.Backend == BackendVertex && (c.Project == "" || c.Location == ""):
 		return errors.New("GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION: required by the vertex backend")
 	case len(c.Models) == 0:
 		return errors.New("GENBOX_MODEL_CHAIN: no model")
