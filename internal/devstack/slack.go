@@ -1,0 +1,333 @@
+package devstack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/genbox-dev/genbox/internal/store"
+)
+
+// SlackCall is one Slack Web API call the double received.
+type SlackCall struct {
+	Method  string     // e.g. "chat.postMessage"
+	Form    url.Values // the call's arguments (slack-go sends them form-encoded)
+	Channel string
+	TS      string // the message the call posted or updated
+	At      time.Time
+}
+
+// Blocks decodes the call's Block Kit blocks.
+func (c SlackCall) Blocks() (slack.Blocks, error) {
+	var b slack.Blocks
+	if s := c.Form.Get("blocks"); s != "" {
+		if err := json.Unmarshal([]byte(s), &b); err != nil {
+			return b, fmt.Errorf("decode blocks of %s: %w", c.Method, err)
+		}
+	}
+	return b, nil
+}
+
+// Signer signs an interaction request body exactly as Slack does (the dlqnotifier's helper).
+type Signer func(ts time.Time, body []byte) http.Header
+
+// DeadLetters lists the open dead letters the console shows (*store.Store).
+type DeadLetters interface {
+	ListDeadLetters(ctx context.Context, state store.DeadLetterState, limit int) ([]*store.DeadLetter, error)
+}
+
+var _ DeadLetters = (*store.Store)(nil)
+
+// Slack is the Slack double of the dev stack. Under /api/ it answers the Web API calls the
+// dlqnotifier makes (chat.postMessage, chat.update, anything else with ok) and records them; at /
+// it serves the "Slack console": the open dead letters from Firestore, each with the buttons of
+// the message the dlqnotifier posted for it. A click is sent to the dlqnotifier's
+// /slack/interactions as a block_actions payload from the approver, signed as Slack signs.
+type Slack struct {
+	// Interactions is the dlqnotifier's /slack/interactions URL.
+	Interactions string
+	// Approver is the Slack user id the console clicks as.
+	Approver string
+	Sign     Signer
+	Store    DeadLetters
+	Log      *slog.Logger
+	// HTTP sends the interactions (http.DefaultClient when nil).
+	HTTP *http.Client
+
+	mu       sync.Mutex
+	calls    []SlackCall
+	messages map[string]SlackCall // channel/ts -> the latest post or update of the message
+	seq      int
+	changed  chan struct{}
+}
+
+var _ http.Handler = (*Slack)(nil)
+
+func (s *Slack) init() {
+	if s.messages == nil {
+		s.messages = map[string]SlackCall{}
+		s.changed = make(chan struct{})
+	}
+}
+
+// ServeHTTP serves the Web API double and the console.
+func (s *Slack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/{method}", s.serveAPI)
+	mux.HandleFunc("GET /{$}", s.serveConsole)
+	mux.HandleFunc("POST /console/click", s.serveClick)
+	mux.ServeHTTP(w, r)
+}
+
+// Calls returns every Web API call so far, in order.
+func (s *Slack) Calls() []SlackCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]SlackCall(nil), s.calls...)
+}
+
+// WaitCall returns the first call that match accepts, waiting for it until ctx ends.
+func (s *Slack) WaitCall(ctx context.Context, match func(SlackCall) bool) (SlackCall, error) {
+	seen := 0
+	for {
+		s.mu.Lock()
+		s.init()
+		got, changed := s.calls[seen:], s.changed
+		seen = len(s.calls)
+		s.mu.Unlock()
+		for _, c := range got {
+			if match(c) {
+				return c, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return SlackCall{}, ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+func (s *Slack) serveAPI(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		writeSlack(w, map[string]any{"ok": false, "error": "invalid_form_data"})
+		return
+	}
+	c := SlackCall{Method: r.PathValue("method"), Form: r.PostForm, Channel: r.PostForm.Get("channel"), At: time.Now()}
+	s.mu.Lock()
+	s.init()
+	switch c.Method {
+	case "chat.postMessage":
+		s.seq++
+		c.TS = strconv.FormatInt(time.Now().Unix(), 10) + "." + fmt.Sprintf("%06d", s.seq)
+		s.messages[c.Channel+"/"+c.TS] = c
+	case "chat.update":
+		c.TS = r.PostForm.Get("ts")
+		s.messages[c.Channel+"/"+c.TS] = c
+	}
+	s.calls = append(s.calls, c)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	s.Log.Info("slack double", "method", c.Method, "channel", c.Channel, "ts", c.TS)
+	writeSlack(w, map[string]any{"ok": true, "channel": c.Channel, "ts": c.TS})
+}
+
+func writeSlack(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// message returns the latest version of a posted message.
+func (s *Slack) message(channel, ts string) (SlackCall, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.messages[channel+"/"+ts]
+	return c, ok
+}
+
+// button is one button of a posted message, as the console shows it.
+type button struct {
+	Text, ActionID, BlockID, Value string
+}
+
+// buttons lists the buttons of a message's action blocks.
+func buttons(c SlackCall) ([]button, error) {
+	blocks, err := c.Blocks()
+	if err != nil {
+		return nil, err
+	}
+	var out []button
+	for _, b := range blocks.BlockSet {
+		ab, ok := b.(*slack.ActionBlock)
+		if !ok || ab.Elements == nil {
+			continue
+		}
+		for _, e := range ab.Elements.ElementSet {
+			if be, ok := e.(*slack.ButtonBlockElement); ok {
+				text := be.ActionID
+				if be.Text != nil {
+					text = be.Text.Text
+				}
+				out = append(out, button{Text: text, ActionID: be.ActionID, BlockID: ab.BlockID, Value: be.Value})
+			}
+		}
+	}
+	return out, nil
+}
+
+type consoleRow struct {
+	DL      *store.DeadLetter
+	Posted  bool
+	Buttons []button
+	Note    string
+}
+
+var consolePage = template.Must(template.New("console").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>genbox dev — Slack console</title>
+<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.4em;vertical-align:top}form{display:inline}.msg{color:#a00}</style>
+</head><body>
+<h1>Slack console</h1>
+<p>Open dead letters, with the buttons of the message the dlqnotifier posted to Slack. A click is
+sent to <code>{{.Interactions}}</code> as approver <code>{{.Approver}}</code>, signed as Slack signs it.</p>
+{{with .Flash}}<p class="msg">{{.}}</p>{{end}}
+{{if not .Rows}}<p>No open dead letters.</p>{{else}}
+<table><tr><th>Dead letter</th><th>Stage</th><th>Attempts</th><th>Last error</th><th>Tokens / cost</th><th>Decide</th></tr>
+{{range .Rows}}<tr><td><code>{{.DL.ID}}</code><br>tenant {{.DL.Tenant}}, {{.DL.Family}}/{{.DL.Variant}}</td>
+<td>{{.DL.Stage}}</td><td>{{.DL.Attempts}}</td><td>{{.DL.LastError}}</td>
+<td>{{.DL.Usage.TotalTokens}} tokens, ${{printf "%.6f" .DL.CostUSD}}</td>
+<td>{{if .Posted}}{{range .Buttons}}<form method="post" action="/console/click">
+<input type="hidden" name="dl" value="{{.Value}}"><input type="hidden" name="action_id" value="{{.ActionID}}">
+<button>{{.Text}}</button></form> {{end}}{{else}}{{.Note}}{{end}}</td></tr>
+{{end}}</table>{{end}}
+</body></html>`))
+
+func (s *Slack) serveConsole(w http.ResponseWriter, r *http.Request) {
+	dls, err := s.Store.ListDeadLetters(r.Context(), store.DeadLetterOpen, 200)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	var rows []consoleRow
+	for _, dl := range dls {
+		row := consoleRow{DL: dl, Note: "not posted to Slack yet"}
+		if c, ok := s.message(dl.SlackChannel, dl.SlackTS); ok {
+			bs, err := buttons(c)
+			if err != nil {
+				row.Note = err.Error()
+			} else {
+				row.Posted, row.Buttons = true, bs
+			}
+		}
+		rows = append(rows, row)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_ = consolePage.Execute(w, map[string]any{"Rows": rows, "Interactions": s.Interactions, "Approver": s.Approver,
+		"Flash": r.URL.Query().Get("msg")})
+}
+
+// serveClick presses the button a console form names, then shows the console with the answer.
+func (s *Slack) serveClick(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	answer, err := s.Click(r.Context(), r.PostForm.Get("dl"), r.PostForm.Get("action_id"))
+	msg := answer
+	if err != nil {
+		msg = err.Error()
+	}
+	http.Redirect(w, r, "/?msg="+url.QueryEscape(msg), http.StatusSeeOther)
+}
+
+// ErrNoButton means the dead letter's Slack message has no such button (or was never posted).
+var ErrNoButton = errors.New("devstack: no such button on the dead letter's Slack message")
+
+// Click presses the button actionID of the Slack message posted for dead letter id, as the
+// approver: it sends the block_actions payload Slack would send, signed, to the dlqnotifier and
+// returns the text of its answer.
+func (s *Slack) Click(ctx context.Context, deadLetterID, actionID string) (string, error) {
+	msg, btn, err := s.findButton(deadLetterID, actionID)
+	if err != nil {
+		return "", err
+	}
+	return s.ClickAs(ctx, s.Approver, msg, btn.ActionID, btn.BlockID, btn.Value)
+}
+
+func (s *Slack) findButton(deadLetterID, actionID string) (SlackCall, button, error) {
+	s.mu.Lock()
+	msgs := make([]SlackCall, 0, len(s.messages))
+	for _, m := range s.messages {
+		msgs = append(msgs, m)
+	}
+	s.mu.Unlock()
+	for _, m := range msgs {
+		bs, err := buttons(m)
+		if err != nil {
+			continue
+		}
+		for _, b := range bs {
+			if b.Value == deadLetterID && b.ActionID == actionID {
+				return m, b, nil
+			}
+		}
+	}
+	return SlackCall{}, button{}, fmt.Errorf("%w: dead letter %s, action %s", ErrNoButton, deadLetterID, actionID)
+}
+
+// ClickAs sends a block_actions payload for one button of msg from user, signed as Slack signs.
+func (s *Slack) ClickAs(ctx context.Context, user string, msg SlackCall, actionID, blockID, value string) (string, error) {
+	cb := slack.InteractionCallback{
+		Type:      slack.InteractionTypeBlockActions,
+		Token:     "devstack",
+		TriggerID: "devstack-trigger",
+		Team:      slack.Team{ID: "TDEV", Name: "genbox-dev"},
+		User:      slack.User{ID: user, Name: user},
+		Channel:   slack.Channel{GroupConversation: slack.GroupConversation{Conversation: slack.Conversation{ID: msg.Channel}}},
+		Container: slack.Container{Type: "message", ChannelID: msg.Channel, MessageTs: msg.TS},
+		Message:   slack.Message{Msg: slack.Msg{Timestamp: msg.TS, Channel: msg.Channel, Text: msg.Form.Get("text")}},
+		ActionCallback: slack.ActionCallbacks{BlockActions: []*slack.BlockAction{{
+			ActionID: actionID, BlockID: blockID, Value: value, Type: slack.ActionType("button"),
+			ActionTs: strconv.FormatInt(time.Now().Unix(), 10) + ".000000",
+		}}},
+	}
+	payload, err := json.Marshal(&cb)
+	if err != nil {
+		return "", fmt.Errorf("encode interaction: %w", err)
+	}
+	body := []byte(url.Values{"payload": {string(payload)}}.Encode())
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.Interactions, bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	for k, vs := range s.Sign(time.Now(), body) {
+		req.Header[k] = vs
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	hc := s.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("post interaction: %w", err)
+	}
+	defer resp.Body.Close()
+	text, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 != 2 {
+		return "", fmt.Errorf("dlqnotifier answered %s: %s", resp.Status, bytes.TrimSpace(text))
+	}
+	return string(bytes.TrimSpace(text)), nil
+}
