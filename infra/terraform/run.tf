@@ -153,8 +153,9 @@ resource "google_cloud_run_v2_worker_pool" "worker" {
   # Worker pools were a preview feature when the 6.x provider line was current.
   launch_stage = "BETA"
 
+  # Worker pools scale manually: exactly this many instances. (The provider also offers
+  # scaling_mode, copied from services; the WorkerPool API has no such field.)
   scaling {
-    scaling_mode          = "MANUAL"
     manual_instance_count = var.worker_instances
   }
 

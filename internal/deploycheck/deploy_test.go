@@ -716,3 +716,35 @@ func TestEachServiceRunsAsItsOwnAccountWithNarrowRoles(t *testing.T) {
 		wantErrors(t, check(loadModule(t, dir)), `google_cloud_run_v2_worker_pool.worker does not run as google_service_account.service["worker"]`)
 	})
 }
+
+func TestWorkerRunsAFixedNumberOfInstances(t *testing.T) {
+	check := func(m *deploycheck.Module) error {
+		res := m.Resource("google_cloud_run_v2_worker_pool", "worker")
+		if res == nil {
+			return errors.New("the worker is not a google_cloud_run_v2_worker_pool")
+		}
+		scaling, ok, err := res.Instances[0].Scope().Block("scaling")
+		if err != nil || !ok {
+			return errors.New("the worker pool has no scaling block")
+		}
+		n, err := scaling.Attr("manual_instance_count")
+		if err != nil || n.IsNull() || !n.RawEquals(m.Variables["worker_instances"]) {
+			return fmt.Errorf("manual_instance_count = %#v, want var.worker_instances", n)
+		}
+		for _, a := range []string{"min_instance_count", "max_instance_count", "scaling_mode"} {
+			if scaling.Has(a) {
+				return fmt.Errorf("the worker pool sets scaling.%s: its instance count must be fixed", a)
+			}
+		}
+		return nil
+	}
+	if err := check(loadModule(t, terraformDir)); err != nil {
+		t.Error(err)
+	}
+	t.Run("autoscaling fails", func(t *testing.T) {
+		dir := brokenCopy(t, map[string][2]string{"run.tf": {"manual_instance_count = var.worker_instances", "max_instance_count = var.worker_instances"}})
+		if err := check(loadModule(t, dir)); err == nil {
+			t.Error("a worker pool without manual_instance_count passed")
+		}
+	})
+}
