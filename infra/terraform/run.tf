@@ -271,6 +271,9 @@ resource "google_cloud_run_v2_service" "dlqnotifier" {
   description         = "genbox DLQ notifier: posts dead letters and alerts to Slack; the approval gate."
   ingress             = "INGRESS_TRAFFIC_ALL"
   deletion_protection = var.deletion_protection
+  # Public, so Cloud Run passes push tokens through unchecked; the app verifies them. Listed so
+  # that the tokens stay valid should the service ever be made private.
+  custom_audiences = [local.push_audience.dlqnotifier]
 
   template {
     service_account                  = google_service_account.service["dlqnotifier"].email
