@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -151,6 +152,7 @@ func BenchmarkSubmit(b *testing.B) {
 		if err != nil {
 			return err
 		}
+		_, _ = io.Copy(io.Discard, resp.Body) // read to the end, so the connection is reused
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusAccepted {
 			return errors.New(resp.Status)
