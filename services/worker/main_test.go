@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -384,5 +385,34 @@ func TestCrashEveryTimeEndsDead(t *testing.T) {
 	})
 	if len(notices) == 0 || notices[0].Attributes[task.AttrTaskID] != "poison" || notices[0].Attributes[task.AttrKind] != "notice" {
 		t.Errorf("DLQ notice messages %+v", notices)
+	}
+}
+
+// On SIGTERM a call that finishes within the grace period persists its output.
+func TestShutdownLetsCallsFinishWithinGrace(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 0)
+	gate := s.fake.Block("m")
+	defer gate.Release()
+	s.submit(t, "finishing", true)
+	stop, out := startRun(t, s.env("GENBOX_SHUTDOWN_GRACE", "20s"))
+	select {
+	case <-gate.Entered():
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the call never started\n%s", out.String())
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }() // SIGTERM while the call runs
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "shutting down"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("run never began shutting down")
+		}
+	}
+	gate.Release()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if got := s.get(t, "finishing"); got.State != task.StateSucceeded || !got.HasOutput() {
+		t.Errorf("after shutdown: state %s output %v", got.State, got.HasOutput())
 	}
 }
