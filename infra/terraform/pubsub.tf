@@ -73,7 +73,7 @@ resource "google_pubsub_subscription" "resulthandler" {
   }
 
   push_config {
-    push_endpoint = "${google_cloud_run_v2_service.resulthandler.uri}${local.push_path}"
+    push_endpoint = "${google_cloud_run_v2_service.http["resulthandler"].uri}${local.push_path}"
     oidc_token {
       service_account_email = google_service_account.push.email
       audience              = local.push_audience.resulthandler
@@ -107,7 +107,7 @@ resource "google_pubsub_subscription" "dlqnotifier" {
   }
 
   push_config {
-    push_endpoint = "${google_cloud_run_v2_service.dlqnotifier.uri}${local.push_path}"
+    push_endpoint = "${google_cloud_run_v2_service.http["dlqnotifier"].uri}${local.push_path}"
     oidc_token {
       service_account_email = google_service_account.push.email
       audience              = local.push_audience.dlqnotifier

@@ -74,38 +74,74 @@ locals {
   images = { for svc in local.services : svc => "${local.image_base}/${svc}:${var.image_tag}" }
 }
 
-resource "google_cloud_run_v2_service" "publisher" {
+# The three request-driven services. Request-based billing (cpu_idle): nothing they do may rely
+# on CPU after the response, which DESIGN §7 already demands.
+locals {
+  http_services = {
+    # The REST API; its own API keys authenticate every /v1 route.
+    publisher = {
+      description = "genbox REST API: apps submit and poll tasks with their API keys."
+      ingress     = "INGRESS_TRAFFIC_ALL"
+      audiences   = []
+      timeout     = "30s"
+      concurrency = 80
+    }
+    # Private: only Pub/Sub push (the push service account's OIDC token, checked by Cloud Run)
+    # may invoke it. Pub/Sub waits for a push response no longer than the ack deadline.
+    resulthandler = {
+      description = "genbox result handler: delivers signed webhooks, consuming gemini-results by push."
+      ingress     = "INGRESS_TRAFFIC_INTERNAL_ONLY"
+      audiences   = [local.push_audience.resulthandler]
+      timeout     = "${local.ack_deadline_seconds}s"
+      concurrency = 40
+    }
+    # Public, because Slack must reach /slack/interactions. The app authenticates every other
+    # route itself: push by its OIDC token (audience and signer), admin routes by the key. Its
+    # push audience is listed so that tokens stay valid should the service be made private.
+    dlqnotifier = {
+      description = "genbox DLQ notifier: posts dead letters and alerts to Slack; the approval gate."
+      ingress     = "INGRESS_TRAFFIC_ALL"
+      audiences   = [local.push_audience.dlqnotifier]
+      timeout     = "${local.ack_deadline_seconds}s"
+      concurrency = 40
+    }
+  }
+}
+
+resource "google_cloud_run_v2_service" "http" {
+  for_each = local.http_services
+
   project             = var.project_id
-  name                = "genbox-publisher"
+  name                = "genbox-${each.key}"
   location            = var.region
-  description         = "genbox REST API: apps submit and poll tasks with their API keys."
-  ingress             = "INGRESS_TRAFFIC_ALL"
+  description         = each.value.description
+  ingress             = each.value.ingress
+  custom_audiences    = each.value.audiences
   deletion_protection = var.deletion_protection
 
   template {
-    service_account                  = google_service_account.service["publisher"].email
-    timeout                          = "30s"
-    max_instance_request_concurrency = 80
+    service_account                  = google_service_account.service[each.key].email
+    timeout                          = each.value.timeout
+    max_instance_request_concurrency = each.value.concurrency
 
     scaling {
       min_instance_count = 0
-      max_instance_count = var.max_instances.publisher
+      max_instance_count = var.max_instances[each.key]
     }
 
     containers {
-      image = local.images.publisher
+      image = local.images[each.key]
 
       resources {
         limits = {
           cpu    = "1"
           memory = "512Mi"
         }
-        # Request-based billing: nothing the publisher does may rely on CPU after the response.
         cpu_idle = true
       }
 
       dynamic "env" {
-        for_each = local.env.publisher
+        for_each = local.env[each.key]
         content {
           name  = env.key
           value = env.value
@@ -113,7 +149,7 @@ resource "google_cloud_run_v2_service" "publisher" {
       }
 
       dynamic "env" {
-        for_each = local.secret_env.publisher
+        for_each = local.secret_env[each.key]
         content {
           name = env.key
           value_source {
@@ -198,149 +234,12 @@ resource "google_cloud_run_v2_worker_pool" "worker" {
   depends_on = [google_project_service.required, google_secret_manager_secret_iam_member.reads]
 }
 
-# Private: only Pub/Sub push (the push service account's OIDC token) may invoke it.
-resource "google_cloud_run_v2_service" "resulthandler" {
-  project             = var.project_id
-  name                = "genbox-resulthandler"
-  location            = var.region
-  description         = "genbox result handler: delivers signed webhooks, consuming gemini-results by push."
-  ingress             = "INGRESS_TRAFFIC_INTERNAL_ONLY"
-  deletion_protection = var.deletion_protection
-  custom_audiences    = [local.push_audience.resulthandler]
+resource "google_cloud_run_v2_service_iam_member" "public" {
+  for_each = toset(["publisher", "dlqnotifier"])
 
-  template {
-    service_account = google_service_account.service["resulthandler"].email
-    # Pub/Sub waits for a push response no longer than the ack deadline.
-    timeout                          = "${local.ack_deadline_seconds}s"
-    max_instance_request_concurrency = 40
-
-    scaling {
-      min_instance_count = 0
-      max_instance_count = var.max_instances.resulthandler
-    }
-
-    containers {
-      image = local.images.resulthandler
-
-      resources {
-        limits = {
-          cpu    = "1"
-          memory = "512Mi"
-        }
-        cpu_idle = true
-      }
-
-      dynamic "env" {
-        for_each = local.env.resulthandler
-        content {
-          name  = env.key
-          value = env.value
-        }
-      }
-
-      dynamic "env" {
-        for_each = local.secret_env.resulthandler
-        content {
-          name = env.key
-          value_source {
-            secret_key_ref {
-              secret  = google_secret_manager_secret.secrets[env.value].secret_id
-              version = var.secret_version
-            }
-          }
-        }
-      }
-
-      startup_probe {
-        http_get {
-          path = "/healthz"
-        }
-      }
-    }
-  }
-
-  depends_on = [google_project_service.required, google_secret_manager_secret_iam_member.reads]
-}
-
-# Public, because Slack must reach /slack/interactions. The app authenticates every other route
-# itself: Pub/Sub push by its OIDC token (audience and signer checked), admin routes by the key.
-resource "google_cloud_run_v2_service" "dlqnotifier" {
-  project             = var.project_id
-  name                = "genbox-dlqnotifier"
-  location            = var.region
-  description         = "genbox DLQ notifier: posts dead letters and alerts to Slack; the approval gate."
-  ingress             = "INGRESS_TRAFFIC_ALL"
-  deletion_protection = var.deletion_protection
-  # Public, so Cloud Run passes push tokens through unchecked; the app verifies them. Listed so
-  # that the tokens stay valid should the service ever be made private.
-  custom_audiences = [local.push_audience.dlqnotifier]
-
-  template {
-    service_account                  = google_service_account.service["dlqnotifier"].email
-    timeout                          = "${local.ack_deadline_seconds}s"
-    max_instance_request_concurrency = 40
-
-    scaling {
-      min_instance_count = 0
-      max_instance_count = var.max_instances.dlqnotifier
-    }
-
-    containers {
-      image = local.images.dlqnotifier
-
-      resources {
-        limits = {
-          cpu    = "1"
-          memory = "512Mi"
-        }
-        cpu_idle = true
-      }
-
-      dynamic "env" {
-        for_each = local.env.dlqnotifier
-        content {
-          name  = env.key
-          value = env.value
-        }
-      }
-
-      dynamic "env" {
-        for_each = local.secret_env.dlqnotifier
-        content {
-          name = env.key
-          value_source {
-            secret_key_ref {
-              secret  = google_secret_manager_secret.secrets[env.value].secret_id
-              version = var.secret_version
-            }
-          }
-        }
-      }
-
-      startup_probe {
-        http_get {
-          path = "/healthz"
-        }
-      }
-    }
-  }
-
-  depends_on = [google_project_service.required, google_secret_manager_secret_iam_member.reads]
-}
-
-# The publisher's own API keys authenticate every /v1 route; Cloud Run lets anyone reach it.
-resource "google_cloud_run_v2_service_iam_member" "publisher_public" {
   project  = var.project_id
   location = var.region
-  name     = google_cloud_run_v2_service.publisher.name
-  role     = "roles/run.invoker"
-  member   = "allUsers"
-}
-
-resource "google_cloud_run_v2_service_iam_member" "dlqnotifier_public" {
-  project  = var.project_id
-  location = var.region
-  name     = google_cloud_run_v2_service.dlqnotifier.name
+  name     = google_cloud_run_v2_service.http[each.key].name
   role     = "roles/run.invoker"
   member   = "allUsers"
 }
@@ -348,7 +247,7 @@ resource "google_cloud_run_v2_service_iam_member" "dlqnotifier_public" {
 resource "google_cloud_run_v2_service_iam_member" "push_invokes_resulthandler" {
   project  = var.project_id
   location = var.region
-  name     = google_cloud_run_v2_service.resulthandler.name
+  name     = google_cloud_run_v2_service.http["resulthandler"].name
   role     = "roles/run.invoker"
   member   = google_service_account.push.member
 }

@@ -32,8 +32,8 @@ type SubscriptionWant struct {
 	Name            string
 	Topic           string
 	DeadLetterTopic string // empty: no dead-letter policy
-	// PushService names the google_cloud_run_v2_service pushed to; empty for a pull subscription.
-	PushService string
+	// PushTo is the google_cloud_run_v2_service instance pushed to; nil for a pull subscription.
+	PushTo *Instance
 }
 
 // CheckPubSub compares the module's topics, subscriptions and the Pub/Sub service agent's grants
@@ -151,10 +151,10 @@ func checkSubscription(m *Module, in *Instance, w SubscriptionWant, want PubSubW
 	switch {
 	case err != nil:
 		errs = append(errs, err)
-	case w.PushService == "" && isPush:
+	case w.PushTo == nil && isPush:
 		fail("is a push subscription; the code pulls it")
-	case w.PushService != "" && !isPush:
-		fail("has no push_config; the code consumes it by push to %s", w.PushService)
+	case w.PushTo != nil && !isPush:
+		fail("has no push_config; the code consumes it by push to %s", w.PushTo)
 	case isPush:
 		errs = append(errs, checkPush(m, in, push, w, want.PushPath)...)
 	}
@@ -212,12 +212,12 @@ func checkPush(m *Module, sub *Instance, push Scope, w SubscriptionWant, path st
 	a, ok := push.Body.Attributes["push_endpoint"]
 	tmpl, isTmpl := a.Expr.(*hclsyntax.TemplateExpr)
 	if !ok || !isTmpl || len(tmpl.Parts) < 2 {
-		fail(`push_endpoint must be "${google_cloud_run_v2_service.%s.uri}%s"`, w.PushService, path)
+		fail(`push_endpoint must be "${%s.uri}%s"`, w.PushTo, path)
 		return errs
 	}
 	ref, err := push.ref(tmpl.Parts[0], "push_endpoint")
-	if err != nil || ref.Type != "google_cloud_run_v2_service" || ref.Name != w.PushService || ref.Attr != "uri" {
-		fail("push_endpoint does not start with google_cloud_run_v2_service.%s.uri", w.PushService)
+	if err != nil || m.Lookup(ref) != w.PushTo || ref.Attr != "uri" {
+		fail("push_endpoint does not start with %s.uri", w.PushTo)
 	}
 	var suffix strings.Builder
 	for _, p := range tmpl.Parts[1:] {
@@ -246,22 +246,22 @@ func checkPush(m *Module, sub *Instance, push Scope, w SubscriptionWant, path st
 		fail("oidc_token.service_account_email must reference a google_service_account")
 		return errs
 	}
-	if !invokable(m, w.PushService, saRef) {
-		fail("service %s grants roles/run.invoker neither to %s.%s nor to allUsers", w.PushService, saRef.Type, saRef.Name)
+	if !invokable(m, w.PushTo, saRef) {
+		fail("%s grants roles/run.invoker neither to %s.%s nor to allUsers", w.PushTo, saRef.Type, saRef.Name)
 	}
 	return errs
 }
 
 // invokable reports whether the Cloud Run service grants run.invoker to the service account
 // resource sa, or to everyone.
-func invokable(m *Module, service string, sa Ref) bool {
+func invokable(m *Module, service *Instance, sa Ref) bool {
 	for _, in := range m.Instances("google_cloud_run_v2_service_iam_member") {
 		s := in.Scope()
 		if role, _ := s.String("role"); role != "roles/run.invoker" {
 			continue
 		}
 		name, err := s.Ref("name")
-		if err != nil || name.Type != "google_cloud_run_v2_service" || name.Name != service {
+		if err != nil || m.Lookup(name) != service {
 			continue
 		}
 		if member, err := s.String("member"); err == nil && member == "allUsers" {
@@ -309,6 +309,7 @@ type Field struct {
 	Path       string
 }
 
+// String names the field as collection.path.
 func (f Field) String() string { return f.Collection + "." + f.Path }
 
 // IndexField is one field of a composite index: its path and ASCENDING or DESCENDING.

@@ -117,8 +117,9 @@ func TestVariableValidations(t *testing.T) {
 }
 
 // pubsubWant is internal/bus's topology, with how each subscription is consumed.
-func pubsubWant() deploycheck.PubSubWant {
+func pubsubWant(m *deploycheck.Module) deploycheck.PubSubWant {
 	topo := bus.DefaultTopology()
+	http := m.Resource("google_cloud_run_v2_service", "http")
 	pushedTo := map[string]string{
 		bus.SubWorker:     "", // streaming pull
 		bus.SubResults:    "resulthandler",
@@ -140,15 +141,18 @@ func pubsubWant() deploycheck.PubSubWant {
 		if !ok {
 			panic("subscription " + s.Name + " has no consumer in this test: say how it is consumed")
 		}
-		w.Subscriptions = append(w.Subscriptions, deploycheck.SubscriptionWant{
-			Name: s.Name, Topic: s.Topic, DeadLetterTopic: s.DeadLetterTopic, PushService: svc,
-		})
+		sw := deploycheck.SubscriptionWant{Name: s.Name, Topic: s.Topic, DeadLetterTopic: s.DeadLetterTopic}
+		if svc != "" && http != nil {
+			sw.PushTo = http.Instance(cty.StringVal(svc))
+		}
+		w.Subscriptions = append(w.Subscriptions, sw)
 	}
 	return w
 }
 
 func TestPubSubMatchesBus(t *testing.T) {
-	noErrors(t, deploycheck.CheckPubSub(loadModule(t, terraformDir), pubsubWant()))
+	m := loadModule(t, terraformDir)
+	noErrors(t, deploycheck.CheckPubSub(m, pubsubWant(m)))
 
 	tests := []struct {
 		name  string
@@ -192,7 +196,7 @@ func TestPubSubMatchesBus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := loadModule(t, brokenCopy(t, tt.edits))
-			wantErrors(t, deploycheck.CheckPubSub(m, pubsubWant()), tt.want...)
+			wantErrors(t, deploycheck.CheckPubSub(m, pubsubWant(m)), tt.want...)
 		})
 	}
 }
@@ -275,12 +279,32 @@ locals {`}})
 // A service's config loaders, as its run function calls them. Each must call getenv for every
 // variable the service reads (COMMON rules); add a service's loader here as its package lands.
 type service struct {
-	resource [2]string // Terraform type and name of its Cloud Run resource
+	resource string // the address of its Cloud Run resource: TYPE.NAME or TYPE.NAME[KEY]
 	load     func(getenv func(string) string) error
 }
 
+// workload returns the Cloud Run resource instance at addr (TYPE.NAME or TYPE.NAME[KEY]).
+func workload(t *testing.T, m *deploycheck.Module, addr string) *deploycheck.Instance {
+	t.Helper()
+	typ, rest, _ := strings.Cut(addr, ".")
+	name, key, indexed := strings.Cut(strings.TrimSuffix(rest, "]"), "[")
+	res := m.Resource(typ, name)
+	if res == nil {
+		t.Fatalf("no resource %s.%s", typ, name)
+	}
+	k := cty.NilVal
+	if indexed {
+		k = cty.StringVal(key)
+	}
+	in := res.Instance(k)
+	if in == nil {
+		t.Fatalf("no instance %s", addr)
+	}
+	return in
+}
+
 var services = map[string]service{
-	"publisher": {[2]string{"google_cloud_run_v2_service", "publisher"}, func(getenv func(string) string) error {
+	"publisher": {"google_cloud_run_v2_service.http[publisher]", func(getenv func(string) string) error {
 		c, err := publisher.FromEnv(getenv)
 		if err == nil {
 			err = c.Validate()
@@ -288,7 +312,7 @@ var services = map[string]service{
 		_, oerr := obs.ConfigFromEnv(getenv, "publisher")
 		return errors.Join(err, oerr)
 	}},
-	"worker": {[2]string{"google_cloud_run_v2_worker_pool", "worker"}, func(getenv func(string) string) error {
+	"worker": {"google_cloud_run_v2_worker_pool.worker", func(getenv func(string) string) error {
 		c, err := worker.FromEnv(getenv)
 		if err == nil {
 			err = c.Validate()
@@ -296,7 +320,7 @@ var services = map[string]service{
 		_, oerr := obs.ConfigFromEnv(getenv, "worker")
 		return errors.Join(err, oerr)
 	}},
-	"resulthandler": {[2]string{"google_cloud_run_v2_service", "resulthandler"}, func(getenv func(string) string) error {
+	"resulthandler": {"google_cloud_run_v2_service.http[resulthandler]", func(getenv func(string) string) error {
 		_, err := resulthandler.FromEnv(getenv) // validates too
 		_, oerr := obs.ConfigFromEnv(getenv, "resulthandler")
 		return errors.Join(err, oerr)
@@ -445,11 +469,7 @@ func TestCloudRunEnvMatchesConfigLoaders(t *testing.T) {
 			if !ok {
 				t.Skipf("%s has no config loader registered in this test yet", svc)
 			}
-			res := m.Resource(s.resource[0], s.resource[1])
-			if res == nil || len(res.Instances) != 1 {
-				t.Fatalf("no %s.%s", s.resource[0], s.resource[1])
-			}
-			env, err := deploycheck.CloudRunEnv(res.Instances[0])
+			env, err := deploycheck.CloudRunEnv(workload(t, m, s.resource))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -459,8 +479,7 @@ func TestCloudRunEnvMatchesConfigLoaders(t *testing.T) {
 
 	publisherEnv := func(t *testing.T, dir string) map[string]string {
 		t.Helper()
-		res := loadModule(t, dir).Resource("google_cloud_run_v2_service", "publisher")
-		env, err := deploycheck.CloudRunEnv(res.Instances[0])
+		env, err := deploycheck.CloudRunEnv(workload(t, loadModule(t, dir), services["publisher"].resource))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -692,10 +711,14 @@ func TestEachServiceRunsAsItsOwnAccountWithNarrowRoles(t *testing.T) {
 					errs = append(errs, fmt.Errorf("%s: no template", in))
 					continue
 				}
+				svc := in.Resource.Name
+				if in.Key.Type() == cty.String {
+					svc = in.Key.AsString()
+				}
 				ref, err := tmpl.Ref("service_account")
 				if err != nil || ref.Type != "google_service_account" || ref.Name != "service" ||
-					ref.Key.Type() != cty.String || ref.Key.AsString() != in.Resource.Name {
-					errs = append(errs, fmt.Errorf("%s does not run as google_service_account.service[%q]", in, in.Resource.Name))
+					ref.Key.Type() != cty.String || ref.Key.AsString() != svc {
+					errs = append(errs, fmt.Errorf("%s does not run as google_service_account.service[%q]", in, svc))
 				}
 			}
 		}
