@@ -1,0 +1,299 @@
+// Package bench is the workload generator behind `genbox bench`: it runs a closed-loop workload
+// (tasks, concurrency, a model latency distribution, a failure mix) through genbox assembled
+// in-process on the emulators with the fake Gemini, and, with the naive baseline, through the
+// pattern the outbox replaces — generate, then publish, retry from scratch on any failure —
+// under exactly the same failures, and reports throughput against the Little's-law bound,
+// end-to-end latency and its overhead above the model's, Firestore operations and publishes per
+// task, billed ÷ needed tokens from the fake's ledger, duplicates and the peak RSS.
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/emulator"
+)
+
+// Latency distributions of the fake model.
+const (
+	DistFixed       = "fixed"       // every call takes the mean
+	DistUniform     = "uniform"     // uniform over [mean/2, 3·mean/2]
+	DistExponential = "exponential" // exponential with the mean, capped at 5·mean
+)
+
+// Baselines.
+const (
+	BaselineNone  = ""
+	BaselineNaive = "naive" // generate then publish, retry from scratch, no outbox (naive.go)
+)
+
+// ErrConfig means a setting is invalid; the message names the flag.
+var ErrConfig = errors.New("bench: invalid configuration")
+
+// Config is one bench run.
+type Config struct {
+	Tasks        int           // --tasks: tasks submitted in all
+	Concurrency  int           // --concurrency: tasks in flight at once (closed loop)
+	Latency      time.Duration // --latency: the model's mean latency
+	Distribution string        // --latency-dist: fixed, uniform or exponential
+	InputBytes   int           // --input-bytes: size of each task's input
+
+	// The failure mix; each rate is a probability decided per task and occurrence, the same for
+	// genbox and the baseline.
+	ModelErrors   float64 // --fail-model: model calls answered 503 UNAVAILABLE
+	ResultLoss    float64 // --fail-result: the step after a generation (publishing its result) fails
+	AckLoss       float64 // --fail-ack: acks of the worker lost (the message is delivered again)
+	WebhookErrors float64 // --fail-webhook: webhook POSTs answered 503
+
+	Baseline string        // --baseline: "" or naive (run it too, side by side)
+	Seed     uint64        // --seed: the failure decisions
+	Timeout  time.Duration // --timeout: a task not done by then is counted lost
+	Project  string        // --project: the project id prefix on the emulators
+
+	// Progress receives the progress bar (nil: none); Log the services' logs (nil: discarded).
+	Progress io.Writer
+	Log      *slog.Logger
+	// Getenv names the emulators (FIRESTORE_EMULATOR_HOST, PUBSUB_EMULATOR_HOST); os.Getenv when
+	// nil. Emulators not named are started for the run and stopped after it.
+	Getenv func(string) string
+}
+
+// DefaultConfig is the workload of a plain `genbox bench`.
+func DefaultConfig() Config {
+	return Config{
+		Tasks: 200, Concurrency: 32, Latency: 500 * time.Millisecond, Distribution: DistExponential,
+		InputBytes: 4000, ModelErrors: 0.05, ResultLoss: 0.1, AckLoss: 0.05, Seed: 1,
+		Timeout: 2 * time.Minute, Project: "genbox-bench",
+	}
+}
+
+// RegisterFlags binds c's fields to flags of fs, with c's values as defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.Tasks, "tasks", c.Tasks, "tasks to run in all")
+	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "tasks in flight at once (closed loop)")
+	fs.DurationVar(&c.Latency, "latency", c.Latency, "the fake model's mean latency")
+	fs.StringVar(&c.Distribution, "latency-dist", c.Distribution, "latency distribution: fixed, uniform or exponential")
+	fs.IntVar(&c.InputBytes, "input-bytes", c.InputBytes, "size of each task's input in bytes")
+	fs.Float64Var(&c.ModelErrors, "fail-model", c.ModelErrors, "probability a model call is answered 503")
+	fs.Float64Var(&c.ResultLoss, "fail-result", c.ResultLoss, "probability the step after a generation (publishing its result) fails")
+	fs.Float64Var(&c.AckLoss, "fail-ack", c.AckLoss, "probability a worker's ack is lost (the message comes back)")
+	fs.Float64Var(&c.WebhookErrors, "fail-webhook", c.WebhookErrors, "probability a webhook POST is answered 503")
+	fs.StringVar(&c.Baseline, "baseline", c.Baseline, "also run a baseline under the same failures: naive")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the failure decisions")
+	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "a task not finished by then is counted lost")
+	fs.StringVar(&c.Project, "project", c.Project, "project id prefix on the emulators")
+}
+
+// Validate reports every setting that cannot work, naming its flag.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(flag, why string) { errs = append(errs, fmt.Errorf("%w: --%s %s", ErrConfig, flag, why)) }
+	if c.Tasks < 1 {
+		bad("tasks", "must be at least 1")
+	}
+	if c.Concurrency < 1 {
+		bad("concurrency", "must be at least 1")
+	}
+	if c.Latency < 0 {
+		bad("latency", "must not be negative")
+	}
+	switch c.Distribution {
+	case DistFixed, DistUniform, DistExponential:
+	default:
+		bad("latency-dist", fmt.Sprintf("%q is not fixed, uniform or exponential", c.Distribution))
+	}
+	if c.InputBytes < 1 || c.InputBytes > 512<<10 {
+		bad("input-bytes", "must be in 1..524288")
+	}
+	for flag, r := range map[string]float64{"fail-model": c.ModelErrors, "fail-result": c.ResultLoss, "fail-ack": c.AckLoss, "fail-webhook": c.WebhookErrors} {
+		if !(r >= 0 && r < 1) {
+			bad(flag, "must be a probability in [0, 1)")
+		}
+	}
+	if c.Baseline != BaselineNone && c.Baseline != BaselineNaive {
+		bad("baseline", fmt.Sprintf("%q is not naive", c.Baseline))
+	}
+	if c.Timeout <= 0 {
+		bad("timeout", "must be positive")
+	}
+	if c.Project == "" {
+		bad("project", "must not be empty")
+	}
+	return errors.Join(errs...)
+}
+
+// Result is what one system did with the workload.
+type Result struct {
+	System    string
+	Tasks     int
+	Completed int // tasks whose webhook arrived
+	Lost      int // tasks whose webhook never arrived within the timeout
+	Wall      time.Duration
+
+	Throughput float64       // completed tasks per second
+	Bound      float64       // Little's law: concurrency ÷ mean model latency, tasks per second
+	ModelMean  time.Duration // mean model latency of the tasks (the fake's draws)
+	P50, P99   time.Duration // end to end: submit to the first verified webhook
+	// OverheadP50 and OverheadP99 are the quantiles of each task's end-to-end latency minus its
+	// model latency.
+	OverheadP50, OverheadP99 time.Duration
+
+	FirestoreReads, FirestoreWrites, FirestoreCommits int64
+	Publishes                                         map[string]int // per topic
+
+	ModelCalls   int   // calls that reached the fake (failed ones included)
+	Generations  int   // billed generations
+	BilledTokens int64 // total tokens the fake billed
+	NeededTokens int64 // one generation per completed task
+
+	Webhooks   int // distinct webhook-ids received
+	Duplicates int // deliveries beyond the first of a webhook-id
+	Injected   map[string]int
+	PeakRSS    int64 // bytes: VmHWM of this process, reset before the run (the stack runs in it)
+}
+
+// PerTask divides n by the completed tasks.
+func (r Result) PerTask(n int64) float64 {
+	if r.Completed == 0 {
+		return 0
+	}
+	return float64(n) / float64(r.Completed)
+}
+
+// Efficiency is throughput ÷ the Little's-law bound.
+func (r Result) Efficiency() float64 {
+	if r.Bound == 0 {
+		return 0
+	}
+	return r.Throughput / r.Bound
+}
+
+// BilledRatio is billed ÷ needed tokens: 1 means no generation was paid twice.
+func (r Result) BilledRatio() float64 {
+	if r.NeededTokens == 0 {
+		return 0
+	}
+	return float64(r.BilledTokens) / float64(r.NeededTokens)
+}
+
+// TotalPublishes sums the publishes of every topic.
+func (r Result) TotalPublishes() int64 {
+	var n int64
+	for _, v := range r.Publishes {
+		n += int64(v)
+	}
+	return n
+}
+
+// Report is the outcome of Run: genbox, and the baseline when one was asked for.
+type Report struct {
+	Config  Config
+	Genbox  Result
+	Naive   *Result
+	Elapsed time.Duration
+}
+
+// Run runs the workload through genbox and, if cfg.Baseline asks, through the baseline, prints
+// the report to out and returns it.
+func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Getenv == nil {
+		cfg.Getenv = os.Getenv
+	}
+	start := time.Now()
+	emu, err := emulator.Start(ctx, emulator.Options{Getenv: cfg.Getenv})
+	if err != nil {
+		return Report{}, err
+	}
+	defer emu.Stop()
+	rep := Report{Config: cfg}
+	suffix := fmt.Sprintf("-%d", time.Now().UnixNano()%1e9)
+	if rep.Genbox, err = runSystem(ctx, cfg, emu, systemGenbox, cfg.Project+"-genbox"+suffix); err != nil {
+		return rep, fmt.Errorf("genbox: %w", err)
+	}
+	if cfg.Baseline == BaselineNaive {
+		r, err := runSystem(ctx, cfg, emu, systemNaive, cfg.Project+"-naive"+suffix)
+		if err != nil {
+			return rep, fmt.Errorf("naive baseline: %w", err)
+		}
+		rep.Naive = &r
+	}
+	rep.Elapsed = time.Since(start)
+	rep.Print(out)
+	return rep, nil
+}
+
+// Print writes the report as a table, genbox and the baseline side by side.
+func (r Report) Print(w io.Writer) {
+	c := r.Config
+	fmt.Fprintf(w, "workload: %d tasks, concurrency %d, model latency %s (%s), input %d B\n",
+		c.Tasks, c.Concurrency, c.Latency, c.Distribution, c.InputBytes)
+	fmt.Fprintf(w, "failures: model 503 %.0f%%, result step lost %.0f%%, ack lost %.0f%%, webhook 503 %.0f%% (seed %d)\n\n",
+		100*c.ModelErrors, 100*c.ResultLoss, 100*c.AckLoss, 100*c.WebhookErrors, c.Seed)
+	results := []Result{r.Genbox}
+	if r.Naive != nil {
+		results = append(results, *r.Naive)
+	}
+	row := func(name string, f func(Result) string) {
+		fmt.Fprintf(w, "%-34s", name)
+		for _, res := range results {
+			fmt.Fprintf(w, " %26s", f(res))
+		}
+		fmt.Fprintln(w)
+	}
+	row("", func(r Result) string { return r.System })
+	row("completed / lost", func(r Result) string { return fmt.Sprintf("%d / %d", r.Completed, r.Lost) })
+	row("throughput (tasks/s)", func(r Result) string { return fmt.Sprintf("%.1f", r.Throughput) })
+	row("Little's-law bound (tasks/s)", func(r Result) string { return fmt.Sprintf("%.1f", r.Bound) })
+	row("throughput ÷ bound", func(r Result) string { return fmt.Sprintf("%.2f", r.Efficiency()) })
+	row("mean model latency", func(r Result) string { return r.ModelMean.Round(time.Millisecond).String() })
+	row("end-to-end p50 / p99", func(r Result) string { return dur(r.P50) + " / " + dur(r.P99) })
+	row("overhead p50 / p99", func(r Result) string { return dur(r.OverheadP50) + " / " + dur(r.OverheadP99) })
+	row("Firestore reads / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(r.FirestoreReads)) })
+	row("Firestore writes / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(r.FirestoreWrites)) })
+	row("Firestore commits / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(r.FirestoreCommits)) })
+	row("publishes / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(r.TotalPublishes())) })
+	row("model calls / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(int64(r.ModelCalls))) })
+	row("billed generations / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(int64(r.Generations))) })
+	row("billed ÷ needed tokens", func(r Result) string { return fmt.Sprintf("%.3f", r.BilledRatio()) })
+	row("webhook duplicates", func(r Result) string { return fmt.Sprintf("%d", r.Duplicates) })
+	row("peak RSS (MiB)", func(r Result) string { return fmt.Sprintf("%.0f", float64(r.PeakRSS)/(1<<20)) })
+	row("failures injected", func(r Result) string { return injected(r.Injected) })
+	if r.Naive != nil && r.Naive.BilledTokens > 0 {
+		saved := 1 - float64(r.Genbox.BilledTokens)/float64(r.Naive.BilledTokens)
+		fmt.Fprintf(w, "\ngenbox billed %d tokens, the naive baseline %d: %.1f%% saved under the same failures.\n",
+			r.Genbox.BilledTokens, r.Naive.BilledTokens, 100*saved)
+	}
+}
+
+func dur(d time.Duration) string {
+	if d >= 10*time.Second {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func injected(m map[string]int) string {
+	var parts []string
+	for _, k := range []string{failModel, failPublish, failAck, failWebhook} {
+		if m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", strings.SplitN(k, "_", 2)[0], m[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}

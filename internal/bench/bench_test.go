@@ -1,0 +1,199 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/emulator"
+)
+
+func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
+
+// small is a workload short enough for CI with every kind of failure.
+func small(t testing.TB) Config {
+	c := DefaultConfig()
+	c.Tasks, c.Concurrency, c.Latency, c.Distribution, c.InputBytes = 16, 4, 50*time.Millisecond, DistUniform, 1000
+	c.ModelErrors, c.ResultLoss, c.AckLoss, c.WebhookErrors = 0.1, 0.3, 0.2, 0.1
+	c.Baseline = BaselineNaive
+	c.Timeout = time.Minute
+	c.Project = "bench-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[:min(len(t.Name()), 12)]
+	return c
+}
+
+// Under the same failures genbox completes every task, delivers each webhook-id once, and never
+// pays for a generation twice, while the naive baseline pays again for every lost result step;
+// the report prints the ratios it measured.
+func TestRunGenboxAgainstNaive(t *testing.T) {
+	cfg := small(t)
+	var out, bar bytes.Buffer
+	cfg.Progress = &bar
+	rep, err := Run(context.Background(), cfg, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	g, n := rep.Genbox, rep.Naive
+	if n == nil {
+		t.Fatal("no naive result")
+	}
+	if g.Completed != cfg.Tasks || g.Lost != 0 {
+		t.Errorf("genbox completed %d of %d, lost %d", g.Completed, cfg.Tasks, g.Lost)
+	}
+	if g.BilledRatio() != 1 || g.Generations != cfg.Tasks {
+		t.Errorf("genbox billed %d tokens for %d needed (%d generations for %d tasks)", g.BilledTokens, g.NeededTokens, g.Generations, cfg.Tasks)
+	}
+	if g.Injected[failPublish] == 0 || n.Injected[failPublish] == 0 {
+		t.Fatalf("no result step failed: genbox %v naive %v", g.Injected, n.Injected)
+	}
+	// Every lost result step of the naive baseline is a generation bought again.
+	if n.Generations < n.Completed+n.Injected[failPublish] || n.BilledRatio() <= 1 {
+		t.Errorf("naive: %d generations for %d tasks with %d lost results, billed ratio %.3f", n.Generations, n.Completed, n.Injected[failPublish], n.BilledRatio())
+	}
+	if g.Webhooks != cfg.Tasks {
+		t.Errorf("genbox: %d distinct webhook-ids, want %d", g.Webhooks, cfg.Tasks)
+	}
+	if g.FirestoreWrites == 0 || g.FirestoreReads == 0 || g.TotalPublishes() < int64(2*cfg.Tasks) {
+		t.Errorf("genbox operations not counted: reads %d writes %d publishes %v", g.FirestoreReads, g.FirestoreWrites, g.Publishes)
+	}
+	if g.Bound <= 0 || g.Throughput <= 0 || g.P99 < g.P50 || g.P50 < g.ModelMean/2 {
+		t.Errorf("genbox timings: %+v", g)
+	}
+	for _, want := range []string{"throughput ÷ bound", "billed ÷ needed tokens", "naive"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if !strings.Contains(bar.String(), "genbox") || !strings.Contains(bar.String(), "16/16") {
+		t.Errorf("progress bar: %q", bar.String())
+	}
+}
+
+func TestInjectorIsAFunctionOfSeedKindKeyAndOccurrence(t *testing.T) {
+	t.Parallel()
+	a, b, other := newInjector(7), newInjector(7), newInjector(8)
+	var da, db, dother []bool
+	for i := range 200 {
+		key := taskID(i % 20)
+		da = append(da, a.fail(failPublish, key, 0.3))
+		db = append(db, b.fail(failPublish, key, 0.3))
+		dother = append(dother, other.fail(failPublish, key, 0.3))
+		if a.fail(failAck, key, 0) {
+			t.Fatal("rate 0 failed")
+		}
+	}
+	hits := 0
+	for i := range da {
+		if da[i] != db[i] {
+			t.Fatalf("decision %d differs between two injectors of one seed", i)
+		}
+		if da[i] {
+			hits++
+		}
+	}
+	if hits < 30 || hits > 90 {
+		t.Errorf("%d of 200 failed at rate 0.3", hits)
+	}
+	if a.counts()[failPublish] != hits {
+		t.Errorf("counted %d, want %d", a.counts()[failPublish], hits)
+	}
+	if equal := func() bool {
+		for i := range da {
+			if da[i] != dother[i] {
+				return false
+			}
+		}
+		return true
+	}(); equal {
+		t.Error("another seed made the same 200 decisions")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	ms := func(n ...int) []time.Duration {
+		var d []time.Duration
+		for _, v := range n {
+			d = append(d, time.Duration(v)*time.Millisecond)
+		}
+		return d
+	}
+	for _, c := range []struct {
+		in   []time.Duration
+		p    float64
+		want time.Duration
+	}{
+		{nil, 0.5, 0},
+		{ms(5), 0.99, 5 * time.Millisecond},
+		{ms(1, 2, 3, 4), 0.5, 2 * time.Millisecond},
+		{ms(1, 2, 3, 4), 0.99, 4 * time.Millisecond},
+		{ms(1, 2, 3, 4), 0, time.Millisecond},
+	} {
+		if got := percentile(c.in, c.p); got != c.want {
+			t.Errorf("percentile(%v, %v) = %v, want %v", c.in, c.p, got, c.want)
+		}
+	}
+}
+
+func TestConfigFlagsAndValidate(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		bad  string // the flag the error names; "" for valid
+	}{
+		{nil, ""},
+		{[]string{"-tasks", "10", "-concurrency", "2", "-baseline", "naive", "-latency-dist", "fixed"}, ""},
+		{[]string{"-tasks", "0"}, "--tasks"},
+		{[]string{"-concurrency", "0"}, "--concurrency"},
+		{[]string{"-latency-dist", "pareto"}, "--latency-dist"},
+		{[]string{"-fail-ack", "1"}, "--fail-ack"},
+		{[]string{"-fail-model", "-0.1"}, "--fail-model"},
+		{[]string{"-baseline", "smart"}, "--baseline"},
+		{[]string{"-input-bytes", "0"}, "--input-bytes"},
+		{[]string{"-timeout", "0s"}, "--timeout"},
+	} {
+		cfg := DefaultConfig()
+		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+		cfg.RegisterFlags(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		err := cfg.Validate()
+		switch {
+		case c.bad == "" && err != nil:
+			t.Errorf("%v: %v", c.args, err)
+		case c.bad != "" && (!errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.bad)):
+			t.Errorf("%v: error %v, want one naming %s", c.args, err, c.bad)
+		}
+	}
+}
+
+// BenchmarkEndToEnd runs b.N tasks through genbox and the naive baseline under the default
+// failure mix with a 200 ms model, and reports the ratios `genbox bench` prints.
+// Run with e.g. -bench EndToEnd -benchtime 100x.
+func BenchmarkEndToEnd(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.Tasks, cfg.Concurrency, cfg.Latency = max(b.N, 8), 16, 200*time.Millisecond
+	cfg.Baseline = BaselineNaive
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), cfg, &out)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("\n%s", out.String())
+	g, n := rep.Genbox, *rep.Naive
+	b.ReportMetric(g.Efficiency(), "throughput/bound")
+	b.ReportMetric(float64(g.OverheadP50.Milliseconds()), "overhead-p50-ms")
+	b.ReportMetric(float64(g.OverheadP99.Milliseconds()), "overhead-p99-ms")
+	b.ReportMetric(g.PerTask(g.FirestoreReads+g.FirestoreWrites), "firestore-ops/task")
+	b.ReportMetric(g.PerTask(g.TotalPublishes()), "publishes/task")
+	b.ReportMetric(g.BilledRatio(), "billed/needed")
+	b.ReportMetric(n.BilledRatio(), "naive-billed/needed")
+	b.ReportMetric(n.Efficiency(), "naive-throughput/bound")
+	b.ReportMetric(float64(g.PeakRSS)/(1<<20), "peak-rss-MiB")
+}

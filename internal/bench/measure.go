@@ -1,0 +1,395 @@
+package bench
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"cloud.google.com/go/firestore/apiv1/firestorepb"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/pkg/task"
+	"github.com/genbox-dev/genbox/pkg/webhook"
+)
+
+// Publisher publishes a message (bus.Publisher).
+type Publisher interface {
+	Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error)
+}
+
+var _ Publisher = (*bus.Publisher)(nil)
+
+// fsCounter counts Firestore documents read and written and commits, at the gRPC layer, for
+// every component of a stack that shares its client.
+type fsCounter struct{ reads, writes, commits atomic.Int64 }
+
+func (c *fsCounter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	switch r := req.(type) {
+	case *firestorepb.CommitRequest:
+		c.commits.Add(1)
+		c.writes.Add(int64(len(r.Writes)))
+	case *firestorepb.GetDocumentRequest:
+		c.reads.Add(1)
+	case *firestorepb.UpdateDocumentRequest, *firestorepb.CreateDocumentRequest, *firestorepb.DeleteDocumentRequest:
+		c.writes.Add(1)
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (c *fsCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	return &countingStream{ClientStream: s, c: c}, err
+}
+
+type countingStream struct {
+	grpc.ClientStream
+	c *fsCounter
+}
+
+func (s *countingStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err == nil {
+		switch r := m.(type) {
+		case *firestorepb.BatchGetDocumentsResponse:
+			if r.GetFound() != nil || r.GetMissing() != "" {
+				s.c.reads.Add(1)
+			}
+		case *firestorepb.RunQueryResponse:
+			if r.GetDocument() != nil {
+				s.c.reads.Add(1)
+			}
+		}
+	}
+	return err
+}
+
+// emulatorCreds is the emulator's owner token, as the firestore client sends it to an emulator.
+type emulatorCreds struct{}
+
+func (emulatorCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer owner"}, nil
+}
+func (emulatorCreds) RequireTransportSecurity() bool { return false }
+
+// countingFirestore opens a Firestore client on the emulator at host whose operations c counts.
+// The client library ignores dial options when it dials an emulator itself, so the connection is
+// made here.
+func countingFirestore(ctx context.Context, host, project string, c *fsCounter) (*firestore.Client, error) {
+	conn, err := grpc.NewClient(host,
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(emulatorCreds{}),
+		grpc.WithChainUnaryInterceptor(c.unary), grpc.WithChainStreamInterceptor(c.stream))
+	if err != nil {
+		return nil, fmt.Errorf("firestore emulator %s: %w", host, err)
+	}
+	fs, err := firestore.NewClient(ctx, project, option.WithGRPCConn(conn))
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("firestore: %w", err)
+	}
+	return fs, nil
+}
+
+// countingPublisher counts publishes per topic.
+type countingPublisher struct {
+	next Publisher
+	mu   sync.Mutex
+	n    map[string]int
+}
+
+var _ Publisher = (*countingPublisher)(nil)
+
+func newCountingPublisher(next Publisher) *countingPublisher {
+	return &countingPublisher{next: next, n: map[string]int{}}
+}
+
+func (p *countingPublisher) Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
+	p.mu.Lock()
+	p.n[topic]++
+	p.mu.Unlock()
+	return p.next.Publish(ctx, topic, data, attrs)
+}
+
+func (p *countingPublisher) counts() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int, len(p.n))
+	for k, v := range p.n {
+		out[k] = v
+	}
+	return out
+}
+
+// injector decides the failures of a run. A decision is a pure function of the seed, the kind of
+// failure, the task and how many times that kind was already decided for that task, so two runs
+// of the same workload (genbox and the naive baseline) meet exactly the same failures.
+type injector struct {
+	seed uint64
+	mu   sync.Mutex
+	seen map[string]int
+	hits sync.Map // kind -> *atomic.Int64
+}
+
+func newInjector(seed uint64) *injector { return &injector{seed: seed, seen: map[string]int{}} }
+
+// Failure kinds.
+const (
+	failModel   = "model_503"   // a model call answered 503 UNAVAILABLE
+	failPublish = "result_lost" // the step after a generation (publishing its result) fails
+	failAck     = "ack_lost"    // the worker's ack never reaches Pub/Sub: the message comes back
+	failWebhook = "webhook_5xx" // the receiver answers 503
+)
+
+// fail reports whether the next occurrence of kind for key fails at rate.
+func (in *injector) fail(kind, key string, rate float64) bool {
+	if rate <= 0 {
+		return false
+	}
+	in.mu.Lock()
+	n := in.seen[kind+"\x00"+key]
+	in.seen[kind+"\x00"+key] = n + 1
+	in.mu.Unlock()
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], in.seed)
+	h := sha256.Sum256([]byte(string(b[:]) + kind + "\x00" + key + "\x00" + strconv.Itoa(n)))
+	u := float64(binary.BigEndian.Uint64(h[:8])>>11) / (1 << 53)
+	if u >= rate {
+		return false
+	}
+	v, _ := in.hits.LoadOrStore(kind, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+	return true
+}
+
+// counts returns how many failures of each kind were injected.
+func (in *injector) counts() map[string]int {
+	out := map[string]int{}
+	in.hits.Range(func(k, v any) bool {
+		out[k.(string)] = int(v.(*atomic.Int64).Load())
+		return true
+	})
+	return out
+}
+
+// lossyPublisher fails the publishes of topic at rate (decided per task).
+type lossyPublisher struct {
+	next  Publisher
+	in    *injector
+	topic string
+	rate  float64
+}
+
+var _ Publisher = (*lossyPublisher)(nil)
+
+// errInjected is a failure the bench injected.
+var errInjected = fmt.Errorf("bench: injected failure")
+
+func (p *lossyPublisher) Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
+	if topic == p.topic && p.in.fail(failPublish, attrs[task.AttrTaskID], p.rate) {
+		return "", fmt.Errorf("publish %s: %w", topic, errInjected)
+	}
+	return p.next.Publish(ctx, topic, data, attrs)
+}
+
+// lostAcks turns the handler's acks into nacks at rate (decided per task): the work was done
+// but Pub/Sub never heard so, as when the process dies between its last step and the ack.
+func lostAcks(h bus.Handler, in *injector, rate float64) bus.Handler {
+	return bus.HandlerFunc(func(ctx context.Context, m *bus.Message) bus.Result {
+		r := h.Handle(ctx, m)
+		if r == bus.Ack && in.fail(failAck, m.Attributes[task.AttrTaskID], rate) {
+			return bus.Nack
+		}
+		return r
+	})
+}
+
+// receiver is the app's webhook endpoint: it verifies every delivery, counts each webhook-id and
+// wakes whoever waits for an event id the first time it arrives.
+type receiver struct {
+	verifier *webhook.Verifier
+	in       *injector
+	failRate float64
+
+	mu      sync.Mutex
+	ids     map[string]int
+	at      map[string]time.Time
+	waiters map[string]chan struct{}
+	bad     int
+}
+
+func newReceiver(secret string, in *injector, failRate float64) (*receiver, error) {
+	v, err := webhook.NewVerifier(secret)
+	if err != nil {
+		return nil, err
+	}
+	return &receiver{verifier: v, in: in, failRate: failRate, ids: map[string]int{}, at: map[string]time.Time{}, waiters: map[string]chan struct{}{}}, nil
+}
+
+// wait returns a channel closed when eventID has been received.
+func (r *receiver) wait(eventID string) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ch, ok := r.waiters[eventID]
+	if !ok {
+		ch = make(chan struct{})
+		r.waiters[eventID] = ch
+		if r.ids[eventID] > 0 {
+			close(ch)
+		}
+	}
+	return ch
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, webhook.MaxBodyBytes))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := r.verifier.Verify(body, req.Header); err != nil {
+		r.mu.Lock()
+		r.bad++
+		r.mu.Unlock()
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	id := req.Header.Get("webhook-id")
+	taskID, _, _ := strings.Cut(id, ".")
+	if r.in.fail(failWebhook, taskID, r.failRate) {
+		http.Error(w, "injected", http.StatusServiceUnavailable)
+		return
+	}
+	r.mu.Lock()
+	r.ids[id]++
+	if r.ids[id] == 1 {
+		r.at[id] = time.Now()
+		if ch, ok := r.waiters[id]; ok {
+			close(ch)
+		}
+	}
+	r.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// tally returns the distinct webhook-ids received, the deliveries beyond the first of each, and
+// the deliveries that failed verification.
+func (r *receiver) tally() (distinct, duplicates, bad int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, n := range r.ids {
+		distinct++
+		duplicates += n - 1
+	}
+	return distinct, duplicates, r.bad
+}
+
+// percentile returns the p-quantile (0..1) of sorted durations, nearest rank.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func sortedCopy(d []time.Duration) []time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s
+}
+
+// resetPeakRSS resets the kernel's peak resident set size of this process (VmHWM), so that each
+// run reports its own peak. It fails quietly where /proc/self/clear_refs is not writable.
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
+
+// peakRSS reads this process's peak resident set size (VmHWM) in bytes; 0 when unknown.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				return 0
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// progress draws a progress bar on w until stop is called.
+type progress struct {
+	w     io.Writer
+	name  string
+	total int
+	done  atomic.Int64
+	stopc chan struct{}
+	ended chan struct{}
+}
+
+func startProgress(w io.Writer, name string, total int) *progress {
+	p := &progress{w: w, name: name, total: total, stopc: make(chan struct{}), ended: make(chan struct{})}
+	if w == nil {
+		close(p.ended)
+		return p
+	}
+	start := time.Now()
+	go func() {
+		defer close(p.ended)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			p.draw(time.Since(start))
+			select {
+			case <-p.stopc:
+				p.draw(time.Since(start))
+				fmt.Fprintln(p.w)
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return p
+}
+
+func (p *progress) add() { p.done.Add(1) }
+
+func (p *progress) draw(elapsed time.Duration) {
+	const width = 30
+	n := int(p.done.Load())
+	filled := 0
+	if p.total > 0 {
+		filled = n * width / p.total
+	}
+	fmt.Fprintf(p.w, "\r%-7s [%s%s] %d/%d %s", p.name, strings.Repeat("#", filled), strings.Repeat(".", width-filled), n, p.total, elapsed.Truncate(100*time.Millisecond))
+}
+
+func (p *progress) stop() {
+	select {
+	case <-p.stopc:
+	default:
+		close(p.stopc)
+	}
+	<-p.ended
+}
