@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/genbox-dev/genbox/pkg/client"
+)
+
+const adminSynopsis = `tenant create ID [limits] | tenant get ID | tenant limits ID [limits]
+       | key create TENANT | key revoke KEY_ID | secret rotate TENANT`
+
+const adminDescription = `Administers tenants, API keys and webhook secrets with the admin key (GENBOX_ADMIN_KEY). Answers
+are printed as JSON. A created tenant's first webhook secret, a created API key and a rotated
+secret are shown once, in the answer: keep them.`
+
+func runAdmin(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "admin", adminSynopsis, adminDescription)
+	var api apiFlags
+	api.register(fs, e, envAdminKey)
+	var lim client.Limits
+	fs.IntVar(&lim.Concurrency, "concurrency", 0, "tenant create/limits: tasks running at once per worker instance (0: no limit)")
+	fs.Float64Var(&lim.SubmitRate, "submit-rate", 0, "tenant create/limits: submissions per second (0: no limit)")
+	fs.IntVar(&lim.SubmitBurst, "submit-burst", 0, "tenant create/limits: submissions at once above the rate")
+	fs.Float64Var(&lim.DailyBudgetUSD, "daily-budget", 0, "tenant create/limits: soft daily spending limit in USD (0: none)")
+	pos, err := parse(e, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 3 {
+		return usageErr("admin takes an object, an action and an id: genbox admin %s", adminSynopsis)
+	}
+	obj, action, id := pos[0], pos[1], pos[2]
+	c, err := api.client(envAdminKey)
+	if err != nil {
+		return err
+	}
+	limitsSet := false
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "concurrency", "submit-rate", "submit-burst", "daily-budget":
+			limitsSet = true
+		}
+	})
+	var out any
+	switch obj + " " + action {
+	case "tenant create":
+		var l *client.Limits
+		if limitsSet {
+			l = &lim
+		}
+		out, err = c.CreateTenant(ctx, id, l)
+	case "tenant get":
+		out, err = c.GetTenant(ctx, id)
+	case "tenant limits":
+		if !limitsSet {
+			return usageErr("tenant limits needs at least one of --concurrency, --submit-rate, --submit-burst, --daily-budget")
+		}
+		out, err = c.SetLimits(ctx, id, lim)
+	case "key create":
+		out, err = c.CreateAPIKey(ctx, id)
+	case "key revoke":
+		out, err = c.RevokeAPIKey(ctx, id)
+	case "secret rotate":
+		out, err = c.RotateWebhookSecret(ctx, id)
+	default:
+		return usageErr("unknown admin action %q: genbox admin %s", obj+" "+action, adminSynopsis)
+	}
+	if err != nil {
+		return fmt.Errorf("admin %s %s %s: %w", obj, action, id, err)
+	}
+	return printJSON(e.stdout, out)
+}

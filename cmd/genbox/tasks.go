@@ -1,0 +1,347 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+func runSubmit(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "submit", "[flags] [--file request.json | -]",
+		`Submits one task and prints its id. The request is JSON (the body of POST /v1/tasks) read from
+--file (- for stdin), or built from --family and --input; flags given with a file override its
+fields. Without --file and --family, the request is read from stdin.
+With --wait, follows the task (progress on stderr) until it ends and its webhook is settled,
+prints the task as JSON on stdout, and exits 0 if it succeeded, 1 otherwise, 7 on --timeout.`)
+	var api apiFlags
+	api.register(fs, e, envAPIKey)
+	file := fs.String("file", "", "read the JSON request from this file (- for stdin)")
+	family := fs.String("family", "", "the prompt family (e.g. summarize, classify, analyze)")
+	variant := fs.String("variant", "", "the family's variant")
+	input := fs.String("input", "", "the text to work on")
+	inputFile := fs.String("input-file", "", "read the input text from this file (- for stdin)")
+	callback := fs.String("callback-url", e.getenv(envCallbackURL), "where the signed webhook goes ("+envCallbackURL+")")
+	subject := fs.String("subject-key", "", "what a stale fallback is keyed by")
+	cache := fs.Bool("cache", false, "reuse an identical earlier generation of your tenant")
+	labels := labelsFlag{}
+	fs.Var(labels, "label", "a label key=value (repeatable)")
+	idemKey := fs.String("idempotency-key", "", "the intent's key: submitting again with it returns the same task (default: a fresh key)")
+	wait := fs.Bool("wait", false, "follow the task until it ends; exit by its final state")
+	timeout := fs.Duration("timeout", 10*time.Minute, "with --wait: give up after this long (exit 7)")
+	interval := fs.Duration("interval", 250*time.Millisecond, "with --wait: how often to poll")
+	pos, err := parse(e, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 1 && pos[0] == "-" && *file == "" {
+		*file = "-"
+	} else if len(pos) > 0 {
+		return usageErr("submit takes no arguments besides --file (see --help)")
+	}
+	req, err := buildRequest(e, *file, *family, *input, *inputFile)
+	if err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *variant != "" {
+		req.Variant = *variant
+	}
+	if *callback != "" && (set["callback-url"] || req.CallbackURL == "") {
+		req.CallbackURL = *callback
+	}
+	if *subject != "" {
+		req.SubjectKey = *subject
+	}
+	if set["cache"] {
+		req.Cache = *cache
+	}
+	for k, v := range labels {
+		if req.Labels == nil {
+			req.Labels = map[string]string{}
+		}
+		req.Labels[k] = v
+	}
+	if req.Family == "" || req.Input == "" {
+		return usageErr("a request needs a family and an input: pass --family and --input (or --input-file), or a JSON request with --file")
+	}
+	c, err := api.client(envAPIKey)
+	if err != nil {
+		return err
+	}
+	if *idemKey == "" {
+		*idemKey = client.NewIdempotencyKey()
+	}
+	res, err := c.SubmitWithKey(ctx, *idemKey, req)
+	if err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	if !*wait {
+		fmt.Fprintln(e.stdout, res.TaskID)
+		return nil
+	}
+	replayed := ""
+	if res.Replayed {
+		replayed = " (an earlier submission with this idempotency key)"
+	}
+	fmt.Fprintf(e.stderr, "task %s %s%s\n", res.TaskID, res.State, replayed)
+	return follow(ctx, e, c, res.TaskID, *timeout, *interval)
+}
+
+// buildRequest reads the request from file, or builds it from the flags, or reads it from stdin.
+func buildRequest(e env, file, family, input, inputFile string) (task.Request, error) {
+	var req task.Request
+	if file != "" || family == "" {
+		var data []byte
+		var err error
+		switch file {
+		case "", "-":
+			data, err = io.ReadAll(io.LimitReader(e.stdin, 8<<20))
+		default:
+			data, err = os.ReadFile(file)
+		}
+		if err != nil {
+			return req, usageErr("read the request: %v", err)
+		}
+		if len(bytes.TrimSpace(data)) == 0 {
+			return req, usageErr("no request: pass --family and --input, or a JSON request with --file or on stdin")
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			return req, usageErr("the request is not a valid task request: %v (fields: family, variant, input, subject_key, callback_url, config, labels, cache, run_before, max_cost_usd)", err)
+		}
+	}
+	if family != "" {
+		req.Family = family
+	}
+	if input != "" && inputFile != "" {
+		return req, usageErr("pass --input or --input-file, not both")
+	}
+	if input != "" {
+		req.Input = input
+	}
+	if inputFile != "" {
+		var data []byte
+		var err error
+		if inputFile == "-" {
+			data, err = io.ReadAll(io.LimitReader(e.stdin, 8<<20))
+		} else {
+			data, err = os.ReadFile(inputFile)
+		}
+		if err != nil {
+			return req, usageErr("read --input-file: %v", err)
+		}
+		req.Input = string(data)
+	}
+	return req, nil
+}
+
+// follow polls a task until it ends and its webhook is settled, printing every change on
+// stderr, then prints the task on stdout and returns nil only if it succeeded.
+func follow(ctx context.Context, e env, c *client.Client, id string, timeout, interval time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	var last string
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		v, err := c.Get(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return &exitError{code: exitTimeout, msg: fmt.Sprintf("task %s not finished after %s (it goes on: `genbox get %s`)", id, timeout, id)}
+			}
+			return err
+		}
+		if s := progress(v); s != last {
+			fmt.Fprintf(e.stderr, "%6.1fs  %s\n", time.Since(start).Seconds(), s)
+			last = s
+		}
+		if v.State.Finished() && v.Delivery.State != task.DeliveryPending {
+			if err := printJSON(e.stdout, v); err != nil {
+				return err
+			}
+			if v.State != task.StateSucceeded {
+				msg := fmt.Sprintf("task %s ended %s", id, v.State)
+				if v.Error != nil {
+					msg += ": " + string(v.Error.Kind) + ": " + v.Error.Message
+				}
+				return &exitError{code: exitFailure, msg: msg}
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return &exitError{code: exitTimeout, msg: fmt.Sprintf("task %s is still %s after %s (it goes on: `genbox get %s`)", id, v.State, timeout, id)}
+			}
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// progress is one line of --wait's progress.
+func progress(v *task.View) string {
+	var b strings.Builder
+	b.WriteString(string(v.State))
+	if v.Model != "" {
+		b.WriteString(" model=" + v.Model)
+	}
+	if v.Degraded {
+		b.WriteString(" degraded")
+	}
+	if v.State.Finished() && v.Delivery.State != "" && v.Delivery.State != task.DeliveryNone {
+		fmt.Fprintf(&b, " webhook=%s", v.Delivery.State)
+		if v.Delivery.Attempts > 0 {
+			fmt.Fprintf(&b, " (attempts %d)", v.Delivery.Attempts)
+		}
+	}
+	if v.Error != nil {
+		fmt.Fprintf(&b, " error=%s", v.Error.Kind)
+	}
+	return b.String()
+}
+
+func runGet(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "get", "[flags] TASK_ID", "Prints the task as the API shows it (JSON).")
+	var api apiFlags
+	api.register(fs, e, envAPIKey)
+	pos, err := parse(e, fs, args)
+	if err != nil {
+		return err
+	}
+	id, err := oneArg(pos, "get", "task id")
+	if err != nil {
+		return err
+	}
+	c, err := api.client(envAPIKey)
+	if err != nil {
+		return err
+	}
+	v, err := c.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", id, err)
+	}
+	return printJSON(e.stdout, v)
+}
+
+func runList(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "list", "[flags]", "Lists your tenant's tasks, newest first: one page, or every page with --all.")
+	var api apiFlags
+	api.register(fs, e, envAPIKey)
+	state := fs.String("state", "", "only tasks in this state ("+statesList()+")")
+	limit := fs.Int("limit", 20, "tasks per page")
+	page := fs.String("page-token", "", "the page to show (printed after a page)")
+	all := fs.Bool("all", false, "every page")
+	asJSON := fs.Bool("json", false, "print JSON (one page as the API answers it; with --all, one task per line)")
+	pos, err := parse(e, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("list takes no arguments (see --help)")
+	}
+	if *state != "" && !task.State(*state).Valid() {
+		return usageErr("--state %q is not one of %s", *state, statesList())
+	}
+	c, err := api.client(envAPIKey)
+	if err != nil {
+		return err
+	}
+	o := client.ListOptions{State: task.State(*state), Limit: *limit, PageToken: *page}
+	if *all {
+		tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+		if !*asJSON {
+			fmt.Fprintln(tw, "TASK_ID\tSTATE\tFAMILY\tWEBHOOK\tCREATED")
+		}
+		for v, err := range c.All(ctx, o) {
+			if err != nil {
+				tw.Flush()
+				return fmt.Errorf("list: %w", err)
+			}
+			if *asJSON {
+				b, _ := json.Marshal(v)
+				fmt.Fprintln(tw, string(b))
+				continue
+			}
+			listRow(tw, v)
+		}
+		return tw.Flush()
+	}
+	l, err := c.List(ctx, o)
+	if err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
+	if *asJSON {
+		return printJSON(e.stdout, l)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK_ID\tSTATE\tFAMILY\tWEBHOOK\tCREATED")
+	for _, v := range l.Tasks {
+		listRow(tw, v)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if l.NextPageToken != "" {
+		fmt.Fprintf(e.stderr, "more: genbox list --page-token %s\n", l.NextPageToken)
+	}
+	return nil
+}
+
+func listRow(w io.Writer, v task.View) {
+	fam := v.Family
+	if v.Variant != "" {
+		fam += "/" + v.Variant
+	}
+	hook := string(v.Delivery.State)
+	if hook == "" {
+		hook = "-"
+	}
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", v.TaskID, v.State, fam, hook, v.CreatedAt.Local().Format(time.DateTime))
+}
+
+func statesList() string {
+	s := make([]string, len(task.States))
+	for i, st := range task.States {
+		s[i] = string(st)
+	}
+	return strings.Join(s, ", ")
+}
+
+func runCancel(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "cancel", "[flags] TASK_ID",
+		"Cancels a queued or waiting task and prints it; a running or finished task cannot be cancelled (exit 6).")
+	var api apiFlags
+	api.register(fs, e, envAPIKey)
+	pos, err := parse(e, fs, args)
+	if err != nil {
+		return err
+	}
+	id, err := oneArg(pos, "cancel", "task id")
+	if err != nil {
+		return err
+	}
+	c, err := api.client(envAPIKey)
+	if err != nil {
+		return err
+	}
+	v, err := c.Cancel(ctx, id)
+	if err != nil {
+		return fmt.Errorf("cancel %s: %w", id, err)
+	}
+	return printJSON(e.stdout, v)
+}
