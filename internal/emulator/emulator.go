@@ -44,6 +44,9 @@ type Options struct {
 	Log io.Writer
 	// StartTimeout bounds the wait for an emulator to be ready (60 s when zero).
 	StartTimeout time.Duration
+	// PubSubPort is the port of a Pub/Sub emulator Start launches (0: a free one), so that a
+	// test can restart it empty on the same address.
+	PubSubPort int
 }
 
 // Emulators is a running (or reused) pair of emulators.
@@ -112,6 +115,9 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 		if err != nil {
 			e.Stop()
 			return nil, err
+		}
+		if o.PubSubPort != 0 {
+			port = o.PubSubPort
 		}
 		cmd := exec.Command(bin, "--host=127.0.0.1", "--port="+strconv.Itoa(port))
 		cmd.Env = append(os.Environ(), "JAVA="+javaPath, "PATH="+filepath.Dir(javaPath)+string(os.PathListSeparator)+os.Getenv("PATH"))
