@@ -16,11 +16,47 @@ locals {
     webhook_tries = "genbox.webhook.attempts"
   }
 
-  promql = {
-    dead_letters = "max(max_over_time({__name__=\"${local.metric.dead_letters}\"}[10m])) > 0"
-    pending_age  = "max({__name__=\"${local.metric.pending_age}\"}) > ${var.alert_oldest_pending_minutes * 60}"
-    error_ratio  = "sum(rate({__name__=\"${local.metric.tasks}\", state=~\"failed|dead\"}[15m])) / sum(rate({__name__=\"${local.metric.tasks}\", state=~\"succeeded|failed|dead\"}[15m])) > ${var.alert_error_ratio}"
-    daily_cost   = "sum(increase({__name__=\"${local.metric.cost}\"}[1d])) > ${var.alert_daily_cost_usd}"
+  alerts = {
+    dead_letters = {
+      display_name = "genbox: dead letters awaiting a decision"
+      severity     = "WARNING"
+      condition    = "open dead letters > 0"
+      query        = "max(max_over_time({__name__=\"${local.metric.dead_letters}\"}[10m])) > 0"
+      duration     = "300s"
+      interval     = "60s"
+      auto_close   = "86400s"
+      doc          = "Tasks or deliveries are dead and wait for a human: decide in Slack (Redeliver / Regenerate / Discard) or with `genbox dlq list`."
+    }
+    pending_age = {
+      display_name = "genbox: oldest pending work too old"
+      severity     = "ERROR"
+      condition    = "now - pending_since > ${var.alert_oldest_pending_minutes} min"
+      query        = "max({__name__=\"${local.metric.pending_age}\"}) > ${var.alert_oldest_pending_minutes * 60}"
+      duration     = "300s"
+      interval     = "60s"
+      auto_close   = "3600s"
+      doc          = "Work is due but not progressing: check the worker pool (instances running, logs), every model's breaker, the Gemini quota and the sweeper's leader lease."
+    }
+    error_ratio = {
+      display_name = "genbox: task failure ratio"
+      severity     = "ERROR"
+      condition    = "failed or dead / finished > ${var.alert_error_ratio} over 15 min"
+      query        = "sum(rate({__name__=\"${local.metric.tasks}\", state=~\"failed|dead\"}[15m])) / sum(rate({__name__=\"${local.metric.tasks}\", state=~\"succeeded|failed|dead\"}[15m])) > ${var.alert_error_ratio}"
+      duration     = "600s"
+      interval     = "60s"
+      auto_close   = "3600s"
+      doc          = "Many tasks end failed or dead. The worker's logs give each error class; a permanent class (400/403, safety) points at requests or the API key, a transient one at Gemini."
+    }
+    daily_cost = {
+      display_name = "genbox: Gemini cost over 24 h"
+      severity     = "WARNING"
+      condition    = "cost of the last 24 h > ${var.alert_daily_cost_usd} USD"
+      query        = "sum(increase({__name__=\"${local.metric.cost}\"}[1d])) > ${var.alert_daily_cost_usd}"
+      duration     = "0s"
+      interval     = "300s"
+      auto_close   = "86400s"
+      doc          = "genbox's own cost estimate (tokens x price table) passed the threshold. Per-tenant daily budgets are soft limits; see the dashboard's cost by tenant."
+    }
   }
 
   alert_channels = [for c in google_monitoring_notification_channel.email : c.id]
@@ -39,112 +75,30 @@ resource "google_monitoring_notification_channel" "email" {
   depends_on = [google_project_service.required]
 }
 
-resource "google_monitoring_alert_policy" "dead_letters" {
+resource "google_monitoring_alert_policy" "genbox" {
+  for_each = local.alerts
+
   project      = var.project_id
-  display_name = "genbox: dead letters awaiting a decision"
+  display_name = each.value.display_name
   combiner     = "OR"
-  severity     = "WARNING"
+  severity     = each.value.severity
 
   conditions {
-    display_name = "open dead letters > 0"
+    display_name = each.value.condition
     condition_prometheus_query_language {
-      query               = local.promql.dead_letters
-      duration            = "300s"
-      evaluation_interval = "60s"
+      query               = each.value.query
+      duration            = each.value.duration
+      evaluation_interval = each.value.interval
     }
   }
 
   documentation {
     mime_type = "text/markdown"
-    content   = "Tasks or deliveries are dead and wait for a human: decide in Slack (Redeliver / Regenerate / Discard) or with `genbox dlq list`."
+    content   = each.value.doc
   }
 
   alert_strategy {
-    auto_close = "86400s"
-  }
-
-  notification_channels = local.alert_channels
-  depends_on            = [google_project_service.required]
-}
-
-resource "google_monitoring_alert_policy" "pending_age" {
-  project      = var.project_id
-  display_name = "genbox: oldest pending work too old"
-  combiner     = "OR"
-  severity     = "ERROR"
-
-  conditions {
-    display_name = "now - pending_since > ${var.alert_oldest_pending_minutes} min"
-    condition_prometheus_query_language {
-      query               = local.promql.pending_age
-      duration            = "300s"
-      evaluation_interval = "60s"
-    }
-  }
-
-  documentation {
-    mime_type = "text/markdown"
-    content   = "Work is due but not progressing: check the worker pool (instances running, logs), every model's breaker, the Gemini quota and the sweeper's leader lease."
-  }
-
-  alert_strategy {
-    auto_close = "3600s"
-  }
-
-  notification_channels = local.alert_channels
-  depends_on            = [google_project_service.required]
-}
-
-resource "google_monitoring_alert_policy" "error_ratio" {
-  project      = var.project_id
-  display_name = "genbox: task failure ratio"
-  combiner     = "OR"
-  severity     = "ERROR"
-
-  conditions {
-    display_name = "failed or dead / finished > ${var.alert_error_ratio} over 15 min"
-    condition_prometheus_query_language {
-      query               = local.promql.error_ratio
-      duration            = "600s"
-      evaluation_interval = "60s"
-    }
-  }
-
-  documentation {
-    mime_type = "text/markdown"
-    content   = "Many tasks end failed or dead. The worker's logs give each error class; a permanent class (400/403, safety) points at requests or the API key, a transient one at Gemini."
-  }
-
-  alert_strategy {
-    auto_close = "3600s"
-  }
-
-  notification_channels = local.alert_channels
-  depends_on            = [google_project_service.required]
-}
-
-resource "google_monitoring_alert_policy" "daily_cost" {
-  project      = var.project_id
-  display_name = "genbox: Gemini cost over 24 h"
-  combiner     = "OR"
-  severity     = "WARNING"
-
-  conditions {
-    display_name = "cost of the last 24 h > ${var.alert_daily_cost_usd} USD"
-    condition_prometheus_query_language {
-      query               = local.promql.daily_cost
-      duration            = "0s"
-      evaluation_interval = "300s"
-    }
-  }
-
-  documentation {
-    mime_type = "text/markdown"
-    content   = "genbox's own cost estimate (tokens x price table) passed the threshold. Per-tenant daily budgets are soft limits; see the dashboard's cost by tenant."
-  }
-
-  alert_strategy {
-    auto_close = "86400s"
+    auto_close = each.value.auto_close
   }
 
   notification_channels = local.alert_channels

@@ -544,6 +544,33 @@ func TestMonitoringUsesObsMetricNames(t *testing.T) {
 		return errs
 	}
 	noErrors(t, check(loadModule(t, terraformDir)))
+
+	// DESIGN §9: alerts on open dead letters, the age of the oldest pending work, the error
+	// rate and the cost.
+	alerted := func(m *deploycheck.Module) []error {
+		alerts := m.Locals["alerts"]
+		if !alerts.IsWhollyKnown() || !alerts.CanIterateElements() {
+			return []error{errors.New("local.alerts is not a known map of alert definitions")}
+		}
+		var queries []string
+		for it := alerts.ElementIterator(); it.Next(); {
+			_, a := it.Element()
+			queries = append(queries, a.GetAttr("query").AsString())
+		}
+		var errs []error
+		for _, metric := range []string{obs.MetricDeadLettersOpen, obs.MetricPendingAge, obs.MetricTasks, obs.MetricCost} {
+			sel := fmt.Sprintf(`{__name__=%q`, metric)
+			if !slices.ContainsFunc(queries, func(q string) bool { return strings.Contains(q, sel) }) {
+				errs = append(errs, fmt.Errorf("no alert policy queries %s", metric))
+			}
+		}
+		return errs
+	}
+	noErrors(t, alerted(loadModule(t, terraformDir)))
+	t.Run("an alert missing", func(t *testing.T) {
+		dir := brokenCopy(t, map[string][2]string{"monitoring.tf": {`query        = "sum(increase({__name__=\"${local.metric.cost}\"}[1d])) > ${var.alert_daily_cost_usd}"`, `query        = "vector(0) > 1"`}})
+		wantErrors(t, alerted(loadModule(t, dir)), "no alert policy queries "+obs.MetricCost)
+	})
 	t.Run("a renamed metric", func(t *testing.T) {
 		dir := brokenCopy(t, map[string][2]string{"monitoring.tf": {`"genbox.dead_letters.open"`, `"genbox.deadletters.open"`}})
 		wantErrors(t, check(loadModule(t, dir)), `"genbox.deadletters.open" is not a metric`)
