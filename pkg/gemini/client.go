@@ -140,7 +140,7 @@ func (c *Client) limiter(model string) *limiter {
 	defer c.mu.Unlock()
 	l, ok := c.limiters[model]
 	if !ok {
-		l = &limiter{tolerance: time.Duration(float64(c.cfg.RateWindow) * (1 - c.cfg.RateHeadroom) / 2)}
+		l = &limiter{}
 		if r, ok := c.cfg.RPM[model]; ok {
 			l.requests = newBucket(r, c.cfg.RateWindow, c.cfg.InstanceShare, c.cfg.RateHeadroom)
 		}

@@ -75,47 +75,53 @@ func TestAIMD(t *testing.T) {
 	}
 }
 
-func TestLimiterLateCallReserves(t *testing.T) {
-	l := &limiter{requests: newBucket(10, time.Second, 1, 1), tolerance: 10 * time.Millisecond}
-	clk := &stepClock{now: t0, oversleep: 200 * time.Millisecond}
-	if _, err := l.acquire(context.Background(), clk, 0); err != nil { // the burst: no wait
+func TestLimiterLogHoldsBunchedCalls(t *testing.T) {
+	b := newBucket(100, time.Second, 1, 0.96) // paced at 96/s, the log holds 98 a window
+	for i := range 98 {
+		b.record(t0.Add(time.Duration(i)*time.Millisecond), 1)
+	}
+	if w := b.room(t0.Add(500*time.Millisecond), 1); w != 500*time.Millisecond {
+		t.Errorf("full log: wait %s, want 500ms until the oldest call leaves the window", w)
+	}
+	if w := b.room(t0.Add(time.Second), 1); w != 0 {
+		t.Errorf("after the window: wait %s", w)
+	}
+	if w := b.room(t0.Add(time.Second), 1000); w != 0 {
+		t.Errorf("a call larger than the cap waits %s: it would wait forever", w)
+	}
+}
+
+func TestLimiterWaitsForTheLog(t *testing.T) {
+	// Tokens: 1000 a second, paced at 900/s with a burst of 50, the log holds 950.
+	l := &limiter{tokens: newBucket(1000, time.Second, 1, 0.9)}
+	clk := &stepClock{now: t0}
+	for range 10 {
+		l.tokens.record(t0, 90) // sent in a bunch, e.g. by calls that overslept
+	}
+	r, err := l.acquire(context.Background(), clk, 90)
+	if err != nil {
 		t.Fatal(err)
 	}
-	start := clk.Now()
-	if _, err := l.acquire(context.Background(), clk, 0); err != nil {
-		t.Fatal(err)
+	if clk.Now().Sub(t0) != time.Second {
+		t.Errorf("left after %s, want 1s: when the bunch leaves the window", clk.Now().Sub(t0))
 	}
-	// Its 100ms turn overslept by 200ms: the token that refilled meanwhile is taken again, so
-	// the calls that were due during the stall do not all leave at once.
-	if clk.sleeps != 1 || clk.Now().Sub(start) != 300*time.Millisecond {
-		t.Errorf("%d sleeps, left after %s", clk.sleeps, clk.Now().Sub(start))
-	}
-	if tok := l.requests.lim.TokensAt(clk.Now()); tok > 0.01 {
-		t.Errorf("%v tokens left: the late call did not reserve again", tok)
-	}
-	// A call that keeps oversleeping gives up re-reserving after maxLateRetries.
-	l2 := &limiter{requests: newBucket(10, time.Second, 1, 1), tolerance: time.Millisecond}
-	clk2 := &stepClock{now: t0, oversleep: 50 * time.Millisecond}
-	l2.requests.take(t0, 1)
-	if _, err := l2.acquire(context.Background(), clk2, 0); err != nil {
-		t.Fatal(err)
-	}
-	if clk2.sleeps != 1+maxLateRetries {
-		t.Errorf("%d sleeps, want %d", clk2.sleeps, 1+maxLateRetries)
+	// A refused call settles to 0: its tokens leave the log and come back to the bucket.
+	l.settle(clk, r, 0)
+	if got := l.tokens.log[len(l.tokens.log)-1].n; got != 0 {
+		t.Errorf("log entry %d after settling a refused call", got)
 	}
 }
 
 type stepClock struct {
-	now       time.Time
-	oversleep time.Duration
-	sleeps    int
+	now    time.Time
+	sleeps int
 }
 
 func (c *stepClock) Now() time.Time { return c.now }
 
 func (c *stepClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.sleeps++
-	c.now = c.now.Add(d + c.oversleep)
+	c.now = c.now.Add(d)
 	return ctx.Err()
 }
 

@@ -16,11 +16,23 @@ const (
 	aimdStep  = 0.05
 )
 
-// bucket is one token bucket (requests or tokens) whose rate adapts: cut by half on a 429,
-// recovered additively on success, never above its configured rate.
+// bucket paces one quota (requests or tokens) with a token bucket whose rate adapts — cut by half
+// on a 429, recovered additively on success, never above its configured rate — and keeps a log of
+// what was sent in the last window, as the provider counts it. The bucket spreads calls out; the
+// log stops a bunch of calls whose turns passed while the process was descheduled from leaving
+// together and overfilling the provider's window.
 type bucket struct {
-	lim *rate.Limiter
-	max rate.Limit // the configured rate, per second
+	lim    *rate.Limiter
+	max    rate.Limit // the configured rate, per second
+	window time.Duration
+	cap    float64 // what the log may hold within a window: halfway between the paced rate and the quota
+	log    []*sent
+}
+
+// sent is one call in a bucket's log; n is settled to what the provider reported.
+type sent struct {
+	at time.Time
+	n  int64
 }
 
 // newBucket returns a bucket for perWindow events per window, of which this instance may use
@@ -34,7 +46,36 @@ func newBucket(perWindow float64, window time.Duration, share, headroom float64)
 		burst = 1
 	}
 	limit := rate.Limit(quota * headroom / window.Seconds())
-	return &bucket{lim: rate.NewLimiter(limit, burst), max: limit}
+	return &bucket{lim: rate.NewLimiter(limit, burst), max: limit, window: window, cap: quota * (1 + headroom) / 2}
+}
+
+// room returns how long until the log has room for n more within a window (0: now). A call
+// larger than the whole cap never fits: it goes, and the provider decides.
+func (b *bucket) room(now time.Time, n int64) time.Duration {
+	i := 0
+	for i < len(b.log) && !b.log[i].at.After(now.Add(-b.window)) {
+		i++
+	}
+	b.log = b.log[i:]
+	var sum float64
+	for _, s := range b.log {
+		sum += float64(s.n)
+	}
+	if sum+float64(n) <= b.cap || float64(n) > b.cap {
+		return 0
+	}
+	for _, s := range b.log {
+		if sum -= float64(s.n); sum+float64(n) <= b.cap {
+			return s.at.Add(b.window).Sub(now)
+		}
+	}
+	return b.window // unreachable: an empty log has room for anything up to the cap
+}
+
+func (b *bucket) record(now time.Time, n int64) *sent {
+	s := &sent{at: now, n: n}
+	b.log = append(b.log, s)
+	return s
 }
 
 // take reserves n events at now and returns how long to wait before acting. A reservation larger
@@ -74,10 +115,6 @@ func (b *bucket) increase(now time.Time) {
 
 // limiter paces one model's calls by requests and tokens per window. Either bucket may be nil.
 type limiter struct {
-	// tolerance is how late past its turn a call may leave: the half of the headroom that the
-	// burst leaves free, as a share of the window.
-	tolerance time.Duration
-
 	mu       sync.Mutex
 	requests *bucket
 	tokens   *bucket
@@ -86,33 +123,49 @@ type limiter struct {
 // reservation is what acquire took, to settle after the call.
 type reservation struct {
 	tokens int64
+	logged *sent // the call's entry in the tokens log
 }
 
-// acquire waits until one request of n estimated prompt tokens fits both buckets. A process
-// descheduled past its turn (lateness beyond the limiter's tolerance) would send a bunch of
-// requests whose turns were spread out, which the provider's window counts together: such a
-// request reserves again, counting twice rather than risking a 429.
+// acquire waits for the turn of one request of n estimated prompt tokens in both buckets, then
+// until both logs have room for it, and records it as sent.
 func (l *limiter) acquire(ctx context.Context, clock Clock, n int64) (reservation, error) {
-	for try := 0; ; try++ {
-		due, taken := l.reserve(clock, n)
-		wait := due.Sub(clock.Now())
-		if wait > 0 {
-			if err := clock.Sleep(ctx, wait); err != nil {
-				at := clock.Now()
-				for _, r := range taken {
-					r.CancelAt(at)
-				}
-				return reservation{}, err
+	due, taken := l.reserve(clock, n)
+	if wait := due.Sub(clock.Now()); wait > 0 {
+		if err := clock.Sleep(ctx, wait); err != nil {
+			at := clock.Now()
+			for _, r := range taken {
+				r.CancelAt(at)
 			}
+			return reservation{}, err
 		}
-		if late := clock.Now().Sub(due); late <= l.tolerance || try == maxLateRetries {
-			return reservation{tokens: n}, nil
+	}
+	for {
+		l.mu.Lock()
+		now := clock.Now()
+		var wait time.Duration
+		if l.requests != nil {
+			wait = l.requests.room(now, 1)
+		}
+		if l.tokens != nil {
+			wait = max(wait, l.tokens.room(now, n))
+		}
+		if wait == 0 {
+			r := reservation{tokens: n}
+			if l.requests != nil {
+				l.requests.record(now, 1)
+			}
+			if l.tokens != nil {
+				r.logged = l.tokens.record(now, n)
+			}
+			l.mu.Unlock()
+			return r, nil
+		}
+		l.mu.Unlock()
+		if err := clock.Sleep(ctx, wait); err != nil {
+			return reservation{}, err
 		}
 	}
 }
-
-// maxLateRetries bounds the reservations a late request takes again.
-const maxLateRetries = 2
 
 // reserve takes one request and n tokens and returns when the call may go.
 func (l *limiter) reserve(clock Clock, n int64) (time.Time, []*rate.Reservation) {
@@ -144,6 +197,9 @@ func (l *limiter) settle(clock Clock, r reservation, used int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := clock.Now()
+	if r.logged != nil {
+		r.logged.n = used
+	}
 	switch {
 	case used > r.tokens:
 		l.tokens.take(now, used-r.tokens)
