@@ -20,6 +20,17 @@ const (
 	BudgetFail BudgetPolicy = "fail"
 )
 
+// ParseBudgetPolicy reads a policy name; "" is BudgetWait, the soft default.
+func ParseBudgetPolicy(s string) (BudgetPolicy, error) {
+	switch p := BudgetPolicy(s); p {
+	case "":
+		return BudgetWait, nil
+	case BudgetWait, BudgetFail:
+		return p, nil
+	}
+	return "", fmt.Errorf("budget policy %q: want %q or %q", s, BudgetWait, BudgetFail)
+}
+
 // ErrBudgetExhausted means a tenant's daily budget has no room for the estimate; no call was made.
 var ErrBudgetExhausted = errors.New("gemini: tenant daily budget exhausted")
 

@@ -165,3 +165,13 @@ func TestSlots(t *testing.T) {
 		t.Errorf("in use %d, want 2", n)
 	}
 }
+
+func TestParseBudgetPolicy(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]gemini.BudgetPolicy{"": gemini.BudgetWait, "wait": gemini.BudgetWait, "fail": gemini.BudgetFail, "drop": ""} {
+		got, err := gemini.ParseBudgetPolicy(in)
+		if got != want || (err != nil) != (want == "") {
+			t.Errorf("ParseBudgetPolicy(%q) = %q, %v", in, got, err)
+		}
+	}
+}
