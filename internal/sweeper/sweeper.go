@@ -23,6 +23,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/claim"
+	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -37,7 +38,10 @@ type Availability interface {
 	Available(models []string) bool
 }
 
-var _ Publisher = (*bus.Publisher)(nil)
+var (
+	_ Publisher    = (*bus.Publisher)(nil)
+	_ Availability = (*gemini.Client)(nil)
+)
 
 // Config is the sweeper's configuration.
 type Config struct {
