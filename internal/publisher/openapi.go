@@ -163,7 +163,7 @@ func (s *Server) openAPI() map[string]any {
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
 				"application/json": map[string]any{"schema": c.of(reflect.TypeOf(rt.Doc.Body))}}}
 		}
-		ok := map[string]any{"description": statusText(rt.Doc.OK)}
+		ok := map[string]any{"description": http.StatusText(rt.Doc.OK)}
 		if rt.Doc.Result != nil {
 			ok["content"] = map[string]any{"application/json": map[string]any{"schema": c.of(reflect.TypeOf(rt.Doc.Result))}}
 		}
@@ -173,7 +173,7 @@ func (s *Server) openAPI() map[string]any {
 				"content": ok["content"]}
 		}
 		for _, code := range append(rt.Doc.Errors, 500) {
-			responses[strconv.Itoa(code)] = map[string]any{"description": statusText(code),
+			responses[strconv.Itoa(code)] = map[string]any{"description": http.StatusText(code),
 				"content": map[string]any{client.ProblemContentType: map[string]any{"schema": problemRef}}}
 		}
 		op["responses"] = responses

@@ -1,8 +1,6 @@
 package publisher
 
 import (
-	"net/http"
-
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -66,6 +64,3 @@ func (s *Server) routeTable() []route {
 			Doc: opDoc{OK: 200, Result: client.RotatedSecret{}, Errors: []int{401, 403, 404}}},
 	}
 }
-
-// statusText is the OpenAPI description of a status code.
-func statusText(code int) string { return http.StatusText(code) }
