@@ -1,0 +1,623 @@
+package chaos_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"cloud.google.com/go/pubsub/v2"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
+	"github.com/genbox-dev/genbox/pkg/task"
+	"github.com/genbox-dev/genbox/pkg/webhook"
+)
+
+var soak = flag.Bool("soak", false, "run the long versions of the chaos scenarios")
+
+// scale picks the short (CI) or the soak version of a duration or a count.
+func scale[T any](short, long T) T {
+	if *soak {
+		return long
+	}
+	return short
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(emulator.RunTests(m))
+}
+
+// Services, as built into binaries.
+const (
+	svcPublisher     = "publisher"
+	svcWorker        = "worker"
+	svcResultHandler = "resulthandler"
+	svcDLQNotifier   = "dlqnotifier"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds the four services once per run: the worker with its crash points compiled in.
+func binaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if binDir, buildErr = os.MkdirTemp("", "genbox-chaos-bin"); buildErr != nil {
+			return
+		}
+		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+		if err != nil {
+			buildErr = fmt.Errorf("module root: %w", err)
+			return
+		}
+		dir := strings.TrimSpace(string(root))
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		build := func(args ...string) {
+			defer wg.Done()
+			cmd := exec.Command("go", append([]string{"build"}, args...)...)
+			cmd.Dir = dir
+			if out, err := cmd.CombinedOutput(); err != nil {
+				mu.Lock()
+				buildErr = errors.Join(buildErr, fmt.Errorf("go build %v: %w\n%s", args, err, out))
+				mu.Unlock()
+			}
+		}
+		wg.Add(2)
+		go build("-tags", "genbox_crashpoints", "-o", filepath.Join(binDir, svcWorker), "./services/worker")
+		go build("-o", binDir+string(filepath.Separator), "./services/publisher", "./services/resulthandler", "./services/dlqnotifier")
+		wg.Wait()
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+// syncBuffer is a process's output, safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is one service process. When supervised, it is started again whenever it exits on its
+// own, as Cloud Run restarts a crashed instance.
+type proc struct {
+	name string
+	bin  string
+	env  map[string]string
+	out  *syncBuffer
+
+	mu         sync.Mutex
+	cmd        *exec.Cmd
+	exited     chan struct{}
+	supervised bool
+	stopped    bool
+	restarts   int
+}
+
+func (p *proc) start(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.startLocked(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (p *proc) startLocked() error {
+	cmd := exec.Command(p.bin)
+	for k, v := range p.env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	fmt.Fprintf(p.out, "--- %s started, pid %d\n", p.name, cmd.Process.Pid)
+	exited := make(chan struct{})
+	p.cmd, p.exited = cmd, exited
+	go func() {
+		err := cmd.Wait()
+		fmt.Fprintf(p.out, "--- %s pid %d exited: %v\n", p.name, cmd.Process.Pid, err)
+		close(exited)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.supervised && !p.stopped && p.cmd == cmd {
+			p.restarts++
+			time.AfterFunc(300*time.Millisecond, func() {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				if !p.stopped && p.cmd == cmd {
+					_ = p.startLocked()
+				}
+			})
+		}
+	}()
+	return nil
+}
+
+// waitExit waits for the current process to exit and reports whether SIGKILL ended it.
+func (p *proc) waitExit(d time.Duration) (killed, ok bool) {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	select {
+	case <-exited:
+		ws, isWS := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		return isWS && ws.Signaled() && ws.Signal() == syscall.SIGKILL, true
+	case <-time.After(d):
+		return false, false
+	}
+}
+
+// stop ends the process for good: SIGTERM, then SIGKILL after a grace.
+func (p *proc) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// receiver is the app's webhook endpoint: it verifies each delivery and counts webhook-ids. It
+// can be taken down (its listener closed: connections refused) and brought back on its address.
+type receiver struct {
+	verifier *webhook.Verifier
+	addr     string
+
+	mu  sync.Mutex
+	srv *http.Server
+	ids map[string]int
+	bad int
+}
+
+func newReceiver(t *testing.T, secret string) *receiver {
+	t.Helper()
+	v, err := webhook.NewVerifier(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &receiver{verifier: v, ids: map[string]int{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.addr = ln.Addr().String()
+	r.serve(ln)
+	t.Cleanup(r.down)
+	return r
+}
+
+func (r *receiver) url() string { return "http://" + r.addr + "/hook" }
+
+func (r *receiver) serve(ln net.Listener) {
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
+	r.mu.Lock()
+	r.srv = srv
+	r.mu.Unlock()
+	go func() { _ = srv.Serve(ln) }()
+}
+
+// down closes the listener and every connection: deliveries are refused.
+func (r *receiver) down() {
+	r.mu.Lock()
+	srv := r.srv
+	r.srv = nil
+	r.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+}
+
+// up listens again on the same address.
+func (r *receiver) up(t *testing.T) {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if ln, err = net.Listen("tcp", r.addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.serve(ln)
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, webhook.MaxBodyBytes))
+	if err == nil {
+		err = r.verifier.Verify(body, req.Header)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.bad++
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	r.ids[req.Header.Get(webhook.HeaderID)]++
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (r *receiver) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ids[id]
+}
+
+// slackStub answers the dlqnotifier's Slack Web API calls and counts them.
+type slackStub struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (s *slackStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.calls[filepath.Base(r.URL.Path)]++
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"ok":true,"channel":"C0CHAOS","ts":"1700000000.000100"}`)
+}
+
+func (s *slackStub) count(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[method]
+}
+
+// stack is one scenario's system: its own project on the emulators (or its own Pub/Sub
+// emulator), the four services as processes, the fake Gemini and the app's receiver in the test.
+type stack struct {
+	t       *testing.T
+	project string
+	psHost  string
+	store   *store.Store
+	fake    *geminitest.Server
+	recv    *receiver
+	slack   *slackStub
+	api     *client.Client
+	env     map[string]string
+	procs   map[string]*proc
+
+	mu    sync.Mutex
+	tasks []submitted
+}
+
+// submitted is a task as the app submitted it; its input carries a marker the ledger finds.
+type submitted struct {
+	id, marker string
+}
+
+// freePort returns a loopback port nobody listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// pubsubClient is a client of the Pub/Sub emulator at host (not necessarily the environment's).
+func pubsubClient(t *testing.T, project, host string) *pubsub.Client {
+	t.Helper()
+	c, err := pubsub.NewClient(context.Background(), project, option.WithEndpoint(host), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// topology is production's with short redelivery backoff.
+func topology() bus.Topology {
+	top := bus.DefaultTopology()
+	top.AckDeadline = 10 * time.Second
+	top.MinBackoff, top.MaxBackoff = 100*time.Millisecond, 2*time.Second
+	return top
+}
+
+// bootstrap creates the topics and subscriptions on the Pub/Sub emulator at host.
+func bootstrap(t *testing.T, project, host string) {
+	t.Helper()
+	ps := pubsubClient(t, project, host)
+	defer ps.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := bus.Bootstrap(ctx, ps, topology()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newStack prepares a scenario: project, topology, tenant and API key, fake Gemini with latency,
+// receiver, and the services' environment. psHost is the Pub/Sub emulator ("" for the shared one).
+func newStack(t *testing.T, latency geminitest.Latency, psHost string) *stack {
+	t.Helper()
+	bin := binaries(t)
+	ctx := context.Background()
+	if psHost == "" {
+		psHost = os.Getenv(emulator.PubSubHostEnv)
+	}
+	s := &stack{t: t, project: emulator.ProjectID(t), psHost: psHost, procs: map[string]*proc{}, slack: &slackStub{calls: map[string]int{}}}
+	fs, err := firestore.NewClient(ctx, s.project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	s.store = store.New(fs)
+	bootstrap(t, s.project, psHost)
+
+	s.fake = geminitest.NewServer(geminitest.WithLatency("", latency))
+	t.Cleanup(s.fake.Close)
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.recv = newReceiver(t, secret)
+	slackSrv := &http.Server{Handler: s.slack, ReadHeaderTimeout: 5 * time.Second}
+	sln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = slackSrv.Serve(sln) }()
+	t.Cleanup(func() { _ = slackSrv.Close() })
+
+	if _, err := s.store.CreateTenant(ctx, "chaos", store.DefaultLimits(), secret); err != nil {
+		t.Fatal(err)
+	}
+	apiKey := "gbx_chaos_" + strings.ReplaceAll(s.project, "-", "")
+	if _, err := s.store.CreateAPIKey(ctx, "chaos", apiKey); err != nil {
+		t.Fatal(err)
+	}
+	s.env = map[string]string{
+		"GOOGLE_CLOUD_PROJECT":    s.project,
+		"FIRESTORE_EMULATOR_HOST": os.Getenv(emulator.FirestoreHostEnv),
+		"PUBSUB_EMULATOR_HOST":    psHost,
+		"GENBOX_ADMIN_KEY":        "chaos-admin-key-0123456789",
+		// worker
+		"GOOGLE_GEMINI_BASE_URL":    s.fake.URL,
+		"GENBOX_BACKOFF_BASE":       "10ms",
+		"GENBOX_BACKOFF_MAX":        "50ms",
+		"GENBOX_LEASE_TTL":          "1500ms",
+		"GENBOX_LEASE_RENEW":        "300ms",
+		"GENBOX_MAX_EXTENSION":      "2m",
+		"GENBOX_SWEEP_INTERVAL":     "200ms",
+		"GENBOX_SWEEP_LEADER_TTL":   "1s",
+		"GENBOX_SWEEP_BACKOFF_BASE": "500ms",
+		"GENBOX_SWEEP_BACKOFF_MAX":  "2s",
+		"GENBOX_NUDGE_GRACE":        "1s",
+		"GENBOX_RETRY_BASE":         "100ms",
+		"GENBOX_RETRY_MAX":          "1s",
+		"GENBOX_PARK_BASE":          "300ms",
+		"GENBOX_PARK_MAX":           "1s",
+		"GENBOX_BREAKER_COOLDOWN":   "500ms",
+		"GENBOX_SHUTDOWN_GRACE":     "1s",
+		// resulthandler
+		"GENBOX_CONSUMER":                 "pull",
+		"GENBOX_ALLOW_INSECURE_CALLBACKS": "true",
+		"GENBOX_WEBHOOK_TIMEOUT":          "2s",
+		"GENBOX_DELIVERY_BACKOFF_MIN":     "200ms",
+		"GENBOX_DELIVERY_BACKOFF_MAX":     "1s",
+		"GENBOX_NOTICE_GRACE":             "1s",
+		// publisher
+		"GENBOX_PUBLISH_TIMEOUT": "2s",
+		// dlqnotifier
+		"SLACK_BOT_TOKEN":        "xoxb-chaos",
+		"SLACK_SIGNING_SECRET":   "chaos-signing-secret",
+		"GENBOX_SLACK_CHANNEL":   "#chaos",
+		"GENBOX_SLACK_APPROVERS": "UCHAOS",
+		"GENBOX_SLACK_API_URL":   "http://" + sln.Addr().String() + "/api/",
+	}
+	pubPort := freePort(t)
+	for _, name := range []string{svcPublisher, svcWorker, svcResultHandler, svcDLQNotifier} {
+		p := &proc{name: name, bin: filepath.Join(bin, name), env: s.procEnv("GENBOX_INSTANCE_ID", name), out: &syncBuffer{}, supervised: true}
+		if name == svcPublisher {
+			p.env["PORT"] = pubPort
+		}
+		s.procs[name] = p
+	}
+	s.api = client.New("http://127.0.0.1:"+pubPort, apiKey, client.WithRetries(8), client.WithBackoff(100*time.Millisecond, time.Second))
+	t.Cleanup(func() {
+		for _, p := range s.procs {
+			p.stop()
+		}
+		if t.Failed() {
+			for name, p := range s.procs {
+				t.Logf("=== %s output (tail):\n%s", name, tail(p.out.String(), 6000))
+			}
+		}
+	})
+	return s
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+// procEnv is the services' environment with a few variables changed.
+func (s *stack) procEnv(kv ...string) map[string]string {
+	e := make(map[string]string, len(s.env)+len(kv)/2)
+	for k, v := range s.env {
+		e[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		e[kv[i]] = kv[i+1]
+	}
+	e["PORT"] = "0"
+	return e
+}
+
+// start starts the named services (all four when none is named).
+func (s *stack) start(names ...string) {
+	if len(names) == 0 {
+		names = []string{svcPublisher, svcResultHandler, svcDLQNotifier, svcWorker}
+	}
+	for _, n := range names {
+		s.procs[n].start(s.t)
+	}
+}
+
+// submit submits n tasks through the publisher's REST API, as an app does.
+func (s *stack) submit(n int, label string) []submitted {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out []submitted
+	for i := range n {
+		s.mu.Lock()
+		marker := fmt.Sprintf("chaos-%s-%03d", label, len(s.tasks))
+		s.mu.Unlock()
+		resp, err := s.api.Submit(ctx, task.Request{Family: "summarize", Input: "Report " + marker + ": revenue rose while costs held flat.", CallbackURL: s.recv.url()})
+		if err != nil {
+			s.t.Fatalf("submit %s (%d of %d): %v", marker, i+1, n, err)
+		}
+		sub := submitted{id: resp.TaskID, marker: marker}
+		s.mu.Lock()
+		s.tasks = append(s.tasks, sub)
+		s.mu.Unlock()
+		out = append(out, sub)
+	}
+	return out
+}
+
+// outcome is what the invariants found, for the report.
+type outcome struct {
+	Tasks, Generations, ModelCalls, Duplicates int
+	Billed, Needed                             int64
+}
+
+// checkInvariants waits until every submitted task has ended and its webhook arrived, then
+// checks: no task lost (succeeded, delivery delivered, webhook received), one webhook-id per
+// task event (at most maxDup duplicates: the documented window), and at most extraBills billed
+// generations beyond one per task (the crashes inside the paid window).
+func (s *stack) checkInvariants(within time.Duration, extraBills, maxDup int) outcome {
+	s.t.Helper()
+	ctx := context.Background()
+	s.mu.Lock()
+	tasks := append([]submitted(nil), s.tasks...)
+	s.mu.Unlock()
+	deadline := time.Now().Add(within)
+	for _, sub := range tasks {
+		event := task.EventID(sub.id, task.EventSucceeded, 0)
+		for {
+			doc, err := s.store.GetTask(ctx, sub.id)
+			if err != nil {
+				s.t.Fatalf("task %s (%s) lost: %v", sub.id, sub.marker, err)
+			}
+			if doc.State == task.StateSucceeded && doc.Delivery.State == task.DeliveryDelivered && s.recv.count(event) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				s.t.Fatalf("task %s (%s) not carried to its end: state %s, delivery %s, webhook received %d times",
+					sub.id, sub.marker, doc.State, doc.Delivery.State, s.recv.count(event))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// What was still in flight (a zombie's generation) is billed once the fake is idle.
+	idle, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.fake.WaitIdle(idle); err != nil {
+		s.t.Errorf("fake Gemini never idle: %v", err)
+	}
+	led := s.fake.Ledger()
+	o := outcome{Tasks: len(tasks), ModelCalls: led.Total.Calls}
+	for _, sub := range tasks {
+		bills := led.BillsFor(sub.marker)
+		if len(bills) == 0 {
+			s.t.Errorf("task %s (%s) succeeded without a billed generation", sub.id, sub.marker)
+			continue
+		}
+		o.Generations += len(bills)
+		o.Needed += bills[0].Usage.TotalTokens
+		for _, b := range bills {
+			o.Billed += b.Usage.TotalTokens
+		}
+		if n := s.recv.count(task.EventID(sub.id, task.EventSucceeded, 0)); n > 1 {
+			o.Duplicates += n - 1
+		}
+	}
+	s.recv.mu.Lock()
+	bad, distinct := s.recv.bad, len(s.recv.ids)
+	s.recv.mu.Unlock()
+	if bad > 0 {
+		s.t.Errorf("%d deliveries failed signature verification", bad)
+	}
+	if distinct != len(tasks) {
+		s.t.Errorf("%d distinct webhook-ids for %d task events", distinct, len(tasks))
+	}
+	if o.Generations > len(tasks)+extraBills {
+		s.t.Errorf("%d billed generations for %d tasks: more than the %d the crash windows allow", o.Generations, len(tasks), extraBills)
+	}
+	if o.Duplicates > maxDup {
+		s.t.Errorf("%d duplicate webhook deliveries, at most %d allowed", o.Duplicates, maxDup)
+	}
+	s.t.Logf("invariants: %d tasks, all succeeded and delivered; webhook duplicates %d; generations %d (%.2f per task); model calls %d (%.2f per task); billed ÷ needed tokens %d/%d = %.3f; restarts %s",
+		o.Tasks, o.Duplicates, o.Generations, float64(o.Generations)/float64(o.Tasks), o.ModelCalls, float64(o.ModelCalls)/float64(o.Tasks),
+		o.Billed, o.Needed, float64(o.Billed)/float64(max(o.Needed, 1)), s.restarts())
+	return o
+}
+
+func (s *stack) restarts() string {
+	var parts []string
+	for _, n := range []string{svcPublisher, svcWorker, svcResultHandler, svcDLQNotifier} {
+		p := s.procs[n]
+		p.mu.Lock()
+		parts = append(parts, fmt.Sprintf("%s=%d", n, p.restarts))
+		p.mu.Unlock()
+	}
+	return strings.Join(parts, " ")
+}
