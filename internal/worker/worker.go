@@ -539,7 +539,7 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 			return
 		}
 		nb := now.Add(fullJitter(h.pol.RetryBase, h.pol.RetryMax, t.Attempts))
-		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
+		t.State, t.NotBefore, t.Claims, t.Parks = task.StateQueued, &nb, 0, 0 // a model answered: the chain is open again
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	})
 	switch {
