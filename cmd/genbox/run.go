@@ -64,6 +64,7 @@ func verbs() []verb {
 		{"cancel", "cancel a queued or waiting task", runCancel},
 		{"dlq", "dead letters: list, show, redeliver, regenerate, discard (the dlqnotifier's admin routes)", runDLQ},
 		{"admin", "tenants, API keys and webhook secrets (admin key)", runAdmin},
+		{"bench", "measure throughput, latency overhead, operations and billed tokens; --baseline naive side by side", runBench},
 		{"fakegemini", "serve the fake Gemini API (set GOOGLE_GEMINI_BASE_URL to its URL)", runFakeGemini},
 		{"webhook", "webhook listen: receive, verify and print webhooks", runWebhook},
 	}

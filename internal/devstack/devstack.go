@@ -26,6 +26,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/publisher"
@@ -64,7 +65,6 @@ const (
 	DevTenant        = "dev"
 	WebhookPath      = "/webhook"
 	slackBotToken    = "xoxb-genbox-dev-double"
-	interactionsPath = "/slack/interactions"
 )
 
 // ErrConfig means a setting is invalid; the message names the variable or flag.
@@ -362,13 +362,21 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	s.Info.WebhookListener = "http://" + ln
 	s.Info.WebhookURL = s.Info.WebhookListener + WebhookPath
 
-	s.Slack = &Slack{Interactions: s.Info.SlackInteractions, Approver: cfg.Approvers[0], Store: s.Store,
+	// The dlqnotifier's address is needed by the Slack double's console before the service runs.
+	dlqLn, err := net.Listen("tcp", cfg.DLQAddr)
+	if err != nil {
+		return nil, fmt.Errorf("dlqnotifier: listen on %s: %w (choose another address)", cfg.DLQAddr, err)
+	}
+	s.Info.DLQ = "http://" + dlqLn.Addr().String()
+	s.Info.SlackInteractions = s.Info.DLQ + dlqnotifier.InteractionsPath
+	sign := func(ts time.Time, body []byte) http.Header { return dlqnotifier.SignSlackRequest(cfg.SigningSecret, ts, body) }
+	s.Slack = &Slack{Interactions: s.Info.SlackInteractions, Sign: sign, Approver: cfg.Approvers[0], Store: s.Store,
 		Log: s.log.With("service", "slack")}
 	if ln, err = s.serve(cfg.SlackAddr, "slack double", s.Slack); err != nil {
 		return nil, err
 	}
 	s.Info.SlackConsole = "http://" + ln + "/"
-	env := cfg.ServiceEnv(fakeURL, "http://"+ln+"/api/")
+	env := cfg.ServiceEnv(fakeURL, "http://"+ln)
 
 	if err := s.ensureTenant(ctx); err != nil {
 		return nil, err
@@ -380,6 +388,9 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 		return nil, err
 	}
 	if err := s.startResultHandler(env); err != nil {
+		return nil, err
+	}
+	if err := s.startDLQNotifier(env, dlqLn); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -536,6 +547,26 @@ func (s *Stack) startResultHandler(env func(string) string) error {
 		return err
 	}
 	s.pull("resulthandler", cfg.Subscription, bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: 10 * cfg.LeaseTTL()}, h, 0, nil)
+	return nil
+}
+
+func (s *Stack) startDLQNotifier(env func(string) string, ln net.Listener) error {
+	cfg, err := dlqnotifier.FromEnv(env)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	svc := dlqnotifier.New(cfg, s.Store, dlqnotifier.NewSlackClient(cfg), s.pub, nil, s.log.With("service", "dlqnotifier"))
+	s.serveOn(ln, "dlqnotifier", obs.Handler(svc.Handler(), "dlqnotifier"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := svc.Run(ctx, s.ps); err != nil {
+			s.fail(fmt.Errorf("dlqnotifier: %w", err))
+		}
+	}()
+	s.onClose(func(context.Context) error { cancel(); <-done; return nil })
 	return nil
 }
 

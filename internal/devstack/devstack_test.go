@@ -3,13 +3,19 @@ package devstack
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -129,4 +135,135 @@ func TestSubmitEndsInVerifiedWebhook(t *testing.T) {
 	if n := len(s.Fake.Ledger().BillsFor(marker)); n != 1 {
 		t.Errorf("task billed %d times, want 1", n)
 	}
+}
+
+// A generation that exhausts its attempts dies: the task.dead webhook reaches the listener, the
+// dlqnotifier posts the dead letter to the Slack double, and the console lists it with the
+// message's buttons. A non-approver's click is refused and changes nothing; the approver's click
+// on Regenerate, signed as Slack signs, runs the task again: it succeeds with a new webhook-id,
+// the Slack message is updated with who decided, and a second click answers who already did.
+func TestDeadLetterRegeneratedThroughSlack(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, "GENBOX_TASK_ATTEMPTS", "1", "GENBOX_MAX_ATTEMPTS", "1", "GENBOX_MODEL_CHAIN", "m-dlq")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s.Fake.FailNext("m-dlq", 503)
+	c := client.New(s.Info.Publisher, s.Info.APIKey)
+	res, err := c.Submit(ctx, task.Request{Family: "summarize", Input: "A report that dies once.", CallbackURL: s.Info.WebhookURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Wait(ctx, res.TaskID, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.State != task.StateDead {
+		t.Fatalf("task ended %s, want dead", v.State)
+	}
+	deadID := task.EventID(res.TaskID, task.EventDead, 0)
+	if _, err := s.Inbox.Wait(ctx, func(d Delivery) bool { return d.ID == deadID }); err != nil {
+		t.Fatalf("no %s webhook: %v", deadID, err)
+	}
+	dlID := store.DeadLetterID(res.TaskID, task.StageGeneration, 0, 0)
+	post, err := s.Slack.WaitCall(ctx, func(c SlackCall) bool {
+		return c.Method == "chat.postMessage" && strings.Contains(c.Form.Get("blocks"), dlID)
+	})
+	if err != nil {
+		t.Fatalf("the dead letter was not posted to Slack: %v", err)
+	}
+	// The console shows a dead letter's buttons once its Slack ts is committed, after Slack answered.
+	for {
+		dl, err := s.Store.GetDeadLetter(ctx, dlID)
+		if err == nil && dl.SlackTS == post.TS {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the dead letter never recorded its Slack message: %+v %v", dl, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	consoleURL := s.Info.SlackConsole
+	page := httpGet(t, ctx, consoleURL)
+	if !strings.Contains(page, dlID) || !strings.Contains(page, "Regenerate") || !strings.Contains(page, "Discard") {
+		t.Fatalf("the console does not list %s with its buttons:\n%s", dlID, page)
+	}
+
+	answer, err := s.Slack.ClickAs(ctx, "UNOTANAPPROVER", post, "regenerate", "dlq:"+dlID, dlID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(answer, "approver") {
+		t.Errorf("a non-approver was answered %q", answer)
+	}
+	if dl, err := s.Store.GetDeadLetter(ctx, dlID); err != nil || dl.State != store.DeadLetterOpen {
+		t.Fatalf("after a non-approver's click the dead letter is %+v (%v), want open", dl, err)
+	}
+
+	// The approver clicks Regenerate on the console page.
+	resp, err := http.PostForm(consoleURL+"console/click", url.Values{"dl": {dlID}, "action_id": {"regenerate"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("console click answered %s", resp.Status)
+	}
+	againID := task.EventID(res.TaskID, task.EventSucceeded, 1)
+	got, err := s.Inbox.Wait(ctx, func(d Delivery) bool { return d.ID == againID })
+	if err != nil {
+		t.Fatalf("no %s webhook after Regenerate: %v", againID, err)
+	}
+	if got.Event.Data.State != task.StateSucceeded || got.Event.Data.Replay != 1 {
+		t.Errorf("webhook after Regenerate carries %+v", got.Event.Data)
+	}
+	if _, err := s.Slack.WaitCall(ctx, func(c SlackCall) bool {
+		return c.Method == "chat.update" && c.TS == post.TS && strings.Contains(c.Form.Get("blocks"), s.Slack.Approver)
+	}); err != nil {
+		t.Errorf("the Slack message was not updated with who decided: %v", err)
+	}
+	// A second click from a client still showing the original message (or a second approver).
+	answer, err = s.Slack.ClickAs(ctx, s.Slack.Approver, post, "regenerate", "dlq:"+dlID, dlID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(answer, "already decided by") {
+		t.Errorf("a second click was answered %q", answer)
+	}
+	if v, err := c.Get(ctx, res.TaskID); err != nil || v.Replay != 1 || v.State != task.StateSucceeded {
+		t.Errorf("after a second click the task is %+v (%v): nothing may repeat", v, err)
+	}
+}
+
+// A forged click — signed with another secret — is refused with 401 and changes nothing.
+func TestForgedClickRefused(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	forger := &Slack{Interactions: s.Info.SlackInteractions, Store: s.Store, Log: s.Slack.Log,
+		Sign: func(ts time.Time, body []byte) http.Header {
+			return dlqnotifier.SignSlackRequest("not-the-signing-secret", ts, body)
+		}}
+	_, err := forger.ClickAs(ctx, s.Slack.Approver, SlackCall{Channel: "C1", TS: "1.000001"}, "discard", "dlq:x", "t1:generation:0:0")
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("a forged click: %v, want a 401 refusal", err)
+	}
+}
+
+func httpGet(t *testing.T, ctx context.Context, u string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

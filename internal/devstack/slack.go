@@ -246,8 +246,11 @@ func (s *Slack) serveClick(w http.ResponseWriter, r *http.Request) {
 	}
 	answer, err := s.Click(r.Context(), r.PostForm.Get("dl"), r.PostForm.Get("action_id"))
 	msg := answer
-	if err != nil {
+	switch {
+	case err != nil:
 		msg = err.Error()
+	case msg == "":
+		msg = r.PostForm.Get("action_id") + " applied to " + r.PostForm.Get("dl")
 	}
 	http.Redirect(w, r, "/?msg="+url.QueryEscape(msg), http.StatusSeeOther)
 }
@@ -288,6 +291,9 @@ func (s *Slack) findButton(deadLetterID, actionID string) (SlackCall, button, er
 }
 
 // ClickAs sends a block_actions payload for one button of msg from user, signed as Slack signs.
+// It returns what the dlqnotifier told the user: the ephemeral message it posted for them during
+// the click (a refusal, "already decided by …"), or "" when it said nothing (the decision was
+// applied and the message updated).
 func (s *Slack) ClickAs(ctx context.Context, user string, msg SlackCall, actionID, blockID, value string) (string, error) {
 	cb := slack.InteractionCallback{
 		Type:      slack.InteractionTypeBlockActions,
@@ -320,6 +326,9 @@ func (s *Slack) ClickAs(ctx context.Context, user string, msg SlackCall, actionI
 	if hc == nil {
 		hc = http.DefaultClient
 	}
+	s.mu.Lock()
+	before := len(s.calls)
+	s.mu.Unlock()
 	resp, err := hc.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("post interaction: %w", err)
@@ -327,7 +336,18 @@ func (s *Slack) ClickAs(ctx context.Context, user string, msg SlackCall, actionI
 	defer resp.Body.Close()
 	text, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode/100 != 2 {
-		return "", fmt.Errorf("dlqnotifier answered %s: %s", resp.Status, bytes.TrimSpace(text))
+		return "", fmt.Errorf("%w: %s: %s", ErrRefused, resp.Status, bytes.TrimSpace(text))
 	}
-	return string(bytes.TrimSpace(text)), nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.calls[before:] {
+		if c.Method == "chat.postEphemeral" && c.Form.Get("user") == user {
+			return c.Form.Get("text"), nil
+		}
+	}
+	return "", nil
 }
+
+// ErrRefused means the dlqnotifier answered an interaction with an error status (a bad
+// signature is a 401).
+var ErrRefused = errors.New("devstack: the dlqnotifier refused the interaction")

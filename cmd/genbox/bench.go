@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/genbox-dev/genbox/internal/bench"
+)
+
+func runBench(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "bench", "[flags]",
+		`Runs a closed-loop workload through genbox in-process on the emulators (reused when
+FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST are set) with the fake Gemini, under a failure
+mix, and prints throughput and its ratio to the Little's-law bound, end-to-end latency p50/p99
+and the overhead above the model's latency, Firestore operations and publishes per task, billed
+÷ needed tokens and the peak RSS; a progress bar runs on stderr. --baseline naive runs the same
+workload and failures through the naive generate-then-publish pattern, side by side.`)
+	cfg := bench.DefaultConfig()
+	cfg.RegisterFlags(fs)
+	pos, err := parse(e, fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr("bench takes no arguments (see --help)")
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageErr("%v", err)
+	}
+	cfg.Progress = e.stderr
+	cfg.Getenv = e.getenv
+	if _, err := bench.Run(ctx, cfg, e.stdout); err != nil {
+		if errors.Is(err, bench.ErrConfig) {
+			return usageErr("%v", err)
+		}
+		return fmt.Errorf("bench: %w", err)
+	}
+	return nil
+}
