@@ -58,13 +58,13 @@ const (
 
 // Defaults of the dev stack.
 const (
-	DefaultProject   = "genbox-dev"
-	DefaultAddr      = "127.0.0.1:8080"
-	DefaultApprover  = "UDEVAPPROVER"
-	DefaultChannel   = "#genbox-dev"
-	DevTenant        = "dev"
-	WebhookPath      = "/webhook"
-	slackBotToken    = "xoxb-genbox-dev-double"
+	DefaultProject  = "genbox-dev"
+	DefaultAddr     = "127.0.0.1:8080"
+	DefaultApprover = "UDEVAPPROVER"
+	DefaultChannel  = "#genbox-dev"
+	DevTenant       = "dev"
+	WebhookPath     = "/webhook"
+	slackBotToken   = "xoxb-genbox-dev-double"
 )
 
 // ErrConfig means a setting is invalid; the message names the variable or flag.
@@ -369,7 +369,9 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	}
 	s.Info.DLQ = "http://" + dlqLn.Addr().String()
 	s.Info.SlackInteractions = s.Info.DLQ + dlqnotifier.InteractionsPath
-	sign := func(ts time.Time, body []byte) http.Header { return dlqnotifier.SignSlackRequest(cfg.SigningSecret, ts, body) }
+	sign := func(ts time.Time, body []byte) http.Header {
+		return dlqnotifier.SignSlackRequest(cfg.SigningSecret, ts, body)
+	}
 	s.Slack = &Slack{Interactions: s.Info.SlackInteractions, Sign: sign, Approver: cfg.Approvers[0], Store: s.Store,
 		Log: s.log.With("service", "slack")}
 	if ln, err = s.serve(cfg.SlackAddr, "slack double", s.Slack); err != nil {
