@@ -1,0 +1,373 @@
+package dlqnotifier
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"github.com/slack-go/slack"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
+
+const (
+	testChannel  = "C0DLQ"
+	testSecret   = "8f742231b10e8888abcd99yyyzzz85a5"
+	testApprover = "U0APPROVER"
+	testOutsider = "U0OUTSIDER"
+	testAdminKey = "admin-key-for-tests"
+	testTenant   = "acme"
+)
+
+// slackCall is one Web API call the double received.
+type slackCall struct {
+	Method string
+	Form   url.Values
+}
+
+// slackDouble is an httptest Slack Web API: it records every call and answers chat.postMessage,
+// chat.update and chat.postEphemeral as Slack does; fail decides, per call of a method (1-based),
+// whether to answer 500 instead.
+type slackDouble struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	seq  int
+	log  []slackCall
+	fail func(method string, n int) bool
+	// hold, when set, makes the next chat.postMessage signal arrived and wait for hold to close.
+	hold, arrived chan struct{}
+}
+
+func newSlackDouble(t testing.TB) *slackDouble {
+	d := &slackDouble{}
+	d.srv = httptest.NewServer(http.HandlerFunc(d.serve))
+	t.Cleanup(d.srv.Close)
+	return d
+}
+
+func (d *slackDouble) serve(w http.ResponseWriter, r *http.Request) {
+	_ = r.ParseForm()
+	method := strings.TrimPrefix(r.URL.Path, "/api/")
+	d.mu.Lock()
+	d.log = append(d.log, slackCall{Method: method, Form: r.PostForm})
+	n := 0
+	for _, c := range d.log {
+		if c.Method == method {
+			n++
+		}
+	}
+	failed := d.fail != nil && d.fail(method, n)
+	d.seq++
+	ts := fmt.Sprintf("1700000000.%06d", d.seq)
+	var hold, arrived chan struct{}
+	if method == "chat.postMessage" {
+		hold, arrived, d.hold = d.hold, d.arrived, nil // only the next post is held
+	}
+	d.mu.Unlock()
+	if hold != nil {
+		arrived <- struct{}{}
+		<-hold
+	}
+	if r.PostForm.Get("token") != "xoxb-test" {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": "invalid_auth"})
+		return
+	}
+	if failed {
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	switch method {
+	case "chat.postMessage":
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "channel": r.PostForm.Get("channel"), "ts": ts})
+	case "chat.update":
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "channel": r.PostForm.Get("channel"), "ts": r.PostForm.Get("ts"), "text": r.PostForm.Get("text")})
+	case "chat.postEphemeral":
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "message_ts": ts})
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": "unknown_method"})
+	}
+}
+
+// calls returns the recorded calls of method ("" for all). A failed call is recorded too.
+func (d *slackDouble) calls(method string) []slackCall {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []slackCall
+	for _, c := range d.log {
+		if method == "" || c.Method == method {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// posts returns the chat.postMessage calls that Slack accepted.
+func (d *slackDouble) posts(t testing.TB) []slackCall {
+	t.Helper()
+	d.mu.Lock()
+	fail := d.fail
+	d.mu.Unlock()
+	var out []slackCall
+	for i, c := range d.calls("chat.postMessage") {
+		if fail == nil || !fail("chat.postMessage", i+1) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// clock is the store's clock: tests move it instead of sleeping.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// published is one recorded Publish.
+type published struct {
+	Topic string
+	Data  string
+	Attrs map[string]string
+}
+
+// recorder is a Publisher that records what it publishes.
+type recorder struct {
+	mu          sync.Mutex
+	msgs        []published
+	PublishFunc func(topic string) error
+}
+
+func (r *recorder) Publish(_ context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
+	if r.PublishFunc != nil {
+		if err := r.PublishFunc(topic); err != nil {
+			return "", err
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, published{topic, string(data), attrs})
+	return "id", nil
+}
+
+func (r *recorder) on(topic string) []published {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []published
+	for _, m := range r.msgs {
+		if m.Topic == topic {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+var _ Publisher = (*recorder)(nil)
+
+type env struct {
+	ctx   context.Context
+	fs    *firestore.Client
+	st    *store.Store
+	clock *clock
+	slack *slackDouble
+	pub   *recorder
+	svc   *Service
+	http  *httptest.Server
+	cfg   Config
+	logs  *bytes.Buffer
+}
+
+func testConfig(slackURL string) Config {
+	return Config{
+		Port: "0", Project: "p", BotToken: "xoxb-test", SigningSecret: testSecret, Channel: testChannel,
+		Approvers: []string{testApprover}, SlackAPIURL: slackURL, AdminKey: testAdminKey, Consumer: ConsumerPush,
+		Instance: "dn-1", TasksDLQSub: bus.SubTasksDLQ, ResultsDLQSub: bus.SubResultsDLQ, AlertsSub: bus.SubAlerts,
+		Policy: Policy{
+			AlertCooldown: time.Minute, PostLease: 30 * time.Second,
+			PostBackoffBase: 10 * time.Second, PostBackoffMax: time.Minute, FollowUpGrace: time.Minute,
+		},
+		ShutdownGrace: time.Second,
+	}
+}
+
+func setup(t testing.TB) *env {
+	t.Helper()
+	ctx := context.Background()
+	fs, err := firestore.NewClient(ctx, emulator.ProjectID(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	c := &clock{t: time.Now().UTC().Truncate(time.Microsecond)}
+	st := store.New(fs)
+	st.Now = c.Now
+	st.MaxAttempts = 30
+	sd := newSlackDouble(t)
+	cfg := testConfig(sd.srv.URL)
+	logs := &bytes.Buffer{}
+	e := &env{ctx: ctx, fs: fs, st: st, clock: c, slack: sd, pub: &recorder{}, cfg: cfg, logs: logs}
+	e.svc = New(cfg, st, NewSlackClient(cfg), e.pub, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e.http = httptest.NewServer(e.svc.Handler())
+	t.Cleanup(e.http.Close)
+	return e
+}
+
+// deadTask writes a task that died in generation (replay 0) with its DLQ notice, as the worker
+// leaves it: spent tokens recorded, the task.dead event queued.
+func (e *env) deadTask(t testing.TB, id string, mutate ...func(*store.Task)) *store.Task {
+	t.Helper()
+	now := e.clock.Now()
+	tk := &store.Task{ID: id, Tenant: testTenant, Family: "summarize", Variant: "default", Input: "summarize " + id,
+		State: task.StateRunning, CreatedAt: now, Attempts: 3, ModelCalls: 6,
+		Usage: task.Usage{PromptTokens: 300, OutputTokens: 0, TotalTokens: 300}, CostUSD: 0.0006,
+		Error: &store.TaskError{Kind: task.KindTransient, Code: 503, Message: "model overloaded"}}
+	for _, m := range mutate {
+		m(tk)
+	}
+	next := now.Add(time.Minute)
+	tk.Notices = append(tk.Notices, store.Notice{Stage: task.StageGeneration, Replay: tk.Replay, NextAttemptAt: &next})
+	tk.Finish(task.StateDead, now)
+	if err := e.st.CreateTask(e.ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+// deliveryDeadTask writes a failed task whose task.failed webhook died (round 0), with its notice.
+func (e *env) deliveryDeadTask(t testing.TB, id string) *store.Task {
+	t.Helper()
+	now := e.clock.Now()
+	tk := &store.Task{ID: id, Tenant: testTenant, Family: "classify", Variant: "default", Input: "x",
+		CallbackURL: "https://app.example/hook", State: task.StateRunning, CreatedAt: now,
+		Error: &store.TaskError{Kind: task.KindPermanent, Code: 400, Message: "bad request"}}
+	tk.Finish(task.StateFailed, now)
+	tk.Delivery.State, tk.Delivery.Attempts, tk.Delivery.LastStatus = task.DeliveryDead, 4, 410
+	tk.Delivery.NextAttemptAt = nil
+	next := now.Add(time.Minute)
+	tk.Notices = append(tk.Notices, store.Notice{Stage: task.StageDelivery, NextAttemptAt: &next})
+	if err := e.st.CreateTask(e.ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+// noticeMsg is the message a DLQ notice arrives as.
+func noticeMsg(id string, n store.Notice) *bus.Message {
+	return &bus.Message{ID: "n-" + id, Attributes: n.Attributes(id)}
+}
+
+func (e *env) get(t testing.TB, id string) *store.Task {
+	t.Helper()
+	tk, err := e.st.GetTask(e.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+func (e *env) deadLetter(t testing.TB, id string) *store.DeadLetter {
+	t.Helper()
+	d, err := e.st.GetDeadLetter(e.ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// interaction is a block_actions payload as Slack sends it when user clicks action on dlID.
+func interaction(user string, action Action, dlID string) []byte {
+	cb := map[string]any{
+		"type":         "block_actions",
+		"user":         map[string]any{"id": user, "username": "someone"},
+		"channel":      map[string]any{"id": testChannel},
+		"response_url": "https://hooks.slack.example/actions/expired",
+		"trigger_id":   "1.2.3",
+		"actions": []map[string]any{{
+			"action_id": string(action), "block_id": "dlq:" + dlID, "value": dlID, "type": "button",
+			"action_ts": "1700000000.000001",
+		}},
+	}
+	payload, _ := json.Marshal(cb)
+	return []byte(url.Values{"payload": {string(payload)}}.Encode())
+}
+
+// click posts body to /slack/interactions signed with secret at ts.
+func (e *env) click(t testing.TB, body []byte, secret string, ts time.Time) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.http.URL+InteractionsPath, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range SignSlackRequest(secret, ts, body) {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+// approve clicks action on dlID as the approver, validly signed now.
+func (e *env) approve(t testing.TB, action Action, dlID string) {
+	t.Helper()
+	if code := e.click(t, interaction(testApprover, action, dlID), testSecret, time.Now()); code != http.StatusOK {
+		t.Fatalf("click %s: %d", action, code)
+	}
+}
+
+// blocksOf decodes the Block Kit blocks of a recorded call.
+func blocksOf(t testing.TB, c slackCall) slack.Blocks {
+	t.Helper()
+	var b slack.Blocks
+	if err := json.Unmarshal([]byte(c.Form.Get("blocks")), &b); err != nil {
+		t.Fatalf("blocks %q: %v", c.Form.Get("blocks"), err)
+	}
+	return b
+}
+
+// buttons lists the (action id, label, value) of a message's buttons.
+func buttons(t testing.TB, c slackCall) [][3]string {
+	t.Helper()
+	var out [][3]string
+	for _, b := range blocksOf(t, c).BlockSet {
+		if a, ok := b.(*slack.ActionBlock); ok {
+			for _, el := range a.Elements.ElementSet {
+				if btn, ok := el.(*slack.ButtonBlockElement); ok {
+					out = append(out, [3]string{btn.ActionID, btn.Text.Text, btn.Value})
+				}
+			}
+		}
+	}
+	return out
+}
