@@ -76,7 +76,7 @@ func TestAIMD(t *testing.T) {
 }
 
 func TestLimiterLogHoldsBunchedCalls(t *testing.T) {
-	b := newBucket(100, time.Second, 1, 0.96) // paced at 96/s, the log holds 98 a window
+	b := newBucket(100, time.Second, 1, 0.98) // paced at 98/s, the log holds 98 a window
 	for i := range 98 {
 		b.record(t0.Add(time.Duration(i)*time.Millisecond), 1)
 	}
@@ -92,7 +92,7 @@ func TestLimiterLogHoldsBunchedCalls(t *testing.T) {
 }
 
 func TestLimiterWaitsForTheLog(t *testing.T) {
-	// Tokens: 1000 a second, paced at 900/s with a burst of 50, the log holds 950.
+	// Tokens: 1000 a second, paced at 900/s with a burst of 50, the log holds 900.
 	l := &limiter{tokens: newBucket(1000, time.Second, 1, 0.9)}
 	clk := &stepClock{now: t0}
 	for range 10 {

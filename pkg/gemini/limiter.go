@@ -25,7 +25,7 @@ type bucket struct {
 	lim    *rate.Limiter
 	max    rate.Limit // the configured rate, per second
 	window time.Duration
-	cap    float64 // what the log may hold within a window: halfway between the paced rate and the quota
+	cap    float64 // what the log may hold within a window: the paced rate, leaving the headroom for transit jitter
 	log    []*sent
 }
 
@@ -46,7 +46,7 @@ func newBucket(perWindow float64, window time.Duration, share, headroom float64)
 		burst = 1
 	}
 	limit := rate.Limit(quota * headroom / window.Seconds())
-	return &bucket{lim: rate.NewLimiter(limit, burst), max: limit, window: window, cap: quota * (1 + headroom) / 2}
+	return &bucket{lim: rate.NewLimiter(limit, burst), max: limit, window: window, cap: quota * headroom}
 }
 
 // room returns how long until the log has room for n more within a window (0: now). A call
