@@ -58,11 +58,16 @@ locals {
     })
 
     dlqnotifier = merge(local.common_env, {
-      OTEL_SERVICE_NAME           = "dlqnotifier"
-      GENBOX_SLACK_CHANNEL        = var.slack_channel
-      GENBOX_SLACK_APPROVERS      = join(",", var.slack_approvers)
+      OTEL_SERVICE_NAME      = "dlqnotifier"
+      GENBOX_SLACK_CHANNEL   = var.slack_channel
+      GENBOX_SLACK_APPROVERS = join(",", var.slack_approvers)
+      GENBOX_CONSUMER        = "push"
+      # The service is public: the app must check that a push request's OIDC token carries this
+      # audience and was signed for this account.
       GENBOX_PUSH_AUDIENCE        = local.push_audience.dlqnotifier
       GENBOX_PUSH_SERVICE_ACCOUNT = google_service_account.push.email
+      # Cloud Run kills an instance 10 s after SIGTERM.
+      GENBOX_SHUTDOWN_GRACE = "8s"
     })
   }
 
