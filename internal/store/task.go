@@ -66,6 +66,7 @@ type Task struct {
 	Usage       task.Usage   `firestore:"usage"`
 	InDoubt     task.Usage   `firestore:"in_doubt"` // estimated tokens of calls that may have been billed
 	ModelCalls  int          `firestore:"model_calls"`
+	SpentBy     []string     `firestore:"spent_by,omitempty"` // owner:epoch of each call whose spend is recorded (once)
 	CostUSD     float64      `firestore:"cost_usd"`
 	Model       string       `firestore:"model,omitempty"`
 	Degraded    bool         `firestore:"degraded"`

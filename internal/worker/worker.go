@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -291,7 +292,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 	case errors.Is(cause, errOutputStored):
 		log.InfoContext(ctx, "another worker stored the output first; call cancelled")
 		h.stats.lost.Add(1)
-		h.account(ctx, log, t.ID, res)
+		h.account(ctx, log, t.ID, epoch, res)
 	case ctx.Err() != nil:
 		log.WarnContext(ctx, "shutting down before the model answered; lease released")
 		h.release(ctx, log, t.ID, epoch, res)
@@ -367,12 +368,20 @@ func (h *Handler) fenced(t *store.Task, epoch int64) bool {
 	return t.State == task.StateRunning && t.Lease.Owner == h.pol.Owner && t.Lease.Epoch == epoch && !t.HasOutput()
 }
 
-// addSpend adds what a call paid to t: paid tokens are recorded whatever happens to the task.
-func addSpend(t *store.Task, res gemini.Result) {
+// addSpend adds what the call made under epoch paid to t, once: paid tokens are recorded whatever
+// happens to the task, and a commit retried after an unknown outcome never counts them twice. It
+// reports whether it added anything.
+func (h *Handler) addSpend(t *store.Task, epoch int64, res gemini.Result) bool {
+	key := h.pol.Owner + ":" + strconv.FormatInt(epoch, 10)
+	if !spent(res) || slices.Contains(t.SpentBy, key) {
+		return false
+	}
+	t.SpentBy = append(t.SpentBy, key)
 	t.Usage = t.Usage.Add(res.Usage)
 	t.InDoubt = t.InDoubt.Add(res.InDoubt)
 	t.ModelCalls += res.Calls
 	t.CostUSD += res.CostUSD
+	return true
 }
 
 // spent reports whether res paid for anything worth recording.
@@ -399,7 +408,7 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 			outcome = persistMineSeen
 			return store.ErrNoChange
 		}
-		addSpend(t, res)
+		h.addSpend(t, epoch, res)
 		if t.Replay != claimed.Replay || t.HasOutput() || !(t.State == task.StateRunning || t.State == task.StateQueued || t.State == task.StateWaiting) {
 			outcome = persistAccount
 			return nil
@@ -482,10 +491,9 @@ func (h *Handler) fencedWrite(ctx context.Context, log *slog.Logger, id string, 
 	applied := false
 	t, err := h.mutateRetrying(ctx, log, id, func(t *store.Task, now time.Time) error {
 		applied = h.fenced(t, epoch)
-		if !applied && !spent(res) {
+		if added := h.addSpend(t, epoch, res); !applied && !added {
 			return store.ErrNoChange
 		}
-		addSpend(t, res)
 		if applied {
 			change(t, now)
 		}
@@ -503,12 +511,14 @@ func (h *Handler) fencedWrite(ctx context.Context, log *slog.Logger, id string, 
 }
 
 // account records what a cancelled call spent.
-func (h *Handler) account(ctx context.Context, log *slog.Logger, id string, res gemini.Result) {
+func (h *Handler) account(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
 	if !spent(res) {
 		return
 	}
-	if _, err := h.store.MutateTask(context.WithoutCancel(ctx), id, func(t *store.Task, _ time.Time) error {
-		addSpend(t, res)
+	if _, err := h.mutateRetrying(context.WithoutCancel(ctx), log, id, func(t *store.Task, _ time.Time) error {
+		if !h.addSpend(t, epoch, res) {
+			return store.ErrNoChange
+		}
 		return nil
 	}); err != nil {
 		log.ErrorContext(ctx, "could not record the spend of a cancelled call", "error", err)

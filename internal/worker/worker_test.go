@@ -433,3 +433,21 @@ func TestConfigFromEnv(t *testing.T) {
 		})
 	}
 }
+
+// A commit retried after an unknown outcome never records a call's spend twice.
+func TestSpendRecordedOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.task(t, "once", func(d *store.Task) { d.State = task.StateCancelled })
+	h := b.handler(policy("w1"), chain("m"))
+	res := gemini.Result{Text: "late", Model: "m", Calls: 1, CostUSD: 0.01, Usage: task.Usage{PromptTokens: 10, OutputTokens: 5, TotalTokens: 15}}
+	claimed := b.get(t, "once")
+	for range 2 { // the first commit's outcome was unknown: the output is offered again
+		h.persist(context.Background(), h.log, claimed, 7, res, time.Now())
+	}
+	h.fail(context.Background(), h.log, "once", 7, res, &store.TaskError{Kind: task.KindPermanent, Message: "x"})
+	got := b.get(t, "once")
+	if got.State != task.StateCancelled || got.HasOutput() || got.ModelCalls != 1 || got.Usage != res.Usage || got.CostUSD != res.CostUSD {
+		t.Errorf("state %s output %v calls %d usage %+v cost %v; want the spend recorded once on a cancelled task", got.State, got.HasOutput(), got.ModelCalls, got.Usage, got.CostUSD)
+	}
+}
