@@ -255,3 +255,32 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestLoadDirectoryOverridesAndDuplicates(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	body := "family: summarize\nversion: '2027-01-01'\ntemplate: 'Shorter: {{.Input}}'\nvariants: {default: {}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "summarize.yaml"), []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := prompts.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := r.Render("summarize", "", "x", nil)
+	if err != nil || rd.Version != "2027-01-01" || rd.Prompt != "Shorter: x" {
+		t.Fatalf("override: %+v %v", rd, err)
+	}
+	if r.Has("summarize", "digest") {
+		t.Error("the replaced family kept the embedded variants")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "again.yml"), []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prompts.Load(dir); err == nil || !strings.Contains(err.Error(), "already defined") {
+		t.Errorf("two files of one family: %v", err)
+	}
+	if _, err := prompts.Load(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing directory loaded")
+	}
+}
