@@ -314,12 +314,7 @@ func (h *Handler) request(t *store.Task) (gemini.Request, error) {
 	if err != nil {
 		return gemini.Request{}, fmt.Errorf("render %s/%s: %w", t.Family, t.Variant, err)
 	}
-	req := gemini.Request{
-		TaskID: t.ID, Tenant: t.Tenant, Models: r.Models,
-		SystemInstruction: r.SystemInstruction, Prompt: r.Prompt, Config: r.Config,
-		ResponseMIMEType: r.ResponseMIMEType, ResponseJSONSchema: r.ResponseJSONSchema,
-		Validate: r.Validate, QualityRetry: r.QualityRetry,
-	}
+	req := gemini.NewRequest(t.ID, t.Tenant, r)
 	if len(t.ModelChain) > 0 {
 		req.Models = t.ModelChain
 	}
