@@ -68,7 +68,7 @@ func TestNoticePostsOneMessage(t *testing.T) {
 				t.Errorf("buttons %v, want %v", got, tc.buttons)
 			}
 			for _, want := range tc.texts {
-				if !strings.Contains(p.Form.Get("blocks"), want) {
+				if !strings.Contains(textOf(t, p), want) {
 					t.Errorf("message lacks %q:\n%s", want, p.Form.Get("blocks"))
 				}
 			}
@@ -121,7 +121,7 @@ func TestNoticeTwiceOnePost(t *testing.T) {
 	<-done
 	n := 0
 	for _, p := range e.slack.posts(t) {
-		if strings.Contains(p.Form.Get("blocks"), "t-twice-concurrent") {
+		if strings.Contains(textOf(t, p), "t-twice-concurrent") {
 			n++
 		}
 	}

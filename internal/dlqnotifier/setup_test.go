@@ -166,15 +166,21 @@ type recorder struct {
 }
 
 func (r *recorder) Publish(_ context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.PublishFunc != nil {
 		if err := r.PublishFunc(topic); err != nil {
 			return "", err
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.msgs = append(r.msgs, published{topic, string(data), attrs})
 	return "id", nil
+}
+
+func (r *recorder) setFunc(f func(topic string) error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.PublishFunc = f
 }
 
 func (r *recorder) on(topic string) []published {
@@ -354,6 +360,18 @@ func blocksOf(t testing.TB, c slackCall) slack.Blocks {
 		t.Fatalf("blocks %q: %v", c.Form.Get("blocks"), err)
 	}
 	return b
+}
+
+// textOf joins the section texts of a recorded call's blocks.
+func textOf(t testing.TB, c slackCall) string {
+	t.Helper()
+	var parts []string
+	for _, b := range blocksOf(t, c).BlockSet {
+		if sec, ok := b.(*slack.SectionBlock); ok && sec.Text != nil {
+			parts = append(parts, sec.Text.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
 }
 
 // buttons lists the (action id, label, value) of a message's buttons.
