@@ -72,6 +72,7 @@ type Client struct {
 	rand         func() float64
 	log          *slog.Logger
 	httpClient   *http.Client
+	attemptHook  AttemptHook
 
 	mu       sync.Mutex
 	breakers map[string]*breaker
@@ -245,7 +246,7 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 				}
 			}
 			budget--
-			text, f, err := c.call(ctx, model, req, cfg, &res)
+			text, f, err := c.attempt(ctx, c.cfg.MaxAttempts-budget, model, req, cfg, &res)
 			if err != nil {
 				br.record(c.clock.Now(), outcomeNeutral)
 				return res, err
