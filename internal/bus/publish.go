@@ -31,17 +31,20 @@ func NewPublisher(c *pubsub.Client) *Publisher {
 }
 
 // Publish sends data with attrs to topic and waits for the server's message id, so a nil error
-// means Pub/Sub has the message. The trace context of ctx travels in the message's attributes
-// (W3C traceparent/tracestate, through the global propagator); attrs itself is not modified.
+// means Pub/Sub has the message. A producer span ("publish <topic>") child of ctx's span covers
+// the publish, and its trace context travels in the message's attributes (W3C
+// traceparent/tracestate, through the global propagator); attrs itself is not modified.
 func (p *Publisher) Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
 	t, err := p.topic(topic)
 	if err != nil {
 		return "", err
 	}
+	ctx, span := startPublish(ctx, topic)
 	a := make(map[string]string, len(attrs)+2)
 	maps.Copy(a, attrs)
 	otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(a))
 	id, err := t.Publish(ctx, &pubsub.Message{Data: data, Attributes: a}).Get(ctx)
+	endPublish(span, id, err)
 	if err != nil {
 		return "", fmt.Errorf("publish to %s: %w", topic, err)
 	}

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 )
 
 // PullSettings configure streaming pull. Zero values take the client library's defaults.
@@ -24,8 +22,8 @@ type PullSettings struct {
 }
 
 // Pull receives messages of subscription by streaming pull and hands each to h, acking or
-// nacking by its result. The handler's context carries the trace context found in the message's
-// attributes. Pull blocks until ctx ends (then it returns nil, after in-flight handlers return)
+// nacking by its result. The handler runs inside a consumer span ("process <subscription>") that
+// continues the trace found in the message's attributes. Pull blocks until ctx ends (then it returns nil, after in-flight handlers return)
 // or the subscription fails.
 func Pull(ctx context.Context, c *pubsub.Client, subscription string, s PullSettings, h Handler) error {
 	sub := c.Subscriber(subscription)
@@ -39,7 +37,7 @@ func Pull(ctx context.Context, c *pubsub.Client, subscription string, s PullSett
 		if pm.DeliveryAttempt != nil {
 			m.DeliveryAttempt = *pm.DeliveryAttempt
 		}
-		if h.Handle(withTrace(ctx, m.Attributes), m) == Ack {
+		if process(ctx, h, subscription, m) == Ack {
 			pm.Ack()
 		} else {
 			pm.Nack()
@@ -49,9 +47,4 @@ func Pull(ctx context.Context, c *pubsub.Client, subscription string, s PullSett
 		return fmt.Errorf("pull %s: %w", subscription, err)
 	}
 	return nil
-}
-
-// withTrace returns ctx carrying the remote span context found in attrs, if any.
-func withTrace(ctx context.Context, attrs map[string]string) context.Context {
-	return otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(attrs))
 }

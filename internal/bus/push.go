@@ -57,7 +57,7 @@ func Push(h Handler, log *slog.Logger) http.Handler {
 			writeProblem(w, pushStatus(err), err.Error())
 			return
 		}
-		res := h.Handle(withTrace(r.Context(), m.Attributes), m)
+		res := process(r.Context(), h, pushSubscription(sub), m)
 		log.DebugContext(r.Context(), "push: handled", "subscription", sub, "message_id", m.ID,
 			"delivery_attempt", m.DeliveryAttempt, "result", res.String())
 		if res == Ack {
