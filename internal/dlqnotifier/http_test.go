@@ -1,0 +1,279 @@
+package dlqnotifier
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Only a validly signed, recent click by an approver, on an open dead letter, changes anything.
+// Everything else leaves the task, the dead letter, the nudges and the message as they were.
+func TestInteractionRefusals(t *testing.T) {
+	t.Parallel()
+	const dl = "t-guard:delivery:0:0"
+	tests := []struct {
+		name      string
+		before    func(e *env, t *testing.T) // e.g. a first decision
+		body      []byte
+		secret    string
+		ts        time.Time
+		tamper    bool
+		noHeaders bool
+		wantCode  int
+		ephemeral string // text the clicking user is told, "" for no Slack call at all
+	}{
+		{name: "forged signature", body: interaction(testApprover, ActionRedeliver, dl), secret: "not-the-secret", ts: time.Now(), wantCode: http.StatusUnauthorized},
+		{name: "tampered body", body: interaction(testApprover, ActionRedeliver, dl), secret: testSecret, ts: time.Now(), tamper: true, wantCode: http.StatusUnauthorized},
+		{name: "timestamp older than 5 minutes", body: interaction(testApprover, ActionRedeliver, dl), secret: testSecret, ts: time.Now().Add(-5*time.Minute - 10*time.Second), wantCode: http.StatusUnauthorized},
+		{name: "timestamp in the future", body: interaction(testApprover, ActionRedeliver, dl), secret: testSecret, ts: time.Now().Add(6 * time.Minute), wantCode: http.StatusUnauthorized},
+		{name: "no signature", body: interaction(testApprover, ActionRedeliver, dl), noHeaders: true, wantCode: http.StatusUnauthorized},
+		{name: "non-approver", body: interaction(testOutsider, ActionRedeliver, dl), secret: testSecret, ts: time.Now(), wantCode: http.StatusOK, ephemeral: "Only genbox approvers"},
+		{name: "action of the other stage", body: interaction(testApprover, ActionRegenerate, dl), secret: testSecret, ts: time.Now(), wantCode: http.StatusOK, ephemeral: "does not apply"},
+		{name: "unknown dead letter", body: interaction(testApprover, ActionDiscard, "t-other:delivery:0:0"), secret: testSecret, ts: time.Now(), wantCode: http.StatusOK, ephemeral: "Nothing was changed"},
+		{
+			name:   "second click",
+			before: func(e *env, t *testing.T) { e.approve(t, ActionRedeliver, dl) },
+			body:   interaction(testApprover, ActionDiscard, dl), secret: testSecret, ts: time.Now(), wantCode: http.StatusOK,
+			ephemeral: "already decided by <@" + testApprover + "> at ",
+		},
+		{name: "not a payload", body: []byte("payload=%7Bnot+json"), secret: testSecret, ts: time.Now(), wantCode: http.StatusBadRequest},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			tk := e.deliveryDeadTask(t, "t-guard")
+			e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
+			if tc.before != nil {
+				tc.before(e, t)
+			}
+			taskBefore, dlBefore := e.get(t, tk.ID), e.deadLetter(t, dl)
+			pubBefore, slackBefore := len(e.pub.on(bus.TopicResults)), len(e.slack.calls(""))
+
+			req, _ := http.NewRequest(http.MethodPost, e.http.URL+InteractionsPath, bytes.NewReader(tc.body))
+			if !tc.noHeaders {
+				for k, v := range SignSlackRequest(tc.secret, tc.ts, tc.body) {
+					req.Header[k] = v
+				}
+			}
+			if tc.tamper {
+				req, _ = http.NewRequest(http.MethodPost, e.http.URL+InteractionsPath,
+					bytes.NewReader(interaction(testApprover, ActionDiscard, dl)))
+				for k, v := range SignSlackRequest(tc.secret, tc.ts, tc.body) {
+					req.Header[k] = v
+				}
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.wantCode {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.wantCode)
+			}
+
+			taskAfter, dlAfter := e.get(t, tk.ID), e.deadLetter(t, dl)
+			if !taskAfter.UpdateTime.Equal(taskBefore.UpdateTime) || dlAfter.State != dlBefore.State || dlAfter.DecidedBy != dlBefore.DecidedBy || !dlAfter.UpdatedAt.Equal(dlBefore.UpdatedAt) {
+				t.Fatalf("something changed: task %v→%v, dead letter %+v→%+v", taskBefore.UpdateTime, taskAfter.UpdateTime, dlBefore, dlAfter)
+			}
+			if n := len(e.pub.on(bus.TopicResults)); n != pubBefore {
+				t.Fatalf("nudges published: %d→%d", pubBefore, n)
+			}
+			calls := e.slack.calls("")[slackBefore:]
+			if tc.ephemeral == "" {
+				if len(calls) != 0 {
+					t.Fatalf("Slack called: %+v", calls)
+				}
+				return
+			}
+			if len(calls) != 1 || calls[0].Method != "chat.postEphemeral" || !strings.Contains(calls[0].Form.Get("text"), tc.ephemeral) {
+				t.Fatalf("want one ephemeral answer containing %q, got %+v", tc.ephemeral, calls)
+			}
+			user := testApprover
+			if tc.name == "non-approver" {
+				user = testOutsider
+			}
+			if calls[0].Form.Get("user") != user || calls[0].Form.Get("channel") != testChannel {
+				t.Fatalf("ephemeral to %q in %q", calls[0].Form.Get("user"), calls[0].Form.Get("channel"))
+			}
+		})
+	}
+}
+
+// An oversized interaction body is refused before anything else.
+func TestInteractionBodyCap(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	body := []byte("payload=" + strings.Repeat("a", MaxInteractionBytes))
+	if code := e.click(t, body, testSecret, time.Now()); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d", code)
+	}
+}
+
+// The admin path lists and shows dead letters and decides through the same decision as Slack;
+// it needs the Bearer key.
+func TestAdmin(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	for _, id := range []string{"t-admin-1", "t-admin-2"} {
+		tk := e.deliveryDeadTask(t, id)
+		e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
+		e.clock.Add(time.Second)
+	}
+	do := func(method, path, key, body string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, e.http.URL+path, strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	tests := []struct {
+		name, method, path, key, body string
+		want                          int
+		check                         func(t *testing.T, out map[string]any)
+	}{
+		{name: "no key", method: "GET", path: AdminPrefix, want: http.StatusUnauthorized},
+		{name: "wrong key", method: "GET", path: AdminPrefix, key: "nope", want: http.StatusUnauthorized},
+		{name: "list open", method: "GET", path: AdminPrefix + "?state=open", key: testAdminKey, want: http.StatusOK,
+			check: func(t *testing.T, out map[string]any) {
+				l, _ := out["dead_letters"].([]any)
+				if len(l) != 2 || l[0].(map[string]any)["id"] != "t-admin-1:delivery:0:0" {
+					t.Fatalf("list %v", out)
+				}
+			}},
+		{name: "show", method: "GET", path: AdminPrefix + "/t-admin-2:delivery:0:0", key: testAdminKey, want: http.StatusOK,
+			check: func(t *testing.T, out map[string]any) {
+				if out["task_id"] != "t-admin-2" || out["state"] != "open" || out["slack_ts"] == "" {
+					t.Fatalf("show %v", out)
+				}
+			}},
+		{name: "show missing", method: "GET", path: AdminPrefix + "/t-none:delivery:0:0", key: testAdminKey, want: http.StatusNotFound},
+		{name: "no operator", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:redeliver", key: testAdminKey, body: `{}`, want: http.StatusBadRequest},
+		{name: "wrong stage", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:regenerate", key: testAdminKey, body: `{"operator":"ops"}`, want: http.StatusBadRequest},
+		{name: "redeliver", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:redeliver", key: testAdminKey, body: `{"operator":"ops"}`, want: http.StatusOK,
+			check: func(t *testing.T, out map[string]any) {
+				if out["state"] != "redelivered" || out["decided_by"] != "ops (admin)" {
+					t.Fatalf("decision %v", out)
+				}
+			}},
+		{name: "again", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:discard", key: testAdminKey, body: `{"operator":"ops2"}`, want: http.StatusConflict,
+			check: func(t *testing.T, out map[string]any) {
+				if !strings.Contains(out["error"].(string), "already decided by ops (admin)") {
+					t.Fatalf("error %v", out)
+				}
+			}},
+		{name: "list open after", method: "GET", path: AdminPrefix, key: testAdminKey, want: http.StatusOK,
+			check: func(t *testing.T, out map[string]any) {
+				if l, _ := out["dead_letters"].([]any); len(l) != 1 {
+					t.Fatalf("list %v", out)
+				}
+			}},
+		{name: "bad limit", method: "GET", path: AdminPrefix + "?limit=0", key: testAdminKey, want: http.StatusBadRequest},
+	}
+	for _, tc := range tests { // in order: the decisions build on each other
+		code, out := do(tc.method, tc.path, tc.key, tc.body)
+		if code != tc.want {
+			t.Fatalf("%s: status %d, want %d (%v)", tc.name, code, tc.want, out)
+		}
+		if tc.check != nil {
+			tc.check(t, out)
+		}
+	}
+	got := e.get(t, "t-admin-1")
+	if got.Delivery.State != task.DeliveryPending || got.Delivery.Round != 1 || e.nudged(bus.TopicResults, "t-admin-1") != 1 {
+		t.Fatalf("admin redeliver: %+v", got.Delivery)
+	}
+	if u := e.slack.calls("chat.update"); len(u) != 1 || !strings.Contains(textOf(t, u[0]), "Redelivered* by ops (admin)") {
+		t.Fatalf("chat.update %+v", u)
+	}
+}
+
+// SignSlackRequest signs exactly as Slack does: slack-go's verifier accepts it.
+func TestSignSlackRequest(t *testing.T) {
+	t.Parallel()
+	body := interaction(testApprover, ActionDiscard, "x:delivery:0:0")
+	h := SignSlackRequest(testSecret, time.Now(), body)
+	if err := verifySlack(h, body, testSecret); err != nil {
+		t.Fatal(err)
+	}
+	if err := verifySlack(h, append(body, '&'), testSecret); err == nil {
+		t.Fatal("a changed body verified")
+	}
+	// Slack's documented example request.
+	ex := []byte("token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c")
+	got := SignSlackRequest(testSecret, time.Unix(1531420618, 0), ex).Get(HeaderSlackSignature)
+	if got != "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503" {
+		t.Fatalf("signature %s", got)
+	}
+}
+
+// FuzzSlackPayload: the interaction decoder never panics, and what it accepts has the payload's
+// actions.
+func FuzzSlackPayload(f *testing.F) {
+	f.Add(interaction(testApprover, ActionRegenerate, "t:generation:0:0"))
+	f.Add([]byte("payload=%7B%7D"))
+	f.Add([]byte("payload=%7B%22type%22%3A%22block_actions%22%2C%22actions%22%3A%5B%7B%7D%5D%7D"))
+	f.Add([]byte("payload=null"))
+	f.Add([]byte("a=%zz"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		cb, err := DecodeInteraction(body)
+		if err != nil {
+			if cb != nil {
+				t.Fatal("a callback with an error")
+			}
+			return
+		}
+		form, perr := url.ParseQuery(string(body))
+		if perr != nil || form.Get("payload") == "" {
+			t.Fatalf("accepted a body without a payload: %q", body)
+		}
+		for _, a := range cb.ActionCallback.BlockActions {
+			_ = Action(a.ActionID).appliesTo(task.StageGeneration)
+			_, _, _ = parseDeadLetterID(a.Value)
+		}
+	})
+}
+
+// Dead letter ids round-trip, and anything else is refused.
+func TestParseDeadLetterID(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		ok   bool
+		task string
+	}{
+		{"abc:generation:0:0", true, "abc"},
+		{"abc:delivery:3:7", true, "abc"},
+		{"abc:delivery:-1:0", false, ""},
+		{"abc:other:0:0", false, ""},
+		{":generation:0:0", false, ""},
+		{"abc:generation:0", false, ""},
+		{"abc:generation:01:0", false, ""},
+		{"abc:generation:0:x", false, ""},
+	} {
+		id, n, err := parseDeadLetterID(tc.in)
+		if (err == nil) != tc.ok || id != tc.task {
+			t.Errorf("%q: %q %v", tc.in, id, err)
+		}
+		if tc.ok && store.DeadLetterID(id, n.Stage, n.Replay, n.Round) != tc.in {
+			t.Errorf("%q does not round-trip", tc.in)
+		}
+	}
+}
