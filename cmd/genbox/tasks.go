@@ -216,14 +216,20 @@ func progress(v *task.View) string {
 }
 
 func runGet(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "get", "[flags] TASK_ID", "Prints the task as the API shows it (JSON).")
+	return taskVerb(ctx, e, args, "get", "Prints the task as the API shows it (JSON).", (*client.Client).Get)
+}
+
+// taskVerb is a verb that takes one task id, calls the API with it and prints the task.
+func taskVerb(ctx context.Context, e env, args []string, name, description string,
+	call func(c *client.Client, ctx context.Context, id string) (*task.View, error)) error {
+	fs := newFlags(e, name, "[flags] TASK_ID", description)
 	var api apiFlags
 	api.register(fs, e, envAPIKey)
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
 	}
-	id, err := oneArg(pos, "get", "task id")
+	id, err := oneArg(pos, name, "task id")
 	if err != nil {
 		return err
 	}
@@ -231,9 +237,9 @@ func runGet(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	v, err := c.Get(ctx, id)
+	v, err := call(c, ctx, id)
 	if err != nil {
-		return fmt.Errorf("get %s: %w", id, err)
+		return fmt.Errorf("%s %s: %w", name, id, err)
 	}
 	return printJSON(e.stdout, v)
 }
@@ -323,25 +329,7 @@ func statesList() string {
 }
 
 func runCancel(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "cancel", "[flags] TASK_ID",
-		"Cancels a queued or waiting task and prints it; a running or finished task cannot be cancelled (exit 6).")
-	var api apiFlags
-	api.register(fs, e, envAPIKey)
-	pos, err := parse(e, fs, args)
-	if err != nil {
-		return err
-	}
-	id, err := oneArg(pos, "cancel", "task id")
-	if err != nil {
-		return err
-	}
-	c, err := api.client(envAPIKey)
-	if err != nil {
-		return err
-	}
-	v, err := c.Cancel(ctx, id)
-	if err != nil {
-		return fmt.Errorf("cancel %s: %w", id, err)
-	}
-	return printJSON(e.stdout, v)
+	return taskVerb(ctx, e, args, "cancel",
+		"Cancels a queued or waiting task and prints it; a running or finished task cannot be cancelled (exit 6).",
+		(*client.Client).Cancel)
 }

@@ -40,60 +40,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// testEnv is the services' environment in tests: short leases, backoffs and sweeps.
-func testEnv(extra ...string) func(string) string {
-	e := map[string]string{
-		"FIRESTORE_EMULATOR_HOST":     os.Getenv("FIRESTORE_EMULATOR_HOST"),
-		"PUBSUB_EMULATOR_HOST":        os.Getenv("PUBSUB_EMULATOR_HOST"),
-		"GENBOX_BACKOFF_BASE":         "10ms",
-		"GENBOX_BACKOFF_MAX":          "50ms",
-		"GENBOX_LEASE_TTL":            "2s",
-		"GENBOX_LEASE_RENEW":          "500ms",
-		"GENBOX_MAX_EXTENSION":        "1m",
-		"GENBOX_SWEEP_INTERVAL":       "200ms",
-		"GENBOX_SWEEP_LEADER_TTL":     "1s",
-		"GENBOX_SWEEP_BACKOFF_BASE":   "500ms",
-		"GENBOX_SWEEP_BACKOFF_MAX":    "1s",
-		"GENBOX_NUDGE_GRACE":          "2s",
-		"GENBOX_NOTICE_GRACE":         "1s",
-		"GENBOX_RETRY_BASE":           "50ms",
-		"GENBOX_RETRY_MAX":            "200ms",
-		"GENBOX_SHUTDOWN_GRACE":       "1s",
-		"GENBOX_DELIVERY_BACKOFF_MIN": "50ms",
-		"GENBOX_DELIVERY_BACKOFF_MAX": "200ms",
-	}
-	for i := 0; i+1 < len(extra); i += 2 {
-		e[extra[i]] = extra[i+1]
-	}
-	return func(k string) string { return e[k] }
-}
-
 // setup starts a stack of the test's own project on free ports.
 func setup(t *testing.T, extra ...string) (*Stack, *syncBuffer) {
 	t.Helper()
 	out := &syncBuffer{}
-	cfg, err := FromEnv(testEnv(extra...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Project = emulator.ProjectID(t)
-	cfg.PublisherAddr, cfg.DLQAddr, cfg.SlackAddr, cfg.WebhookAddr, cfg.GeminiAddr =
-		"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Out = out
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return s, out
+	return StartTest(t, out, extra...), out
 }
 
 // A task submitted over REST with the dev tenant's key succeeds and its webhook reaches the

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -25,10 +24,7 @@ type Delivery struct {
 // every delivery) with every verified delivery also kept, so tests and scripts can wait for one.
 type Inbox struct {
 	recv http.Handler
-
-	mu      sync.Mutex
-	got     []Delivery
-	changed chan struct{} // closed and replaced on every new delivery
+	got  record[Delivery]
 }
 
 // NewInbox returns a listener verifying with secret and printing to out.
@@ -37,7 +33,7 @@ func NewInbox(secret string, out io.Writer) (*Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Inbox{recv: webhook.Receiver(v, out), changed: make(chan struct{})}, nil
+	return &Inbox{recv: webhook.Receiver(v, out)}, nil
 }
 
 var _ http.Handler = (*Inbox)(nil)
@@ -68,37 +64,13 @@ func (in *Inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d := Delivery{ID: r.Header.Get(webhook.HeaderID), Body: body, At: time.Now()}
 	_ = json.Unmarshal(body, &d.Event) // verified: genbox wrote it; a body that does not decode keeps a zero Event
-	in.mu.Lock()
-	in.got = append(in.got, d)
-	close(in.changed)
-	in.changed = make(chan struct{})
-	in.mu.Unlock()
+	in.got.add(d)
 }
 
 // Deliveries returns every verified delivery so far, in arrival order.
-func (in *Inbox) Deliveries() []Delivery {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return append([]Delivery(nil), in.got...)
-}
+func (in *Inbox) Deliveries() []Delivery { return in.got.all() }
 
 // Wait returns the first delivery that match accepts, waiting for it until ctx ends.
 func (in *Inbox) Wait(ctx context.Context, match func(Delivery) bool) (Delivery, error) {
-	seen := 0
-	for {
-		in.mu.Lock()
-		got, changed := in.got[seen:], in.changed
-		seen = len(in.got)
-		in.mu.Unlock()
-		for _, d := range got {
-			if match(d) {
-				return d, nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return Delivery{}, ctx.Err()
-		case <-changed:
-		}
-	}
+	return in.got.wait(ctx, match)
 }

@@ -66,21 +66,13 @@ type Slack struct {
 	// HTTP sends the interactions (http.DefaultClient when nil).
 	HTTP *http.Client
 
+	calls    record[SlackCall]
 	mu       sync.Mutex
-	calls    []SlackCall
 	messages map[string]SlackCall // channel/ts -> the latest post or update of the message
 	seq      int
-	changed  chan struct{}
 }
 
 var _ http.Handler = (*Slack)(nil)
-
-func (s *Slack) init() {
-	if s.messages == nil {
-		s.messages = map[string]SlackCall{}
-		s.changed = make(chan struct{})
-	}
-}
 
 // ServeHTTP serves the Web API double and the console.
 func (s *Slack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -92,32 +84,11 @@ func (s *Slack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Calls returns every Web API call so far, in order.
-func (s *Slack) Calls() []SlackCall {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]SlackCall(nil), s.calls...)
-}
+func (s *Slack) Calls() []SlackCall { return s.calls.all() }
 
 // WaitCall returns the first call that match accepts, waiting for it until ctx ends.
 func (s *Slack) WaitCall(ctx context.Context, match func(SlackCall) bool) (SlackCall, error) {
-	seen := 0
-	for {
-		s.mu.Lock()
-		s.init()
-		got, changed := s.calls[seen:], s.changed
-		seen = len(s.calls)
-		s.mu.Unlock()
-		for _, c := range got {
-			if match(c) {
-				return c, nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return SlackCall{}, ctx.Err()
-		case <-changed:
-		}
-	}
+	return s.calls.wait(ctx, match)
 }
 
 func (s *Slack) serveAPI(w http.ResponseWriter, r *http.Request) {
@@ -127,7 +98,9 @@ func (s *Slack) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	c := SlackCall{Method: r.PathValue("method"), Form: r.PostForm, Channel: r.PostForm.Get("channel"), At: time.Now()}
 	s.mu.Lock()
-	s.init()
+	if s.messages == nil {
+		s.messages = map[string]SlackCall{}
+	}
 	switch c.Method {
 	case "chat.postMessage":
 		s.seq++
@@ -137,10 +110,8 @@ func (s *Slack) serveAPI(w http.ResponseWriter, r *http.Request) {
 		c.TS = r.PostForm.Get("ts")
 		s.messages[c.Channel+"/"+c.TS] = c
 	}
-	s.calls = append(s.calls, c)
-	close(s.changed)
-	s.changed = make(chan struct{})
 	s.mu.Unlock()
+	s.calls.add(c)
 	s.Log.Info("slack double", "method", c.Method, "channel", c.Channel, "ts", c.TS)
 	writeSlack(w, map[string]any{"ok": true, "channel": c.Channel, "ts": c.TS})
 }
@@ -326,9 +297,7 @@ func (s *Slack) ClickAs(ctx context.Context, user string, msg SlackCall, actionI
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	s.mu.Lock()
-	before := len(s.calls)
-	s.mu.Unlock()
+	before := s.calls.len()
 	resp, err := hc.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("post interaction: %w", err)
@@ -338,9 +307,8 @@ func (s *Slack) ClickAs(ctx context.Context, user string, msg SlackCall, actionI
 	if resp.StatusCode/100 != 2 {
 		return "", fmt.Errorf("%w: %s: %s", ErrRefused, resp.Status, bytes.TrimSpace(text))
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, c := range s.calls[before:] {
+	during := s.calls.since(before)
+	for _, c := range during {
 		if c.Method == "chat.postEphemeral" && c.Form.Get("user") == user {
 			return c.Form.Get("text"), nil
 		}
