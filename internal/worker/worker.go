@@ -75,6 +75,7 @@ type Handler struct {
 	pub    Publisher
 	log    *slog.Logger
 	pol    Policy
+	mp     ModelPolicy
 
 	abort   context.Context // cancelled by Abort: in-flight calls give up and release their lease
 	cancel  context.CancelFunc
@@ -116,6 +117,7 @@ func (h *Handler) Abort() { h.cancel() }
 // Stats counts what the handler did; read it with Snapshot.
 type Stats struct {
 	claimed, notClaimed, stored, lost, released, parked, failed, dead, refused atomic.Int64
+	deferred, cacheHits, stale                                                 atomic.Int64
 	mu                                                                         sync.Mutex
 	windows                                                                    []time.Duration
 }
@@ -123,6 +125,9 @@ type Stats struct {
 // StatsSnapshot is a copy of the handler's counters.
 type StatsSnapshot struct {
 	Claimed, NotClaimed, Stored, Lost, Released, Parked, Failed, Dead, Refused int64
+	// Deferred counts tasks handed back before a call (tenant cap, unreadable limits); CacheHits
+	// and Stale count outputs stored without a call.
+	Deferred, CacheHits, Stale int64
 	// PaidWindows are the durations from the start of each stored output's model call to its
 	// commit: the only window in which a crash costs a second generation.
 	PaidWindows []time.Duration
@@ -137,7 +142,8 @@ func (h *Handler) Stats() StatsSnapshot {
 	return StatsSnapshot{
 		Claimed: s.claimed.Load(), NotClaimed: s.notClaimed.Load(), Stored: s.stored.Load(), Lost: s.lost.Load(),
 		Released: s.released.Load(), Parked: s.parked.Load(), Failed: s.failed.Load(), Dead: s.dead.Load(),
-		Refused: s.refused.Load(), PaidWindows: w,
+		Refused: s.refused.Load(), Deferred: s.deferred.Load(), CacheHits: s.cacheHits.Load(), Stale: s.stale.Load(),
+		PaidWindows: w,
 	}
 }
 
@@ -261,14 +267,17 @@ var errOutputStored = errors.New("worker: the task already has its output")
 func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 	epoch := t.Lease.Epoch
 	log = log.With("epoch", epoch)
-	req, err := h.request(t)
+	r, req, err := h.request(t)
 	if err != nil {
 		log.ErrorContext(ctx, "cannot render the task's prompt; failed", "error", err)
 		h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return
 	}
-	// The model policy's steps before the call (output cache, tenant budget and concurrency)
-	// belong here, between the claim and the call.
+	fp := h.cacheKey(t, r, req)
+	tk, ok := h.before(ctx, log, t, req, fp)
+	if !ok {
+		return
+	}
 
 	callCtx, cancel := context.WithCancelCause(ctx)
 	renewed := make(chan struct{})
@@ -281,6 +290,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 	cause := context.Cause(callCtx)
 	cancel(nil)
 	<-renewed
+	tk.done(res)
 	if spent(res) {
 		h.metrics.Generation(ctx, res.Model, t.Tenant, res.Usage, res.CostUSD, time.Since(start))
 	}
@@ -288,7 +298,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 	switch {
 	case err == nil:
 		crashpoint.Hit(crashpoint.Answered)
-		h.persist(ctx, log, t, epoch, res, start)
+		h.persist(ctx, log, t, epoch, answer{res: res, start: start, fingerprint: fp})
 	case errors.Is(cause, errOutputStored):
 		log.InfoContext(ctx, "another worker stored the output first; call cancelled")
 		h.stats.lost.Add(1)
@@ -297,7 +307,9 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		log.WarnContext(ctx, "shutting down before the model answered; lease released")
 		h.release(ctx, log, t.ID, epoch, res)
 	case errors.Is(err, gemini.ErrUnavailable):
-		h.park(ctx, log, t.ID, epoch, res)
+		if !h.stale(ctx, log, t, r) {
+			h.park(ctx, log, t.ID, epoch, res)
+		}
 	default:
 		switch gemini.ClassOf(err) {
 		case gemini.Permanent, gemini.Quality, gemini.Budget:
@@ -309,10 +321,10 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 }
 
 // request renders the model request of t.
-func (h *Handler) request(t *store.Task) (gemini.Request, error) {
+func (h *Handler) request(t *store.Task) (*prompts.Rendered, gemini.Request, error) {
 	r, err := h.render.Render(t.Family, t.Variant, t.Input, t.GenConfig)
 	if err != nil {
-		return gemini.Request{}, fmt.Errorf("render %s/%s: %w", t.Family, t.Variant, err)
+		return nil, gemini.Request{}, fmt.Errorf("render %s/%s: %w", t.Family, t.Variant, err)
 	}
 	req := gemini.NewRequest(t.ID, t.Tenant, r)
 	if len(t.ModelChain) > 0 {
@@ -321,7 +333,7 @@ func (h *Handler) request(t *store.Task) (gemini.Request, error) {
 	if t.MaxCostUSD != nil {
 		req.MaxCostUSD = *t.MaxCostUSD
 	}
-	return req, nil
+	return r, req, nil
 }
 
 // renew extends the lease every RenewEvery while the call runs (fenced: my epoch, still
@@ -394,9 +406,11 @@ const (
 
 // persist is step 4: the output is committed at once, first output wins. An unknown commit
 // outcome is retried in-process while the output is held; finding my epoch's output is success.
-// Then step 5: the gemini-results nudge.
-func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.Task, epoch int64, res gemini.Result, start time.Time) {
+// Then the cache entry and last good output (best-effort), and step 5: the gemini-results nudge.
+// A cached or stale answer goes the same way, without spend.
+func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.Task, epoch int64, a answer) {
 	ctx = context.WithoutCancel(ctx) // a paid output persists even during shutdown
+	res := a.res
 	var outcome persistOutcome
 	fn := func(t *store.Task, now time.Time) error {
 		if t.HasOutput() && t.Replay == claimed.Replay && t.OutputEpoch == epoch {
@@ -409,7 +423,11 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 			return nil
 		}
 		t.Output, t.OutputEpoch, t.OutputAt = res.Text, epoch, &now
-		t.Model, t.Degraded, t.Error = res.Model, res.Degraded, nil
+		t.Model, t.Degraded, t.Error = res.Model, res.Degraded || a.stale, nil
+		t.CacheHit, t.Stale = a.cached, a.stale
+		if a.fingerprint != "" {
+			t.Fingerprint = a.fingerprint
+		}
 		t.Finish(task.StateSucceeded, now)
 		if t.Delivery.State == task.DeliveryPending {
 			grace := now.Add(h.pol.NudgeGrace)
@@ -431,15 +449,18 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 		return
 	case persistStored, persistMineSeen:
 	}
-	window := time.Since(start)
 	h.stats.stored.Add(1)
-	h.stats.mu.Lock()
-	h.stats.windows = append(h.stats.windows, window)
-	h.stats.mu.Unlock()
-	log.InfoContext(ctx, "output stored", "model", t.Model, "paid_window_ms", window.Milliseconds(), "output_tokens", t.Usage.OutputTokens)
+	if !a.start.IsZero() {
+		window := time.Since(a.start)
+		h.stats.mu.Lock()
+		h.stats.windows = append(h.stats.windows, window)
+		h.stats.mu.Unlock()
+		log.InfoContext(ctx, "output stored", "model", t.Model, "paid_window_ms", window.Milliseconds(), "output_tokens", t.Usage.OutputTokens)
+	}
 	if outcome == persistStored {
 		h.finished(ctx, t)
 	}
+	h.remember(ctx, log, t, a)
 	crashpoint.Hit(crashpoint.AfterCommit)
 	if t.Delivery.State == task.DeliveryPending {
 		if _, err := h.pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: t.ID}); err != nil {

@@ -443,7 +443,7 @@ func TestSpendRecordedOnce(t *testing.T) {
 	res := gemini.Result{Text: "late", Model: "m", Calls: 1, CostUSD: 0.01, Usage: task.Usage{PromptTokens: 10, OutputTokens: 5, TotalTokens: 15}}
 	claimed := b.get(t, "once")
 	for range 2 { // the first commit's outcome was unknown: the output is offered again
-		h.persist(context.Background(), h.log, claimed, 7, res, time.Now())
+		h.persist(context.Background(), h.log, claimed, 7, answer{res: res, start: time.Now()})
 	}
 	h.fail(context.Background(), h.log, "once", 7, res, &store.TaskError{Kind: task.KindPermanent, Message: "x"})
 	got := b.get(t, "once")

@@ -1,0 +1,290 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/prompts"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Estimator resolves a request's model chain (part of the cache key) and prices its worst case
+// before any call is made (gemini.Client).
+type Estimator interface {
+	Chain(req gemini.Request) []string
+	Estimate(req gemini.Request) (tokens int64, costUSD float64)
+}
+
+// TenantLimits returns a tenant's limits; a tenant without a document has none (TenantCache).
+type TenantLimits interface {
+	Limits(ctx context.Context, tenant string) (store.Limits, error)
+}
+
+var (
+	_ Estimator    = (*gemini.Client)(nil)
+	_ TenantLimits = (*TenantCache)(nil)
+)
+
+// ModelPolicy is what the worker applies between the claim and the model call (DESIGN §4 step 2
+// and §5): the output cache, max_cost_usd against the estimate, the tenant's concurrency cap and
+// its daily budget. A nil part is not applied; the cache needs Estimator (the chain is part of the
+// key). The stale answer of an exhausted chain and the last good output need only the store.
+type ModelPolicy struct {
+	Estimator Estimator
+	Tenants   TenantLimits
+	// Slots caps each tenant's calls in flight on this instance (its limits' Concurrency).
+	Slots *gemini.Slots
+	// Budgets holds each call's estimate against the tenant's DailyBudgetUSD; settled with the cost.
+	Budgets      *gemini.Budgets
+	BudgetPolicy gemini.BudgetPolicy
+	// BudgetRetry is how soon a task waiting on its tenant's budget looks again (jittered), capped
+	// by the day's reset: a raised budget is honoured without waiting for midnight.
+	BudgetRetry time.Duration
+	// CacheTTL is how long a cached output is served (store.DefaultOutputTTL when 0).
+	CacheTTL time.Duration
+}
+
+// WithModelPolicy applies p before every model call.
+func WithModelPolicy(p ModelPolicy) Option { return func(h *Handler) { h.mp = p } }
+
+// TenantCache reads tenants' limits through the store and keeps them for a refresh period, so
+// the hot path does not read the tenant document of every task. Safe for concurrent use.
+type TenantCache struct {
+	store   *store.Store
+	refresh time.Duration
+
+	mu sync.Mutex
+	m  map[string]cachedLimits
+}
+
+type cachedLimits struct {
+	limits store.Limits
+	readAt time.Time
+}
+
+// NewTenantCache returns a TenantCache that re-reads a tenant at most every refresh.
+func NewTenantCache(s *store.Store, refresh time.Duration) *TenantCache {
+	return &TenantCache{store: s, refresh: refresh, m: map[string]cachedLimits{}}
+}
+
+// Limits returns tenant's limits: zero (no limit) for a tenant without a document; the last
+// known ones when a re-read fails.
+func (c *TenantCache) Limits(ctx context.Context, tenant string) (store.Limits, error) {
+	now := time.Now()
+	c.mu.Lock()
+	cl, ok := c.m[tenant]
+	c.mu.Unlock()
+	if ok && now.Sub(cl.readAt) < c.refresh {
+		return cl.limits, nil
+	}
+	var limits store.Limits
+	t, err := c.store.GetTenant(ctx, tenant)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil && ok:
+		return cl.limits, nil
+	case err != nil:
+		return store.Limits{}, fmt.Errorf("limits of tenant %s: %w", tenant, err)
+	default:
+		limits = t.Limits
+	}
+	c.mu.Lock()
+	c.m[tenant] = cachedLimits{limits: limits, readAt: now}
+	c.mu.Unlock()
+	return limits, nil
+}
+
+// answer is how a claimed task got its output.
+type answer struct {
+	res         gemini.Result
+	start       time.Time // the model call's start; zero when no call was made
+	cached      bool      // served from outputs/{fingerprint}
+	stale       bool      // the tenant's last good output for the subject, every model unavailable
+	fingerprint string    // the cache key when the request may be cached, else ""
+}
+
+// ticket is a call the policy let through: what it holds until the call has ended.
+type ticket struct {
+	h      *Handler
+	tenant string
+	slot   bool
+	hold   *gemini.Hold
+}
+
+// done settles the budget hold with what the call cost and frees the tenant's slot.
+func (tk *ticket) done(res gemini.Result) {
+	if tk.hold != nil {
+		tk.hold.Settle(res.CostUSD)
+	}
+	if tk.slot {
+		tk.h.mp.Slots.Release(tk.tenant)
+	}
+}
+
+// cacheKey is the fingerprint of req when the task asked for the cache, its family allows it and
+// no Regenerate asked for a fresh generation; else "".
+func (h *Handler) cacheKey(t *store.Task, r *prompts.Rendered, req gemini.Request) string {
+	if !t.Cache || !r.CacheAllowed || t.BypassCache || h.mp.Estimator == nil {
+		return ""
+	}
+	keyed := req
+	keyed.Models = h.mp.Estimator.Chain(req)
+	return gemini.Fingerprint(t.Tenant, keyed, r.Version)
+}
+
+// before runs the policy's steps between the claim and the call, in order: the cache (a hit
+// answers without a call), max_cost_usd against the estimate, the tenant's concurrency cap and
+// its daily budget. It returns a ticket when the call may go ahead; otherwise it has written the
+// task's outcome (stored, failed, waiting or handed back) and the caller stops.
+func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request, fp string) (*ticket, bool) {
+	epoch := t.Lease.Epoch
+	if fp != "" {
+		o, err := h.store.GetOutput(ctx, t.Tenant, fp)
+		switch {
+		case err == nil:
+			log.InfoContext(ctx, "cache hit; no model call", "fingerprint", fp)
+			h.stats.cacheHits.Add(1)
+			h.persist(ctx, log, t, epoch, answer{res: gemini.Result{Text: o.Payload, Model: o.Model}, cached: true, fingerprint: fp})
+			return nil, false
+		case !errors.Is(err, store.ErrNotFound):
+			log.WarnContext(ctx, "cache read failed; calling the model", "error", err)
+		}
+	}
+	var estimate float64
+	if h.mp.Estimator != nil {
+		_, estimate = h.mp.Estimator.Estimate(req)
+		if req.MaxCostUSD > 0 && estimate > req.MaxCostUSD {
+			h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindBudget,
+				Message: fmt.Sprintf("estimated $%.6f exceeds max_cost_usd $%.6f; no model call", estimate, req.MaxCostUSD)})
+			return nil, false
+		}
+	}
+	if h.mp.Slots == nil && h.mp.Budgets == nil {
+		return &ticket{h: h}, true
+	}
+	var limits store.Limits
+	if h.mp.Tenants != nil {
+		l, err := h.mp.Tenants.Limits(ctx, t.Tenant)
+		if err != nil {
+			h.handBack(ctx, log, t.ID, epoch, h.slotRetry(), "tenant limits unreadable", err)
+			return nil, false
+		}
+		limits = l
+	}
+	tk := &ticket{h: h, tenant: t.Tenant}
+	if h.mp.Slots != nil {
+		ok, wait := h.mp.Slots.Acquire(t.Tenant, limits.Concurrency)
+		if !ok {
+			h.handBack(ctx, log, t.ID, epoch, wait, "tenant at its concurrency cap", nil)
+			return nil, false
+		}
+		tk.slot = true
+	}
+	if h.mp.Budgets != nil {
+		hold, err := h.mp.Budgets.Reserve(ctx, t.Tenant, limits.DailyBudgetUSD, estimate)
+		switch {
+		case errors.Is(err, gemini.ErrBudgetExhausted):
+			tk.done(gemini.Result{})
+			h.budgetExhausted(ctx, log, t.ID, epoch, err)
+			return nil, false
+		case err != nil:
+			tk.done(gemini.Result{})
+			h.handBack(ctx, log, t.ID, epoch, h.slotRetry(), "tenant budget unreadable", err)
+			return nil, false
+		}
+		tk.hold = hold
+	}
+	return tk, true
+}
+
+// slotRetry is the jittered delay of a task handed back because a store read failed.
+func (h *Handler) slotRetry() time.Duration { return jitter(h.pol.RetryBase) }
+
+// handBack releases the claim (fenced) before any call, with not_before after wait: no attempt
+// is counted, and the task comes back when it is due.
+func (h *Handler) handBack(ctx context.Context, log *slog.Logger, id string, epoch int64, wait time.Duration, why string, cause error) {
+	if t, ok := h.fencedWrite(ctx, log, id, epoch, gemini.Result{}, "hand back", func(t *store.Task, now time.Time) {
+		nb := now.Add(wait)
+		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
+		_ = t.Lease.Release(h.pol.Owner, epoch)
+	}); ok {
+		h.stats.deferred.Add(1)
+		log.InfoContext(ctx, why+"; handed back without a call", "not_before", t.NotBefore, "error", cause)
+	}
+}
+
+// budgetExhausted applies the budget policy: wait (parked until the day resets or BudgetRetry,
+// whichever comes first) or fail with kind budget. No model call either way.
+func (h *Handler) budgetExhausted(ctx context.Context, log *slog.Logger, id string, epoch int64, cause error) {
+	e := &store.TaskError{Kind: task.KindBudget, Message: cause.Error()}
+	if h.mp.BudgetPolicy == gemini.BudgetFail {
+		h.fail(ctx, log, id, epoch, gemini.Result{}, e)
+		return
+	}
+	if t, ok := h.fencedWrite(ctx, log, id, epoch, gemini.Result{}, "budget wait", func(t *store.Task, now time.Time) {
+		nb := gemini.ResetAt(now)
+		if h.mp.BudgetRetry > 0 {
+			nb = minTime(nb, now.Add(h.mp.BudgetRetry/2+time.Duration(rand.Float64()*float64(h.mp.BudgetRetry/2))))
+		}
+		t.State, t.NotBefore, t.Claims, t.Error = task.StateWaiting, &nb, 0, e
+		_ = t.Lease.Release(h.pol.Owner, epoch)
+	}); ok {
+		h.stats.parked.Add(1)
+		log.WarnContext(ctx, "tenant daily budget exhausted; waiting", "not_before", t.NotBefore)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// stale answers a task whose chain is exhausted with the tenant's last good output of its
+// subject, when its family says on_exhausted: stale. It reports whether it answered.
+func (h *Handler) stale(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered) bool {
+	if r.OnExhausted != prompts.OnExhaustedStale || t.SubjectKey == "" {
+		return false
+	}
+	o, err := h.store.GetLastGood(ctx, t.Tenant, t.Family, t.Variant, t.SubjectKey)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			log.WarnContext(ctx, "last good output unreadable; parking", "error", err)
+		}
+		return false
+	}
+	log.WarnContext(ctx, "every model unavailable; answered with the last good output, stale", "model", o.Model)
+	h.stats.stale.Add(1)
+	h.persist(ctx, log, t, t.Lease.Epoch, answer{res: gemini.Result{Text: o.Payload, Model: o.Model}, stale: true})
+	return true
+}
+
+// remember writes, best-effort after the output's commit, the cache entry of a fresh,
+// non-degraded output and the last good output of the task's subject.
+func (h *Handler) remember(ctx context.Context, log *slog.Logger, t *store.Task, a answer) {
+	if a.stale {
+		return
+	}
+	o := &store.Output{Tenant: t.Tenant, Payload: t.Output, Model: t.Model, PromptVersion: t.PromptVersion,
+		Usage: t.Usage, CostUSD: t.CostUSD, TaskID: t.ID}
+	if a.fingerprint != "" && !a.cached && !t.Degraded {
+		c := *o
+		c.Fingerprint = a.fingerprint
+		if err := h.store.PutOutput(ctx, &c, h.mp.CacheTTL); err != nil {
+			log.WarnContext(ctx, "cache entry not written", "error", err)
+		}
+	}
+	if t.SubjectKey != "" {
+		if err := h.store.PutLastGood(ctx, t.Family, t.Variant, t.SubjectKey, o, 0); err != nil {
+			log.WarnContext(ctx, "last good output not written", "error", err)
+		}
+	}
+}
