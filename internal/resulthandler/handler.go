@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -77,6 +78,7 @@ type Handler struct {
 	client  Doer
 	log     *slog.Logger
 	policy  Policy
+	metrics *obs.Metrics // nil records nothing
 
 	// Now stamps webhook-timestamp (leases and schedules use the store's clock). Jitter returns
 	// a uniformly random duration in [0, d]. Tests replace them.
@@ -85,15 +87,19 @@ type Handler struct {
 }
 
 // New returns a Handler.
-func New(st Store, sec Secrets, pub Publisher, client Doer, log *slog.Logger, p Policy) (*Handler, error) {
+func New(st Store, sec Secrets, pub Publisher, client Doer, log *slog.Logger, p Policy, opts ...Option) (*Handler, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
-	return &Handler{
+	h := &Handler{
 		store: st, secrets: sec, pub: pub, client: client, log: log, policy: p,
 		Now:    time.Now,
 		Jitter: func(d time.Duration) time.Duration { return rand.N(d + 1) },
-	}, nil
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	return h, nil
 }
 
 // Handle delivers the pending webhook of the task the message names, if it is due and nobody
@@ -104,6 +110,7 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		h.log.WarnContext(ctx, "resulthandler: message without task id", "message_id", m.ID)
 		return bus.Ack
 	}
+	ctx = obs.WithTask(ctx, id)
 	for range maxChain {
 		if !h.deliverOnce(ctx, id) {
 			break
@@ -142,8 +149,8 @@ func (h *Handler) deliverOnce(ctx context.Context, id string) bool {
 	if !ok {
 		return false
 	}
-	log := h.log.With("task_id", id, "event_id", c.eventID, "attempt", c.attempt, "round", c.round)
-	o := h.post(ctx, c)
+	log := h.log.With("event_id", c.eventID, "attempt", c.attempt, "round", c.round)
+	o := h.observedPost(ctx, c)
 	// The outcome is recorded even when ctx ends (shutdown): a delivered event must be marked.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitBudget)
 	defer cancel()
@@ -194,11 +201,11 @@ func (h *Handler) claim(ctx context.Context, id string) (claim, bool) {
 	})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		h.log.InfoContext(ctx, "resulthandler: no such task", "task_id", id)
+		h.log.InfoContext(ctx, "resulthandler: no such task")
 		return claim{}, false
 	case err != nil:
 		// Contention (Aborted) or an outage: not claimed; the task's due_at still stands.
-		h.log.WarnContext(ctx, "resulthandler: claim", "task_id", id, "error", err)
+		h.log.WarnContext(ctx, "resulthandler: claim", "error", err)
 		return claim{}, false
 	}
 	return c, ok
