@@ -100,9 +100,9 @@ func (s *Service) Decide(ctx context.Context, id string, action Action, by strin
 		t.OpenDeadLetters = slices.DeleteFunc(t.OpenDeadLetters, func(e string) bool { return e == id })
 		grace := now.Add(s.cfg.FollowUpGrace)
 		t.Decision = &store.Decision{DeadLetterID: id, Action: string(action), By: by, At: now, Topics: topics, NextAttemptAt: &grace}
-		if d.SlackTS != "" {
-			s.queueSlackUpdate(t, id, now)
-		}
+		// Always queued, posted or not: the sweeper's slack_update nudge is also what brings a
+		// decision whose nudges it re-published back here to be marked done.
+		s.queueSlackUpdate(t, id, now)
 		return nil
 	})
 	if err != nil {
