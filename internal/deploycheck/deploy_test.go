@@ -423,6 +423,11 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_BREAKER_WINDOW":        tuning,
 		"GENBOX_BREAKER_COOLDOWN":      tuning,
 		"GENBOX_BREAKER_FAILURE_RATIO": tuning,
+		"GENBOX_BUDGET_POLICY":         "the default, wait (a soft limit), until an operator chooses fail",
+		"GENBOX_BUDGET_RETRY":          tuning,
+		"GENBOX_TENANT_REFRESH":        tuning,
+		"GENBOX_TENANT_SLOT_RETRY":     tuning,
+		"GENBOX_CACHE_TTL":             tuning,
 	},
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 )
@@ -31,6 +32,12 @@ type Config struct {
 	NudgeGrace          time.Duration // GENBOX_NUDGE_GRACE: sweeper holds off this long after our own nudge
 	CommitRetry         time.Duration // GENBOX_COMMIT_RETRY: how long an answered output's commit is retried
 	ShutdownGrace       time.Duration // GENBOX_SHUTDOWN_GRACE: in-flight calls may finish within it on SIGTERM
+
+	BudgetPolicy  gemini.BudgetPolicy // GENBOX_BUDGET_POLICY: wait (default) or fail when a tenant's daily budget is spent
+	BudgetRetry   time.Duration       // GENBOX_BUDGET_RETRY: a task waiting on its budget looks again this often at most
+	TenantRefresh time.Duration       // GENBOX_TENANT_REFRESH: tenant limits and spend totals re-read, spend flushed
+	SlotRetry     time.Duration       // GENBOX_TENANT_SLOT_RETRY: not_before (jittered up to twice) of a task over its tenant's cap
+	CacheTTL      time.Duration       // GENBOX_CACHE_TTL: how long a cached output is served
 
 	Sweep  sweeper.Config
 	Gemini gemini.Config
@@ -59,6 +66,10 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		NudgeGrace:    time.Minute,
 		CommitRetry:   2 * time.Minute,
 		ShutdownGrace: 8 * time.Second,
+		BudgetRetry:   10 * time.Minute,
+		TenantRefresh: 10 * time.Second,
+		SlotRetry:     2 * time.Second,
+		CacheTTL:      24 * time.Hour,
 	}
 	if c.Port == "" {
 		c.Port = "8080"
@@ -85,6 +96,10 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		{"GENBOX_NUDGE_GRACE", &c.NudgeGrace},
 		{"GENBOX_COMMIT_RETRY", &c.CommitRetry},
 		{"GENBOX_SHUTDOWN_GRACE", &c.ShutdownGrace},
+		{"GENBOX_BUDGET_RETRY", &c.BudgetRetry},
+		{"GENBOX_TENANT_REFRESH", &c.TenantRefresh},
+		{"GENBOX_TENANT_SLOT_RETRY", &c.SlotRetry},
+		{"GENBOX_CACHE_TTL", &c.CacheTTL},
 	} {
 		if s := getenv(v.name); s != "" {
 			d, err := time.ParseDuration(s)
@@ -113,6 +128,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	var err error
+	if c.BudgetPolicy, err = gemini.ParseBudgetPolicy(getenv("GENBOX_BUDGET_POLICY")); err != nil {
+		errs = append(errs, fmt.Errorf("%w: GENBOX_BUDGET_POLICY: %w", ErrConfig, err))
+	}
 	if c.Sweep, err = sweeper.FromEnv(getenv); err != nil {
 		errs = append(errs, err)
 	}
@@ -162,6 +180,17 @@ func (c Config) Validate() error {
 	if c.CommitRetry <= 0 {
 		bad("GENBOX_COMMIT_RETRY", "must be positive")
 	}
+	for _, v := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"GENBOX_BUDGET_RETRY", c.BudgetRetry}, {"GENBOX_TENANT_REFRESH", c.TenantRefresh},
+		{"GENBOX_TENANT_SLOT_RETRY", c.SlotRetry}, {"GENBOX_CACHE_TTL", c.CacheTTL},
+	} {
+		if v.d <= 0 {
+			bad(v.name, "must be positive")
+		}
+	}
 	if c.ShutdownGrace < 0 {
 		bad("GENBOX_SHUTDOWN_GRACE", "must not be negative")
 	}
@@ -175,5 +204,20 @@ func (c Config) Policy() Policy {
 		MaxAttempts: c.MaxAttempts, ClaimCap: c.ClaimCap,
 		RetryBase: c.RetryBase, RetryMax: c.RetryMax, ParkBase: c.ParkBase, ParkMax: c.ParkMax,
 		NudgeGrace: c.NudgeGrace, CommitRetry: c.CommitRetry,
+	}
+}
+
+// ModelPolicy builds the policy the handler applies before each call: tenant limits and spend
+// read through s, an in-memory concurrency cap and budget reservations on this instance. The
+// caller runs its Budgets' Flush every TenantRefresh and at shutdown.
+func (c Config) ModelPolicy(s *store.Store, est Estimator) ModelPolicy {
+	return ModelPolicy{
+		Estimator:    est,
+		Tenants:      NewTenantCache(s, c.TenantRefresh),
+		Slots:        gemini.NewSlots(c.SlotRetry),
+		Budgets:      gemini.NewBudgets(s, time.Now, c.TenantRefresh),
+		BudgetPolicy: c.BudgetPolicy,
+		BudgetRetry:  c.BudgetRetry,
+		CacheTTL:     c.CacheTTL,
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -78,7 +79,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	h := worker.New(st, gen, reg, pub, log, cfg.Policy(), worker.WithMetrics(metrics))
+	mp := cfg.ModelPolicy(st, gen)
+	h := worker.New(st, gen, reg, pub, log, cfg.Policy(), worker.WithMetrics(metrics), worker.WithModelPolicy(mp))
 	sw := sweeper.New(st, pub, gen, log, cfg.Sweep, cfg.Instance)
 
 	ln, err := net.Listen("tcp", ":"+cfg.Port)
@@ -95,6 +97,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	sweepCtx, stopSweep := context.WithCancel(bg)
 	swept := make(chan struct{})
 	go func() { defer close(swept); _ = sw.Run(sweepCtx) }()
+	flushed := make(chan struct{})
+	go func() { defer close(flushed); flushSpend(sweepCtx, log, mp.Budgets, cfg.TenantRefresh) }()
 
 	pullCtx, stopPull := context.WithCancel(bg)
 	pulled := make(chan error, 1)
@@ -122,7 +126,30 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	abort.Stop()
 	stopSweep()
 	<-swept
+	<-flushed
 	shutdownCtx, cancel := context.WithTimeout(bg, time.Second)
 	defer cancel()
 	return errors.Join(runErr, srv.Shutdown(shutdownCtx))
+}
+
+// flushSpend writes this instance's tenant spend to the sharded counters every period, and once
+// more when ctx ends (what was spent during shutdown is counted too).
+func flushSpend(ctx context.Context, log *slog.Logger, b *gemini.Budgets, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			if err := b.Flush(final); err != nil {
+				log.WarnContext(final, "tenant spend not flushed at shutdown", "error", err)
+			}
+			return
+		case <-tick.C:
+			if err := b.Flush(ctx); err != nil {
+				log.WarnContext(ctx, "tenant spend not flushed; retried next period", "error", err)
+			}
+		}
+	}
 }
