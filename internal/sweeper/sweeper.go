@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -63,53 +64,19 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		Interval: 5 * time.Second, Limit: 500, Pace: 200, ReleaseRate: 20,
 		BackoffBase: 30 * time.Second, BackoffMax: 15 * time.Minute,
 	}
-	var errs []error
-	for _, v := range []struct {
-		name string
-		dst  *time.Duration
-	}{
-		{"GENBOX_SWEEP_INTERVAL", &c.Interval},
-		{"GENBOX_SWEEP_LEADER_TTL", &c.LeaderTTL},
-		{"GENBOX_SWEEP_BACKOFF_BASE", &c.BackoffBase},
-		{"GENBOX_SWEEP_BACKOFF_MAX", &c.BackoffMax},
-	} {
-		if s := getenv(v.name); s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, v.name, err))
-				continue
-			}
-			*v.dst = d
-		}
-	}
-	for _, v := range []struct {
-		name string
-		dst  *float64
-	}{
-		{"GENBOX_SWEEP_PACE", &c.Pace},
-		{"GENBOX_SWEEP_RELEASE_RATE", &c.ReleaseRate},
-	} {
-		if s := getenv(v.name); s != "" {
-			f, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, v.name, err))
-				continue
-			}
-			*v.dst = f
-		}
-	}
-	if s := getenv("GENBOX_SWEEP_LIMIT"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: GENBOX_SWEEP_LIMIT: %w", ErrConfig, err))
-		}
-		c.Limit = n
+	r := envconfig.New(getenv)
+	r.Duration("GENBOX_SWEEP_INTERVAL", &c.Interval)
+	r.Duration("GENBOX_SWEEP_LEADER_TTL", &c.LeaderTTL)
+	r.Duration("GENBOX_SWEEP_BACKOFF_BASE", &c.BackoffBase)
+	r.Duration("GENBOX_SWEEP_BACKOFF_MAX", &c.BackoffMax)
+	r.Float("GENBOX_SWEEP_PACE", &c.Pace)
+	r.Float("GENBOX_SWEEP_RELEASE_RATE", &c.ReleaseRate)
+	r.Int("GENBOX_SWEEP_LIMIT", &c.Limit)
+	if err := r.Err(); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if c.LeaderTTL == 0 {
 		c.LeaderTTL = 3 * c.Interval
-	}
-	if err := errors.Join(errs...); err != nil {
-		return Config{}, err
 	}
 	return c, c.Validate()
 }
