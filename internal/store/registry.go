@@ -40,6 +40,8 @@ var Queries = []Query{
 	{Name: "tasks-by-tenant", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"created_at", Desc}}},
 	{Name: "tasks-by-tenant-state", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"state", Asc}, {"created_at", Desc}}},
 	{Name: "dead-letters-by-state", Collection: DeadLettersCollection, Fields: []IndexField{{"state", Asc}, {"created_at", Asc}}},
+	{Name: "oldest-pending", Collection: TasksCollection, Fields: []IndexField{{"pending_since", Asc}}},
+	{Name: "open-dead-letters", Collection: DeadLettersCollection, Fields: []IndexField{{"state", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of DESIGN §2.
