@@ -126,17 +126,22 @@ type Sweeper struct {
 
 	pace    *rate.Limiter
 	release *rate.Limiter
+	gauges  *gauges // nil without WithMetrics
 }
 
 // New returns a Sweeper whose leadership lease is held as owner. avail may be nil (every chain
 // is then taken as available).
-func New(s *store.Store, pub Publisher, avail Availability, log *slog.Logger, cfg Config, owner string) *Sweeper {
-	return &Sweeper{
+func New(s *store.Store, pub Publisher, avail Availability, log *slog.Logger, cfg Config, owner string, opts ...Option) *Sweeper {
+	sw := &Sweeper{
 		store: s, pub: pub, avail: avail, log: log, cfg: cfg,
 		leader:  &claim.Doc{FS: s.FS, Ref: s.FS.Collection(store.LeadersCollection).Doc(LeaderDoc), Owner: owner, TTL: cfg.LeaderTTL, Now: s.Now},
 		pace:    rate.NewLimiter(rate.Limit(cfg.Pace), max(1, int(cfg.Pace))),
 		release: rate.NewLimiter(rate.Limit(cfg.ReleaseRate), 1),
 	}
+	for _, o := range opts {
+		o(sw)
+	}
+	return sw
 }
 
 // Run sweeps every Interval while this instance leads, until ctx ends; it then gives the
@@ -144,6 +149,7 @@ func New(s *store.Store, pub Publisher, avail Availability, log *slog.Logger, cf
 func (s *Sweeper) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
+	defer s.registerGauges(ctx)()
 	var epoch int64
 	defer func() {
 		if epoch > 0 {
@@ -158,6 +164,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
 				s.log.WarnContext(ctx, "sweep pass failed", "error", err)
 			}
+			s.observe(ctx)
 		case errors.Is(err, claim.ErrHeld):
 			epoch = 0
 		case ctx.Err() == nil:
