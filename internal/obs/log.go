@@ -84,7 +84,66 @@ func (h *handler) Handle(ctx context.Context, r slog.Record) error {
 	if len(top) == 0 {
 		return h.h.Handle(ctx, r)
 	}
-	return apply(h.base.WithAttrs(top), h.ops).Handle(ctx, r)
+	if TaskID(ctx) == "" {
+		return apply(h.base.WithAttrs(top), h.ops).Handle(ctx, r)
+	}
+	// The context's task_id is on the line already: drop the ones the caller added too, so the
+	// line has one task_id key.
+	ops := withoutTaskID(h.ops)
+	if !grouped(h.ops) {
+		r = recordWithoutTaskID(r)
+	}
+	return apply(h.base.WithAttrs(top), ops).Handle(ctx, r)
+}
+
+func grouped(ops []op) bool {
+	for _, o := range ops {
+		if o.group != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutTaskID returns ops without their top-level task_id attributes (those of groups stay).
+func withoutTaskID(ops []op) []op {
+	out := make([]op, 0, len(ops))
+	inGroup := false
+	for _, o := range ops {
+		inGroup = inGroup || o.group != ""
+		if inGroup {
+			out = append(out, o)
+			continue
+		}
+		attrs := make([]slog.Attr, 0, len(o.attrs))
+		for _, a := range o.attrs {
+			if a.Key != KeyTaskID {
+				attrs = append(attrs, a)
+			}
+		}
+		out = append(out, op{attrs: attrs})
+	}
+	return out
+}
+
+// recordWithoutTaskID returns r without its task_id attributes, r itself when it has none.
+func recordWithoutTaskID(r slog.Record) slog.Record {
+	has := false
+	r.Attrs(func(a slog.Attr) bool {
+		has = a.Key == KeyTaskID
+		return !has
+	})
+	if !has {
+		return r
+	}
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key != KeyTaskID {
+			out.AddAttrs(a)
+		}
+		return true
+	})
+	return out
 }
 
 func (h *handler) contextAttrs(ctx context.Context) []slog.Attr {

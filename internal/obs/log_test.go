@@ -280,3 +280,28 @@ func FuzzRedaction(f *testing.F) {
 		}
 	})
 }
+
+// A task_id the caller adds beside the context's is not written twice: one key per line.
+func TestLoggerOneTaskIDKey(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	log := NewLogger(&buf, slog.LevelInfo, LogOptions{})
+	ctx := WithTask(context.Background(), "t-1")
+	log.With("task_id", "t-1", "epoch", 2).InfoContext(ctx, "with")
+	log.InfoContext(ctx, "record", "task_id", "t-1", "n", 1)
+	log.With("task_id", "t-1").WithGroup("g").InfoContext(ctx, "grouped", "task_id", "inner")
+	log.With("task_id", "t-2").Info("no context")
+	raw := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	for i, want := range []int{1, 1, 2, 1} {
+		if n := strings.Count(raw[i], `"task_id"`); n != want {
+			t.Errorf("line %d has %d task_id keys, want %d: %s", i, n, want, raw[i])
+		}
+	}
+	got := lines(t, &buf)
+	if got[0]["epoch"] != float64(2) || got[1]["n"] != float64(1) || got[3][KeyTaskID] != "t-2" {
+		t.Errorf("other attributes lost: %v", got)
+	}
+	if g, _ := got[2]["g"].(map[string]any); g["task_id"] != "inner" || got[2][KeyTaskID] != "t-1" {
+		t.Errorf("grouped line %v, want the group's own task_id kept", got[2])
+	}
+}
