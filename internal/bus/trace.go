@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // Messaging span attributes of OpenTelemetry's semantic conventions.
@@ -43,13 +44,20 @@ func endPublish(span trace.Span, id string, err error) {
 }
 
 // process hands m to h inside a consumer span that continues the trace carried by m's
-// attributes (W3C traceparent), so one task's spans form one trace across services.
+// attributes (W3C traceparent), so one task's spans form one trace across services. A message
+// that names a task (task.AttrTaskID) puts it in the context (obs.WithTask): every line the
+// handler logs and every span it starts carries it.
 func process(ctx context.Context, h Handler, subscription string, m *Message) Result {
 	ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(m.Attributes))
+	attrs := []attribute.KeyValue{attribute.String(attrSystem, systemPubSub), attribute.String(attrDestination, subscription),
+		attribute.String(attrOperation, "process"), attribute.String(attrMessageID, m.ID),
+		attribute.Int(attrDelivery, m.DeliveryAttempt)}
+	if id := m.Attributes[task.AttrTaskID]; id != "" {
+		ctx = obs.WithTask(ctx, id)
+		attrs = append(attrs, attribute.String(obs.SpanTaskID, id))
+	}
 	ctx, span := obs.Tracer().Start(ctx, "process "+subscription, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String(attrSystem, systemPubSub), attribute.String(attrDestination, subscription),
-			attribute.String(attrOperation, "process"), attribute.String(attrMessageID, m.ID),
-			attribute.Int(attrDelivery, m.DeliveryAttempt)))
+		trace.WithAttributes(attrs...))
 	defer span.End()
 	res := h.Handle(ctx, m)
 	if res == Nack {

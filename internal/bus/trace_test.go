@@ -16,6 +16,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/obs/obstest"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // useRecorder installs a global tracer provider recording every span, as a service's telemetry
@@ -51,11 +54,14 @@ func TestPublishAndPullSpans(t *testing.T) {
 	f := setupFake(t)
 	got := make(chan trace.SpanContext, 1)
 	f.pull(t, bus.SubWorker, bus.HandlerFunc(func(ctx context.Context, _ *bus.Message) bus.Result {
+		if obs.TaskID(ctx) != "t1" {
+			t.Errorf("handler context task id %q, want t1", obs.TaskID(ctx))
+		}
 		got <- trace.SpanContextFromContext(ctx)
 		return bus.Ack
 	}))
 	ctx, root := otel.Tracer("test").Start(t.Context(), "submit")
-	id, err := f.p.Publish(ctx, bus.TopicTasks, nil, map[string]string{"task_id": "t1"})
+	id, err := f.p.Publish(ctx, bus.TopicTasks, nil, map[string]string{task.AttrTaskID: "t1"})
 	root.End()
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +87,9 @@ func TestPublishAndPullSpans(t *testing.T) {
 	}
 	if proc == nil || proc.SpanKind() != trace.SpanKindConsumer || proc.Parent().SpanID() != pub.SpanContext().SpanID() {
 		t.Fatalf("consumer span %v, want a consumer child of the producer span", proc)
+	}
+	if v, _ := obstest.Attr(proc, obs.SpanTaskID); v.AsString() != "t1" {
+		t.Errorf("consumer span task id %q, want t1", v.AsString())
 	}
 	if handled.SpanID() != proc.SpanContext().SpanID() || handled.TraceID() != root.SpanContext().TraceID() {
 		t.Errorf("handler ran in span %v, want the consumer span %v of the caller's trace", handled.SpanID(), proc.SpanContext().SpanID())
