@@ -1,0 +1,44 @@
+package worker
+
+import (
+	"context"
+
+	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+)
+
+// SpanGeminiAttempt names the span of one model call.
+const SpanGeminiAttempt = "gemini generate"
+
+// AttemptSpans is the gemini.AttemptHook that makes each model call a span of its task: model,
+// attempt number, tokens and, on failure, the error class (gemini.Class, or "canceled").
+func AttemptSpans() gemini.AttemptHook {
+	return func(ctx context.Context, a gemini.Attempt) (context.Context, func(gemini.Attempt)) {
+		ctx, span := obs.Start(ctx, SpanGeminiAttempt, obs.GenerationAttrs(a.Model, a.Number, a.Usage)...)
+		return ctx, func(a gemini.Attempt) {
+			span.SetAttributes(obs.GenerationAttrs(a.Model, a.Number, a.Usage)...)
+			obs.End(span, a.Err, string(a.Class))
+		}
+	}
+}
+
+// MeteredBreakers records each breaker change in m (genbox.breaker.state) before passing it to
+// next (*store.Store), which may be nil.
+func MeteredBreakers(next gemini.BreakerStore, m *obs.Metrics) gemini.BreakerStore {
+	return meteredBreakers{next: next, m: m}
+}
+
+type meteredBreakers struct {
+	next gemini.BreakerStore
+	m    *obs.Metrics
+}
+
+var _ gemini.BreakerStore = meteredBreakers{}
+
+func (b meteredBreakers) SaveBreaker(ctx context.Context, ch gemini.BreakerChange) error {
+	b.m.Breaker(ctx, ch.Model, string(ch.To))
+	if b.next == nil {
+		return nil
+	}
+	return b.next.SaveBreaker(ctx, ch)
+}
