@@ -98,6 +98,7 @@ func (s *Service) notice(ctx context.Context, log *slog.Logger, id string, n sto
 		log.DebugContext(ctx, "dlqnotifier: notice already posted or being posted")
 		return
 	}
+	open := d.State == store.DeadLetterOpen // the message about to be posted has buttons
 	pctx, cancel := context.WithTimeout(ctx, slackBudget)
 	channel, ts, perr := s.slack.PostMessageContext(pctx, s.cfg.Channel,
 		slack.MsgOptionText(summary(d), false), slack.MsgOptionBlocks(s.blocks(d, t)...))
@@ -109,7 +110,9 @@ func (s *Service) notice(ctx context.Context, log *slog.Logger, id string, n sto
 		s.postFailed(cctx, log, id, dlID, n, epoch)
 		return
 	}
+	decided := false
 	_, _, err = s.store.MutateDeadLetter(cctx, id, dlID, func(t *store.Task, d *store.DeadLetter, now time.Time) error {
+		decided = false
 		if d.SlackTS == "" { // a concurrent poster whose lease we outlived keeps its own message
 			d.SlackChannel, d.SlackTS = channel, ts
 		}
@@ -117,8 +120,9 @@ func (s *Service) notice(ctx context.Context, log *slog.Logger, id string, n sto
 		if i := noticeIndex(t, n); i >= 0 {
 			t.Notices = slices.Delete(t.Notices, i, i+1)
 		}
-		if d.State != store.DeadLetterOpen { // decided while the post was in flight: show it
+		if d.State != store.DeadLetterOpen && open { // decided while the post was in flight: show it
 			s.queueSlackUpdate(t, dlID, now)
+			decided = true
 		}
 		return nil
 	})
@@ -128,6 +132,9 @@ func (s *Service) notice(ctx context.Context, log *slog.Logger, id string, n sto
 		return
 	}
 	log.InfoContext(ctx, "dlqnotifier: dead letter posted", "slack_channel", channel, "slack_ts", ts)
+	if decided {
+		s.followUp(cctx, log, id)
+	}
 }
 
 // postFailed releases the post lease with a backoff on the notice's next_attempt_at: the

@@ -279,3 +279,34 @@ func TestAlertCooldown(t *testing.T) {
 		t.Fatalf("a failed alert post must not hold its key back: %d calls, want 5", n)
 	}
 }
+
+// A decision taken while the dead letter's post is in flight (before its channel/ts is stored)
+// still reaches the message: the post's commit sees the decision and updates the message at once.
+func TestDecidedWhilePosting(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tk := e.deliveryDeadTask(t, "t-race")
+	e.slack.mu.Lock()
+	e.slack.hold, e.slack.arrived = make(chan struct{}), make(chan struct{}, 1)
+	hold := e.slack.hold
+	e.slack.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
+	}()
+	<-e.slack.arrived
+	e.approve(t, ActionDiscard, "t-race:delivery:0:0")
+	if n := len(e.slack.calls("chat.update")); n != 0 {
+		t.Fatalf("updated a message whose ts is not known yet: %d", n)
+	}
+	close(hold)
+	<-done
+	u := e.slack.calls("chat.update")
+	if len(u) != 1 || !strings.Contains(textOf(t, u[0]), "Discarded* by <@"+testApprover+">") || len(buttons(t, u[0])) != 0 {
+		t.Fatalf("chat.update %+v", u)
+	}
+	if got := e.get(t, tk.ID); got.SlackUpdate != nil || len(got.Notices) != 0 {
+		t.Fatalf("left behind: %+v %+v", got.SlackUpdate, got.Notices)
+	}
+}

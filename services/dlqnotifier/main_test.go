@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/dlqnotifier"
+	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var addrRE = regexp.MustCompile(`"addr":"[^"]*:(\d+)"`)
+
+// The service end to end on the emulators, in both consumer modes: a DLQ notice published on
+// gemini-tasks-dlq becomes a Slack post, a signed Discard click updates it, an alert on
+// genbox-alerts is posted, and cancelling ctx shuts it down cleanly.
+func TestRun(t *testing.T) {
+	for _, mode := range []string{dlqnotifier.ConsumerPush, dlqnotifier.ConsumerPull} {
+		t.Run(mode, func(t *testing.T) { testRun(t, mode) })
+	}
+}
+
+func testRun(t *testing.T, mode string) {
+	ctx := context.Background()
+	project := emulator.ProjectID(t)
+	fs, err := firestore.NewClient(ctx, project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	ps, err := pubsub.NewClient(ctx, project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	st := store.New(fs)
+
+	var out syncBuffer
+	calls := make(chan url.Values, 16)
+	methods := make(chan string, 16)
+	slackSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		methods <- strings.TrimPrefix(r.URL.Path, "/api/")
+		calls <- r.PostForm
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "channel": r.PostForm.Get("channel"), "ts": "1700000000.000100"})
+	}))
+	defer slackSrv.Close()
+	next := func(want string) url.Values {
+		t.Helper()
+		select {
+		case m := <-methods:
+			form := <-calls
+			if m != want {
+				t.Fatalf("Slack call %s, want %s", m, want)
+			}
+			return form
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no %s\n%s", want, out.String())
+		}
+		return nil
+	}
+
+	top := bus.DefaultTopology()
+	top.MinBackoff, top.MaxBackoff = time.Second, 2*time.Second
+	if err := bus.Bootstrap(ctx, ps, top); err != nil {
+		t.Fatal(err)
+	}
+	const secret = "signing-secret"
+	env := map[string]string{
+		"GOOGLE_CLOUD_PROJECT": project, "PORT": "0", "GENBOX_CONSUMER": mode,
+		"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": secret, "GENBOX_SLACK_CHANNEL": "C1",
+		"GENBOX_SLACK_APPROVERS": "U1", "GENBOX_SLACK_API_URL": slackSrv.URL, "GENBOX_SHUTDOWN_GRACE": "3s",
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, func(k string) string { return env[k] }, &out) }()
+	var port string
+	for deadline := time.Now().Add(20 * time.Second); port == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m := addrRE.FindStringSubmatch(out.String()); m != nil {
+			port = m[1]
+		}
+	}
+	if port == "" {
+		stop()
+		t.Fatalf("never started: %v\n%s", <-done, out.String())
+	}
+	base := "http://127.0.0.1:" + port
+	if mode == dlqnotifier.ConsumerPush {
+		top.PushEndpoints = map[string]string{}
+		for _, sub := range []string{bus.SubTasksDLQ, bus.SubResultsDLQ, bus.SubAlerts} {
+			top.PushEndpoints[sub] = base + dlqnotifier.PushPath
+		}
+		if err := bus.Bootstrap(ctx, ps, top); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := http.Get(base + dlqnotifier.HealthPath)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	now := time.Now()
+	tk := &store.Task{ID: "t-run", Tenant: "acme", Family: "summarize", Input: "x", State: task.StateRunning, CreatedAt: now,
+		Error: &store.TaskError{Kind: task.KindTransient, Message: "overloaded"}}
+	tk.Notices = []store.Notice{{Stage: task.StageGeneration}}
+	tk.Finish(task.StateDead, now)
+	if err := st.CreateTask(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	pub := bus.NewPublisher(ps)
+	defer pub.Close()
+	if _, err := pub.Publish(ctx, bus.TopicTasksDLQ, nil, tk.Notices[0].Attributes(tk.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if post := next("chat.postMessage"); !strings.Contains(post.Get("blocks"), "regenerate") {
+		t.Fatalf("post %v", post)
+	}
+
+	payload, _ := json.Marshal(map[string]any{
+		"type": "block_actions", "user": map[string]any{"id": "U1"}, "channel": map[string]any{"id": "C1"},
+		"actions": []map[string]any{{"action_id": "discard", "block_id": "dlq:t-run:generation:0:0", "value": "t-run:generation:0:0", "type": "button"}},
+	})
+	body := []byte(url.Values{"payload": {string(payload)}}.Encode())
+	req, _ := http.NewRequest(http.MethodPost, base+dlqnotifier.InteractionsPath, bytes.NewReader(body))
+	for k, v := range dlqnotifier.SignSlackRequest(secret, time.Now(), body) {
+		req.Header[k] = v
+	}
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("click: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if upd := next("chat.update"); upd.Get("ts") != "1700000000.000100" {
+		t.Fatalf("update %v", upd)
+	}
+	if got, err := st.GetTask(ctx, "t-run"); err != nil || got.State != task.StateDiscarded {
+		t.Fatalf("task %v %v", got, err)
+	}
+
+	if _, err := pub.Publish(ctx, bus.TopicAlerts, []byte("breaker open"), map[string]string{task.AttrKind: "alert", task.AttrAlert: "breaker:m"}); err != nil {
+		t.Fatal(err)
+	}
+	if alert := next("chat.postMessage"); !strings.Contains(alert.Get("text"), "breaker open") {
+		t.Fatalf("alert %v", alert)
+	}
+
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+}
+
+func TestRunConfigError(t *testing.T) {
+	err := run(context.Background(), func(k string) string {
+		return map[string]string{"GENBOX_CONSUMER": "poll"}[k]
+	}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "GENBOX_CONSUMER") {
+		t.Fatalf("run accepted a bad configuration: %v", err)
+	}
+}
