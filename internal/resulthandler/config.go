@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 )
 
@@ -95,65 +96,33 @@ func (c Config) SSRF() ssrf.Policy {
 // and validates it.
 func FromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		Project:       getenv(EnvProject),
-		Port:          getenv(EnvPort),
-		Instance:      getenv(EnvInstance),
-		Subscription:  getenv(EnvSubscription),
-		Consumer:      getenv(EnvConsumer),
+		Port:          defaultPort,
+		Subscription:  bus.SubResults,
+		Consumer:      ConsumerPush,
 		Concurrency:   64,
 		ShutdownGrace: 8 * time.Second,
 	}
-	if c.Port == "" {
-		c.Port = defaultPort
-	}
-	if c.Subscription == "" {
-		c.Subscription = bus.SubResults
-	}
-	if c.Consumer == "" {
-		c.Consumer = ConsumerPush
-	}
+	r := envconfig.New(getenv)
+	r.String(EnvProject, &c.Project)
+	r.String(EnvPort, &c.Port)
+	r.String(EnvInstance, &c.Instance)
+	r.String(EnvSubscription, &c.Subscription)
+	r.String(EnvConsumer, &c.Consumer)
 	if c.Instance == "" {
 		host, _ := os.Hostname()
 		c.Instance = host + "-" + strconv.Itoa(os.Getpid())
 	}
 	c.Policy = DefaultPolicy(c.Instance)
-	var errs []error
-	for _, v := range []struct {
-		name string
-		dst  *time.Duration
-	}{
-		{EnvTimeout, &c.Timeout},
-		{EnvHorizon, &c.Horizon},
-		{EnvBackoffMin, &c.BackoffMin},
-		{EnvBackoffMax, &c.BackoffMax},
-		{EnvNoticeGrace, &c.NoticeGrace},
-		{EnvShutdownGrace, &c.ShutdownGrace},
-	} {
-		if s := getenv(v.name); s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, v.name, err))
-				continue
-			}
-			*v.dst = d
-		}
-	}
-	if s := getenv(EnvConcurrency); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, EnvConcurrency, err))
-		}
-		c.Concurrency = n
-	}
-	if s := getenv(EnvAllowInsecure); s != "" {
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, EnvAllowInsecure, err))
-		}
-		c.AllowInsecure = b
-	}
-	if err := errors.Join(errs...); err != nil {
-		return Config{}, err
+	r.Duration(EnvTimeout, &c.Timeout)
+	r.Duration(EnvHorizon, &c.Horizon)
+	r.Duration(EnvBackoffMin, &c.BackoffMin)
+	r.Duration(EnvBackoffMax, &c.BackoffMax)
+	r.Duration(EnvNoticeGrace, &c.NoticeGrace)
+	r.Duration(EnvShutdownGrace, &c.ShutdownGrace)
+	r.Int(EnvConcurrency, &c.Concurrency)
+	r.Bool(EnvAllowInsecure, &c.AllowInsecure)
+	if err := r.Err(); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return c, c.Validate()
 }
