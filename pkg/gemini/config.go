@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/genbox-dev/genbox/internal/envconfig"
 )
 
 // Backends.
@@ -110,12 +113,8 @@ type Config struct {
 // GENBOX_BREAKER_COOLDOWN.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		Backend:                firstNonEmpty(getenv("GENBOX_GEMINI_BACKEND"), BackendGemini),
-		APIKey:                 getenv("GEMINI_API_KEY"),
-		BaseURL:                getenv("GOOGLE_GEMINI_BASE_URL"),
-		Project:                getenv("GOOGLE_CLOUD_PROJECT"),
-		Location:               getenv("GOOGLE_CLOUD_LOCATION"),
-		Models:                 splitList(firstNonEmpty(getenv("GENBOX_MODEL_CHAIN"), strings.Join(DefaultModelChain, ","))),
+		Backend:                BackendGemini,
+		Models:                 slices.Clone(DefaultModelChain),
 		MaxAttempts:            8,
 		ModelAttempts:          4,
 		QualityAttempts:        3,
@@ -136,78 +135,32 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			Cooldown:            30 * time.Second,
 		},
 	}
-	var errs []error
-	ints := []struct {
-		name string
-		dst  *int
-	}{
-		{"GENBOX_MAX_ATTEMPTS", &c.MaxAttempts},
-		{"GENBOX_MODEL_ATTEMPTS", &c.ModelAttempts},
-		{"GENBOX_QUALITY_ATTEMPTS", &c.QualityAttempts},
-		{"GENBOX_BREAKER_FAILURES", &c.Breaker.ConsecutiveFailures},
-		{"GENBOX_BREAKER_MIN_VOLUME", &c.Breaker.MinVolume},
-	}
-	for _, v := range ints {
-		if s := getenv(v.name); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", v.name, err))
-				continue
-			}
-			*v.dst = n
-		}
-	}
-	durations := []struct {
-		name string
-		dst  *time.Duration
-	}{
-		{"GENBOX_BACKOFF_BASE", &c.BackoffBase},
-		{"GENBOX_BACKOFF_MAX", &c.BackoffMax},
-		{"GENBOX_MAX_RETRY_WAIT", &c.MaxRetryWait},
-		{"GENBOX_CALL_TIMEOUT", &c.CallTimeout},
-		{"GENBOX_RATE_WINDOW", &c.RateWindow},
-		{"GENBOX_BREAKER_WINDOW", &c.Breaker.Window},
-		{"GENBOX_BREAKER_COOLDOWN", &c.Breaker.Cooldown},
-	}
-	for _, v := range durations {
-		if s := getenv(v.name); s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", v.name, err))
-				continue
-			}
-			*v.dst = d
-		}
-	}
-	floats := []struct {
-		name string
-		dst  *float64
-	}{
-		{"GENBOX_INSTANCE_SHARE", &c.InstanceShare},
-		{"GENBOX_RATE_HEADROOM", &c.RateHeadroom},
-		{"GENBOX_BREAKER_FAILURE_RATIO", &c.Breaker.FailureRatio},
-	}
-	for _, v := range floats {
-		if s := getenv(v.name); s != "" {
-			f, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", v.name, err))
-				continue
-			}
-			*v.dst = f
-		}
-	}
-	var err error
-	if c.RPM, err = parseRates(getenv("GENBOX_RPM")); err != nil {
-		errs = append(errs, fmt.Errorf("GENBOX_RPM: %w", err))
-	}
-	if c.TPM, err = parseRates(getenv("GENBOX_TPM")); err != nil {
-		errs = append(errs, fmt.Errorf("GENBOX_TPM: %w", err))
-	}
-	if c.Prices, err = ParsePrices(getenv("GENBOX_PRICES")); err != nil {
-		errs = append(errs, fmt.Errorf("GENBOX_PRICES: %w", err))
-	}
-	if err := errors.Join(errs...); err != nil {
+	r := envconfig.New(getenv)
+	r.String("GENBOX_GEMINI_BACKEND", &c.Backend)
+	r.String("GEMINI_API_KEY", &c.APIKey)
+	r.String("GOOGLE_GEMINI_BASE_URL", &c.BaseURL)
+	r.String("GOOGLE_CLOUD_PROJECT", &c.Project)
+	r.String("GOOGLE_CLOUD_LOCATION", &c.Location)
+	r.List("GENBOX_MODEL_CHAIN", &c.Models)
+	r.Int("GENBOX_MAX_ATTEMPTS", &c.MaxAttempts)
+	r.Int("GENBOX_MODEL_ATTEMPTS", &c.ModelAttempts)
+	r.Int("GENBOX_QUALITY_ATTEMPTS", &c.QualityAttempts)
+	r.Int("GENBOX_BREAKER_FAILURES", &c.Breaker.ConsecutiveFailures)
+	r.Int("GENBOX_BREAKER_MIN_VOLUME", &c.Breaker.MinVolume)
+	r.Duration("GENBOX_BACKOFF_BASE", &c.BackoffBase)
+	r.Duration("GENBOX_BACKOFF_MAX", &c.BackoffMax)
+	r.Duration("GENBOX_MAX_RETRY_WAIT", &c.MaxRetryWait)
+	r.Duration("GENBOX_CALL_TIMEOUT", &c.CallTimeout)
+	r.Duration("GENBOX_RATE_WINDOW", &c.RateWindow)
+	r.Duration("GENBOX_BREAKER_WINDOW", &c.Breaker.Window)
+	r.Duration("GENBOX_BREAKER_COOLDOWN", &c.Breaker.Cooldown)
+	r.Float("GENBOX_INSTANCE_SHARE", &c.InstanceShare)
+	r.Float("GENBOX_RATE_HEADROOM", &c.RateHeadroom)
+	r.Float("GENBOX_BREAKER_FAILURE_RATIO", &c.Breaker.FailureRatio)
+	r.Func("GENBOX_RPM", func(s string) (err error) { c.RPM, err = parseRates(s); return err })
+	r.Func("GENBOX_TPM", func(s string) (err error) { c.TPM, err = parseRates(s); return err })
+	r.Func("GENBOX_PRICES", func(s string) (err error) { c.Prices, err = ParsePrices(s); return err })
+	if err := r.Err(); err != nil {
 		return Config{}, err
 	}
 	return c, c.Validate()
@@ -312,13 +265,4 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-func firstNonEmpty(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
