@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -47,6 +48,8 @@ type Deps struct {
 	// NewSecret returns a new webhook signing secret. Nil: webhook.NewSecret.
 	NewSecret func() (string, error)
 	Log       *slog.Logger
+	// Metrics counts submitted (queued) and cancelled tasks; nil records nothing.
+	Metrics *obs.Metrics
 }
 
 // Server is the publisher's HTTP handler.
@@ -58,6 +61,7 @@ type Server struct {
 	checkURL func(string) error
 	newSec   func() (string, error)
 	log      *slog.Logger
+	metrics  *obs.Metrics
 	limits   *limiters
 	adminSum [sha256.Size]byte
 	routes   []route
@@ -85,7 +89,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, st: d.Store, pub: d.Publisher, families: d.Families, checkURL: d.CheckCallback,
-		newSec: d.NewSecret, log: d.Log, adminSum: sha256.Sum256([]byte(cfg.AdminKey))}
+		newSec: d.NewSecret, log: d.Log, metrics: d.Metrics, adminSum: sha256.Sum256([]byte(cfg.AdminKey))}
 	s.limits = newLimiters(d.Store, cfg.LimitsTTL)
 	s.routes = s.routeTable()
 	s.doc = sync.OnceValue(s.openAPIJSON)

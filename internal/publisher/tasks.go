@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -108,6 +109,7 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 	if err != nil {
 		return submitted{}, err
 	}
+	s.metrics.TaskState(ctx, t.Family, task.StateQueued)
 	s.nudge(ctx, t)
 	return submitted{t: t}, nil
 }
@@ -128,7 +130,7 @@ func (s *Server) replay(ctx context.Context, tenant, id, hash string) (submitted
 // nudge publishes the task's nudge on gemini-tasks. A failure is only logged: the task is
 // already due at now+grace, so the sweeper nudges it.
 func (s *Server) nudge(ctx context.Context, t *store.Task) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.PublishTimeout)
+	ctx, cancel := context.WithTimeout(obs.WithTask(context.WithoutCancel(ctx), t.ID), s.cfg.PublishTimeout)
 	defer cancel()
 	attrs := map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrFamily: t.Family, task.AttrVariant: t.Variant}
 	if _, err := s.pub.Publish(ctx, bus.TopicTasks, nil, attrs); err != nil {
@@ -359,8 +361,13 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant str
 	if err != nil {
 		return err
 	}
+	var e2e time.Duration
+	if t.CompletedAt != nil {
+		e2e = t.CompletedAt.Sub(t.CreatedAt)
+	}
+	s.metrics.TaskFinished(r.Context(), t.Family, t.State, e2e)
 	if t.Delivery.State == task.DeliveryPending {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.PublishTimeout)
+		ctx, cancel := context.WithTimeout(obs.WithTask(context.WithoutCancel(r.Context()), t.ID), s.cfg.PublishTimeout)
 		defer cancel()
 		if _, err := s.pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant}); err != nil {
 			s.log.WarnContext(ctx, "cancel nudge not published; the sweeper will nudge the delivery", "task_id", t.ID, "err", err)
