@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
 	"time"
+
+	"github.com/genbox-dev/genbox/internal/envconfig"
 )
 
 // Config is the publisher's configuration, read from the environment.
@@ -68,49 +69,19 @@ func DefaultConfig() Config {
 // value that does not parse is an error naming its variable.
 func FromEnv(getenv func(string) string) (Config, error) {
 	c := DefaultConfig()
-	var errs []error
-	intVar := func(name string, dst *int) {
-		if v := getenv(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %q is not an integer", name, v))
-			}
-			*dst = n
-		}
-	}
-	durVar := func(name string, dst *time.Duration) {
-		if v := getenv(name); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration (e.g. 30s, 24h)", name, v))
-			}
-			*dst = d
-		}
-	}
-	intVar(EnvPort, &c.Port)
-	c.ProjectID = getenv(EnvProject)
-	c.AdminKey = getenv(EnvAdminKey)
-	if v := getenv(EnvMaxBodyBytes); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %q is not an integer", EnvMaxBodyBytes, v))
-		}
-		c.MaxBodyBytes = n
-	}
-	if v := getenv(EnvAllowInsecureCallbacks); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %q is not a boolean", EnvAllowInsecureCallbacks, v))
-		}
-		c.AllowInsecureCallbacks = b
-	}
-	c.PublicURL = getenv(EnvPublicURL)
-	durVar(EnvSecretOverlap, &c.SecretOverlap)
-	c.PromptsDir = getenv(EnvPromptsDir)
-	durVar(EnvNudgeGrace, &c.NudgeGrace)
-	durVar(EnvPublishTimeout, &c.PublishTimeout)
-	durVar(EnvLimitsTTL, &c.LimitsTTL)
-	return c, errors.Join(errs...)
+	r := envconfig.New(getenv)
+	r.Int(EnvPort, &c.Port)
+	r.String(EnvProject, &c.ProjectID)
+	r.String(EnvAdminKey, &c.AdminKey)
+	r.Int64(EnvMaxBodyBytes, &c.MaxBodyBytes)
+	r.Bool(EnvAllowInsecureCallbacks, &c.AllowInsecureCallbacks)
+	r.String(EnvPublicURL, &c.PublicURL)
+	r.Duration(EnvSecretOverlap, &c.SecretOverlap)
+	r.String(EnvPromptsDir, &c.PromptsDir)
+	r.Duration(EnvNudgeGrace, &c.NudgeGrace)
+	r.Duration(EnvPublishTimeout, &c.PublishTimeout)
+	r.Duration(EnvLimitsTTL, &c.LimitsTTL)
+	return c, r.Err()
 }
 
 // minAdminKey is the shortest admin key accepted: it guards every tenant.
