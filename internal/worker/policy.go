@@ -15,11 +15,12 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-// Estimator resolves a request's model chain (part of the cache key) and prices its worst case
-// before any call is made (gemini.Client).
+// Estimator resolves a request's model chain (part of the cache key), prices its worst case
+// before any call is made, and tells whether any model of a chain can take a call (gemini.Client).
 type Estimator interface {
 	Chain(req gemini.Request) []string
 	Estimate(req gemini.Request) (tokens int64, costUSD float64)
+	Available(models []string) bool
 }
 
 // TenantLimits returns a tenant's limits; a tenant without a document has none (TenantCache).
@@ -248,9 +249,24 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
+// exhausted reports whether every model of req's chain has an open breaker after a failed call:
+// the task waits for the chain like one that found it open (its attempts are not spent on an
+// outage, probes included).
+func (h *Handler) exhausted(req gemini.Request) bool {
+	return h.mp.Estimator != nil && !h.mp.Estimator.Available(h.mp.Estimator.Chain(req))
+}
+
+// unavailable handles a task whose chain is exhausted: a stale family answers with the tenant's
+// last good output of the subject; any other task is parked. res is what the call spent.
+func (h *Handler) unavailable(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered, res gemini.Result) {
+	if !h.stale(ctx, log, t, r, res) {
+		h.park(ctx, log, t.ID, t.Lease.Epoch, res)
+	}
+}
+
 // stale answers a task whose chain is exhausted with the tenant's last good output of its
 // subject, when its family says on_exhausted: stale. It reports whether it answered.
-func (h *Handler) stale(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered) bool {
+func (h *Handler) stale(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered, res gemini.Result) bool {
 	if r.OnExhausted != prompts.OnExhaustedStale || t.SubjectKey == "" {
 		return false
 	}
@@ -263,7 +279,8 @@ func (h *Handler) stale(ctx context.Context, log *slog.Logger, t *store.Task, r 
 	}
 	log.WarnContext(ctx, "every model unavailable; answered with the last good output, stale", "model", o.Model)
 	h.stats.stale.Add(1)
-	h.persist(ctx, log, t, t.Lease.Epoch, answer{res: gemini.Result{Text: o.Payload, Model: o.Model}, stale: true})
+	res.Text, res.Model, res.Degraded = o.Payload, o.Model, true
+	h.persist(ctx, log, t, t.Lease.Epoch, answer{res: res, stale: true})
 	return true
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"sync"
 	"testing"
@@ -102,6 +103,12 @@ type bundle struct {
 // and a Gemini client with quick retries.
 func setup(t *testing.T, lat time.Duration) *bundle {
 	t.Helper()
+	return setupWith(t, lat, nil)
+}
+
+// setupWith is setup with extra Gemini client settings (variable -> value).
+func setupWith(t *testing.T, lat time.Duration, extra map[string]string) *bundle {
+	t.Helper()
 	ctx := context.Background()
 	project := emulator.ProjectID(t)
 	fs, err := firestore.NewClient(ctx, project)
@@ -118,6 +125,7 @@ func setup(t *testing.T, lat time.Duration) *bundle {
 		"GENBOX_MAX_ATTEMPTS": "2", "GENBOX_MODEL_ATTEMPTS": "2",
 		"GENBOX_BACKOFF_BASE": "5ms", "GENBOX_BACKOFF_MAX": "10ms",
 	}
+	maps.Copy(env, extra)
 	cfg, err := gemini.ConfigFromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)

@@ -307,14 +307,16 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		log.WarnContext(ctx, "shutting down before the model answered; lease released")
 		h.release(ctx, log, t.ID, epoch, res)
 	case errors.Is(err, gemini.ErrUnavailable):
-		if !h.stale(ctx, log, t, r) {
-			h.park(ctx, log, t.ID, epoch, res)
-		}
+		h.unavailable(ctx, log, t, r, res)
 	default:
 		switch gemini.ClassOf(err) {
 		case gemini.Permanent, gemini.Quality, gemini.Budget:
 			h.fail(ctx, log, t.ID, epoch, res, taskError(err))
-		default: // transient, network, or unclassified: retried later, counted
+		default: // transient, network, or unclassified: retried later, counted — unless it opened the last breaker
+			if h.exhausted(req) {
+				h.unavailable(ctx, log, t, r, res)
+				return
+			}
 			h.retry(ctx, log, t.ID, epoch, res, taskError(err))
 		}
 	}
@@ -423,7 +425,7 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 			return nil
 		}
 		t.Output, t.OutputEpoch, t.OutputAt = res.Text, epoch, &now
-		t.Model, t.Degraded, t.Error = res.Model, res.Degraded || a.stale, nil
+		t.Model, t.Degraded, t.Error = res.Model, res.Degraded, nil
 		t.CacheHit, t.Stale = a.cached, a.stale
 		if a.fingerprint != "" {
 			t.Fingerprint = a.fingerprint

@@ -1,0 +1,321 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
+	"github.com/genbox-dev/genbox/pkg/prompts"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// modelPolicy is the service's policy over the bundle: tenant limits from the store, quick
+// hand-backs and budget re-checks.
+func (b *bundle) modelPolicy(budget gemini.BudgetPolicy) ModelPolicy {
+	return ModelPolicy{
+		Estimator: b.gen, Tenants: NewTenantCache(b.store, time.Minute),
+		Slots: gemini.NewSlots(20 * time.Millisecond), Budgets: gemini.NewBudgets(b.store, time.Now, time.Minute),
+		BudgetPolicy: budget, BudgetRetry: time.Hour,
+	}
+}
+
+// policyHandler is a handler over the embedded prompt families with the model policy mp.
+func (b *bundle) policyHandler(t *testing.T, pol Policy, mp ModelPolicy) *Handler {
+	t.Helper()
+	reg, err := prompts.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(b.store, b.gen, reg, b.pub, b.log.With("owner", pol.Owner), pol, WithModelPolicy(mp))
+}
+
+func (b *bundle) tenant(t *testing.T, id string, l store.Limits) {
+	t.Helper()
+	if _, err := b.store.CreateTenant(context.Background(), id, l, "whsec"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// payload decodes the webhook event frozen on the task's delivery.
+func payload(t *testing.T, d *store.Task) task.Event {
+	t.Helper()
+	var ev task.Event
+	if err := json.Unmarshal([]byte(d.Delivery.Payload), &ev); err != nil {
+		t.Fatalf("payload of %s: %v", d.ID, err)
+	}
+	return ev
+}
+
+// The same request twice with cache: true makes one model call; another temperature, another
+// tenant, no cache, or a Regenerate each make their own. A hit costs the task nothing.
+func TestCacheOneCallPerIdenticalRequest(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	h := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
+	same := func(d *store.Task) { d.Input, d.Cache = "The quarterly report says revenue rose.", true }
+	tests := []struct {
+		id       string
+		doc      func(*store.Task)
+		newCalls int
+		hit      bool
+	}{
+		{"first", same, 1, false},
+		{"again", same, 0, true},
+		{"warmer", func(d *store.Task) { same(d); d.GenConfig = &task.GenConfig{Temperature: ptr(0.9)} }, 1, false},
+		{"warmer-again", func(d *store.Task) { same(d); d.GenConfig = &task.GenConfig{Temperature: ptr(0.9)} }, 0, true},
+		{"other-tenant", func(d *store.Task) { same(d); d.Tenant = "tenant-b" }, 1, false},
+		{"uncached", func(d *store.Task) { same(d); d.Cache = false }, 1, false},
+		{"regenerated", func(d *store.Task) { same(d); d.BypassCache, d.Replay = true, 1 }, 1, false},
+	}
+	var firstOutput string
+	for _, tc := range tests {
+		before := b.srv.Ledger().Total.Calls
+		b.task(t, tc.id, tc.doc)
+		h.Handle(context.Background(), msg(tc.id))
+		got := b.get(t, tc.id)
+		if calls := b.srv.Ledger().Total.Calls - before; calls != tc.newCalls {
+			t.Errorf("%s: %d model calls, want %d", tc.id, calls, tc.newCalls)
+		}
+		if got.State != task.StateSucceeded || got.CacheHit != tc.hit {
+			t.Errorf("%s: state %s cache_hit %v, want succeeded, %v", tc.id, got.State, got.CacheHit, tc.hit)
+		}
+		if tc.id == "first" {
+			firstOutput = got.Output
+		}
+		if tc.hit {
+			if got.Usage != (task.Usage{}) || got.CostUSD != 0 || got.ModelCalls != 0 || got.Model == "" {
+				t.Errorf("%s: a hit shows usage %+v cost %v calls %d model %q; want nothing spent", tc.id, got.Usage, got.CostUSD, got.ModelCalls, got.Model)
+			}
+			if ev := payload(t, got); !ev.Data.CacheHit {
+				t.Errorf("%s: webhook payload without cache_hit", tc.id)
+			}
+		}
+		if tc.id == "again" && got.Output != firstOutput {
+			t.Errorf("again: output %q, want the first's %q", got.Output, firstOutput)
+		}
+	}
+	if s := h.Stats(); s.CacheHits != 2 {
+		t.Errorf("stats: %d cache hits, want 2", s.CacheHits)
+	}
+}
+
+// A task whose tenant's budget is spent, whose max_cost_usd is below the estimate or whose
+// run_before has passed follows its policy without any model call.
+func TestNoCallBeyondBudgetOrDeadline(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, 0, map[string]string{"GENBOX_PRICES": "m=1000/1000"}) // a call costs about $1
+	ctx := context.Background()
+	b.tenant(t, "poor", store.Limits{DailyBudgetUSD: 5})
+	if err := b.store.AddSpend(ctx, "poor", gemini.Day(time.Now()), 4.5); err != nil {
+		t.Fatal(err)
+	}
+	wait := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
+	fail := b.policyHandler(t, policy("w2"), b.modelPolicy(gemini.BudgetFail))
+	now := time.Now()
+	tests := []struct {
+		id    string
+		h     *Handler
+		doc   func(*store.Task)
+		state task.State
+		kind  task.ErrorKind
+	}{
+		{"budget-wait", wait, func(d *store.Task) { d.Tenant = "poor" }, task.StateWaiting, task.KindBudget},
+		{"budget-fail", fail, func(d *store.Task) { d.Tenant = "poor" }, task.StateFailed, task.KindBudget},
+		{"max-cost", wait, func(d *store.Task) { d.MaxCostUSD = ptr(0.01) }, task.StateFailed, task.KindBudget},
+		{"run-before", wait, func(d *store.Task) { d.RunBefore = ptr(now.Add(-time.Second)) }, task.StateFailed, task.KindExpired},
+	}
+	for _, tc := range tests {
+		b.task(t, tc.id, tc.doc)
+		tc.h.Handle(ctx, msg(tc.id))
+		got := b.get(t, tc.id)
+		if got.State != tc.state || got.Error == nil || got.Error.Kind != tc.kind {
+			t.Errorf("%s: state %s error %+v, want %s with kind %s", tc.id, got.State, got.Error, tc.state, tc.kind)
+		}
+		if got.Lease.Owner != "" || got.Attempts != 0 || got.ModelCalls != 0 {
+			t.Errorf("%s: lease %+v attempts %d calls %d, want released, nothing counted", tc.id, got.Lease, got.Attempts, got.ModelCalls)
+		}
+		if tc.state == task.StateWaiting && (got.NotBefore == nil || !got.NotBefore.After(now) || got.NotBefore.After(gemini.ResetAt(now))) {
+			t.Errorf("%s: not_before %v, want after now and no later than the budget day's reset %v", tc.id, got.NotBefore, gemini.ResetAt(now))
+		}
+	}
+	if calls := b.srv.Ledger().Total.Calls; calls != 0 {
+		t.Errorf("%d model calls, want none", calls)
+	}
+	// A tenant with room is charged what it spends, so the same tenant then runs out.
+	b.tenant(t, "rich", store.Limits{DailyBudgetUSD: 1.1}) // room for one estimate ($1.08), not for what it spent ($0.09) and another
+	b.task(t, "rich-1", func(d *store.Task) { d.Tenant = "rich" })
+	b.task(t, "rich-2", func(d *store.Task) { d.Tenant = "rich" })
+	wait.Handle(ctx, msg("rich-1"))
+	wait.Handle(ctx, msg("rich-2"))
+	if s1, s2 := b.get(t, "rich-1").State, b.get(t, "rich-2").State; s1 != task.StateSucceeded || s2 != task.StateWaiting {
+		t.Errorf("rich: %s, %s; want the first to run and the second to wait for the budget", s1, s2)
+	}
+	if calls := b.srv.Ledger().Total.Calls; calls != 1 {
+		t.Errorf("%d model calls, want 1", calls)
+	}
+}
+
+// During a full outage a stale family answers with the tenant's last good output for the subject,
+// flagged stale in the task and its webhook; another tenant or subject has none and is parked.
+func TestStaleAnswerWhenEveryModelIsDown(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, 0, map[string]string{
+		"GENBOX_BREAKER_FAILURES": "1", "GENBOX_BREAKER_COOLDOWN": "1h", "GENBOX_MAX_ATTEMPTS": "1",
+	})
+	b.srv.SetResponder(func(r geminitest.Request) geminitest.Reply { // digests are bullet lists
+		rep := geminitest.DefaultReply(r)
+		rep.Text = "- " + rep.Text
+		return rep
+	})
+	h := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
+	ctx := context.Background()
+	digest := func(tenant, subject string) func(*store.Task) {
+		return func(d *store.Task) { d.Tenant, d.Variant, d.SubjectKey = tenant, "digest", subject }
+	}
+	b.task(t, "fresh", digest("tenant-a", "site-1"))
+	h.Handle(ctx, msg("fresh"))
+	fresh := b.get(t, "fresh")
+	if fresh.State != task.StateSucceeded || fresh.Stale {
+		t.Fatalf("fresh: state %s stale %v", fresh.State, fresh.Stale)
+	}
+
+	b.srv.Outage("", time.Hour)
+	b.task(t, "trip", func(d *store.Task) {}) // its failed call opens the only breaker
+	h.Handle(ctx, msg("trip"))
+	if b.gen.Available(nil) {
+		t.Fatal("the breaker did not open")
+	}
+	if got := b.get(t, "trip"); got.State != task.StateWaiting || got.Attempts != 0 {
+		t.Errorf("trip: state %s attempts %d; the call that opened the last breaker parks, no attempt counted", got.State, got.Attempts)
+	}
+	calls := b.srv.Ledger().Total.Calls
+
+	tests := []struct {
+		id    string
+		doc   func(*store.Task)
+		state task.State
+	}{
+		{"stale", digest("tenant-a", "site-1"), task.StateSucceeded},
+		{"other-tenant", digest("tenant-b", "site-1"), task.StateWaiting},
+		{"other-subject", digest("tenant-a", "site-2"), task.StateWaiting},
+		{"park-family", func(d *store.Task) { d.SubjectKey = "site-1" }, task.StateWaiting},
+	}
+	for _, tc := range tests {
+		b.task(t, tc.id, tc.doc)
+		h.Handle(ctx, msg(tc.id))
+		got := b.get(t, tc.id)
+		if got.State != tc.state {
+			t.Errorf("%s: state %s, want %s", tc.id, got.State, tc.state)
+			continue
+		}
+		if tc.state != task.StateSucceeded {
+			continue
+		}
+		ev := payload(t, got)
+		if !got.Stale || !ev.Data.Stale || got.Output != fresh.Output || got.CacheHit || got.CostUSD != 0 {
+			t.Errorf("%s: stale %v (webhook %v) output %q cache_hit %v cost %v; want fresh's output %q flagged stale, nothing spent",
+				tc.id, got.Stale, ev.Data.Stale, got.Output, got.CacheHit, got.CostUSD, fresh.Output)
+		}
+	}
+	if n := b.srv.Ledger().Total.Calls - calls; n != 0 {
+		t.Errorf("%d model calls with every breaker open, want none", n)
+	}
+}
+
+// With a cap of 2, tenant A's batch never has more than 2 calls in flight on the instance, its
+// other tasks are handed back with a short not_before, and tenant B's task still runs.
+func TestTenantConcurrencyCap(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.tenant(t, "tenant-a", store.Limits{Concurrency: 2})
+	h := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
+	ctx := context.Background()
+	const n = 6
+	pending := map[string]bool{}
+	for i := range n {
+		id := "a-" + string(rune('0'+i))
+		b.task(t, id)
+		pending[id] = true
+	}
+	b.task(t, "b-0", func(d *store.Task) { d.Tenant = "tenant-b" })
+
+	calledA := 0
+	for round := 0; len(pending) > 0; round++ {
+		if round > 3*n {
+			t.Fatalf("tasks of A still pending after %d rounds: %v", round, pending)
+		}
+		gate := b.srv.Block("m")
+		var wg sync.WaitGroup
+		handled := make(chan string, n)
+		for id := range pending {
+			wg.Go(func() { h.Handle(ctx, msg(id)); handled <- id })
+		}
+		// Every task but the two holding slots is handed back while those two are held.
+		held := min(2, len(pending))
+		for range len(pending) - held {
+			id := <-handled
+			got := b.get(t, id)
+			if got.State != task.StateQueued || got.NotBefore == nil || got.Attempts != 0 || got.Lease.Owner != "" {
+				t.Fatalf("%s handed back as state %s not_before %v attempts %d lease %+v", id, got.State, got.NotBefore, got.Attempts, got.Lease)
+			}
+		}
+		for range held {
+			<-gate.Entered()
+		}
+		if round == 0 { // B is not starved by A's batch
+			wg.Go(func() { h.Handle(ctx, msg("b-0")) })
+			r := <-gate.Entered()
+			if !strings.Contains(r.Prompt, "b-0") {
+				t.Fatalf("entered %q, want tenant B's task", r.Prompt)
+			}
+			if f := b.srv.InFlight(); f != held+1 {
+				t.Errorf("in flight %d, want A's %d and B's one", f, held)
+			}
+		} else if f := b.srv.InFlight(); f != held {
+			t.Errorf("round %d: in flight %d, want %d", round, f, held)
+		}
+		select {
+		case r := <-gate.Entered():
+			t.Fatalf("a third call of A entered: %q", r.Prompt)
+		default:
+		}
+		gate.Release()
+		wg.Wait()
+		calledA += held
+		var latest time.Time
+		for id := range pending {
+			got := b.get(t, id)
+			switch got.State {
+			case task.StateSucceeded:
+				delete(pending, id)
+			case task.StateQueued:
+				latest = maxTime(latest, *got.NotBefore)
+			default:
+				t.Fatalf("%s: state %s", id, got.State)
+			}
+		}
+		waitFor(t, "the handed-back tasks' not_before", 5*time.Second, func() bool { return time.Now().After(latest) })
+	}
+	if got := b.get(t, "b-0"); got.State != task.StateSucceeded {
+		t.Errorf("B: state %s", got.State)
+	}
+	if calls := b.srv.Ledger().Total.Calls; calls != n+1 || calledA != n {
+		t.Errorf("%d model calls (%d of A), want %d: one per task", calls, calledA, n+1)
+	}
+	if s := h.Stats(); s.Deferred == 0 {
+		t.Error("no task was handed back")
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
