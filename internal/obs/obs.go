@@ -22,7 +22,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/contrib/detectors/gcp"
@@ -37,6 +36,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/oauth"
+
+	"github.com/genbox-dev/genbox/internal/envconfig"
 )
 
 // Exporter says where telemetry goes.
@@ -88,19 +89,16 @@ type Config struct {
 // calls getenv for every variable it knows, including the OTLP endpoints it only checks for
 // presence (the exporters read them from the process environment).
 func ConfigFromEnv(getenv func(string) string, service string) (Config, error) {
-	c := Config{
-		ServiceName: service,
-		Exporter:    Exporter(strings.ToLower(getenv("GENBOX_TELEMETRY"))),
-		Project:     getenv("GOOGLE_CLOUD_PROJECT"),
-	}
-	if s := getenv("OTEL_SERVICE_NAME"); s != "" {
-		c.ServiceName = s
-	}
+	c := Config{ServiceName: service}
+	r := envconfig.New(getenv)
+	var exporter string
+	r.String("GENBOX_TELEMETRY", &exporter)
+	c.Exporter = Exporter(strings.ToLower(exporter))
+	r.String("GOOGLE_CLOUD_PROJECT", &c.Project)
+	r.String("OTEL_SERVICE_NAME", &c.ServiceName)
 	endpoint := false
 	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
-		if getenv(name) != "" {
-			endpoint = true
-		}
+		r.Func(name, func(string) error { endpoint = true; return nil })
 	}
 	if c.Exporter == "" {
 		c.Exporter = ExportNone
@@ -108,20 +106,9 @@ func ConfigFromEnv(getenv func(string) string, service string) (Config, error) {
 			c.Exporter = ExportOTLP
 		}
 	}
-	var errs []error
-	if s := getenv("GENBOX_LOG_LEVEL"); s != "" {
-		if err := c.LogLevel.UnmarshalText([]byte(s)); err != nil {
-			errs = append(errs, fmt.Errorf("GENBOX_LOG_LEVEL: %w", err))
-		}
-	}
-	if s := getenv("GENBOX_LOG_CONTENT"); s != "" {
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("GENBOX_LOG_CONTENT: %w", err))
-		}
-		c.LogContent = b
-	}
-	if err := errors.Join(errs...); err != nil {
+	r.Func("GENBOX_LOG_LEVEL", func(s string) error { return c.LogLevel.UnmarshalText([]byte(s)) })
+	r.Bool("GENBOX_LOG_CONTENT", &c.LogContent)
+	if err := r.Err(); err != nil {
 		return Config{}, err
 	}
 	return c, c.Validate()
