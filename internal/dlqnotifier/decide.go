@@ -31,6 +31,9 @@ var decided = map[Action]store.DeadLetterState{
 	ActionRedeliver: store.DeadLetterRedelivered, ActionRegenerate: store.DeadLetterRegenerated, ActionDiscard: store.DeadLetterDiscarded,
 }
 
+// followUpBudget bounds the follow-up a decision runs before its answer (Slack waits 3 s).
+const followUpBudget = 2 * time.Second
+
 // commitBudget bounds a commit that must happen even while the request or shutdown ends.
 const commitBudget = 10 * time.Second
 
@@ -109,8 +112,11 @@ func (s *Service) Decide(ctx context.Context, id string, action Action, by strin
 		return nil, fmt.Errorf("decide %s on %s: %w", action, id, err)
 	}
 	log.InfoContext(ctx, "dlqnotifier: decision recorded")
-	// Cloud Run may throttle CPU once the response is sent: the follow-up runs now.
-	s.followUp(context.WithoutCancel(ctx), log, taskID)
+	// Cloud Run may throttle CPU once the response is sent: the follow-up runs now, bounded so
+	// that Slack still gets its answer within 3 s; what does not finish is the sweeper's.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), followUpBudget)
+	defer cancel()
+	s.followUp(fctx, log, taskID)
 	return d, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -275,5 +276,26 @@ func TestParseDeadLetterID(t *testing.T) {
 		if tc.ok && store.DeadLetterID(id, n.Stage, n.Replay, n.Round) != tc.in {
 			t.Errorf("%q does not round-trip", tc.in)
 		}
+	}
+}
+
+// BenchmarkClick measures an approver's click end to end on the emulator: signature check,
+// the decision transaction (task and dead letter), the nudge, the follow-up write and the
+// chat.update — everything Slack waits for (it allows 3 s).
+func BenchmarkClick(b *testing.B) {
+	e := setup(b)
+	ids := make([]string, b.N)
+	for i := range ids {
+		tk := e.deliveryDeadTask(b, "t-bench-"+strconv.Itoa(i))
+		e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
+		ids[i] = tk.ID + ":delivery:0:0"
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		e.approve(b, ActionRedeliver, ids[i])
+	}
+	b.StopTimer()
+	if n := len(e.slack.calls("chat.update")); n != b.N {
+		b.Fatalf("%d updates for %d clicks", n, b.N)
 	}
 }
