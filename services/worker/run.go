@@ -24,6 +24,9 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
+// readyTimeout bounds a readiness probe's Firestore read.
+const readyTimeout = 2 * time.Second
+
 // run serves until ctx ends, then shuts down within the configured grace: it stops pulling, lets
 // calls that finish within GENBOX_SHUTDOWN_GRACE persist, and makes the rest release their lease.
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
@@ -66,7 +69,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	pub := bus.NewPublisher(ps)
 	defer pub.Close()
 	st := store.New(fs)
-	gen, err := gemini.New(bg, cfg.Gemini, gemini.WithLogger(log), gemini.WithBreakerStore(st),
+	gen, err := gemini.New(bg, cfg.Gemini, gemini.WithLogger(log), gemini.WithBreakerStore(worker.MeteredBreakers(st, metrics)),
+		gemini.WithAttemptHook(worker.AttemptSpans()),
 		gemini.WithAlerts(func(ctx context.Context, key, msg string) {
 			if _, err := pub.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: "alert", task.AttrAlert: key}); err != nil {
 				log.WarnContext(ctx, "alert not published", "alert_key", key, "error", err)
@@ -81,7 +85,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	mp := cfg.ModelPolicy(st, gen)
 	h := worker.New(st, gen, reg, pub, log, cfg.Policy(), worker.WithMetrics(metrics), worker.WithModelPolicy(mp))
-	sw := sweeper.New(st, pub, gen, log, cfg.Sweep, cfg.Instance)
+	sw := sweeper.New(st, pub, gen, log, cfg.Sweep, cfg.Instance, sweeper.WithMetrics(metrics))
 
 	ln, err := net.Listen("tcp", ":"+cfg.Port)
 	if err != nil {
@@ -89,7 +93,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	var pulling obs.Running
+	mux.Handle("GET /readyz", obs.Ready(readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}, pulling.Check("pull")))
+	srv := &http.Server{Handler: obs.Handler(mux, "worker"), ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.InfoContext(ctx, "worker started", "addr", ln.Addr().String(), "instance", cfg.Instance, "subscription", cfg.Subscription)
@@ -102,6 +108,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 
 	pullCtx, stopPull := context.WithCancel(bg)
 	pulled := make(chan error, 1)
+	pulling.Set(true, "")
 	go func() {
 		pulled <- bus.Pull(pullCtx, ps, cfg.Subscription, bus.PullSettings{
 			MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension,
@@ -117,6 +124,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	case err := <-serveErr:
 		runErr = fmt.Errorf("healthz server: %w", err)
 	}
+	pulling.Set(false, "shutting down")
 	log.InfoContext(bg, "shutting down", "grace", cfg.ShutdownGrace.String())
 	stopPull()
 	abort := time.AfterFunc(cfg.ShutdownGrace, h.Abort) // what cannot finish in time releases its lease
@@ -129,7 +137,8 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	<-flushed
 	shutdownCtx, cancel := context.WithTimeout(bg, time.Second)
 	defer cancel()
-	return errors.Join(runErr, srv.Shutdown(shutdownCtx))
+	// The results nudges of calls that finished during the grace are flushed before telemetry.
+	return errors.Join(runErr, srv.Shutdown(shutdownCtx), pub.Close())
 }
 
 // flushSpend writes this instance's tenant spend to the sharded counters every period, and once
