@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -88,6 +89,11 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		}
 	}
 	base := "http://" + strings.Replace(out.addr(), "[::]", "127.0.0.1", 1)
+	resp, err := http.Get(base + "/readyz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz: %v %v", resp, err)
+	}
+	resp.Body.Close()
 	admin := client.New(base, env["GENBOX_ADMIN_KEY"])
 	if _, err := admin.CreateTenant(ctx, "acme", nil); err != nil {
 		t.Fatal(err)

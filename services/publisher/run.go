@@ -12,6 +12,7 @@ import (
 
 	"cloud.google.com/go/firestore"
 	"cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
@@ -22,6 +23,9 @@ import (
 
 // shutdownBudget bounds the drain after SIGTERM, inside Cloud Run's 10 s grace.
 const shutdownBudget = 8 * time.Second
+
+// readyTimeout bounds a readiness probe's Firestore read.
+const readyTimeout = 2 * time.Second
 
 // run serves the API until ctx ends, then drains in-flight requests and flushes the publisher
 // and telemetry.
@@ -57,16 +61,24 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return fmt.Errorf("pubsub: %w", err)
 	}
 	defer ps.Close()
-	pub := bus.NewPublisher(ps)
-	h, err := publisher.New(cfg, publisher.Deps{Store: store.New(fs), Publisher: pub, Families: reg, Log: log})
+	metrics, err := obs.NewMetrics(otel.GetMeterProvider())
 	if err != nil {
 		return err
 	}
+	pub := bus.NewPublisher(ps)
+	st := store.New(fs)
+	h, err := publisher.New(cfg, publisher.Deps{Store: st, Publisher: pub, Families: reg, Log: log, Metrics: metrics})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /readyz", obs.Ready(readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}))
+	mux.Handle("/", h)
 	ln, err := net.Listen("tcp", ":"+strconv.Itoa(cfg.Port))
 	if err != nil {
 		return fmt.Errorf("%s: %w", publisher.EnvPort, err)
 	}
-	srv := &http.Server{Handler: obs.Handler(h, "publisher"), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: obs.Handler(mux, "publisher"), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.InfoContext(ctx, "publisher started", "addr", ln.Addr().String(), "project", cfg.ProjectID, "admin", cfg.AdminKey != "")

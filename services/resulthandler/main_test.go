@@ -123,11 +123,13 @@ func testRun(t *testing.T, mode string) {
 			t.Fatal(err)
 		}
 	}
-	resp, err := http.Get("http://127.0.0.1:" + port + "/healthz")
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("healthz: %v %v", resp, err)
+	for _, probe := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://127.0.0.1:" + port + probe)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %v %v", probe, resp, err)
+		}
+		resp.Body.Close()
 	}
-	resp.Body.Close()
 
 	pub := bus.NewPublisher(ps)
 	defer pub.Close()

@@ -11,6 +11,7 @@ import (
 
 	"cloud.google.com/go/firestore"
 	"cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
@@ -18,6 +19,9 @@ import (
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
 )
+
+// readyTimeout bounds a readiness probe's Firestore read.
+const readyTimeout = 2 * time.Second
 
 // run serves /healthz (and the push endpoint in push mode, or pulls in pull mode) until ctx
 // ends, then lets in-flight deliveries finish within the shutdown grace and flushes the
@@ -47,15 +51,25 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return fmt.Errorf("pubsub: %w", err)
 	}
 	defer ps.Close()
+	metrics, err := obs.NewMetrics(otel.GetMeterProvider())
+	if err != nil {
+		return err
+	}
 	pub := bus.NewPublisher(ps)
 	st := store.New(fs)
-	h, err := resulthandler.New(st, st, pub, ssrf.NewClient(cfg.SSRF()), log, cfg.Policy)
+	h, err := resulthandler.New(st, st, pub, ssrf.NewClient(cfg.SSRF()), log, cfg.Policy, resulthandler.WithMetrics(metrics))
 	if err != nil {
 		return err
 	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	checks := []obs.Check{{Name: "firestore", Probe: st.Ping}}
+	var pulling obs.Running
+	if cfg.Consumer == resulthandler.ConsumerPull {
+		checks = append(checks, pulling.Check("pull"))
+	}
+	mux.Handle("GET /readyz", obs.Ready(readyTimeout, checks...))
 	if cfg.Consumer == resulthandler.ConsumerPush {
 		// Cloud Run authenticates Pub/Sub's OIDC token (the service admits only the push
 		// service account, with the push audience) before a request reaches this handler.
@@ -73,6 +87,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer stopPull()
 	pulled := make(chan error, 1)
 	if cfg.Consumer == resulthandler.ConsumerPull {
+		pulling.Set(true, "")
 		go func() {
 			pulled <- bus.Pull(pullCtx, ps, cfg.Subscription, bus.PullSettings{
 				MaxOutstandingMessages: cfg.Concurrency,
@@ -93,6 +108,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	case runErr = <-pulled:
 		pullEnded = true
 	}
+	pulling.Set(false, "shutting down")
 	log.InfoContext(bg, "shutting down", "grace", cfg.ShutdownGrace.String())
 	sctx, cancel := context.WithTimeout(bg, cfg.ShutdownGrace)
 	defer cancel()
