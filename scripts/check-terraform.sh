@@ -44,7 +44,11 @@ install() {
 
 echo "--- tflint $TFLINT_VERSION (advisory)"
 if install tflint "$TFLINT_VERSION" github.com/terraform-linters/tflint; then
-  "$BIN/tflint" --chdir="$DIR" --config=.tflint.hcl --format=compact || echo "tflint: findings above (advisory)"
+  if "$BIN/tflint" --chdir="$DIR" --config=.tflint.hcl --format=compact; then
+    echo "tflint: no issues"
+  else
+    echo "tflint: findings above (advisory)"
+  fi
 fi
 
 echo "--- tfsec $TFSEC_VERSION (advisory)"
