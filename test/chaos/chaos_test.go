@@ -40,6 +40,7 @@ func TestWorkerCrashPoints(t *testing.T) {
 			if !exited || !killed {
 				t.Fatalf("round %d: the worker armed at %s did not die there (exited %v, SIGKILL %v)", round, point, exited, killed)
 			}
+			s.logf("worker killed at %s", point)
 			if point == crashpoint.MidGenerate || point == crashpoint.Answered {
 				extra++
 			}
@@ -136,6 +137,7 @@ func TestPubSubRestartedEmpty(t *testing.T) {
 	s := newStack(t, geminitest.Fixed(100*time.Millisecond), emu.PubSubHost)
 	gate := s.fake.Block("")
 	s.start()
+	s.logf("services started")
 	before := scale(3, 20)
 	s.submit(before, "before")
 	for i := range before {
@@ -145,14 +147,17 @@ func TestPubSubRestartedEmpty(t *testing.T) {
 			t.Fatalf("only %d of %d generations started", i, before)
 		}
 	}
+	s.logf("%d generations started; killing the Pub/Sub emulator", before)
 	emu.Stop()
 	gate.Release() // the outputs commit; their result nudges have nowhere to go
 	s.submit(scale(3, 20), "during")
+	s.logf("submitted while Pub/Sub is down")
 	time.Sleep(scale(time.Second, 20*time.Second)) // the rest of the outage
 	restarted := start()
 	if restarted.PubSubHost != emu.PubSubHost {
 		t.Fatalf("restarted on %s, want %s", restarted.PubSubHost, emu.PubSubHost)
 	}
 	bootstrap(t, s.project, restarted.PubSubHost)
+	s.logf("Pub/Sub restarted empty and bootstrapped")
 	s.checkInvariants(scale(120*time.Second, 10*time.Minute), 0, 0)
 }
