@@ -152,6 +152,7 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		case err == nil:
 			log.InfoContext(ctx, "cache hit; no model call", "fingerprint", fp)
 			h.stats.cacheHits.Add(1)
+			h.metrics.CacheHit(ctx, t.Family)
 			h.persist(ctx, log, t, epoch, answer{res: gemini.Result{Text: o.Payload, Model: o.Model}, cached: true, fingerprint: fp})
 			return nil, false
 		case !errors.Is(err, store.ErrNotFound):

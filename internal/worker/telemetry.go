@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 )
@@ -41,4 +43,30 @@ func (b meteredBreakers) SaveBreaker(ctx context.Context, ch gemini.BreakerChang
 		return nil
 	}
 	return b.next.SaveBreaker(ctx, ch)
+}
+
+// SpanClaim names the span of the claim transaction.
+const SpanClaim = "claim task"
+
+// tracedClaim is claim inside a span of its own, tagged with what the transaction decided.
+func (h *Handler) tracedClaim(ctx context.Context, id string) (claimResult, error) {
+	ctx, span := obs.Start(ctx, SpanClaim)
+	c, err := h.claim(ctx, id)
+	span.SetAttributes(attribute.String(spanClaimOutcome, c.outcome.String()))
+	obs.End(span, err, "")
+	return c, err
+}
+
+const spanClaimOutcome = "genbox.claim.outcome"
+
+func (o claimOutcome) String() string {
+	switch o {
+	case claimed:
+		return "claimed"
+	case claimExpired:
+		return "expired"
+	case claimDead:
+		return "dead"
+	}
+	return "not_claimed"
 }

@@ -162,7 +162,7 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 	defer context.AfterFunc(h.abort, stop)()
 
 	crashpoint.Hit(crashpoint.BeforeClaim)
-	c, err := h.claim(work, id)
+	c, err := h.tracedClaim(work, id)
 	if err != nil {
 		log.WarnContext(ctx, "claim failed; acked, the sweeper will nudge again", "error", err)
 		h.stats.notClaimed.Add(1)
