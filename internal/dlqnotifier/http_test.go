@@ -45,6 +45,19 @@ func TestInteractionRefusals(t *testing.T) {
 			body:   interaction(testApprover, ActionDiscard, dl), secret: testSecret, ts: time.Now(), wantCode: http.StatusOK,
 			ephemeral: "already decided by <@" + testApprover + "> at ",
 		},
+		{
+			name: "task moved on",
+			before: func(e *env, t *testing.T) {
+				if _, err := e.st.MutateTask(e.ctx, "t-guard", func(tk *store.Task, now time.Time) error {
+					tk.Delivery.State, tk.Delivery.DeliveredAt = task.DeliveryDelivered, &now
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			body: interaction(testApprover, ActionRedeliver, dl), secret: testSecret, ts: time.Now(), wantCode: http.StatusOK,
+			ephemeral: "moved on",
+		},
 		{name: "not a payload", body: []byte("payload=%7Bnot+json"), secret: testSecret, ts: time.Now(), wantCode: http.StatusBadRequest},
 	}
 	for _, tc := range tests {
