@@ -269,7 +269,7 @@ func TestDLQVerbs(t *testing.T) {
 	if r = cli(t, env, "", "dlq", "discard", dl, "--operator", "someone"); r.code != exitRejected || !strings.Contains(r.stderr, "already decided by ops") {
 		t.Errorf("a second decision: exit %d, want %d\n%s", r.code, exitRejected, r.stderr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	want := task.EventID(v.TaskID, task.EventSucceeded, 1)
 	if _, err := s.Inbox.Wait(ctx, func(d devstack.Delivery) bool { return d.ID == want }); err != nil {

@@ -93,6 +93,9 @@ type Config struct {
 	Getenv func(string) string
 	// Log receives every service's log; discarded when nil.
 	Log *slog.Logger
+	// Metrics receives every service's metrics (obs.NewMetrics); nil records none. Spans go to
+	// the global tracer provider, as in the services.
+	Metrics *obs.Metrics
 	// Out receives what the webhook listener prints (each verified delivery); discarded when nil.
 	Out io.Writer
 	// Emulators says where to find the emulators when they must be started.
@@ -473,7 +476,7 @@ func (s *Stack) startPublisher(env func(string) string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", publisher.EnvPromptsDir, err)
 	}
-	h, err := publisher.New(cfg, publisher.Deps{Store: s.Store, Publisher: s.pub, Families: reg, Log: s.log.With("service", "publisher")})
+	h, err := publisher.New(cfg, publisher.Deps{Store: s.Store, Publisher: s.pub, Families: reg, Log: s.log.With("service", "publisher"), Metrics: s.cfg.Metrics})
 	if err != nil {
 		return err
 	}
@@ -513,7 +516,8 @@ func (s *Stack) startWorker(ctx context.Context, env func(string) string) error 
 		return err
 	}
 	log := s.log.With("service", "worker")
-	gen, err := gemini.New(context.WithoutCancel(ctx), cfg.Gemini, gemini.WithLogger(log), gemini.WithBreakerStore(s.Store),
+	gen, err := gemini.New(context.WithoutCancel(ctx), cfg.Gemini, gemini.WithLogger(log),
+		gemini.WithBreakerStore(worker.MeteredBreakers(s.Store, s.cfg.Metrics)), gemini.WithAttemptHook(worker.AttemptSpans()),
 		gemini.WithAlerts(func(ctx context.Context, key, msg string) {
 			if _, err := s.pub.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: "alert", task.AttrAlert: key}); err != nil {
 				log.WarnContext(ctx, "alert not published", "alert_key", key, "error", err)
@@ -526,12 +530,15 @@ func (s *Stack) startWorker(ctx context.Context, env func(string) string) error 
 	if err != nil {
 		return err
 	}
-	s.Worker = worker.New(s.Store, gen, reg, s.pub, log, cfg.Policy())
-	sw := sweeper.New(s.Store, s.pub, gen, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance)
+	mp := cfg.ModelPolicy(s.Store, gen)
+	s.Worker = worker.New(s.Store, gen, reg, s.pub, log, cfg.Policy(), worker.WithModelPolicy(mp), worker.WithMetrics(s.cfg.Metrics))
+	sw := sweeper.New(s.Store, s.pub, gen, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance, sweeper.WithMetrics(s.cfg.Metrics))
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	swept := make(chan struct{})
 	go func() { defer close(swept); _ = sw.Run(sweepCtx) }()
-	s.onClose(func(context.Context) error { stopSweep(); <-swept; return nil })
+	flushed := make(chan struct{})
+	go func() { defer close(flushed); flushSpend(sweepCtx, log, mp.Budgets, cfg.TenantRefresh) }()
+	s.onClose(func(context.Context) error { stopSweep(); <-swept; <-flushed; return nil })
 	// As the worker service does on SIGTERM: calls that cannot finish within the grace release
 	// their lease.
 	s.pull("worker", cfg.Subscription, bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension},
@@ -539,12 +546,34 @@ func (s *Stack) startWorker(ctx context.Context, env func(string) string) error 
 	return nil
 }
 
+// flushSpend writes the worker's tenant spend to the sharded counters every period and once more
+// when ctx ends, as the worker service does.
+func flushSpend(ctx context.Context, log *slog.Logger, b *gemini.Budgets, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			if err := b.Flush(final); err != nil {
+				log.WarnContext(final, "tenant spend not flushed at shutdown", "error", err)
+			}
+			return
+		case <-tick.C:
+			if err := b.Flush(ctx); err != nil {
+				log.WarnContext(ctx, "tenant spend not flushed; retried next period", "error", err)
+			}
+		}
+	}
+}
+
 func (s *Stack) startResultHandler(env func(string) string) error {
 	cfg, err := resulthandler.FromEnv(env)
 	if err != nil {
 		return err
 	}
-	h, err := resulthandler.New(s.Store, s.Store, s.pub, ssrf.NewClient(cfg.SSRF()), s.log.With("service", "resulthandler"), cfg.Policy)
+	h, err := resulthandler.New(s.Store, s.Store, s.pub, ssrf.NewClient(cfg.SSRF()), s.log.With("service", "resulthandler"), cfg.Policy, resulthandler.WithMetrics(s.cfg.Metrics))
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,10 @@ func ShortEnv(extra ...string) func(string) string {
 		"GENBOX_SHUTDOWN_GRACE":       "1s",
 		"GENBOX_DELIVERY_BACKOFF_MIN": "50ms",
 		"GENBOX_DELIVERY_BACKOFF_MAX": "200ms",
+		"GENBOX_DECISION_GRACE":       "2s",
+		"GENBOX_SLACK_POST_LEASE":     "5s",
+		"GENBOX_SLACK_BACKOFF_BASE":   "100ms",
+		"GENBOX_SLACK_BACKOFF_MAX":    "1s",
 	}
 	for i := 0; i+1 < len(extra); i += 2 {
 		e[extra[i]] = extra[i+1]
