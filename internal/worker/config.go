@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -49,10 +50,8 @@ var ErrConfig = errors.New("worker: invalid configuration")
 // FromEnv reads the configuration, with defaults, calling getenv for every variable it knows.
 func FromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		Project:       getenv("GOOGLE_CLOUD_PROJECT"),
-		Port:          getenv("PORT"),
-		Instance:      getenv("GENBOX_INSTANCE_ID"),
-		Subscription:  getenv("GENBOX_TASKS_SUBSCRIPTION"),
+		Port:          "8080",
+		Subscription:  bus.SubWorker,
 		LeaseTTL:      30 * time.Second,
 		RenewEvery:    10 * time.Second,
 		MaxExtension:  15 * time.Minute,
@@ -70,67 +69,40 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		TenantRefresh: 10 * time.Second,
 		SlotRetry:     2 * time.Second,
 		CacheTTL:      24 * time.Hour,
+		BudgetPolicy:  gemini.BudgetWait,
 	}
-	if c.Port == "" {
-		c.Port = "8080"
-	}
-	if c.Subscription == "" {
-		c.Subscription = bus.SubWorker
-	}
+	r := envconfig.New(getenv)
+	r.String("GOOGLE_CLOUD_PROJECT", &c.Project)
+	r.String("PORT", &c.Port)
+	r.String("GENBOX_INSTANCE_ID", &c.Instance)
+	r.String("GENBOX_TASKS_SUBSCRIPTION", &c.Subscription)
 	if c.Instance == "" {
 		host, _ := os.Hostname()
 		c.Instance = host + "-" + strconv.Itoa(os.Getpid())
 	}
+	r.Duration("GENBOX_LEASE_TTL", &c.LeaseTTL)
+	r.Duration("GENBOX_LEASE_RENEW", &c.RenewEvery)
+	r.Duration("GENBOX_MAX_EXTENSION", &c.MaxExtension)
+	r.Duration("GENBOX_RETRY_BASE", &c.RetryBase)
+	r.Duration("GENBOX_RETRY_MAX", &c.RetryMax)
+	r.Duration("GENBOX_PARK_BASE", &c.ParkBase)
+	r.Duration("GENBOX_PARK_MAX", &c.ParkMax)
+	r.Duration("GENBOX_NUDGE_GRACE", &c.NudgeGrace)
+	r.Duration("GENBOX_COMMIT_RETRY", &c.CommitRetry)
+	r.Duration("GENBOX_SHUTDOWN_GRACE", &c.ShutdownGrace)
+	r.Duration("GENBOX_BUDGET_RETRY", &c.BudgetRetry)
+	r.Duration("GENBOX_TENANT_REFRESH", &c.TenantRefresh)
+	r.Duration("GENBOX_TENANT_SLOT_RETRY", &c.SlotRetry)
+	r.Duration("GENBOX_CACHE_TTL", &c.CacheTTL)
+	r.Int("GENBOX_CONCURRENCY", &c.Concurrency)
+	r.Int("GENBOX_TASK_ATTEMPTS", &c.MaxAttempts)
+	r.Int("GENBOX_CLAIM_CAP", &c.ClaimCap)
+	r.Func("GENBOX_BUDGET_POLICY", func(s string) (err error) { c.BudgetPolicy, err = gemini.ParseBudgetPolicy(s); return err })
 	var errs []error
-	for _, v := range []struct {
-		name string
-		dst  *time.Duration
-	}{
-		{"GENBOX_LEASE_TTL", &c.LeaseTTL},
-		{"GENBOX_LEASE_RENEW", &c.RenewEvery},
-		{"GENBOX_MAX_EXTENSION", &c.MaxExtension},
-		{"GENBOX_RETRY_BASE", &c.RetryBase},
-		{"GENBOX_RETRY_MAX", &c.RetryMax},
-		{"GENBOX_PARK_BASE", &c.ParkBase},
-		{"GENBOX_PARK_MAX", &c.ParkMax},
-		{"GENBOX_NUDGE_GRACE", &c.NudgeGrace},
-		{"GENBOX_COMMIT_RETRY", &c.CommitRetry},
-		{"GENBOX_SHUTDOWN_GRACE", &c.ShutdownGrace},
-		{"GENBOX_BUDGET_RETRY", &c.BudgetRetry},
-		{"GENBOX_TENANT_REFRESH", &c.TenantRefresh},
-		{"GENBOX_TENANT_SLOT_RETRY", &c.SlotRetry},
-		{"GENBOX_CACHE_TTL", &c.CacheTTL},
-	} {
-		if s := getenv(v.name); s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, v.name, err))
-				continue
-			}
-			*v.dst = d
-		}
-	}
-	for _, v := range []struct {
-		name string
-		dst  *int
-	}{
-		{"GENBOX_CONCURRENCY", &c.Concurrency},
-		{"GENBOX_TASK_ATTEMPTS", &c.MaxAttempts},
-		{"GENBOX_CLAIM_CAP", &c.ClaimCap},
-	} {
-		if s := getenv(v.name); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, v.name, err))
-				continue
-			}
-			*v.dst = n
-		}
+	if err := r.Err(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err))
 	}
 	var err error
-	if c.BudgetPolicy, err = gemini.ParseBudgetPolicy(getenv("GENBOX_BUDGET_POLICY")); err != nil {
-		errs = append(errs, fmt.Errorf("%w: GENBOX_BUDGET_POLICY: %w", ErrConfig, err))
-	}
 	if c.Sweep, err = sweeper.FromEnv(getenv); err != nil {
 		errs = append(errs, err)
 	}
