@@ -67,6 +67,10 @@ through to the services.`)
 	fmt.Fprintln(e.stderr, "genbox dev: starting (the emulators take a few seconds)…")
 	st, err := devstack.Start(ctx, cfg)
 	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(e.stderr, "genbox dev: interrupted while starting; stopped")
+			return nil
+		}
 		return fmt.Errorf("dev: %w", err)
 	}
 	defer func() {

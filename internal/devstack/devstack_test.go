@@ -218,3 +218,92 @@ func httpGet(t *testing.T, ctx context.Context, u string) string {
 	}
 	return string(b)
 }
+
+// The configuration names the variable of every bad value, and the services' environment keeps
+// what the dev stack decides whatever the user's environment says.
+func TestConfig(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, key, value, want string
+	}{
+		{"bad webhook secret", EnvWebhookSecret, "whsec_!!", EnvWebhookSecret},
+		{"short admin key", EnvAdminKey, "short", EnvAdminKey},
+		{"short api key", EnvAPIKey, "short", EnvAPIKey},
+	} {
+		_, err := FromEnv(ShortEnv(tc.key, tc.value))
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.want)
+		}
+	}
+	cfg, err := FromEnv(ShortEnv("GENBOX_CONSUMER", "push", "GENBOX_ALLOW_INSECURE_CALLBACKS", "false",
+		"GOOGLE_GEMINI_BASE_URL", "https://elsewhere", EnvApprovers, " U1, U2 ,", "GENBOX_RETRY_BASE", "7s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Approvers) != 2 || cfg.Approvers[0] != "U1" || cfg.Approvers[1] != "U2" {
+		t.Errorf("approvers %q", cfg.Approvers)
+	}
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := cfg.ServiceEnv("http://127.0.0.1:9", "http://127.0.0.1:10")
+	for name, want := range map[string]string{
+		"GENBOX_CONSUMER": "pull", "GENBOX_ALLOW_INSECURE_CALLBACKS": "true", "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:9",
+		"GENBOX_SLACK_API_URL": "http://127.0.0.1:10", EnvProject: DefaultProject, EnvApprovers: "U1,U2",
+		EnvSlackChannel: DefaultChannel, "GENBOX_RETRY_BASE": "7s", EnvAdminKey: cfg.AdminKey,
+	} {
+		if got := env(name); got != want {
+			t.Errorf("service env %s = %q, want %q", name, got, want)
+		}
+	}
+	if len(cfg.generated) != 4 {
+		t.Errorf("generated %q, want the four secrets", cfg.generated)
+	}
+}
+
+// `genbox dev` restarted on emulators that kept the dev tenant: the new webhook secret signs and
+// the same API key still authenticates.
+func TestRestartOnReusedEmulators(t *testing.T) {
+	t.Parallel()
+	project := emulator.ProjectID(t)
+	start := func(apiKey string) (*Stack, func()) {
+		cfg, err := FromEnv(ShortEnv(EnvAPIKey, apiKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Project = project
+		cfg.PublisherAddr, cfg.DLQAddr, cfg.SlackAddr, cfg.WebhookAddr, cfg.GeminiAddr =
+			"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		s, err := Start(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, func() {
+			if err := s.Close(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	const key = "gbx_dev_restart_0123456789abcdef"
+	first, stop := start(key)
+	firstSecret := first.cfg.WebhookSecret
+	stop()
+	s, stop := start(key)
+	defer stop()
+	if s.cfg.WebhookSecret == firstSecret {
+		t.Fatal("the second run did not generate a new webhook secret")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := client.New(s.Info.Publisher, key)
+	res, err := c.Submit(ctx, task.Request{Family: "summarize", Input: "After a restart.", CallbackURL: s.Info.WebhookURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Inbox.Wait(ctx, func(d Delivery) bool { return d.Event.Data.TaskID == res.TaskID }); err != nil {
+		t.Fatalf("no verified webhook after a restart: %v", err)
+	}
+}
