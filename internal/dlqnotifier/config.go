@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/envconfig"
 )
 
 // Environment variables the dlqnotifier reads (besides the telemetry ones of internal/obs).
@@ -95,64 +96,40 @@ func DefaultPolicy() Policy {
 // validates it.
 func FromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		Port: getenv(EnvPort), Project: getenv(EnvProject),
-		BotToken: getenv(EnvBotToken), SigningSecret: getenv(EnvSigningSecret),
-		Channel: getenv(EnvChannel), SlackAPIURL: getenv(EnvSlackAPIURL), AdminKey: getenv(EnvAdminKey),
-		Consumer: getenv(EnvConsumer), Instance: getenv(EnvInstance),
-		TasksDLQSub: getenv(EnvTasksDLQSub), ResultsDLQSub: getenv(EnvResultsDLQSub), AlertsSub: getenv(EnvAlertsSub),
+		Port: defaultPort, Consumer: ConsumerPush, SlackAPIURL: defaultSlackAPIBase,
+		TasksDLQSub: bus.SubTasksDLQ, ResultsDLQSub: bus.SubResultsDLQ, AlertsSub: bus.SubAlerts,
 		Policy: DefaultPolicy(), ShutdownGrace: 8 * time.Second,
 	}
-	for _, id := range strings.Split(getenv(EnvApprovers), ",") {
-		if id = strings.TrimSpace(id); id != "" {
-			c.Approvers = append(c.Approvers, id)
-		}
-	}
-	if c.Port == "" {
-		c.Port = defaultPort
-	}
-	if c.Consumer == "" {
-		c.Consumer = ConsumerPush
-	}
+	r := envconfig.New(getenv)
+	r.String(EnvPort, &c.Port)
+	r.String(EnvProject, &c.Project)
+	r.String(EnvBotToken, &c.BotToken)
+	r.String(EnvSigningSecret, &c.SigningSecret)
+	r.String(EnvChannel, &c.Channel)
+	r.List(EnvApprovers, &c.Approvers)
+	r.String(EnvSlackAPIURL, &c.SlackAPIURL)
+	r.String(EnvAdminKey, &c.AdminKey)
+	r.String(EnvConsumer, &c.Consumer)
+	r.String(EnvInstance, &c.Instance)
+	r.String(EnvTasksDLQSub, &c.TasksDLQSub)
+	r.String(EnvResultsDLQSub, &c.ResultsDLQSub)
+	r.String(EnvAlertsSub, &c.AlertsSub)
 	c.SlackAPIURL = strings.TrimRight(c.SlackAPIURL, "/")
 	if c.SlackAPIURL == "" {
 		c.SlackAPIURL = defaultSlackAPIBase
-	}
-	if c.TasksDLQSub == "" {
-		c.TasksDLQSub = bus.SubTasksDLQ
-	}
-	if c.ResultsDLQSub == "" {
-		c.ResultsDLQSub = bus.SubResultsDLQ
-	}
-	if c.AlertsSub == "" {
-		c.AlertsSub = bus.SubAlerts
 	}
 	if c.Instance == "" {
 		host, _ := os.Hostname()
 		c.Instance = host + "-" + strconv.Itoa(os.Getpid())
 	}
-	var errs []error
-	for _, v := range []struct {
-		name string
-		dst  *time.Duration
-	}{
-		{EnvAlertCooldown, &c.AlertCooldown},
-		{EnvPostLease, &c.PostLease},
-		{EnvPostBackoffBase, &c.PostBackoffBase},
-		{EnvPostBackoffMax, &c.PostBackoffMax},
-		{EnvFollowUpGrace, &c.FollowUpGrace},
-		{EnvShutdownGrace, &c.ShutdownGrace},
-	} {
-		if s := getenv(v.name); s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, v.name, err))
-				continue
-			}
-			*v.dst = d
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return Config{}, err
+	r.Duration(EnvAlertCooldown, &c.AlertCooldown)
+	r.Duration(EnvPostLease, &c.PostLease)
+	r.Duration(EnvPostBackoffBase, &c.PostBackoffBase)
+	r.Duration(EnvPostBackoffMax, &c.PostBackoffMax)
+	r.Duration(EnvFollowUpGrace, &c.FollowUpGrace)
+	r.Duration(EnvShutdownGrace, &c.ShutdownGrace)
+	if err := r.Err(); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return c, c.Validate()
 }

@@ -101,6 +101,13 @@ func (s *Service) Decide(ctx context.Context, id string, action Action, by strin
 		d.State = decided[action]
 		d.DecidedBy, d.DecidedAt, d.Applied = by, &now, len(topics) == 0
 		t.OpenDeadLetters = slices.DeleteFunc(t.OpenDeadLetters, func(e string) bool { return e == id })
+		if prev := t.Decision; prev != nil { // an earlier decision's unpublished nudges are kept
+			for _, topic := range prev.Topics {
+				if !slices.Contains(topics, topic) {
+					topics = append(topics, topic)
+				}
+			}
+		}
 		grace := now.Add(s.cfg.FollowUpGrace)
 		t.Decision = &store.Decision{DeadLetterID: id, Action: string(action), By: by, At: now, Topics: topics, NextAttemptAt: &grace}
 		// Always queued, posted or not: the sweeper's slack_update nudge is also what brings a

@@ -378,3 +378,40 @@ func TestDecisionFinishedLater(t *testing.T) {
 		t.Fatalf("%d chat.update calls, want the failed one and its retry", n)
 	}
 }
+
+// Two decisions on one task before either's nudges are published: the second keeps the first's
+// topics, so the sweeper still publishes both.
+func TestDecisionsKeepUnpublishedTopics(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tk := e.deadTask(t, "t-both", func(tk *store.Task) { tk.CallbackURL = "https://app.example/hook" })
+	if _, err := e.st.MutateTask(e.ctx, tk.ID, func(t *store.Task, now time.Time) error {
+		t.Delivery.State, t.Delivery.NextAttemptAt = task.DeliveryDead, nil // the task.dead webhook died too
+		t.Notices = append(t.Notices, store.Notice{Stage: task.StageDelivery})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := e.get(t, tk.ID)
+	for _, n := range got.Notices {
+		e.svc.Handle(e.ctx, noticeMsg(tk.ID, n))
+	}
+	if got := e.get(t, tk.ID); len(got.OpenDeadLetters) != 2 {
+		t.Fatalf("open %v", got.OpenDeadLetters)
+	}
+	e.pub.setFunc(func(string) error { return context.DeadlineExceeded })
+	e.approve(t, ActionRedeliver, "t-both:delivery:0:0")
+	e.approve(t, ActionRegenerate, "t-both:generation:0:0")
+	got = e.get(t, tk.ID)
+	if got.Decision == nil || !slices.Equal(got.Decision.Topics, []string{bus.TopicTasks, bus.TopicResults}) || len(got.OpenDeadLetters) != 0 {
+		t.Fatalf("decision %+v open %v", got.Decision, got.OpenDeadLetters)
+	}
+	e.pub.setFunc(nil)
+	e.svc.Handle(e.ctx, &bus.Message{ID: "u", Attributes: map[string]string{task.AttrTaskID: tk.ID, task.AttrKind: KindSlackUpdate}})
+	if e.nudged(bus.TopicTasks, tk.ID) != 1 || e.nudged(bus.TopicResults, tk.ID) != 1 {
+		t.Fatalf("nudges tasks %d results %d", e.nudged(bus.TopicTasks, tk.ID), e.nudged(bus.TopicResults, tk.ID))
+	}
+	if got := e.get(t, tk.ID); len(got.Decision.Topics) != 0 || got.SlackUpdate != nil {
+		t.Fatalf("left %+v %+v", got.Decision, got.SlackUpdate)
+	}
+}
