@@ -319,3 +319,31 @@ func maxTime(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// A fallback model's answer is recorded as degraded on the task and in its webhook, and never
+// cached: the same request again calls the model.
+func TestDegradedRecordedNeverCached(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, 0, map[string]string{"GENBOX_MAX_ATTEMPTS": "3"}) // two on the primary, one left for the fallback
+	b.srv.Outage("primary", time.Hour)
+	r := fakeRenderer{RenderFunc: func(_, _, input string, _ *task.GenConfig) (*prompts.Rendered, error) {
+		return &prompts.Rendered{Prompt: input, Models: []string{"primary", "fallback"}, CacheAllowed: true, Version: "v1"}, nil
+	}}
+	h := New(b.store, b.gen, r, b.pub, b.log, policy("w1"), WithModelPolicy(b.modelPolicy(gemini.BudgetWait)))
+	ctx := context.Background()
+	for _, id := range []string{"one", "two"} {
+		b.task(t, id, func(d *store.Task) { d.Input, d.Cache = "the same text", true })
+		h.Handle(ctx, msg(id))
+		got := b.get(t, id)
+		if got.State != task.StateSucceeded {
+			t.Fatalf("%s: state %s error %+v", id, got.State, got.Error)
+		}
+		if !got.Degraded || got.Model != "fallback" || got.CacheHit || !payload(t, got).Data.Degraded {
+			t.Errorf("%s: state %s degraded %v (webhook %v) model %q cache_hit %v; want the fallback's degraded answer, not from the cache",
+				id, got.State, got.Degraded, payload(t, got).Data.Degraded, got.Model, got.CacheHit)
+		}
+	}
+	if n := b.srv.Ledger().Model("fallback").Generations; n != 2 {
+		t.Errorf("fallback generated %d times, want 2: a degraded output is never cached", n)
+	}
+}
