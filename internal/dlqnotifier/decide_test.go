@@ -64,13 +64,6 @@ func (r *receiver) got() []hook {
 	return append([]hook(nil), r.hooks...)
 }
 
-// renderer renders the task input as the prompt for model m.
-type renderer struct{}
-
-func (renderer) Render(family, variant, input string, _ *task.GenConfig) (*prompts.Rendered, error) {
-	return &prompts.Rendered{Family: family, Variant: variant, Prompt: input, Models: []string{"m"}}, nil
-}
-
 // pipeline is the real worker (on the fake Gemini) and resulthandler (to a real receiver) around
 // the env's store, publishing on the env's recorder.
 type pipeline struct {
@@ -108,7 +101,10 @@ func (e *env) pipeline(t *testing.T) *pipeline {
 	recv.srv = httptest.NewServer(recv)
 	t.Cleanup(recv.srv.Close)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := worker.New(e.st, gen, renderer{}, e.pub, quiet, worker.Policy{
+	render := fakeRenderer{RenderFunc: func(family, variant, input string, _ *task.GenConfig) (*prompts.Rendered, error) {
+		return &prompts.Rendered{Family: family, Variant: variant, Prompt: input, Models: []string{"m"}}, nil
+	}}
+	w := worker.New(e.st, gen, render, e.pub, quiet, worker.Policy{
 		Owner: "w-1", LeaseTTL: 5 * time.Second, RenewEvery: time.Second, MaxAttempts: 1, ClaimCap: 2,
 		RetryBase: time.Second, RetryMax: 2 * time.Second, ParkBase: time.Second, ParkMax: 2 * time.Second,
 		NudgeGrace: time.Minute, CommitRetry: 5 * time.Second,
