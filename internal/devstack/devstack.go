@@ -370,6 +370,7 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("dlqnotifier: listen on %s: %w (choose another address)", cfg.DLQAddr, err)
 	}
+	s.onClose(func(context.Context) error { _ = dlqLn.Close(); return nil }) // if Start fails before it is served
 	s.Info.DLQ = "http://" + dlqLn.Addr().String()
 	s.Info.SlackInteractions = s.Info.DLQ + dlqnotifier.InteractionsPath
 	sign := func(ts time.Time, body []byte) http.Header {
@@ -584,7 +585,6 @@ func (s *Stack) startResultHandler(env func(string) string) error {
 func (s *Stack) startDLQNotifier(env func(string) string, ln net.Listener) error {
 	cfg, err := dlqnotifier.FromEnv(env)
 	if err != nil {
-		_ = ln.Close()
 		return err
 	}
 	svc := dlqnotifier.New(cfg, s.Store, dlqnotifier.NewSlackClient(cfg), s.pub, nil, s.log.With("service", "dlqnotifier"))
