@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/genbox-dev/genbox/internal/devstack"
 	"github.com/genbox-dev/genbox/internal/obs"
 )
@@ -54,11 +56,30 @@ through to the services.`)
 	if err := cfg.Validate(); err != nil {
 		return usageErr("%v", err)
 	}
+	oc, err := obs.ConfigFromEnv(e.getenv, "genbox-dev")
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	oc.Stdout = e.stderr // GENBOX_TELEMETRY=stdout prints spans beside the logs, apart from the URLs
+	shutdownTelemetry, err := obs.Setup(context.WithoutCancel(ctx), oc)
+	if err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	defer func() { // after the stack has stopped: its last spans and metrics are flushed
+		flush, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTelemetry(flush); err != nil {
+			fmt.Fprintln(e.stderr, "genbox dev: telemetry flush:", err)
+		}
+	}()
+	if cfg.Metrics, err = obs.NewMetrics(otel.GetMeterProvider()); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
 	level := slog.LevelWarn
 	if *verbose {
 		level = slog.LevelInfo
 	}
-	cfg.Log = obs.NewLogger(e.stderr, level, obs.LogOptions{Project: cfg.Project})
+	cfg.Log = obs.NewLogger(e.stderr, level, obs.LogOptions{Project: cfg.Project, LogContent: oc.LogContent})
 	cfg.Out = e.stdout
 	cfg.Emulators.Getenv = e.getenv
 	if *emuLog {
