@@ -55,6 +55,28 @@ type ModelPolicy struct {
 // WithModelPolicy applies p before every model call.
 func WithModelPolicy(p ModelPolicy) Option { return func(h *Handler) { h.mp = p } }
 
+// FlushSpend writes b's tenant spend to the sharded counters every period, and once more when
+// ctx ends, so that what was spent during shutdown is counted too. It returns when ctx ends.
+func FlushSpend(ctx context.Context, log *slog.Logger, b *gemini.Budgets, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			if err := b.Flush(final); err != nil {
+				log.WarnContext(final, "tenant spend not flushed at shutdown", "error", err)
+			}
+			return
+		case <-tick.C:
+			if err := b.Flush(ctx); err != nil {
+				log.WarnContext(ctx, "tenant spend not flushed; retried next period", "error", err)
+			}
+		}
+	}
+}
+
 // TenantCache reads tenants' limits through the store and keeps them for a refresh period, so
 // the hot path does not read the tenant document of every task. Safe for concurrent use.
 type TenantCache struct {

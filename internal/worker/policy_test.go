@@ -347,3 +347,24 @@ func TestDegradedRecordedNeverCached(t *testing.T) {
 		t.Errorf("fallback generated %d times, want 2: a degraded output is never cached", n)
 	}
 }
+
+// What an instance spent reaches the tenant's counters at shutdown, between two periodic flushes.
+func TestFlushSpendAtShutdown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	budgets := gemini.NewBudgets(b.store, time.Now, time.Minute)
+	hold, err := budgets.Reserve(context.Background(), "tenant-a", 0, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold.Settle(0.25)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); FlushSpend(ctx, b.log, budgets, time.Hour) }()
+	cancel()
+	<-done
+	spent, err := b.store.Spent(context.Background(), "tenant-a", gemini.Day(time.Now()))
+	if err != nil || spent != 0.25 {
+		t.Errorf("spent %v (%v), want 0.25 flushed at shutdown", spent, err)
+	}
+}

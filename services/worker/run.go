@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -104,7 +103,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	swept := make(chan struct{})
 	go func() { defer close(swept); _ = sw.Run(sweepCtx) }()
 	flushed := make(chan struct{})
-	go func() { defer close(flushed); flushSpend(sweepCtx, log, mp.Budgets, cfg.TenantRefresh) }()
+	go func() { defer close(flushed); worker.FlushSpend(sweepCtx, log, mp.Budgets, cfg.TenantRefresh) }()
 
 	pullCtx, stopPull := context.WithCancel(bg)
 	pulled := make(chan error, 1)
@@ -139,26 +138,4 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer cancel()
 	// The results nudges of calls that finished during the grace are flushed before telemetry.
 	return errors.Join(runErr, srv.Shutdown(shutdownCtx), pub.Close())
-}
-
-// flushSpend writes this instance's tenant spend to the sharded counters every period, and once
-// more when ctx ends (what was spent during shutdown is counted too).
-func flushSpend(ctx context.Context, log *slog.Logger, b *gemini.Budgets, every time.Duration) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			if err := b.Flush(final); err != nil {
-				log.WarnContext(final, "tenant spend not flushed at shutdown", "error", err)
-			}
-			return
-		case <-tick.C:
-			if err := b.Flush(ctx); err != nil {
-				log.WarnContext(ctx, "tenant spend not flushed; retried next period", "error", err)
-			}
-		}
-	}
 }
