@@ -124,10 +124,6 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 	tref, dref := s.Tasks().Doc(taskID), s.DeadLetters().Doc(id)
 	var outT *Task
 	var outD *DeadLetter
-	opts := []firestore.TransactionOption{}
-	if s.MaxAttempts > 0 {
-		opts = append(opts, firestore.MaxAttempts(s.MaxAttempts))
-	}
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		outT, outD = nil, nil
 		snaps, err := tx.GetAll([]*firestore.DocumentRef{tref, dref})
@@ -136,10 +132,6 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 		}
 		if !snaps[0].Exists() {
 			return ErrNotFound
-		}
-		t, err := DecodeTask(snaps[0])
-		if err != nil {
-			return err
 		}
 		read := func() (*DeadLetter, error) {
 			if !snaps[1].Exists() {
@@ -152,18 +144,15 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 			return err
 		}
 		now := s.now()
-		t.Nudges, t.NudgeAt = 0, nil
-		if err := fn(t, d, now); errors.Is(err, ErrNoChange) {
-			if outT, err = DecodeTask(snaps[0]); err != nil {
-				return err
-			}
-			outD, err = read()
-			return err
-		} else if err != nil {
+		t, changed, err := s.applyTask(snaps[0], now, func(t *Task, now time.Time) error { return fn(t, d, now) })
+		if err != nil {
 			return err
 		}
-		t.UpdatedAt = now
-		Finalize(t, now, s.Retention)
+		if !changed {
+			outT = t
+			outD, err = read()
+			return err
+		}
 		if err := tx.Set(tref, t); err != nil {
 			return err
 		}
@@ -173,7 +162,7 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 		}
 		d.UpdatedAt = now
 		return tx.Set(dref, d)
-	}, opts...)
+	}, s.txOptions()...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("mutate dead letter %s: %w", id, err)
 	}

@@ -96,10 +96,6 @@ type MutateFunc func(t *Task, now time.Time) error
 func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task, error) {
 	ref := s.Tasks().Doc(id)
 	var out *Task
-	opts := []firestore.TransactionOption{}
-	if s.MaxAttempts > 0 {
-		opts = append(opts, firestore.MaxAttempts(s.MaxAttempts))
-	}
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		out = nil
 		snap, err := tx.Get(ref)
@@ -109,26 +105,43 @@ func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task
 		if err != nil {
 			return err
 		}
-		t, err := DecodeTask(snap)
-		if err != nil {
+		t, changed, err := s.applyTask(snap, s.now(), fn)
+		if err != nil || !changed {
+			out = t
 			return err
 		}
-		now := s.now()
-		t.Nudges, t.NudgeAt = 0, nil
-		if err := fn(t, now); errors.Is(err, ErrNoChange) {
-			read, derr := DecodeTask(snap)
-			out = read
-			return derr
-		} else if err != nil {
-			return err
-		}
-		t.UpdatedAt = now
-		Finalize(t, now, s.Retention)
 		out = t
 		return tx.Set(ref, t)
-	}, opts...)
+	}, s.txOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("mutate task %s: %w", id, err)
 	}
 	return out, nil
+}
+
+// applyTask is the task side of every read-modify-write: it decodes snap, resets the sweeper's
+// nudge backoff (a write is progress), runs fn and, when fn changed something, stamps updated_at
+// and finalizes due_at and what follows from it. Unchanged, it returns the task as read.
+func (s *Store) applyTask(snap *firestore.DocumentSnapshot, now time.Time, fn MutateFunc) (*Task, bool, error) {
+	t, err := DecodeTask(snap)
+	if err != nil {
+		return nil, false, err
+	}
+	t.Nudges, t.NudgeAt = 0, nil
+	if err := fn(t, now); errors.Is(err, ErrNoChange) {
+		read, err := DecodeTask(snap)
+		return read, false, err
+	} else if err != nil {
+		return nil, false, err
+	}
+	t.UpdatedAt = now
+	Finalize(t, now, s.Retention)
+	return t, true, nil
+}
+
+func (s *Store) txOptions() []firestore.TransactionOption {
+	if s.MaxAttempts > 0 {
+		return []firestore.TransactionOption{firestore.MaxAttempts(s.MaxAttempts)}
+	}
+	return nil
 }
