@@ -131,11 +131,13 @@ func testRun(t *testing.T, mode string) {
 			t.Fatal(err)
 		}
 	}
-	resp, err := http.Get(base + dlqnotifier.HealthPath)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("healthz: %v %v", resp, err)
+	for _, probe := range []string{dlqnotifier.HealthPath, "/readyz"} {
+		resp, err := http.Get(base + probe)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %v %v", probe, resp, err)
+		}
+		resp.Body.Close()
 	}
-	resp.Body.Close()
 
 	now := time.Now()
 	tk := &store.Task{ID: "t-run", Tenant: "acme", Family: "summarize", Input: "x", State: task.StateRunning, CreatedAt: now,
@@ -163,7 +165,7 @@ func testRun(t *testing.T, mode string) {
 	for k, v := range dlqnotifier.SignSlackRequest(secret, time.Now(), body) {
 		req.Header[k] = v
 	}
-	resp, err = http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("click: %v %v", resp, err)
 	}

@@ -18,6 +18,9 @@ import (
 	"github.com/genbox-dev/genbox/internal/store"
 )
 
+// readyTimeout bounds a readiness probe's Firestore read.
+const readyTimeout = 2 * time.Second
+
 // run serves the interactions, admin, push and health routes (and pulls in pull mode) until ctx
 // ends, then drains within the shutdown grace and flushes the publisher and telemetry.
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
@@ -46,13 +49,22 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	defer ps.Close()
 	pub := bus.NewPublisher(ps)
-	svc := dlqnotifier.New(cfg, store.New(fs), dlqnotifier.NewSlackClient(cfg), pub, nil, log)
+	st := store.New(fs)
+	svc := dlqnotifier.New(cfg, st, dlqnotifier.NewSlackClient(cfg), pub, nil, log)
+	checks := []obs.Check{{Name: "firestore", Probe: st.Ping}}
+	var pulling obs.Running
+	if cfg.Consumer == dlqnotifier.ConsumerPull {
+		checks = append(checks, pulling.Check("pull"))
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /readyz", obs.Ready(readyTimeout, checks...))
+	mux.Handle("/", svc.Handler())
 
 	ln, err := net.Listen("tcp", ":"+cfg.Port)
 	if err != nil {
 		return fmt.Errorf("%s: %w", dlqnotifier.EnvPort, err)
 	}
-	srv := &http.Server{Handler: obs.Handler(svc.Handler(), "dlqnotifier"), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: obs.Handler(mux, "dlqnotifier"), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -60,6 +72,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer stopPull()
 	pulled := make(chan error, 1)
 	if cfg.Consumer == dlqnotifier.ConsumerPull {
+		pulling.Set(true, "")
 		go func() { pulled <- svc.Run(pullCtx, ps) }()
 	}
 	log.InfoContext(ctx, "dlqnotifier started", "addr", ln.Addr().String(), "consumer", cfg.Consumer, "instance", cfg.Instance)
@@ -73,6 +86,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	case runErr = <-pulled:
 		pullEnded = true
 	}
+	pulling.Set(false, "shutting down")
 	log.InfoContext(bg, "shutting down", "grace", cfg.ShutdownGrace.String())
 	sctx, cancel := context.WithTimeout(bg, cfg.ShutdownGrace)
 	defer cancel()
