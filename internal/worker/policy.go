@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -197,7 +196,7 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 	if h.mp.Tenants != nil {
 		l, err := h.mp.Tenants.Limits(ctx, t.Tenant)
 		if err != nil {
-			h.handBack(ctx, log, t.ID, epoch, h.slotRetry(), "tenant limits unreadable", err)
+			h.handBack(ctx, log, t.ID, epoch, h.readRetry(), "tenant limits unreadable", err)
 			return nil, false
 		}
 		limits = l
@@ -220,7 +219,7 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 			return nil, false
 		case err != nil:
 			tk.done(gemini.Result{})
-			h.handBack(ctx, log, t.ID, epoch, h.slotRetry(), "tenant budget unreadable", err)
+			h.handBack(ctx, log, t.ID, epoch, h.readRetry(), "tenant budget unreadable", err)
 			return nil, false
 		}
 		tk.hold = hold
@@ -228,8 +227,8 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 	return tk, true
 }
 
-// slotRetry is the jittered delay of a task handed back because a store read failed.
-func (h *Handler) slotRetry() time.Duration { return jitter(h.pol.RetryBase) }
+// readRetry is the jittered delay of a task handed back because a store read failed.
+func (h *Handler) readRetry() time.Duration { return jitter(h.pol.RetryBase) }
 
 // handBack releases the claim (fenced) before any call, with not_before after wait: no attempt
 // is counted, and the task comes back when it is due.
@@ -255,7 +254,7 @@ func (h *Handler) budgetExhausted(ctx context.Context, log *slog.Logger, id stri
 	if t, ok := h.fencedWrite(ctx, log, id, epoch, gemini.Result{}, "budget wait", func(t *store.Task, now time.Time) {
 		nb := gemini.ResetAt(now)
 		if h.mp.BudgetRetry > 0 {
-			nb = minTime(nb, now.Add(h.mp.BudgetRetry/2+time.Duration(rand.Float64()*float64(h.mp.BudgetRetry/2))))
+			nb = minTime(nb, now.Add(jitter(h.mp.BudgetRetry)))
 		}
 		t.State, t.NotBefore, t.Claims, t.Error = task.StateWaiting, &nb, 0, e
 		_ = t.Lease.Release(h.pol.Owner, epoch)
