@@ -1,0 +1,172 @@
+// Package service owns what every genbox service process shares around its own wiring (STYLE §1,
+// §5): the signal-driven main, the clients and telemetry opened at start, and the HTTP server's
+// lifecycle — serve, run a pull consumer beside it, and on SIGTERM stop pulling, drain the server
+// and flush the publisher and telemetry within the grace Cloud Run allows.
+//
+// A service's main.go is one line, service.Main("worker", run); its run(ctx, getenv, stdout)
+// reads its own Config, calls Open, wires its handler and ends in Deps.Serve. Tests call the same
+// run on :0 against the emulators.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/obs"
+)
+
+// RunFunc is a service's run: it serves until ctx ends and returns why it stopped.
+type RunFunc func(ctx context.Context, getenv func(string) string, stdout io.Writer) error
+
+// Main calls run with a context that SIGINT and SIGTERM cancel, the process environment and
+// stdout; when run fails it prints "name: error" on stderr and exits 1.
+func Main(name string, run RunFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Getenv, os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
+}
+
+// Deps are what every service opens at start: its logger and telemetry, the project's Firestore
+// and Pub/Sub clients, a bus publisher over the latter and the metric instruments.
+type Deps struct {
+	Log       *slog.Logger
+	Firestore *firestore.Client
+	PubSub    *pubsub.Client
+	Publisher *bus.Publisher
+	Metrics   *obs.Metrics
+
+	name      string
+	telemetry func(context.Context) error
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open reads the telemetry configuration (obs.ConfigFromEnv, name being the default service name),
+// sets up logging and telemetry and opens the clients of project. The clients outlive ctx (they
+// are needed while shutting down); Serve, or Close, releases them.
+func Open(ctx context.Context, name, project string, getenv func(string) string, stdout io.Writer) (*Deps, error) {
+	ocfg, err := obs.ConfigFromEnv(getenv, name)
+	if err != nil {
+		return nil, err
+	}
+	bg := context.WithoutCancel(ctx)
+	d := &Deps{name: name, Log: ocfg.Logger(stdout)}
+	if d.telemetry, err = obs.Setup(bg, ocfg); err != nil {
+		return nil, err
+	}
+	if d.Metrics, err = obs.NewMetrics(otel.GetMeterProvider()); err != nil {
+		return nil, errors.Join(err, d.telemetry(ctx))
+	}
+	if d.Firestore, err = firestore.NewClient(bg, project); err != nil {
+		return nil, errors.Join(fmt.Errorf("firestore: %w", err), d.telemetry(ctx))
+	}
+	if d.PubSub, err = pubsub.NewClient(bg, project); err != nil {
+		_ = d.Firestore.Close()
+		return nil, errors.Join(fmt.Errorf("pubsub: %w", err), d.telemetry(ctx))
+	}
+	d.Publisher = bus.NewPublisher(d.PubSub)
+	return d, nil
+}
+
+// Close flushes the publisher, then telemetry within ctx, and closes the clients, returning the
+// flush errors. Only the first call does anything, so a run may defer it for its early returns.
+func (d *Deps) Close(ctx context.Context) error {
+	d.closeOnce.Do(func() {
+		d.closeErr = errors.Join(d.Publisher.Close(), d.telemetry(ctx))
+		// Closing a client only releases its connections: nothing to report.
+		_ = d.PubSub.Close()
+		_ = d.Firestore.Close()
+	})
+	return d.closeErr
+}
+
+// Listen listens on port of every interface; the error names PORT.
+func Listen(port string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", ":"+port)
+	if err != nil {
+		return nil, fmt.Errorf("PORT: %w", err)
+	}
+	return ln, nil
+}
+
+// Lifecycle is what Serve runs.
+type Lifecycle struct {
+	// Handler is the service's mux; Serve wraps it in obs.Handler under the service's name.
+	Handler http.Handler
+	// Grace bounds the shutdown after ctx ends: the pull consumer's in-flight work, the server's
+	// drain and the flushes share it.
+	Grace time.Duration
+	// Pull, when set, runs beside the server (a pull consumer) until shutdown cancels its context.
+	Pull func(ctx context.Context) error
+	// Pulling, when set, is the readiness of Pull: running from its start, not from shutdown.
+	Pulling *obs.Running
+	// Started is logged once serving, after the address.
+	Started []any
+}
+
+// readHeaderTimeout bounds a client's request headers (slowloris).
+const readHeaderTimeout = 10 * time.Second
+
+// Serve serves l.Handler on ln and runs l.Pull until ctx ends, the server fails or Pull returns.
+// Then it cancels Pull and waits for it (its in-flight work is recorded), shuts the server down
+// and closes d, all within l.Grace, and returns every error joined.
+func (d *Deps) Serve(ctx context.Context, ln net.Listener, l Lifecycle) error {
+	bg := context.WithoutCancel(ctx)
+	srv := &http.Server{Handler: obs.Handler(l.Handler, d.name), ReadHeaderTimeout: readHeaderTimeout}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	pullCtx, stopPull := context.WithCancel(bg)
+	defer stopPull()
+	pulled := make(chan error, 1)
+	if l.Pull != nil {
+		if l.Pulling != nil {
+			l.Pulling.Set(true, "")
+		}
+		go func() { pulled <- l.Pull(pullCtx) }()
+	}
+	d.Log.InfoContext(ctx, d.name+" started", append([]any{"addr", ln.Addr().String()}, l.Started...)...)
+
+	var runErr error
+	pullEnded := l.Pull == nil
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		runErr = fmt.Errorf("serve: %w", err)
+	case runErr = <-pulled:
+		pullEnded = true
+	}
+	if l.Pulling != nil {
+		l.Pulling.Set(false, "shutting down")
+	}
+	d.Log.InfoContext(bg, "shutting down", "grace", l.Grace.String())
+	sctx, cancel := context.WithTimeout(bg, l.Grace)
+	defer cancel()
+	stopPull()
+	if !pullEnded {
+		runErr = errors.Join(runErr, <-pulled) // in-flight messages have been handled
+	}
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		runErr = errors.Join(runErr, err)
+	}
+	return errors.Join(runErr, d.Close(sctx))
+}
