@@ -2,21 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
 
-	"cloud.google.com/go/firestore"
-	"cloud.google.com/go/pubsub/v2"
-	"go.opentelemetry.io/otel"
-
-	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/publisher"
+	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 )
@@ -34,66 +28,30 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	ocfg, err := obs.ConfigFromEnv(getenv, "publisher")
-	if err != nil {
-		return err
-	}
 	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	log := ocfg.Logger(stdout)
-	bg := context.WithoutCancel(ctx) // clients outlive ctx: they are needed while shutting down
-	shutdownTelemetry, err := obs.Setup(bg, ocfg)
-	if err != nil {
 		return err
 	}
 	reg, err := prompts.Load(cfg.PromptsDir)
 	if err != nil {
 		return fmt.Errorf("%s: %w", publisher.EnvPromptsDir, err)
 	}
-	fs, err := firestore.NewClient(bg, cfg.ProjectID)
-	if err != nil {
-		return fmt.Errorf("firestore: %w", err)
-	}
-	defer fs.Close()
-	ps, err := pubsub.NewClient(bg, cfg.ProjectID)
-	if err != nil {
-		return fmt.Errorf("pubsub: %w", err)
-	}
-	defer ps.Close()
-	metrics, err := obs.NewMetrics(otel.GetMeterProvider())
+	d, err := service.Open(ctx, "publisher", cfg.ProjectID, getenv, stdout)
 	if err != nil {
 		return err
 	}
-	pub := bus.NewPublisher(ps)
-	st := store.New(fs)
-	h, err := publisher.New(cfg, publisher.Deps{Store: st, Publisher: pub, Families: reg, Log: log, Metrics: metrics})
+	defer d.Close(ctx)
+	st := store.New(d.Firestore)
+	h, err := publisher.New(cfg, publisher.Deps{Store: st, Publisher: d.Publisher, Families: reg, Log: d.Log, Metrics: d.Metrics})
 	if err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /readyz", obs.Ready(readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}))
 	mux.Handle("/", h)
-	ln, err := net.Listen("tcp", ":"+strconv.Itoa(cfg.Port))
+	ln, err := service.Listen(strconv.Itoa(cfg.Port))
 	if err != nil {
-		return fmt.Errorf("%s: %w", publisher.EnvPort, err)
+		return err
 	}
-	srv := &http.Server{Handler: obs.Handler(mux, "publisher"), ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.InfoContext(ctx, "publisher started", "addr", ln.Addr().String(), "project", cfg.ProjectID, "admin", cfg.AdminKey != "")
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		runErr = fmt.Errorf("serve: %w", err)
-	}
-	log.InfoContext(bg, "shutting down")
-	sctx, cancel := context.WithTimeout(bg, shutdownBudget)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		runErr = errors.Join(runErr, err)
-	}
-	return errors.Join(runErr, pub.Close(), shutdownTelemetry(sctx))
+	return d.Serve(ctx, ln, service.Lifecycle{Handler: mux, Grace: shutdownBudget,
+		Started: []any{"project", cfg.ProjectID, "admin", cfg.AdminKey != ""}})
 }
