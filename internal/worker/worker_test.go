@@ -405,6 +405,9 @@ func TestConfigFromEnv(t *testing.T) {
 		{"bad int", map[string]string{"GENBOX_CLAIM_CAP": "x"}, "GENBOX_CLAIM_CAP"},
 		{"no project", map[string]string{"GOOGLE_CLOUD_PROJECT": ""}, "GOOGLE_CLOUD_PROJECT"},
 		{"sweeper", map[string]string{"GENBOX_SWEEP_INTERVAL": "-1s"}, "GENBOX_SWEEP_INTERVAL"},
+		{"budget policy", map[string]string{"GENBOX_BUDGET_POLICY": "spend"}, "GENBOX_BUDGET_POLICY"},
+		{"cache ttl", map[string]string{"GENBOX_CACHE_TTL": "0s"}, "GENBOX_CACHE_TTL"},
+		{"slot retry", map[string]string{"GENBOX_TENANT_SLOT_RETRY": "-1s"}, "GENBOX_TENANT_SLOT_RETRY"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -417,10 +420,11 @@ func TestConfigFromEnv(t *testing.T) {
 				return base[k]
 			})
 			if tc.wantErr == "" {
-				if err != nil || c.Subscription != bus.SubWorker || c.ShutdownGrace != 8*time.Second {
+				if err != nil || c.Subscription != bus.SubWorker || c.ShutdownGrace != 8*time.Second || c.BudgetPolicy != gemini.BudgetWait {
 					t.Fatalf("%+v %v", c, err)
 				}
-				for _, k := range []string{"GENBOX_LEASE_TTL", "GENBOX_LEASE_RENEW", "GENBOX_MAX_EXTENSION", "GENBOX_CONCURRENCY", "GENBOX_TASK_ATTEMPTS", "GENBOX_CLAIM_CAP", "GENBOX_SWEEP_INTERVAL", "GENBOX_TASKS_SUBSCRIPTION", "GOOGLE_CLOUD_PROJECT", "PORT", "GENBOX_SHUTDOWN_GRACE", "GEMINI_API_KEY"} {
+				for _, k := range []string{"GENBOX_LEASE_TTL", "GENBOX_LEASE_RENEW", "GENBOX_MAX_EXTENSION", "GENBOX_CONCURRENCY", "GENBOX_TASK_ATTEMPTS", "GENBOX_CLAIM_CAP", "GENBOX_SWEEP_INTERVAL", "GENBOX_TASKS_SUBSCRIPTION", "GOOGLE_CLOUD_PROJECT", "PORT", "GENBOX_SHUTDOWN_GRACE", "GEMINI_API_KEY",
+					"GENBOX_BUDGET_POLICY", "GENBOX_BUDGET_RETRY", "GENBOX_TENANT_REFRESH", "GENBOX_TENANT_SLOT_RETRY", "GENBOX_CACHE_TTL"} {
 					if !asked[k] {
 						t.Errorf("FromEnv never read %s", k)
 					}
