@@ -1,0 +1,185 @@
+// Package testenv is the one setup genbox's tests share: clients on the emulators (Firestore,
+// Pub/Sub with the bus topology bootstrapped) closed when the test ends, a log sink safe for
+// concurrent writers that finds a service's "started" line, and a publisher that records what it
+// publishes.
+//
+// It is imported only from _test.go files (and from no package a service links): it calls
+// t.Fatal and holds no production code. Emulator addresses come from the environment
+// emulator.RunTests sets in TestMain; project ids come from emulator.ProjectID(t).
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+)
+
+// Firestore returns a client of project on the Firestore emulator, closed when t ends.
+func Firestore(t testing.TB, project string) *firestore.Client {
+	t.Helper()
+	fs, err := firestore.NewClient(context.Background(), project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fs.Close() })
+	return fs
+}
+
+// PubSub returns a client of project on the Pub/Sub emulator, closed when t ends.
+func PubSub(t testing.TB, project string) *pubsub.Client {
+	t.Helper()
+	ps, err := pubsub.NewClient(context.Background(), project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ps.Close() })
+	return ps
+}
+
+// Bus returns PubSub(t, project) with genbox's topics and subscriptions bootstrapped in topo.
+func Bus(t testing.TB, project string, topo bus.Topology) *pubsub.Client {
+	t.Helper()
+	ps := PubSub(t, project)
+	if err := bus.Bootstrap(context.Background(), ps, topo); err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+// LogBuffer is a log sink safe for concurrent writers: a service's stdout in a test.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns everything written so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// Addr returns the addr attribute of the first JSON log line whose message is message (a
+// service's "<name> started"), or "" while there is none.
+func (b *LogBuffer) Addr(message string) string {
+	for _, line := range strings.Split(b.String(), "\n") {
+		var rec struct {
+			Message string `json:"message"`
+			Addr    string `json:"addr"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == message && rec.Addr != "" {
+			return rec.Addr
+		}
+	}
+	return ""
+}
+
+// Started waits for a service run writing to b to log "<name> started" and returns its address
+// as a base URL (http://127.0.0.1:port). It fails t if the run ends first (done yields) or
+// nothing is logged within timeout.
+func (b *LogBuffer) Started(t testing.TB, name string, done <-chan error, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if addr := b.Addr(name + " started"); addr != "" {
+			_, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				t.Fatalf("%s started on %q: %v", name, addr, err)
+			}
+			return "http://127.0.0.1:" + port
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("%s ended before it started: %v\n%s", name, err, b.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not start within %s\n%s", name, timeout, b.String())
+		}
+	}
+}
+
+// Published is one Publish a Publisher recorded.
+type Published struct {
+	Topic string
+	Data  []byte
+	Attrs map[string]string
+}
+
+// Publisher is a hand-written publisher (the one-method Publisher interface each service
+// declares) that records every message it publishes.
+type Publisher struct {
+	mu          sync.Mutex
+	publishFunc func(ctx context.Context, topic string, data []byte, attrs map[string]string) error
+	msgs        []Published
+}
+
+// SetPublishFunc makes every later Publish call f first: an error it returns fails the Publish,
+// which is then not recorded. f runs outside the recorder's lock, so it may block.
+func (p *Publisher) SetPublishFunc(f func(ctx context.Context, topic string, data []byte, attrs map[string]string) error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.publishFunc = f
+}
+
+// Publish records the message, after the PublishFunc, if any, let it through.
+func (p *Publisher) Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
+	p.mu.Lock()
+	f := p.publishFunc
+	p.mu.Unlock()
+	if f != nil {
+		if err := f(ctx, topic, data, attrs); err != nil {
+			return "", err
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.msgs = append(p.msgs, Published{Topic: topic, Data: data, Attrs: attrs})
+	return "id", nil
+}
+
+// All returns every recorded message, oldest first.
+func (p *Publisher) All() []Published {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Published(nil), p.msgs...)
+}
+
+// On returns the recorded messages of topic, oldest first.
+func (p *Publisher) On(topic string) []Published {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Published
+	for _, m := range p.msgs {
+		if m.Topic == topic {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Take returns the recorded messages and forgets them.
+func (p *Publisher) Take() []Published {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.msgs
+	p.msgs = nil
+	return out
+}
