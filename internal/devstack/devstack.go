@@ -538,35 +538,13 @@ func (s *Stack) startWorker(ctx context.Context, env func(string) string) error 
 	swept := make(chan struct{})
 	go func() { defer close(swept); _ = sw.Run(sweepCtx) }()
 	flushed := make(chan struct{})
-	go func() { defer close(flushed); flushSpend(sweepCtx, log, mp.Budgets, cfg.TenantRefresh) }()
+	go func() { defer close(flushed); worker.FlushSpend(sweepCtx, log, mp.Budgets, cfg.TenantRefresh) }()
 	s.onClose(func(context.Context) error { stopSweep(); <-swept; <-flushed; return nil })
 	// As the worker service does on SIGTERM: calls that cannot finish within the grace release
 	// their lease.
 	s.pull("worker", cfg.Subscription, bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension},
 		s.Worker, cfg.ShutdownGrace, s.Worker.Abort)
 	return nil
-}
-
-// flushSpend writes the worker's tenant spend to the sharded counters every period and once more
-// when ctx ends, as the worker service does.
-func flushSpend(ctx context.Context, log *slog.Logger, b *gemini.Budgets, every time.Duration) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			if err := b.Flush(final); err != nil {
-				log.WarnContext(final, "tenant spend not flushed at shutdown", "error", err)
-			}
-			return
-		case <-tick.C:
-			if err := b.Flush(ctx); err != nil {
-				log.WarnContext(ctx, "tenant spend not flushed; retried next period", "error", err)
-			}
-		}
-	}
 }
 
 func (s *Stack) startResultHandler(env func(string) string) error {
@@ -587,7 +565,8 @@ func (s *Stack) startDLQNotifier(env func(string) string, ln net.Listener) error
 	if err != nil {
 		return err
 	}
-	svc := dlqnotifier.New(cfg, s.Store, dlqnotifier.NewSlackClient(cfg), s.pub, nil, s.log.With("service", "dlqnotifier"))
+	svc := dlqnotifier.New(cfg, s.Store, dlqnotifier.NewSlackClient(cfg), s.pub, nil, s.log.With("service", "dlqnotifier"),
+		dlqnotifier.WithMetrics(s.cfg.Metrics))
 	s.serveOn(ln, "dlqnotifier", obs.Handler(svc.Handler(), "dlqnotifier"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
