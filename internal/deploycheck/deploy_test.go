@@ -337,7 +337,13 @@ var services = map[string]service{
 		return errors.Join(err, oerr)
 	}},
 	"dlqnotifier": {"google_cloud_run_v2_service.http[dlqnotifier]", func(getenv func(string) string) error {
-		_, err := dlqnotifier.FromEnv(getenv) // validates too
+		// Cloud Run sets K_SERVICE, which makes the push authentication variables required.
+		_, err := dlqnotifier.FromEnv(func(name string) string {
+			if v := getenv(name); v != "" || name != dlqnotifier.EnvCloudRunService {
+				return v
+			}
+			return "genbox-dlqnotifier"
+		}) // validates too
 		_, oerr := obs.ConfigFromEnv(getenv, "dlqnotifier")
 		return errors.Join(err, oerr)
 	}},
@@ -365,6 +371,7 @@ var leftUnset = map[string]map[string]string{
 	},
 	"dlqnotifier": {
 		"PORT":                            "set by Cloud Run itself (a reserved name)",
+		"K_SERVICE":                       "set by Cloud Run itself (a reserved name); the loader is run as on Cloud Run",
 		"GENBOX_INSTANCE_ID":              "the default (hostname-pid) names each instance uniquely",
 		"GENBOX_SLACK_API_URL":            "Slack's own API; the override is for the Slack double in tests and genbox dev",
 		"GENBOX_TASKS_DLQ_SUBSCRIPTION":   "pull mode only; in push mode the subscription names the service, not the reverse (a cycle)",
@@ -438,16 +445,6 @@ var readBySDK = map[string]string{
 	"OTEL_TRACES_SAMPLER_ARG": "the OpenTelemetry SDK's tracer provider",
 }
 
-// notReadYet lists, per service, variables the Terraform sets for a duty the design gives the
-// service that its code does not perform yet. Each is logged on every run; an entry the service
-// has started reading is an error, so the list only shrinks.
-var notReadYet = map[string]map[string]string{
-	"dlqnotifier": {
-		"GENBOX_PUSH_AUDIENCE":        "DESIGN §7/issue 7: the public dlqnotifier must verify each push request's OIDC token (google.golang.org/api/idtoken) for this audience",
-		"GENBOX_PUSH_SERVICE_ACCOUNT": "as GENBOX_PUSH_AUDIENCE: the token's email must be this push service account",
-	},
-}
-
 // placeholder stands for a value known only after apply (a resource attribute, a secret).
 const placeholder = "placeholder-known-after-apply-0123456789"
 
@@ -492,13 +489,8 @@ func checkEnv(svc string, load func(func(string) string) error, env map[string]s
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(env)) {
-		if !read[name] && readBySDK[name] == "" && notReadYet[svc][name] == "" {
+		if !read[name] && readBySDK[name] == "" {
 			errs = append(errs, fmt.Errorf("%s: its Cloud Run resource sets %s, which the service never reads", svc, name))
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(notReadYet[svc])) {
-		if read[name] {
-			errs = append(errs, fmt.Errorf("%s now reads %s: drop it from notReadYet", svc, name))
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(leftUnset[svc])) {
@@ -522,9 +514,6 @@ func TestCloudRunEnvMatchesConfigLoaders(t *testing.T) {
 				t.Fatal(err)
 			}
 			noErrors(t, checkEnv(svc, s.load, envValues(t, env)))
-			for _, name := range slices.Sorted(maps.Keys(notReadYet[svc])) {
-				t.Logf("GAP: %s sets %s but the service does not read it yet: %s", svc, name, notReadYet[svc][name])
-			}
 		})
 	}
 

@@ -34,6 +34,9 @@ const (
 	EnvPostBackoffMax   = "GENBOX_SLACK_BACKOFF_MAX"
 	EnvFollowUpGrace    = "GENBOX_DECISION_GRACE"
 	EnvShutdownGrace    = "GENBOX_SHUTDOWN_GRACE"
+	EnvPushAudience     = "GENBOX_PUSH_AUDIENCE"
+	EnvPushAccount      = "GENBOX_PUSH_SERVICE_ACCOUNT"
+	EnvCloudRunService  = "K_SERVICE"
 	ConsumerPush        = "push"
 	ConsumerPull        = "pull"
 	defaultPort         = "8080"
@@ -67,6 +70,13 @@ type Config struct {
 	// Pull subscriptions (GENBOX_TASKS_DLQ_SUBSCRIPTION, GENBOX_RESULTS_DLQ_SUBSCRIPTION,
 	// GENBOX_ALERTS_SUBSCRIPTION).
 	TasksDLQSub, ResultsDLQSub, AlertsSub string
+
+	// The service is public (Slack must reach it), so Cloud Run does not check push tokens: the
+	// push route admits only OIDC tokens for PushAudience (GENBOX_PUSH_AUDIENCE, the push
+	// subscriptions' oidc_token.audience) signed for PushAccount (GENBOX_PUSH_SERVICE_ACCOUNT).
+	// Both are required in push mode on Cloud Run (CloudRunService, K_SERVICE, is set there by
+	// Cloud Run itself); pull mode (genbox dev) and local push tests leave them unset.
+	PushAudience, PushAccount, CloudRunService string
 
 	Policy
 
@@ -114,6 +124,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String(EnvTasksDLQSub, &c.TasksDLQSub)
 	r.String(EnvResultsDLQSub, &c.ResultsDLQSub)
 	r.String(EnvAlertsSub, &c.AlertsSub)
+	r.String(EnvPushAudience, &c.PushAudience)
+	r.String(EnvPushAccount, &c.PushAccount)
+	r.String(EnvCloudRunService, &c.CloudRunService)
 	c.SlackAPIURL = strings.TrimRight(c.SlackAPIURL, "/")
 	if c.SlackAPIURL == "" {
 		c.SlackAPIURL = defaultSlackAPIBase
@@ -132,6 +145,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return c, c.Validate()
+}
+
+// PushAuth is what the push route admits; it verifies nothing unless both variables are set.
+func (c Config) PushAuth() bus.PushAuth {
+	return bus.PushAuth{Audience: c.PushAudience, ServiceAccount: c.PushAccount}
 }
 
 // Validate reports every setting that cannot work, naming its variable.
@@ -158,6 +176,18 @@ func (c Config) Validate() error {
 	}
 	if c.Consumer != ConsumerPush && c.Consumer != ConsumerPull {
 		bad(EnvConsumer, "must be push or pull")
+	}
+	onCloudRun := c.Consumer == ConsumerPush && c.CloudRunService != ""
+	for _, v := range []struct{ name, value, other string }{
+		{EnvPushAudience, c.PushAudience, c.PushAccount}, {EnvPushAccount, c.PushAccount, c.PushAudience},
+	} {
+		switch {
+		case v.value != "":
+		case onCloudRun:
+			bad(v.name, "is required in push mode on Cloud Run (the public service must verify push tokens)")
+		case v.other != "":
+			bad(v.name, "is required with the other push authentication variable")
+		}
 	}
 	for _, v := range []struct {
 		name string

@@ -44,6 +44,23 @@ func TestFromEnv(t *testing.T) {
 		{name: "backoff order", set: map[string]string{EnvPostBackoffBase: "1m", EnvPostBackoffMax: "1s"}, wantErr: []string{EnvPostBackoffMax}},
 		{name: "consumer", set: map[string]string{EnvConsumer: "poll"}, wantErr: []string{EnvConsumer}},
 		{name: "slack url", set: map[string]string{EnvSlackAPIURL: "slack.com"}, wantErr: []string{EnvSlackAPIURL}},
+		{name: "push on Cloud Run needs push auth", set: map[string]string{EnvCloudRunService: "genbox-dlqnotifier"},
+			wantErr: []string{EnvPushAudience, EnvPushAccount}},
+		{name: "push on Cloud Run needs both", set: map[string]string{EnvCloudRunService: "genbox-dlqnotifier", EnvPushAudience: "aud"},
+			wantErr: []string{EnvPushAccount}},
+		{name: "half push auth off Cloud Run", set: map[string]string{EnvPushAccount: "push@p.iam.gserviceaccount.com"},
+			wantErr: []string{EnvPushAudience}},
+		{name: "push auth on Cloud Run", set: map[string]string{EnvCloudRunService: "genbox-dlqnotifier",
+			EnvPushAudience: "aud", EnvPushAccount: "push@p.iam.gserviceaccount.com"}, check: func(t *testing.T, c Config) {
+			if a := c.PushAuth(); !a.Enabled() || a.Audience != "aud" || a.ServiceAccount != "push@p.iam.gserviceaccount.com" {
+				t.Fatalf("%+v", a)
+			}
+		}},
+		{name: "pull on Cloud Run", set: map[string]string{EnvCloudRunService: "genbox-dlqnotifier", EnvConsumer: "pull"}, check: func(t *testing.T, c Config) {
+			if c.PushAuth().Enabled() {
+				t.Fatalf("%+v", c.PushAuth())
+			}
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,7 +103,8 @@ func TestFromEnvAsksForEveryVariable(t *testing.T) {
 	_, _ = FromEnv(func(k string) string { asked = append(asked, k); return "" })
 	for _, v := range []string{EnvPort, EnvProject, EnvBotToken, EnvSigningSecret, EnvChannel, EnvApprovers, EnvSlackAPIURL,
 		EnvAdminKey, EnvAlertCooldown, EnvConsumer, EnvInstance, EnvTasksDLQSub, EnvResultsDLQSub, EnvAlertsSub,
-		EnvPostLease, EnvPostBackoffBase, EnvPostBackoffMax, EnvFollowUpGrace, EnvShutdownGrace} {
+		EnvPostLease, EnvPostBackoffBase, EnvPostBackoffMax, EnvFollowUpGrace, EnvShutdownGrace,
+		EnvPushAudience, EnvPushAccount, EnvCloudRunService} {
 		if !slices.Contains(asked, v) {
 			t.Errorf("FromEnv never asked for %s", v)
 		}

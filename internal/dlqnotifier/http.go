@@ -17,13 +17,20 @@ import (
 
 // Handler returns the service's HTTP routes: POST /slack/interactions, the admin path under
 // /admin/dead-letters (Bearer GENBOX_ADMIN_KEY), POST /pubsub/push (all three subscriptions push
-// here; messages say what they are) and GET /healthz.
+// here; messages say what they are; the push OIDC token is verified when configured) and
+// GET /healthz.
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+HealthPath, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("POST "+InteractionsPath, s.interactions)
-	// Cloud Run admits only the push service account's OIDC token on this path's service.
-	mux.Handle("POST "+PushPath, bus.Push(s, s.log))
+	// The service is public: Cloud Run checks no token, so the push route checks it itself.
+	push := bus.Push(s, s.log)
+	if auth := s.cfg.PushAuth(); auth.Enabled() {
+		push = bus.VerifyPush(push, auth, s.log)
+	} else if s.cfg.Consumer == ConsumerPush {
+		s.log.Warn("dlqnotifier: push requests are not authenticated (" + EnvPushAudience + " and " + EnvPushAccount + " unset)")
+	}
+	mux.Handle("POST "+PushPath, push)
 	mux.Handle("GET "+AdminPrefix, s.admin(s.list))
 	mux.Handle("GET "+AdminPrefix+"/{id}", s.admin(s.show))
 	mux.Handle("POST "+AdminPrefix+"/{op}", s.admin(s.decideAdmin))
