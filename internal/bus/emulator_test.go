@@ -15,20 +15,10 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/testenv"
 )
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
-
-// emulatorClient returns a client on the Pub/Sub emulator, in a project of the test's own.
-func emulatorClient(t *testing.T) *pubsub.Client {
-	t.Helper()
-	c, err := pubsub.NewClient(t.Context(), emulator.ProjectID(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
 
 // fastTopology has the shortest settings Pub/Sub accepts, so redeliveries come at once.
 func fastTopology() bus.Topology {
@@ -48,7 +38,7 @@ func getSubscription(t *testing.T, c *pubsub.Client, name string) *pubsubpb.Subs
 
 func TestBootstrapIdempotent(t *testing.T) {
 	t.Parallel()
-	c := emulatorClient(t)
+	c := testenv.PubSub(t, emulator.ProjectID(t))
 	topo := bus.Topology{AckDeadline: 20 * time.Second, MaxDeliveryAttempts: 7, MinBackoff: time.Second, MaxBackoff: 30 * time.Second}
 	for i := range 2 {
 		if err := bus.Bootstrap(t.Context(), c, topo); err != nil {
@@ -101,11 +91,8 @@ func TestBootstrapIdempotent(t *testing.T) {
 // to the dead-letter topic, and reads it there with Pub/Sub's dead-letter attributes.
 func TestPullDeadLetters(t *testing.T) {
 	t.Parallel()
-	c := emulatorClient(t)
 	topo := fastTopology()
-	if err := bus.Bootstrap(t.Context(), c, topo); err != nil {
-		t.Fatal(err)
-	}
+	c := testenv.Bus(t, emulator.ProjectID(t), topo)
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 
@@ -185,7 +172,7 @@ func TestPullDeadLetters(t *testing.T) {
 // nack brings the message back.
 func TestPushDelivers(t *testing.T) {
 	t.Parallel()
-	c := emulatorClient(t)
+	c := testenv.PubSub(t, emulator.ProjectID(t))
 	got := make(chan *bus.Message, 10)
 	var n int
 	var mu sync.Mutex

@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/firestore"
-
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -19,12 +18,7 @@ func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
 
 func setup(t *testing.T) *store.Store {
 	t.Helper()
-	fs, err := firestore.NewClient(context.Background(), emulator.ProjectID(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
-	s := store.New(fs)
+	s := store.New(testenv.Firestore(t, emulator.ProjectID(t)))
 	s.MaxAttempts = 50
 	return s
 }

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/firestore"
-
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/claim"
 )
 
@@ -18,11 +17,7 @@ import (
 func TestDocOneHolder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	fs, err := firestore.NewClient(ctx, emulator.ProjectID(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
+	fs := testenv.Firestore(t, emulator.ProjectID(t))
 	ref := fs.Collection("leaders").Doc("race")
 	const owners = 6
 	var wg sync.WaitGroup
