@@ -13,37 +13,12 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
-
-type published struct {
-	Topic string
-	Attrs map[string]string
-}
-
-// recorder is a Publisher that records what it publishes.
-type recorder struct {
-	mu   sync.Mutex
-	msgs []published
-}
-
-func (r *recorder) Publish(_ context.Context, topic string, _ []byte, attrs map[string]string) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, published{topic, attrs})
-	return "id", nil
-}
-
-func (r *recorder) take() []published {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.msgs
-	r.msgs = nil
-	return out
-}
 
 // availability is a hand-written Availability.
 type availability struct {
@@ -57,14 +32,9 @@ func testConfig() Config {
 		LeaderTTL: time.Second, BackoffBase: time.Minute, BackoffMax: 10 * time.Minute}
 }
 
-func setup(t *testing.T) (*store.Store, *recorder) {
+func setup(t *testing.T) (*store.Store, *testenv.Publisher) {
 	t.Helper()
-	fs, err := firestore.NewClient(context.Background(), emulator.ProjectID(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
-	return store.New(fs), &recorder{}
+	return store.New(testenv.Firestore(t, emulator.ProjectID(t))), &testenv.Publisher{}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -112,8 +82,8 @@ func TestPassNudgesWhatIsDue(t *testing.T) {
 	if _, err := sw.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got := map[string][]published{}
-	for _, m := range pub.take() {
+	got := map[string][]testenv.Published{}
+	for _, m := range pub.Take() {
 		got[m.Attrs[task.AttrTaskID]] = append(got[m.Attrs[task.AttrTaskID]], m)
 	}
 	want := map[string][]string{
@@ -159,7 +129,7 @@ func TestPassNudgesWhatIsDue(t *testing.T) {
 	if _, err := sw.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if again := pub.take(); len(again) != 0 {
+	if again := pub.Take(); len(again) != 0 {
 		t.Errorf("second pass re-published %+v", again)
 	}
 }
@@ -193,7 +163,7 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 		if doc.Nudges != i+1 || !doc.NudgeAt.Equal(clock.Add(want)) {
 			t.Fatalf("pass %d: nudges %d nudge_at in %v, want %d and %v", i, doc.Nudges, doc.NudgeAt.Sub(clock), i+1, want)
 		}
-		if n := len(pub.take()); n != 1 {
+		if n := len(pub.Take()); n != 1 {
 			t.Fatalf("pass %d published %d", i, n)
 		}
 		advance(want)
@@ -253,7 +223,7 @@ func TestParkedTasksWaitForTheChain(t *testing.T) {
 	if _, err := sw.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := pub.take(); len(n) != 0 {
+	if n := pub.Take(); len(n) != 0 {
 		t.Fatalf("parked tasks nudged while the chain is open: %+v", n)
 	}
 	doc, _ := s.GetTask(ctx, "p1")
@@ -272,7 +242,7 @@ func TestParkedTasksWaitForTheChain(t *testing.T) {
 	if _, err := sw.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := pub.take(); len(n) != 1 || n[0].Topic != bus.TopicTasks {
+	if n := pub.Take(); len(n) != 1 || n[0].Topic != bus.TopicTasks {
 		t.Errorf("released %+v, want one paced release", n)
 	}
 }
@@ -331,7 +301,7 @@ func TestDecisionCarriedOut(t *testing.T) {
 	if _, err := sw.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := pub.take(); len(n) != 1 || n[0].Topic != bus.TopicResults {
+	if n := pub.Take(); len(n) != 1 || n[0].Topic != bus.TopicResults {
 		t.Fatalf("published %+v", n)
 	}
 	d, err := s.GetTask(context.Background(), "d")
