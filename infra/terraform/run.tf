@@ -49,8 +49,11 @@ locals {
 
     resulthandler = merge(local.common_env, {
       OTEL_SERVICE_NAME = "resulthandler"
-      # Consumed by OIDC-authenticated push; Cloud Run's IAM checks the token.
-      GENBOX_CONSUMER = "push"
+      # Consumed by OIDC-authenticated push; Cloud Run's IAM checks the token, and the app
+      # checks it again (audience and signer), in case the service is ever made public.
+      GENBOX_CONSUMER             = "push"
+      GENBOX_PUSH_AUDIENCE        = local.push_audience.resulthandler
+      GENBOX_PUSH_SERVICE_ACCOUNT = google_service_account.push.email
       # Callback URLs must be https to public addresses (the SSRF guard, DESIGN §6).
       GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
       # Cloud Run kills an instance 10 s after SIGTERM.

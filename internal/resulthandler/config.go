@@ -27,6 +27,8 @@ const (
 	EnvNoticeGrace    = "GENBOX_NOTICE_GRACE"
 	EnvAllowInsecure  = "GENBOX_ALLOW_INSECURE_CALLBACKS"
 	EnvShutdownGrace  = "GENBOX_SHUTDOWN_GRACE"
+	EnvPushAudience   = "GENBOX_PUSH_AUDIENCE"
+	EnvPushAccount    = "GENBOX_PUSH_SERVICE_ACCOUNT"
 	defaultPort       = "8080"
 	defaultLogEntries = 20
 )
@@ -51,6 +53,11 @@ type Config struct {
 	Subscription string // GENBOX_RESULTS_SUBSCRIPTION (pull mode)
 	Consumer     string // GENBOX_CONSUMER: push (Cloud Run request-driven) or pull
 	Concurrency  int    // GENBOX_CONCURRENCY: messages handled at once in pull mode
+
+	// The push route admits only OIDC tokens for PushAudience (GENBOX_PUSH_AUDIENCE) signed for
+	// PushAccount (GENBOX_PUSH_SERVICE_ACCOUNT) when both are set: a second check behind Cloud
+	// Run's, which already admits only that account on the private service. Both or neither.
+	PushAudience, PushAccount string
 
 	Policy
 
@@ -108,6 +115,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String(EnvInstance, &c.Instance)
 	r.String(EnvSubscription, &c.Subscription)
 	r.String(EnvConsumer, &c.Consumer)
+	r.String(EnvPushAudience, &c.PushAudience)
+	r.String(EnvPushAccount, &c.PushAccount)
 	if c.Instance == "" {
 		host, _ := os.Hostname()
 		c.Instance = host + "-" + strconv.Itoa(os.Getpid())
@@ -139,6 +148,12 @@ func (c Config) Validate() error {
 	}
 	if c.Consumer != ConsumerPush && c.Consumer != ConsumerPull {
 		bad(EnvConsumer, "must be push or pull")
+	}
+	if c.PushAudience == "" && c.PushAccount != "" {
+		bad(EnvPushAudience, "is required with "+EnvPushAccount)
+	}
+	if c.PushAccount == "" && c.PushAudience != "" {
+		bad(EnvPushAccount, "is required with "+EnvPushAudience)
 	}
 	if c.Concurrency <= 0 {
 		bad(EnvConcurrency, "must be positive")

@@ -97,17 +97,23 @@ func TestConfigFromEnv(t *testing.T) {
 		c.Owner != "i-1" || c.LeaseTTL() != 30*time.Second || c.AllowInsecure || c.Subscription == "" {
 		t.Fatalf("defaults %+v", c)
 	}
+	if c.PushAuth().Enabled() {
+		t.Fatalf("push auth on by default: %+v", c.PushAuth())
+	}
 	for _, v := range []string{EnvProject, EnvPort, EnvInstance, EnvSubscription, EnvConsumer, EnvConcurrency, EnvTimeout,
-		EnvHorizon, EnvBackoffMin, EnvBackoffMax, EnvNoticeGrace, EnvAllowInsecure, EnvShutdownGrace} {
+		EnvHorizon, EnvBackoffMin, EnvBackoffMax, EnvNoticeGrace, EnvAllowInsecure, EnvShutdownGrace, EnvPushAudience, EnvPushAccount} {
 		if !asked[v] {
 			t.Errorf("FromEnv did not ask for %s", v)
 		}
 	}
 	getenv, _ = env(map[string]string{EnvProject: "p", EnvConsumer: "pull", EnvTimeout: "3s", EnvHorizon: "1h",
-		EnvAllowInsecure: "true", EnvBackoffMin: "2s", EnvBackoffMax: "1m"})
+		EnvAllowInsecure: "true", EnvBackoffMin: "2s", EnvBackoffMax: "1m", EnvPushAudience: "aud", EnvPushAccount: "push@p.iam.gserviceaccount.com"})
 	c, err = FromEnv(getenv)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if a := c.PushAuth(); !a.Enabled() || a.Audience != "aud" || a.ServiceAccount != "push@p.iam.gserviceaccount.com" {
+		t.Fatalf("push auth %+v", a)
 	}
 	if c.Consumer != ConsumerPull || c.LeaseTTL() != 9*time.Second || c.Horizon != time.Hour || !c.SSRF().AllowHTTP || !c.SSRF().AllowLoopback {
 		t.Fatalf("parsed %+v", c)
@@ -124,6 +130,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{map[string]string{EnvProject: "p", EnvAllowInsecure: "maybe"}, EnvAllowInsecure},
 		{map[string]string{EnvProject: "p", EnvPort: "http"}, EnvPort},
 		{map[string]string{EnvProject: "p", EnvConcurrency: "0"}, EnvConcurrency},
+		{map[string]string{EnvProject: "p", EnvPushAudience: "aud"}, EnvPushAccount},
+		{map[string]string{EnvProject: "p", EnvPushAccount: "push@p.iam.gserviceaccount.com"}, EnvPushAudience},
 	} {
 		getenv, _ := env(tc.kv)
 		_, err := FromEnv(getenv)

@@ -55,8 +55,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	mux.Handle("GET /readyz", obs.Ready(readyTimeout, checks...))
 	if cfg.Consumer == resulthandler.ConsumerPush {
 		// Cloud Run authenticates Pub/Sub's OIDC token (the service admits only the push
-		// service account, with the push audience) before a request reaches this handler.
-		mux.Handle("POST "+resulthandler.PushPath, bus.Push(h, d.Log))
+		// service account, with the push audience) before a request reaches this handler,
+		// which checks it again when GENBOX_PUSH_AUDIENCE and GENBOX_PUSH_SERVICE_ACCOUNT are set.
+		mux.Handle("POST "+resulthandler.PushPath, resulthandler.PushHandler(h, cfg, d.Log))
 	}
 	ln, err := service.Listen(cfg.Port)
 	if err != nil {
