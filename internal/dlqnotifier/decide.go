@@ -80,7 +80,7 @@ func (s *Service) Decide(ctx context.Context, id string, action Action, by strin
 		return nil, err
 	}
 	log := s.log.With("task_id", taskID, "dead_letter_id", id, "action", string(action), "by", by)
-	_, d, err := s.store.MutateDeadLetter(ctx, taskID, id, func(t *store.Task, d *store.DeadLetter, now time.Time) error {
+	t, d, err := s.store.MutateDeadLetter(ctx, taskID, id, func(t *store.Task, d *store.DeadLetter, now time.Time) error {
 		if d.CreatedAt.IsZero() {
 			return store.ErrNotFound
 		}
@@ -119,6 +119,7 @@ func (s *Service) Decide(ctx context.Context, id string, action Action, by strin
 		return nil, fmt.Errorf("decide %s on %s: %w", action, id, err)
 	}
 	log.InfoContext(ctx, "dlqnotifier: decision recorded")
+	s.countDecision(ctx, t, action)
 	// Cloud Run may throttle CPU once the response is sent: the follow-up runs now, bounded so
 	// that Slack still gets its answer within 3 s; what does not finish is the sweeper's.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), followUpBudget)

@@ -30,6 +30,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -84,17 +85,21 @@ type Service struct {
 	log   *slog.Logger
 
 	approvers map[string]bool
+	metrics   *obs.Metrics // nil records nothing
 }
 
 // New returns a Service. est may be nil: the Regenerate button then prices from the task's
 // recorded spend (RecordedEstimator).
-func New(cfg Config, st *store.Store, sl Slack, pub Publisher, est Estimator, log *slog.Logger) *Service {
+func New(cfg Config, st *store.Store, sl Slack, pub Publisher, est Estimator, log *slog.Logger, opts ...Option) *Service {
 	if est == nil {
 		est = RecordedEstimator{}
 	}
 	s := &Service{cfg: cfg, store: st, slack: sl, pub: pub, est: est, log: log, approvers: map[string]bool{}}
 	for _, id := range cfg.Approvers {
 		s.approvers[id] = true
+	}
+	for _, o := range opts {
+		o(s)
 	}
 	return s
 }

@@ -11,6 +11,7 @@ import (
 
 	"cloud.google.com/go/firestore"
 	"cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
@@ -50,7 +51,11 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer ps.Close()
 	pub := bus.NewPublisher(ps)
 	st := store.New(fs)
-	svc := dlqnotifier.New(cfg, st, dlqnotifier.NewSlackClient(cfg), pub, nil, log)
+	metrics, err := obs.NewMetrics(otel.GetMeterProvider())
+	if err != nil {
+		return err
+	}
+	svc := dlqnotifier.New(cfg, st, dlqnotifier.NewSlackClient(cfg), pub, nil, log, dlqnotifier.WithMetrics(metrics))
 	checks := []obs.Check{{Name: "firestore", Probe: st.Ping}}
 	var pulling obs.Running
 	if cfg.Consumer == dlqnotifier.ConsumerPull {
