@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -69,4 +70,14 @@ func (o claimOutcome) String() string {
 		return "dead"
 	}
 	return "not_claimed"
+}
+
+// generationModel is the model a generation's metrics are recorded under: the one that answered,
+// else the one whose failure ended the generation.
+func generationModel(res gemini.Result, err error) string {
+	var ge *gemini.Error
+	if res.Model == "" && errors.As(err, &ge) {
+		return ge.Model
+	}
+	return res.Model
 }

@@ -292,7 +292,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 	<-renewed
 	tk.done(res)
 	if spent(res) {
-		h.metrics.Generation(ctx, res.Model, t.Tenant, res.Usage, res.CostUSD, time.Since(start))
+		h.metrics.Generation(ctx, generationModel(res, err), t.Tenant, res.Usage, res.CostUSD, time.Since(start))
 	}
 
 	switch {
