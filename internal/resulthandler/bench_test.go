@@ -16,6 +16,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
@@ -145,7 +146,7 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 			ids[i] = fmt.Sprintf("bench-%d", i)
 			ms.tasks[ids[i]] = pendingTask(ids[i], r.URL())
 		}
-		h, err := New(ms, staticSecrets{r.secret}, &fakePublisher{}, benchClient(), slog.New(slog.NewTextHandler(io.Discard, nil)), testPolicy("b"))
+		h, err := New(ms, staticSecrets{r.secret}, &testenv.Publisher{}, benchClient(), slog.New(slog.NewTextHandler(io.Discard, nil)), testPolicy("b"))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -94,8 +94,8 @@ func TestRetryThenDelivered(t *testing.T) {
 	if posts[0].Body != posts[1].Body {
 		t.Fatal("the retry sent another payload than the frozen one")
 	}
-	if len(e.pub.Msgs()) != 0 {
-		t.Fatalf("published %+v", e.pub.Msgs())
+	if len(e.pub.All()) != 0 {
+		t.Fatalf("published %+v", e.pub.All())
 	}
 }
 
@@ -123,7 +123,7 @@ func TestClientErrorIsDeadAtOnce(t *testing.T) {
 			if got.DueAt == nil || !got.DueAt.Equal(want) {
 				t.Fatalf("due_at %v, want the notice's %v", got.DueAt, want)
 			}
-			msgs := e.pub.Msgs()
+			msgs := e.pub.All()
 			if len(msgs) != 1 || msgs[0].Topic != bus.TopicResultsDLQ {
 				t.Fatalf("published %+v", msgs)
 			}
@@ -188,8 +188,8 @@ func TestReceiverDownPastHorizonIsDeadLettered(t *testing.T) {
 			t.Fatalf("attempt %+v is not a connection error", a)
 		}
 	}
-	if len(got.Notices) != 1 || len(e.pub.Msgs()) != 1 {
-		t.Fatalf("notices %+v, published %+v", got.Notices, e.pub.Msgs())
+	if len(got.Notices) != 1 || len(e.pub.All()) != 1 {
+		t.Fatalf("notices %+v, published %+v", got.Notices, e.pub.All())
 	}
 }
 
@@ -309,8 +309,8 @@ func TestRefusedDestinationIsDead(t *testing.T) {
 	if got.Delivery.State != task.DeliveryDead || !strings.Contains(got.Delivery.LastError, ssrf.ReasonPrivate) {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}
-	if len(got.Notices) != 1 || len(e.pub.Msgs()) != 1 {
-		t.Fatalf("notices %+v published %+v", got.Notices, e.pub.Msgs())
+	if len(got.Notices) != 1 || len(e.pub.All()) != 1 {
+		t.Fatalf("notices %+v published %+v", got.Notices, e.pub.All())
 	}
 }
 
@@ -318,7 +318,7 @@ func TestRefusedDestinationIsDead(t *testing.T) {
 func TestNoticePublishFailureLeavesOutbox(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.pub.PublishFunc = func(string, map[string]string) error { return net.ErrClosed }
+	e.pub.SetPublishFunc(func(context.Context, string, []byte, map[string]string) error { return net.ErrClosed })
 	e.recv.schedule = func(int) int { return 422 }
 	tk := e.finishedTask(t, "t-lost", e.recv.URL())
 	e.handle(tk.ID)

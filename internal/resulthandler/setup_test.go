@@ -18,6 +18,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
@@ -119,37 +120,7 @@ func (r *receiver) stop() {
 
 func (r *receiver) URL() string { return "http://" + r.addr + "/hooks/genbox" }
 
-// published is a DLQ notice the fake publisher got.
-type published struct {
-	Topic string
-	Attrs map[string]string
-}
-
-type fakePublisher struct {
-	PublishFunc func(topic string, attrs map[string]string) error
-	mu          sync.Mutex
-	msgs        []published
-}
-
-func (f *fakePublisher) Publish(_ context.Context, topic string, _ []byte, attrs map[string]string) (string, error) {
-	if f.PublishFunc != nil {
-		if err := f.PublishFunc(topic, attrs); err != nil {
-			return "", err
-		}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.msgs = append(f.msgs, published{topic, attrs})
-	return "id", nil
-}
-
-func (f *fakePublisher) Msgs() []published {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]published(nil), f.msgs...)
-}
-
-var _ Publisher = (*fakePublisher)(nil)
+var _ Publisher = (*testenv.Publisher)(nil)
 
 type env struct {
 	ctx    context.Context
@@ -157,7 +128,7 @@ type env struct {
 	st     *store.Store
 	clock  *clock
 	recv   *receiver
-	pub    *fakePublisher
+	pub    *testenv.Publisher
 	h      *Handler
 	policy Policy
 	secret string
@@ -173,11 +144,7 @@ func testPolicy(owner string) Policy {
 func setup(t testing.TB) *env {
 	t.Helper()
 	ctx := context.Background()
-	fs, err := firestore.NewClient(ctx, emulator.ProjectID(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
+	fs := testenv.Firestore(t, emulator.ProjectID(t))
 	c := &clock{t: time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)}
 	st := store.New(fs)
 	st.Now = c.Now
@@ -189,7 +156,7 @@ func setup(t testing.TB) *env {
 	if _, err := st.CreateTenant(ctx, tenant, store.DefaultLimits(), secret); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{ctx: ctx, fs: fs, st: st, clock: c, recv: &receiver{secret: secret}, pub: &fakePublisher{}, policy: testPolicy("rh-1"), secret: secret}
+	e := &env{ctx: ctx, fs: fs, st: st, clock: c, recv: &receiver{secret: secret}, pub: &testenv.Publisher{}, policy: testPolicy("rh-1"), secret: secret}
 	e.recv.start(t, "127.0.0.1:0")
 	e.h = e.handler(t, e.policy)
 	return e
