@@ -16,12 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"cloud.google.com/go/firestore"
-	"cloud.google.com/go/firestore/apiv1/firestorepb"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/pkg/task"
 	"github.com/genbox-dev/genbox/pkg/webhook"
@@ -33,76 +27,6 @@ type Publisher interface {
 }
 
 var _ Publisher = (*bus.Publisher)(nil)
-
-// fsCounter counts Firestore documents read and written and commits, at the gRPC layer, for
-// every component of a stack that shares its client.
-type fsCounter struct{ reads, writes, commits atomic.Int64 }
-
-func (c *fsCounter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	switch r := req.(type) {
-	case *firestorepb.CommitRequest:
-		c.commits.Add(1)
-		c.writes.Add(int64(len(r.Writes)))
-	case *firestorepb.GetDocumentRequest:
-		c.reads.Add(1)
-	case *firestorepb.UpdateDocumentRequest, *firestorepb.CreateDocumentRequest, *firestorepb.DeleteDocumentRequest:
-		c.writes.Add(1)
-	}
-	return invoker(ctx, method, req, reply, cc, opts...)
-}
-
-func (c *fsCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	s, err := streamer(ctx, desc, cc, method, opts...)
-	return &countingStream{ClientStream: s, c: c}, err
-}
-
-type countingStream struct {
-	grpc.ClientStream
-	c *fsCounter
-}
-
-func (s *countingStream) RecvMsg(m any) error {
-	err := s.ClientStream.RecvMsg(m)
-	if err == nil {
-		switch r := m.(type) {
-		case *firestorepb.BatchGetDocumentsResponse:
-			if r.GetFound() != nil || r.GetMissing() != "" {
-				s.c.reads.Add(1)
-			}
-		case *firestorepb.RunQueryResponse:
-			if r.GetDocument() != nil {
-				s.c.reads.Add(1)
-			}
-		}
-	}
-	return err
-}
-
-// emulatorCreds is the emulator's owner token, as the firestore client sends it to an emulator.
-type emulatorCreds struct{}
-
-func (emulatorCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer owner"}, nil
-}
-func (emulatorCreds) RequireTransportSecurity() bool { return false }
-
-// countingFirestore opens a Firestore client on the emulator at host whose operations c counts.
-// The client library ignores dial options when it dials an emulator itself, so the connection is
-// made here.
-func countingFirestore(ctx context.Context, host, project string, c *fsCounter) (*firestore.Client, error) {
-	conn, err := grpc.NewClient(host,
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(emulatorCreds{}),
-		grpc.WithChainUnaryInterceptor(c.unary), grpc.WithChainStreamInterceptor(c.stream))
-	if err != nil {
-		return nil, fmt.Errorf("firestore emulator %s: %w", host, err)
-	}
-	fs, err := firestore.NewClient(ctx, project, option.WithGRPCConn(conn))
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("firestore: %w", err)
-	}
-	return fs, nil
-}
 
 // countingPublisher counts publishes per topic.
 type countingPublisher struct {

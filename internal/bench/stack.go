@@ -20,6 +20,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/fscount"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -128,7 +129,7 @@ func (l *latencies) get(id string) (time.Duration, bool) {
 type stack struct {
 	cfg      Config
 	project  string
-	counter  *fsCounter
+	counter  *fscount.Counter
 	fs       *firestore.Client
 	store    *store.Store
 	ps       *pubsub.Client
@@ -148,14 +149,14 @@ type stack struct {
 }
 
 func newStack(ctx context.Context, cfg Config, emu *emulator.Emulators, project string) (s *stack, err error) {
-	s = &stack{cfg: cfg, project: project, counter: &fsCounter{}, in: newInjector(cfg.Seed), log: cfg.Log}
+	s = &stack{cfg: cfg, project: project, counter: &fscount.Counter{}, in: newInjector(cfg.Seed), log: cfg.Log}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
 	bg := context.WithoutCancel(ctx)
-	if s.fs, err = countingFirestore(bg, emu.FirestoreHost, project, s.counter); err != nil {
+	if s.fs, err = s.counter.EmulatorClient(bg, emu.FirestoreHost, project); err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, func() { s.fs.Close() })
@@ -324,7 +325,7 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 		return Result{}, err
 	}
 	resetPeakRSS()
-	reads0, writes0, commits0 := s.counter.reads.Load(), s.counter.writes.Load(), s.counter.commits.Load()
+	ops0 := s.counter.Counts()
 
 	type done struct {
 		id  string
@@ -388,9 +389,8 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 	}
 
 	r := Result{System: system, Tasks: cfg.Tasks, Wall: wall, Publishes: s.pub.counts(), Injected: s.in.counts(), PeakRSS: peakRSS()}
-	r.FirestoreReads = s.counter.reads.Load() - reads0
-	r.FirestoreWrites = s.counter.writes.Load() - writes0
-	r.FirestoreCommits = s.counter.commits.Load() - commits0
+	ops := s.counter.Counts().Sub(ops0)
+	r.FirestoreReads, r.FirestoreWrites, r.FirestoreCommits = ops.Reads, ops.Writes, ops.Commits
 	var e2e, over []time.Duration
 	var modelSum time.Duration
 	for d := range results {
