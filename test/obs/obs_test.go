@@ -46,44 +46,13 @@ const tasksPerRun = 3
 // webhook. The sweeper is held off (long nudge grace) so every nudge is the services' own.
 func fullRun(t *testing.T) *run {
 	t.Helper()
-	tel := obstest.Install(t)
-	logs := &obstest.Buffer{}
-	secret, err := webhook.NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := devstack.FromEnv(devstack.ShortEnv("GENBOX_NUDGE_GRACE", "30s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	oc, err := obs.ConfigFromEnv(func(string) string { return "" }, "devstack") // the defaults
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Project = emulator.ProjectID(t)
-	cfg.PublisherAddr, cfg.DLQAddr, cfg.SlackAddr, cfg.WebhookAddr, cfg.GeminiAddr =
-		"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.WebhookSecret = secret
-	cfg.Log = oc.Logger(logs)
-	cfg.Out = io.Discard // the tenant's listener prints deliveries, content included: not a service log
-	cfg.Metrics = tel.Metrics
+	r := start(t, "GENBOX_NUDGE_GRACE", "30s")
+	s := r.stack
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := devstack.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.Close(ctx); err != nil {
-			t.Errorf("close the stack: %v", err)
-		}
-	})
-	r := &run{stack: s, tel: tel, logs: logs, secret: secret, webhook: map[string]devstack.Delivery{}}
 	c := client.New(s.Info.Publisher, s.Info.APIKey)
 	for i := range tasksPerRun {
-		in := "INPUT-" + cfg.Project + "-" + string(rune('a'+i)) + ": the quarterly report says revenue rose."
+		in := "INPUT-" + s.Info.Project + "-" + string(rune('a'+i)) + ": the quarterly report says revenue rose."
 		res, err := c.Submit(ctx, task.Request{Family: "summarize", Input: in, CallbackURL: s.Info.WebhookURL})
 		if err != nil {
 			t.Fatal(err)
@@ -111,7 +80,7 @@ func fullRun(t *testing.T) *run {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Delivery.State == task.DeliveryDelivered && len(spansNamed(tel.TaskSpans(v.TaskID), "webhook POST")) > 0 {
+			if got.Delivery.State == task.DeliveryDelivered && len(spansNamed(r.tel.TaskSpans(v.TaskID), "webhook POST")) > 0 {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -120,6 +89,47 @@ func fullRun(t *testing.T) *run {
 		}
 	}
 	return r
+}
+
+// start starts the stack with in-memory telemetry, every service logging Cloud Logging JSON
+// with the default options into one buffer, and ShortEnv(extra...).
+func start(t *testing.T, extra ...string) *run {
+	t.Helper()
+	tel := obstest.Install(t)
+	logs := &obstest.Buffer{}
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := devstack.FromEnv(devstack.ShortEnv(extra...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc, err := obs.ConfigFromEnv(func(string) string { return "" }, "devstack") // the defaults
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Project = emulator.ProjectID(t)
+	cfg.PublisherAddr, cfg.DLQAddr, cfg.SlackAddr, cfg.WebhookAddr, cfg.GeminiAddr =
+		"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.WebhookSecret = secret
+	cfg.Log = oc.Logger(logs)
+	cfg.Out = io.Discard // the tenant's listener prints deliveries, content included: not a service log
+	cfg.Metrics = tel.Metrics
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := devstack.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("close the stack: %v", err)
+		}
+	})
+	return &run{stack: s, tel: tel, logs: logs, secret: secret, webhook: map[string]devstack.Delivery{}}
 }
 
 func spansNamed(spans []sdktrace.ReadOnlySpan, prefix string) []sdktrace.ReadOnlySpan {

@@ -1,0 +1,84 @@
+package obs_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/devstack"
+	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Not parallel (global telemetry). A generation that dies is counted dead with its retries by
+// class; the approver's Regenerate counts it queued again (dlqnotifier); the regenerated run
+// counts running and succeeded; the open dead letter shows in the gauge until decided.
+func TestDeadAndRegeneratedAreCounted(t *testing.T) {
+	r := start(t, "GENBOX_TASK_ATTEMPTS", "1", "GENBOX_MAX_ATTEMPTS", "1", "GENBOX_MODEL_CHAIN", "m-obs")
+	s := r.stack
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s.Fake.FailNext("m-obs", 503)
+	c := client.New(s.Info.Publisher, s.Info.APIKey)
+	res, err := c.Submit(ctx, task.Request{Family: "summarize", Input: "A report that dies once.", CallbackURL: s.Info.WebhookURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Wait(ctx, res.TaskID, 50*time.Millisecond); err != nil || v.State != task.StateDead {
+		t.Fatalf("task ended %v (%v), want dead", v, err)
+	}
+	dlID := store.DeadLetterID(res.TaskID, task.StageGeneration, 0, 0)
+	post, err := s.Slack.WaitCall(ctx, func(c devstack.SlackCall) bool {
+		return c.Method == "chat.postMessage" && strings.Contains(c.Form.Get("blocks"), dlID)
+	})
+	if err != nil {
+		t.Fatalf("the dead letter was not posted: %v", err)
+	}
+	for { // the console shows the buttons once the Slack ts is committed
+		dl, err := s.Store.GetDeadLetter(ctx, dlID)
+		if err == nil && dl.SlackTS == post.TS {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the dead letter never recorded its Slack message: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for r.tel.Sum(t, obs.MetricDeadLettersOpen, "stage=generation") != 1 {
+		if ctx.Err() != nil {
+			t.Fatalf("%s{stage=generation} never 1: %v", obs.MetricDeadLettersOpen, r.tel.Points(t, obs.MetricDeadLettersOpen))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	resp, err := http.PostForm(s.Info.SlackConsole+"console/click", url.Values{"dl": {dlID}, "action_id": {"regenerate"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("console click answered %s", resp.Status)
+	}
+	if _, err := s.Inbox.Wait(ctx, func(d devstack.Delivery) bool { return d.ID == task.EventID(res.TaskID, task.EventSucceeded, 1) }); err != nil {
+		got, gerr := s.Store.GetTask(context.Background(), res.TaskID)
+		t.Fatalf("no success webhook after Regenerate: %v; task %+v (%v)", err, got, gerr)
+	}
+	for state, want := range map[string]float64{"queued": 2, "running": 2, "dead": 1, "succeeded": 1} {
+		if got := r.tel.Sum(t, obs.MetricTasks, "state="+state, "family=summarize"); got != want {
+			t.Errorf("%s{state=%s} = %g, want %g", obs.MetricTasks, state, got, want)
+		}
+	}
+	if got := r.tel.Sum(t, obs.MetricGenLatency, "model=m-obs"); got != 2 {
+		t.Errorf("%s{model=m-obs} count %g, want 2 (the failed generation and the regenerated one)", obs.MetricGenLatency, got)
+	}
+	for r.tel.Sum(t, obs.MetricDeadLettersOpen, "stage=generation") != 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("%s{stage=generation} never back to 0", obs.MetricDeadLettersOpen)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
