@@ -37,8 +37,9 @@ type googleCerts struct {
 	fetches atomic.Int64
 }
 
-func newGoogleCerts(t *testing.T, keys map[string]*rsa.PublicKey) *googleCerts {
-	t.Helper()
+func newGoogleCerts(tb testing.TB, keys map[string]*rsa.PublicKey) *googleCerts {
+	tb.Helper()
+	g := &googleCerts{}
 	type jwk struct {
 		Kty string `json:"kty"`
 		Alg string `json:"alg"`
@@ -55,7 +56,6 @@ func newGoogleCerts(t *testing.T, keys map[string]*rsa.PublicKey) *googleCerts {
 			N: base64.RawURLEncoding.EncodeToString(k.N.Bytes()),
 			E: base64.RawURLEncoding.EncodeToString(big.NewInt(int64(k.E)).Bytes())})
 	}
-	g := &googleCerts{}
 	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/oauth2/v3/certs" {
 			http.NotFound(w, r)
@@ -65,13 +65,13 @@ func newGoogleCerts(t *testing.T, keys map[string]*rsa.PublicKey) *googleCerts {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(set)
 	}))
-	t.Cleanup(g.srv.Close)
+	tb.Cleanup(g.srv.Close)
 	return g
 }
 
 // validator is a real idtoken.Validator whose requests to www.googleapis.com go to g; any other
 // host is an error, so a validation that needed the network fails.
-func (g *googleCerts) validator(t *testing.T) *idtoken.Validator {
+func (g *googleCerts) validator(t testing.TB) *idtoken.Validator {
 	t.Helper()
 	target, err := url.Parse(g.srv.URL)
 	if err != nil {
@@ -97,7 +97,7 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // signIDToken returns an RS256 JWT shaped like a Pub/Sub push token.
-func signIDToken(t *testing.T, key *rsa.PrivateKey, kid string, claims map[string]any) string {
+func signIDToken(t testing.TB, key *rsa.PrivateKey, kid string, claims map[string]any) string {
 	t.Helper()
 	enc := func(v any) string {
 		b, err := json.Marshal(v)
@@ -240,4 +240,40 @@ func TestVerifyPushFailsClosed(t *testing.T) {
 			t.Fatalf("%+v: status %d, called %v", a, rec.Code, called.Load())
 		}
 	}
+}
+
+// No Authorization header that is not a token signed by the push key is admitted, and none
+// panics: the fuzzer mutates real tokens (re-signing is beyond it).
+func FuzzVerifyPush(f *testing.F) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		f.Fatal(err)
+	}
+	v := newGoogleCerts(f, map[string]*rsa.PublicKey{testKeyID: &key.PublicKey}).validator(f)
+	now := time.Now()
+	expired := pushClaims(now)
+	expired["exp"] = now.Add(-time.Hour).Unix()
+	wrongAud := pushClaims(now)
+	wrongAud["aud"] = "other"
+	for _, seed := range []string{
+		"", "Bearer", "Bearer ", "Bearer a.b.c", "Bearer ...", "bearer x",
+		"Bearer " + signIDToken(f, key, testKeyID, expired),
+		"Bearer " + signIDToken(f, key, testKeyID, wrongAud),
+		"Bearer " + signIDToken(f, key, "other-kid", pushClaims(now)),
+	} {
+		f.Add(seed)
+	}
+	var called atomic.Bool
+	h := bus.VerifyPush(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called.Store(true) }),
+		bus.PushAuth{Audience: testAudience, ServiceAccount: testPusher, Validator: v}, slog.New(slog.DiscardHandler))
+	f.Fuzz(func(t *testing.T, authorization string) {
+		called.Store(false)
+		req := httptest.NewRequest(http.MethodPost, "/pubsub/push", nil)
+		req.Header["Authorization"] = []string{authorization}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnauthorized || called.Load() {
+			t.Fatalf("%q admitted: status %d", authorization, rec.Code)
+		}
+	})
 }
