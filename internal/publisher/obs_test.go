@@ -8,6 +8,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/obs/obstest"
+	"github.com/genbox-dev/genbox/internal/testenv"
 )
 
 // Not parallel: it installs global telemetry. A submitted task counts as queued by family, a
@@ -18,14 +19,14 @@ func TestSubmitAndCancelAreCounted(t *testing.T) {
 	var ids []string // the task id of each nudge's context
 	e := setup(t, func(_ *Config, d *Deps) {
 		d.Metrics = tel.Metrics
-		d.Publisher.(*fakePublisher).PublishFunc = func(ctx context.Context, topic string, _ []byte, _ map[string]string) (string, error) {
+		d.Publisher.(*testenv.Publisher).SetPublishFunc(func(ctx context.Context, topic string, _ []byte, _ map[string]string) error {
 			if topic == bus.TopicTasks {
 				mu.Lock()
 				ids = append(ids, obs.TaskID(ctx))
 				mu.Unlock()
 			}
-			return "", nil
-		}
+			return nil
+		})
 	})
 	a := e.submit(validRequest())
 	e.submit(validRequest())

@@ -18,6 +18,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -27,17 +28,11 @@ import (
 // a client and a publisher on it.
 func emulatorBus(t testing.TB, project string) (*pubsub.Client, *bus.Publisher) {
 	t.Helper()
-	c, err := pubsub.NewClient(context.Background(), project)
-	if err != nil {
-		t.Fatal(err)
-	}
 	topo := bus.DefaultTopology()
 	topo.AckDeadline, topo.MinBackoff, topo.MaxBackoff = 10*time.Second, 0, time.Second
-	if err := bus.Bootstrap(context.Background(), c, topo); err != nil {
-		t.Fatal(err)
-	}
+	c := testenv.Bus(t, project, topo)
 	p := bus.NewPublisher(c)
-	t.Cleanup(func() { _ = p.Close(); _ = c.Close() })
+	t.Cleanup(func() { _ = p.Close() })
 	return c, p
 }
 
@@ -100,9 +95,11 @@ func TestPublishLostThenSwept(t *testing.T) {
 	var real *bus.Publisher
 	e := setup(t, func(cfg *Config, d *Deps) {
 		c, real = emulatorBus(t, cfg.ProjectID)
-		d.Publisher = &fakePublisher{PublishFunc: func(context.Context, string, []byte, map[string]string) (string, error) {
-			return "", errors.New("pubsub: unavailable")
-		}}
+		failing := &testenv.Publisher{}
+		failing.SetPublishFunc(func(context.Context, string, []byte, map[string]string) error {
+			return errors.New("pubsub: unavailable")
+		})
+		d.Publisher = failing
 	})
 	before := time.Now().UTC()
 	code, _, body := e.do("POST", "/v1/tasks", e.key, mustJSON(t, validRequest()), nil)

@@ -9,14 +9,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
-	"cloud.google.com/go/firestore"
-
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -26,45 +24,7 @@ func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
 
 const testAdminKey = "admin-key-0123456789abcdef"
 
-// published is one recorded Publish call.
-type published struct {
-	topic string
-	attrs map[string]string
-}
-
-// fakePublisher records nudges; PublishFunc, when set, decides the outcome.
-type fakePublisher struct {
-	PublishFunc func(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error)
-
-	mu   sync.Mutex
-	sent []published
-}
-
-var _ Publisher = (*fakePublisher)(nil)
-
-func (p *fakePublisher) Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
-	if p.PublishFunc != nil {
-		if id, err := p.PublishFunc(ctx, topic, data, attrs); err != nil {
-			return id, err
-		}
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.sent = append(p.sent, published{topic, attrs})
-	return "m", nil
-}
-
-func (p *fakePublisher) messages(topic string) []published {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []published
-	for _, m := range p.sent {
-		if m.topic == topic {
-			out = append(out, m)
-		}
-	}
-	return out
-}
+var _ Publisher = (*testenv.Publisher)(nil)
 
 // testFamilies is the embedded prompt registry: summarize (default, digest), classify, analyze.
 var testFamilies = func() *prompts.Registry {
@@ -81,7 +41,7 @@ type env struct {
 	t      testing.TB
 	cfg    Config
 	st     *store.Store
-	pub    *fakePublisher
+	pub    *testenv.Publisher
 	srv    *Server
 	url    string
 	admin  *client.Client
@@ -94,18 +54,12 @@ type option func(*Config, *Deps)
 
 func setup(t testing.TB, opts ...option) *env {
 	t.Helper()
-	ctx := context.Background()
 	project := emulator.ProjectID(t)
-	fs, err := firestore.NewClient(ctx, project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
-	st := store.New(fs)
+	st := store.New(testenv.Firestore(t, project))
 	st.MaxAttempts = 50
 	cfg := DefaultConfig()
 	cfg.ProjectID, cfg.AdminKey = project, testAdminKey
-	pub := &fakePublisher{}
+	pub := &testenv.Publisher{}
 	d := Deps{Store: st, Publisher: pub, Families: testFamilies, Log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(&cfg, &d)

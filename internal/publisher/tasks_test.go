@@ -16,6 +16,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -52,9 +53,9 @@ func TestSubmitWritesFirstThenNudges(t *testing.T) {
 	if doc.DueAt == nil || doc.DueAt.Before(before.Add(e.cfg.NudgeGrace)) || doc.DueAt.After(time.Now().Add(e.cfg.NudgeGrace)) {
 		t.Fatalf("due_at %v, want now+%s", doc.DueAt, e.cfg.NudgeGrace)
 	}
-	msgs := e.pub.messages(bus.TopicTasks)
+	msgs := e.pub.On(bus.TopicTasks)
 	want := map[string]string{task.AttrTaskID: r.TaskID, task.AttrTenant: e.tenant, task.AttrFamily: "summarize", task.AttrVariant: "digest"}
-	if len(msgs) != 1 || !equalMaps(msgs[0].attrs, want) {
+	if len(msgs) != 1 || !equalMaps(msgs[0].Attrs, want) {
 		t.Fatalf("nudges %+v, want one with %v", msgs, want)
 	}
 	v, err := e.api.Get(context.Background(), r.TaskID)
@@ -131,7 +132,7 @@ func TestIdempotencyKey(t *testing.T) {
 	if err != nil || r2.TaskID == first.TaskID || r2.Replayed {
 		t.Fatalf("other tenant: %+v %v", r2, err)
 	}
-	if n := len(e.pub.messages(bus.TopicTasks)); n != 3 {
+	if n := len(e.pub.On(bus.TopicTasks)); n != 3 {
 		t.Fatalf("%d nudges, want one per created task (3)", n)
 	}
 	// A key that is not printable ASCII, or too long, is refused naming the header.
@@ -169,7 +170,7 @@ func TestIdempotencyKeyConcurrent(t *testing.T) {
 	if created != 1 {
 		t.Fatalf("%d requests created the task, want 1", created)
 	}
-	if got := len(e.pub.messages(bus.TopicTasks)); got != 1 {
+	if got := len(e.pub.On(bus.TopicTasks)); got != 1 {
 		t.Fatalf("%d nudges, want 1", got)
 	}
 	list, err := e.api.List(context.Background(), client.ListOptions{})
@@ -258,7 +259,7 @@ func TestSubmitValidation(t *testing.T) {
 			}
 		})
 	}
-	if n := len(e.pub.messages(bus.TopicTasks)); n != 0 {
+	if n := len(e.pub.On(bus.TopicTasks)); n != 0 {
 		t.Fatalf("refused requests published %d nudges", n)
 	}
 	// Within the bounds everything is accepted.
@@ -359,7 +360,7 @@ func TestCancel(t *testing.T) {
 	if doc.Delivery.State != task.DeliveryPending || doc.Delivery.EventID != task.EventID(hooked.TaskID, task.EventCancelled, 0) || doc.DueAt == nil {
 		t.Fatalf("delivery %+v due %v", doc.Delivery, doc.DueAt)
 	}
-	if msgs := e.pub.messages(bus.TopicResults); len(msgs) != 1 || msgs[0].attrs[task.AttrTaskID] != hooked.TaskID {
+	if msgs := e.pub.On(bus.TopicResults); len(msgs) != 1 || msgs[0].Attrs[task.AttrTaskID] != hooked.TaskID {
 		t.Fatalf("results nudges %+v", msgs)
 	}
 	// Waiting can be cancelled; running cannot.
@@ -548,7 +549,7 @@ func TestBatch(t *testing.T) {
 			t.Fatalf("replayed item %d: %+v", i, r)
 		}
 	}
-	if n := len(e.pub.messages(bus.TopicTasks)); n != 2 {
+	if n := len(e.pub.On(bus.TopicTasks)); n != 2 {
 		t.Fatalf("%d nudges, want 2", n)
 	}
 	// The client's batch.
@@ -605,9 +606,9 @@ func TestPublishFailureStillAccepts(t *testing.T) {
 	t.Parallel()
 	unavailable := errors.New("pubsub: unavailable")
 	e := setup(t, func(_ *Config, d *Deps) {
-		d.Publisher = &fakePublisher{PublishFunc: func(context.Context, string, []byte, map[string]string) (string, error) {
-			return "", unavailable
-		}}
+		failing := &testenv.Publisher{}
+		failing.SetPublishFunc(func(context.Context, string, []byte, map[string]string) error { return unavailable })
+		d.Publisher = failing
 	})
 	before := time.Now().UTC()
 	r := e.submit(validRequest())
