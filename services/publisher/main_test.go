@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"os"
 	"strings"
@@ -11,59 +9,23 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
-
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
 
-// syncBuffer is an output sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// addr returns the address the "publisher started" line names, once it is logged.
-func (s *syncBuffer) addr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, line := range strings.Split(s.b.String(), "\n") {
-		var rec struct {
-			Message string `json:"message"`
-			Addr    string `json:"addr"`
-		}
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "publisher started" {
-			return rec.Addr
-		}
-	}
-	return ""
-}
-
 // TestRunServesAndShutsDown runs the service as Cloud Run would (PORT=0 here) against the
 // emulators: admin sets up a tenant, a task is submitted and its nudge arrives, SIGTERM (ctx)
 // ends run cleanly.
 func TestRunServesAndShutsDown(t *testing.T) {
 	project := emulator.ProjectID(t)
-	ps, err := pubsub.NewClient(context.Background(), project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ps.Close()
 	topo := bus.DefaultTopology()
 	topo.AckDeadline = 10 * time.Second
-	if err := bus.Bootstrap(context.Background(), ps, topo); err != nil {
-		t.Fatal(err)
-	}
+	ps := testenv.Bus(t, project, topo)
 	env := map[string]string{"PORT": "0", "GOOGLE_CLOUD_PROJECT": project, "GENBOX_ADMIN_KEY": "an-admin-key-for-tests"}
 	var mu sync.Mutex
 	asked := map[string]bool{}
@@ -74,21 +36,10 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		return env[k]
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &testenv.LogBuffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, getenv, out) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for out.addr() == "" {
-		select {
-		case err := <-done:
-			t.Fatalf("run ended early: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the publisher did not start")
-		}
-	}
-	base := "http://" + strings.Replace(out.addr(), "[::]", "127.0.0.1", 1)
+	base := out.Started(t, "publisher", done, 30*time.Second)
 	resp, err := http.Get(base + "/readyz")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("/readyz: %v %v", resp, err)
@@ -143,7 +94,7 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_PUBLIC_URL": "example.com"}, "GENBOX_PUBLIC_URL"},
 		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_ALLOW_INSECURE_CALLBACKS": "maybe"}, "GENBOX_ALLOW_INSECURE_CALLBACKS"},
 	} {
-		err := run(context.Background(), func(k string) string { return c.env[k] }, &syncBuffer{})
+		err := run(context.Background(), func(k string) string { return c.env[k] }, &testenv.LogBuffer{})
 		if err == nil || !strings.Contains(err.Error(), c.name) {
 			t.Errorf("env %v: %v, want an error naming %s", c.env, err, c.name)
 		}

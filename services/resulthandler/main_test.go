@@ -1,18 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"regexp"
-	"sync"
 	"testing"
 	"time"
 
-	"cloud.google.com/go/firestore"
 	"cloud.google.com/go/pubsub/v2"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
@@ -20,30 +16,12 @@ import (
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-var addrRE = regexp.MustCompile(`"addr":"[^"]*:(\d+)"`)
 
 // The service end to end, in both consumer modes: a nudge on gemini-results becomes a signed
 // POST that the official library verifies; a 400 dead-letters the delivery with a notice on
@@ -57,17 +35,8 @@ func TestRun(t *testing.T) {
 func testRun(t *testing.T, mode string) {
 	ctx := context.Background()
 	project := emulator.ProjectID(t)
-	fs, err := firestore.NewClient(ctx, project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
-	ps, err := pubsub.NewClient(ctx, project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ps.Close()
-	st := store.New(fs)
+	ps := testenv.PubSub(t, project)
+	st := store.New(testenv.Firestore(t, project))
 	secret, _ := webhook.NewSecret()
 	if _, err := st.CreateTenant(ctx, "acme", store.DefaultLimits(), secret); err != nil {
 		t.Fatal(err)
@@ -95,8 +64,9 @@ func testRun(t *testing.T, mode string) {
 		t.Fatal(err)
 	}
 
-	var out syncBuffer
+	var out testenv.LogBuffer
 	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
 	done := make(chan error, 1)
 	env := map[string]string{
 		"GOOGLE_CLOUD_PROJECT":            project,
@@ -107,24 +77,15 @@ func testRun(t *testing.T, mode string) {
 		"GENBOX_SHUTDOWN_GRACE":           "3s",
 	}
 	go func() { done <- run(runCtx, func(k string) string { return env[k] }, &out) }()
-	var port string
-	for deadline := time.Now().Add(20 * time.Second); port == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if m := addrRE.FindStringSubmatch(out.String()); m != nil {
-			port = m[1]
-		}
-	}
-	if port == "" {
-		stop()
-		t.Fatalf("never started: %v\n%s", <-done, out.String())
-	}
+	base := out.Started(t, "resulthandler", done, 20*time.Second)
 	if mode == resulthandler.ConsumerPush { // now that the port is known
-		top.PushEndpoints = map[string]string{bus.SubResults: "http://127.0.0.1:" + port + resulthandler.PushPath}
+		top.PushEndpoints = map[string]string{bus.SubResults: base + resulthandler.PushPath}
 		if err := bus.Bootstrap(ctx, ps, top); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, probe := range []string{"/healthz", "/readyz"} {
-		resp, err := http.Get("http://127.0.0.1:" + port + probe)
+		resp, err := http.Get(base + probe)
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("%s: %v %v", probe, resp, err)
 		}
@@ -165,7 +126,7 @@ func testRun(t *testing.T, mode string) {
 	nctx, ncancel := context.WithTimeout(ctx, 30*time.Second)
 	defer ncancel()
 	var notice map[string]string
-	err = ps.Subscriber(bus.SubResultsDLQ).Receive(nctx, func(_ context.Context, m *pubsub.Message) {
+	err := ps.Subscriber(bus.SubResultsDLQ).Receive(nctx, func(_ context.Context, m *pubsub.Message) {
 		m.Ack()
 		notice = m.Attributes
 		ncancel()
