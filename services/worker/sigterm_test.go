@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -78,21 +79,29 @@ func (p *proc) readyz(t *testing.T) int {
 	return resp.StatusCode
 }
 
+// midGeneration submits task id and starts worker w1 with shutdown grace grace; it returns once
+// w1's model call is held at the fake's gate (released when the test ends).
+func (s *stack) midGeneration(t *testing.T, id, grace string) (*proc, *geminitest.Gate) {
+	t.Helper()
+	gate := s.fake.Block("m")
+	t.Cleanup(gate.Release)
+	s.submit(t, id, true)
+	p := spawn(t, s.env("GENBOX_SHUTDOWN_GRACE", grace, "GENBOX_INSTANCE_ID", "w1"))
+	select {
+	case <-gate.Entered():
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the call never started\n%s", p.out.String())
+	}
+	return p, gate
+}
+
 // SIGTERM to a real worker process mid-generation: the call finishes within
 // GENBOX_SHUTDOWN_GRACE, so the same worker stores the output and exits; its log says it shut
 // down and stored the output, and the task was billed once.
 func TestSIGTERMMidGenerationFinishesWithinGrace(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, 0)
-	gate := s.fake.Block("m")
-	defer gate.Release()
-	s.submit(t, "term-finish", true)
-	p := spawn(t, s.env("GENBOX_SHUTDOWN_GRACE", "30s", "GENBOX_INSTANCE_ID", "w1"))
-	select {
-	case <-gate.Entered():
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the call never started\n%s", p.out.String())
-	}
+	p, gate := s.midGeneration(t, "term-finish", "30s")
 	if code := p.readyz(t); code != http.StatusOK {
 		t.Errorf("/readyz while pulling: %d, want 200", code)
 	}
@@ -128,15 +137,7 @@ func TestSIGTERMMidGenerationFinishesWithinGrace(t *testing.T) {
 func TestSIGTERMMidGenerationReleasesToAnotherWorker(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, 0)
-	gate := s.fake.Block("m")
-	defer gate.Release()
-	s.submit(t, "term-release", true)
-	p1 := spawn(t, s.env("GENBOX_SHUTDOWN_GRACE", "300ms", "GENBOX_INSTANCE_ID", "w1"))
-	select {
-	case <-gate.Entered():
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the call never started\n%s", p1.out.String())
-	}
+	p1, gate := s.midGeneration(t, "term-release", "300ms")
 	p1.sigterm(t, 30*time.Second)
 	p1.waitLog(t, time.Second, "term-release", "lease released")
 	if got := s.get(t, "term-release"); got.State != task.StateQueued || got.Lease.Owner != "" || got.Attempts != 0 {
