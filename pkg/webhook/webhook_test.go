@@ -9,12 +9,12 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
 
@@ -215,29 +215,11 @@ func TestVerifierToleranceAndClock(t *testing.T) {
 	}
 }
 
-// syncBuffer is an io.Writer safe for the receiver's goroutines and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestReceiver(t *testing.T) {
 	t.Parallel()
 	secret := newSecret(t)
 	v, _ := webhook.NewVerifier(secret)
-	var out syncBuffer
+	var out testenv.LogBuffer
 	srv := httptest.NewServer(webhook.Receiver(v, &out))
 	defer srv.Close()
 	body := []byte(`{"type":"task.succeeded","data":{}}`)
