@@ -2,20 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"time"
 
-	"cloud.google.com/go/firestore"
-	"cloud.google.com/go/pubsub/v2"
-	"go.opentelemetry.io/otel"
-
-	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 )
 
@@ -29,78 +22,28 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	ocfg, err := obs.ConfigFromEnv(getenv, "dlqnotifier")
+	d, err := service.Open(ctx, "dlqnotifier", cfg.Project, getenv, stdout)
 	if err != nil {
 		return err
 	}
-	log := ocfg.Logger(stdout)
-	bg := context.WithoutCancel(ctx) // clients outlive ctx: they are needed while shutting down
-	shutdownTelemetry, err := obs.Setup(bg, ocfg)
-	if err != nil {
-		return err
-	}
-	fs, err := firestore.NewClient(bg, cfg.Project)
-	if err != nil {
-		return fmt.Errorf("firestore: %w", err)
-	}
-	defer fs.Close()
-	ps, err := pubsub.NewClient(bg, cfg.Project)
-	if err != nil {
-		return fmt.Errorf("pubsub: %w", err)
-	}
-	defer ps.Close()
-	pub := bus.NewPublisher(ps)
-	st := store.New(fs)
-	metrics, err := obs.NewMetrics(otel.GetMeterProvider())
-	if err != nil {
-		return err
-	}
-	svc := dlqnotifier.New(cfg, st, dlqnotifier.NewSlackClient(cfg), pub, nil, log, dlqnotifier.WithMetrics(metrics))
+	defer d.Close(ctx)
+	st := store.New(d.Firestore)
+	svc := dlqnotifier.New(cfg, st, dlqnotifier.NewSlackClient(cfg), d.Publisher, nil, d.Log, dlqnotifier.WithMetrics(d.Metrics))
 	checks := []obs.Check{{Name: "firestore", Probe: st.Ping}}
-	var pulling obs.Running
+	l := service.Lifecycle{Grace: cfg.ShutdownGrace, Started: []any{"consumer", cfg.Consumer, "instance", cfg.Instance}}
 	if cfg.Consumer == dlqnotifier.ConsumerPull {
-		checks = append(checks, pulling.Check("pull"))
+		l.Pulling = new(obs.Running)
+		checks = append(checks, l.Pulling.Check("pull"))
+		l.Pull = func(ctx context.Context) error { return svc.Run(ctx, d.PubSub) }
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /readyz", obs.Ready(readyTimeout, checks...))
 	mux.Handle("/", svc.Handler())
+	l.Handler = mux
 
-	ln, err := net.Listen("tcp", ":"+cfg.Port)
+	ln, err := service.Listen(cfg.Port)
 	if err != nil {
-		return fmt.Errorf("%s: %w", dlqnotifier.EnvPort, err)
+		return err
 	}
-	srv := &http.Server{Handler: obs.Handler(mux, "dlqnotifier"), ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-
-	pullCtx, stopPull := context.WithCancel(bg)
-	defer stopPull()
-	pulled := make(chan error, 1)
-	if cfg.Consumer == dlqnotifier.ConsumerPull {
-		pulling.Set(true, "")
-		go func() { pulled <- svc.Run(pullCtx, ps) }()
-	}
-	log.InfoContext(ctx, "dlqnotifier started", "addr", ln.Addr().String(), "consumer", cfg.Consumer, "instance", cfg.Instance)
-
-	var runErr error
-	pullEnded := cfg.Consumer != dlqnotifier.ConsumerPull
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		runErr = fmt.Errorf("serve: %w", err)
-	case runErr = <-pulled:
-		pullEnded = true
-	}
-	pulling.Set(false, "shutting down")
-	log.InfoContext(bg, "shutting down", "grace", cfg.ShutdownGrace.String())
-	sctx, cancel := context.WithTimeout(bg, cfg.ShutdownGrace)
-	defer cancel()
-	stopPull()
-	if !pullEnded {
-		runErr = errors.Join(runErr, <-pulled)
-	}
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		runErr = errors.Join(runErr, err)
-	}
-	return errors.Join(runErr, pub.Close(), shutdownTelemetry(sctx))
+	return d.Serve(ctx, ln, l)
 }
