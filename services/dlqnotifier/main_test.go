@@ -9,42 +9,19 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"cloud.google.com/go/firestore"
-	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-var addrRE = regexp.MustCompile(`"addr":"[^"]*:(\d+)"`)
 
 // The service end to end on the emulators, in both consumer modes: a DLQ notice published on
 // gemini-tasks-dlq becomes a Slack post, a signed Discard click updates it, an alert on
@@ -58,19 +35,10 @@ func TestRun(t *testing.T) {
 func testRun(t *testing.T, mode string) {
 	ctx := context.Background()
 	project := emulator.ProjectID(t)
-	fs, err := firestore.NewClient(ctx, project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
-	ps, err := pubsub.NewClient(ctx, project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ps.Close()
-	st := store.New(fs)
+	ps := testenv.PubSub(t, project)
+	st := store.New(testenv.Firestore(t, project))
 
-	var out syncBuffer
+	var out testenv.LogBuffer
 	calls := make(chan url.Values, 16)
 	methods := make(chan string, 16)
 	slackSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -111,17 +79,7 @@ func testRun(t *testing.T, mode string) {
 	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- run(runCtx, func(k string) string { return env[k] }, &out) }()
-	var port string
-	for deadline := time.Now().Add(20 * time.Second); port == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if m := addrRE.FindStringSubmatch(out.String()); m != nil {
-			port = m[1]
-		}
-	}
-	if port == "" {
-		stop()
-		t.Fatalf("never started: %v\n%s", <-done, out.String())
-	}
-	base := "http://127.0.0.1:" + port
+	base := out.Started(t, "dlqnotifier", done, 20*time.Second)
 	if mode == dlqnotifier.ConsumerPush {
 		top.PushEndpoints = map[string]string{}
 		for _, sub := range []string{bus.SubTasksDLQ, bus.SubResultsDLQ, bus.SubAlerts} {
