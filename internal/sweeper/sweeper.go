@@ -202,20 +202,33 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 		if err := s.pace.Wait(ctx); err != nil {
 			return n, nil
 		}
-		if s.sweep(ctx, t) {
+		nudged, err := s.sweep(ctx, t)
+		if nudged {
 			n++
+		}
+		if err != nil {
+			return n, err
 		}
 	}
 }
 
-// sweep nudges what is due on t and records the nudge. It reports whether it nudged anything.
-func (s *Sweeper) sweep(ctx context.Context, t *store.Task) bool {
+// sweep nudges what is due on t and records the nudge. It reports whether it nudged anything,
+// and an error when a nudge could not be published: Pub/Sub is then unreachable, and the pass
+// ends rather than wait out a publish timeout for every due document; the next pass tries again.
+func (s *Sweeper) sweep(ctx context.Context, t *store.Task) (bool, error) {
 	log := s.log.With("task_id", t.ID)
 	now := s.store.Now().UTC()
 	nudged := false
+	var failed error
 	publish := func(topic string, attrs map[string]string) {
-		if _, err := s.pub.Publish(ctx, topic, nil, attrs); err != nil {
-			log.WarnContext(ctx, "nudge not published", "topic", topic, "error", err)
+		if failed != nil {
+			return
+		}
+		pctx, cancel := context.WithTimeout(ctx, s.publishTimeout())
+		defer cancel()
+		if _, err := s.pub.Publish(pctx, topic, nil, attrs); err != nil {
+			log.WarnContext(ctx, "nudge not published; pass ended", "topic", topic, "error", err)
+			failed = fmt.Errorf("publish nudge to %s: %w", topic, err)
 			return
 		}
 		nudged = true
@@ -262,8 +275,12 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task) bool {
 		publish(bus.TopicTasksDLQ, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: "slack_update"})
 	}
 	s.backoff(ctx, log, t, now, held && !nudged, decided)
-	return nudged
+	return nudged, failed
 }
+
+// publishTimeout bounds one nudge: a publish waits for Pub/Sub's answer, and while Pub/Sub is
+// unreachable the client would otherwise hold a pass for its own 60 s timeout.
+func (s *Sweeper) publishTimeout() time.Duration { return min(s.cfg.Interval, 5*time.Second) }
 
 // taskDue reports whether the task itself needs a worker: queued or waiting past its backoff,
 // or running under an expired lease.

@@ -312,3 +312,31 @@ func TestDecisionCarriedOut(t *testing.T) {
 		t.Errorf("after the decision: topics %v due_at %v pending_since %v expire_at %v nudges %d", d.Decision.Topics, d.DueAt, d.PendingSince, d.ExpireAt, d.Nudges)
 	}
 }
+
+// TestUnreachablePubSubEndsThePass shows a pass does not wait out a publish timeout for every due
+// document while Pub/Sub is down: the first publish is cut off at the sweeper's own timeout, the
+// pass ends with that error, and no other document is tried until the next pass.
+func TestUnreachablePubSubEndsThePass(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	for _, id := range []string{"a", "b", "c"} {
+		create(t, s, id, func(*store.Task) {})
+	}
+	var calls sync.Map
+	pub.SetPublishFunc(func(ctx context.Context, _ string, _ []byte, attrs map[string]string) error {
+		calls.Store(attrs[task.AttrTaskID], true)
+		<-ctx.Done() // an unreachable Pub/Sub answers nothing
+		return ctx.Err()
+	})
+	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
+	sw.store.Now = func() time.Time { return time.Now().Add(time.Hour) }
+	n, err := sw.Pass(context.Background())
+	if err == nil || n != 0 {
+		t.Fatalf("Pass = %d, %v; want 0 nudged and the publish error", n, err)
+	}
+	tried := 0
+	calls.Range(func(any, any) bool { tried++; return true })
+	if tried != 1 {
+		t.Fatalf("%d documents tried while Pub/Sub was unreachable, want 1", tried)
+	}
+}
