@@ -1,12 +1,10 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"maps"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -39,63 +38,14 @@ func chain(models ...string) fakeRenderer {
 	}}
 }
 
-// published is one recorded Publish.
-type published struct {
-	Topic string
-	Attrs map[string]string
-}
-
-// recorder is a Publisher that records what it publishes.
-type recorder struct {
-	mu   sync.Mutex
-	msgs []published
-}
-
-func (r *recorder) Publish(_ context.Context, topic string, _ []byte, attrs map[string]string) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, published{topic, attrs})
-	return "id", nil
-}
-
-func (r *recorder) on(topic string) []published {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []published
-	for _, m := range r.msgs {
-		if m.Topic == topic {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type bundle struct {
 	project string
 	fs      *firestore.Client
 	store   *store.Store
 	srv     *geminitest.Server
 	gen     *gemini.Client
-	pub     *recorder
-	logs    *syncBuffer
+	pub     *testenv.Publisher
+	logs    *testenv.LogBuffer
 	log     *slog.Logger
 }
 
@@ -111,11 +61,7 @@ func setupWith(t *testing.T, lat time.Duration, extra map[string]string) *bundle
 	t.Helper()
 	ctx := context.Background()
 	project := emulator.ProjectID(t)
-	fs, err := firestore.NewClient(ctx, project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
+	fs := testenv.Firestore(t, project)
 	st := store.New(fs)
 	st.MaxAttempts = 20
 	srv := geminitest.NewServer(geminitest.WithLatency("", geminitest.Fixed(lat)))
@@ -134,8 +80,8 @@ func setupWith(t *testing.T, lat time.Duration, extra map[string]string) *bundle
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
-	return &bundle{project: project, fs: fs, store: st, srv: srv, gen: gen, pub: &recorder{}, logs: logs,
+	logs := &testenv.LogBuffer{}
+	return &bundle{project: project, fs: fs, store: st, srv: srv, gen: gen, pub: &testenv.Publisher{}, logs: logs,
 		log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 }
 

@@ -100,7 +100,7 @@ func TestHandleStoresOutputThenNudges(t *testing.T) {
 	if got.Usage != b.srv.Ledger().BilledFor("ok") {
 		t.Errorf("recorded usage %+v, billed %+v", got.Usage, b.srv.Ledger().BilledFor("ok"))
 	}
-	res := b.pub.on(bus.TopicResults)
+	res := b.pub.On(bus.TopicResults)
 	if len(res) != 1 || res[0].Attrs[task.AttrTaskID] != "ok" {
 		t.Errorf("result nudges %+v", res)
 	}
@@ -146,7 +146,7 @@ func TestDuplicateDeliveryOneCall(t *testing.T) {
 	if c := h1.Stats().Claimed + h2.Stats().Claimed; c != 3 {
 		t.Errorf("claimed %d times, want 3", c)
 	}
-	if d := b.pub.on(bus.TopicTasksDLQ); len(d) != 0 {
+	if d := b.pub.On(bus.TopicTasksDLQ); len(d) != 0 {
 		t.Errorf("DLQ notices %+v", d)
 	}
 }
@@ -301,7 +301,7 @@ func TestFailureOutcomes(t *testing.T) {
 	if got.State != task.StateDead || len(got.Notices) != 1 || got.Notices[0].Stage != task.StageGeneration || got.Delivery.EventType != task.EventDead {
 		t.Errorf("after exhausted attempts: %s notices %+v event %s", got.State, got.Notices, got.Delivery.EventType)
 	}
-	notes := b.pub.on(bus.TopicTasksDLQ)
+	notes := b.pub.On(bus.TopicTasksDLQ)
 	if len(notes) != 1 || notes[0].Attrs[task.AttrTaskID] != "exhausted" || notes[0].Attrs[task.AttrKind] != "notice" ||
 		notes[0].Attrs[task.AttrStage] != "generation" || notes[0].Attrs[task.AttrReplay] != "0" || notes[0].Attrs[task.AttrRound] != "0" {
 		t.Errorf("DLQ notices %+v", notes)
