@@ -18,6 +18,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/internal/worker"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
@@ -65,7 +66,7 @@ func (r *receiver) got() []hook {
 }
 
 // pipeline is the real worker (on the fake Gemini) and resulthandler (to a real receiver) around
-// the env's store, publishing on the env's recorder.
+// the env's store, publishing on the env's recording publisher.
 type pipeline struct {
 	gem    *geminitest.Server
 	worker *worker.Handler
@@ -134,9 +135,9 @@ func idMsg(id string) *bus.Message {
 
 // deliverNotices hands every DLQ notice published since *seen to the notifier.
 func (e *env) deliverNotices(seen *int) {
-	var all []published
-	all = append(all, e.pub.on(bus.TopicTasksDLQ)...)
-	all = append(all, e.pub.on(bus.TopicResultsDLQ)...)
+	var all []testenv.Published
+	all = append(all, e.pub.On(bus.TopicTasksDLQ)...)
+	all = append(all, e.pub.On(bus.TopicResultsDLQ)...)
 	for _, m := range all[*seen:] {
 		e.svc.Handle(e.ctx, &bus.Message{ID: "n", Attributes: m.Attrs})
 	}
@@ -146,7 +147,7 @@ func (e *env) deliverNotices(seen *int) {
 // nudged reports how many nudges of task id were published on topic.
 func (e *env) nudged(topic, id string) int {
 	n := 0
-	for _, m := range e.pub.on(topic) {
+	for _, m := range e.pub.On(topic) {
 		if m.Attrs[task.AttrTaskID] == id && m.Attrs[task.AttrKind] == "" {
 			n++
 		}
@@ -344,7 +345,7 @@ func TestDecisionFinishedLater(t *testing.T) {
 	e := setup(t)
 	tk := e.deliveryDeadTask(t, "t-later")
 	e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
-	e.pub.setFunc(func(string) error { return context.DeadlineExceeded })
+	e.pub.SetPublishFunc(func(context.Context, string, []byte, map[string]string) error { return context.DeadlineExceeded })
 	e.slack.mu.Lock()
 	e.slack.fail = func(method string, _ int) bool { return method == "chat.update" }
 	e.slack.mu.Unlock()
@@ -358,7 +359,7 @@ func TestDecisionFinishedLater(t *testing.T) {
 		t.Fatalf("dead letter %+v", d)
 	}
 
-	e.pub.setFunc(nil)
+	e.pub.SetPublishFunc(nil)
 	e.slack.mu.Lock()
 	e.slack.fail = nil
 	e.slack.mu.Unlock()
@@ -395,14 +396,14 @@ func TestDecisionsKeepUnpublishedTopics(t *testing.T) {
 	if got := e.get(t, tk.ID); len(got.OpenDeadLetters) != 2 {
 		t.Fatalf("open %v", got.OpenDeadLetters)
 	}
-	e.pub.setFunc(func(string) error { return context.DeadlineExceeded })
+	e.pub.SetPublishFunc(func(context.Context, string, []byte, map[string]string) error { return context.DeadlineExceeded })
 	e.approve(t, ActionRedeliver, "t-both:delivery:0:0")
 	e.approve(t, ActionRegenerate, "t-both:generation:0:0")
 	got = e.get(t, tk.ID)
 	if got.Decision == nil || !slices.Equal(got.Decision.Topics, []string{bus.TopicTasks, bus.TopicResults}) || len(got.OpenDeadLetters) != 0 {
 		t.Fatalf("decision %+v open %v", got.Decision, got.OpenDeadLetters)
 	}
-	e.pub.setFunc(nil)
+	e.pub.SetPublishFunc(nil)
 	e.svc.Handle(e.ctx, &bus.Message{ID: "u", Attributes: map[string]string{task.AttrTaskID: tk.ID, task.AttrKind: KindSlackUpdate}})
 	if e.nudged(bus.TopicTasks, tk.ID) != 1 || e.nudged(bus.TopicResults, tk.ID) != 1 {
 		t.Fatalf("nudges tasks %d results %d", e.nudged(bus.TopicTasks, tk.ID), e.nudged(bus.TopicResults, tk.ID))

@@ -70,7 +70,7 @@ func TestInteractionRefusals(t *testing.T) {
 				tc.before(e, t)
 			}
 			taskBefore, dlBefore := e.get(t, tk.ID), e.deadLetter(t, dl)
-			pubBefore, slackBefore := len(e.pub.on(bus.TopicResults)), len(e.slack.calls(""))
+			pubBefore, slackBefore := len(e.pub.On(bus.TopicResults)), len(e.slack.calls(""))
 
 			req, _ := http.NewRequest(http.MethodPost, e.http.URL+InteractionsPath, bytes.NewReader(tc.body))
 			if !tc.noHeaders {
@@ -98,7 +98,7 @@ func TestInteractionRefusals(t *testing.T) {
 			if !taskAfter.UpdateTime.Equal(taskBefore.UpdateTime) || dlAfter.State != dlBefore.State || dlAfter.DecidedBy != dlBefore.DecidedBy || !dlAfter.UpdatedAt.Equal(dlBefore.UpdatedAt) {
 				t.Fatalf("something changed: task %v→%v, dead letter %+v→%+v", taskBefore.UpdateTime, taskAfter.UpdateTime, dlBefore, dlAfter)
 			}
-			if n := len(e.pub.on(bus.TopicResults)); n != pubBefore {
+			if n := len(e.pub.On(bus.TopicResults)); n != pubBefore {
 				t.Fatalf("nudges published: %d→%d", pubBefore, n)
 			}
 			calls := e.slack.calls("")[slackBefore:]

@@ -13,6 +13,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -154,7 +155,7 @@ func TestSlack500RetriedBySweeper(t *testing.T) {
 		t.Fatalf("dead letter %+v", d)
 	}
 
-	sweeperPub := &recorder{}
+	sweeperPub := &testenv.Publisher{}
 	sw := sweeper.New(e.st, sweeperPub, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), sweeper.Config{
 		Interval: time.Second, Limit: 10, Pace: 1000, ReleaseRate: 10, LeaderTTL: 3 * time.Second,
 		BackoffBase: time.Second, BackoffMax: time.Second,
@@ -162,14 +163,14 @@ func TestSlack500RetriedBySweeper(t *testing.T) {
 	if _, err := sw.Pass(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(sweeperPub.on(bus.TopicTasksDLQ)); n != 0 {
+	if n := len(sweeperPub.On(bus.TopicTasksDLQ)); n != 0 {
 		t.Fatalf("the sweeper re-sent the notice before its backoff: %d", n)
 	}
 	e.clock.Add(e.cfg.PostBackoffBase + time.Second)
 	if _, err := sw.Pass(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	resent := sweeperPub.on(bus.TopicTasksDLQ)
+	resent := sweeperPub.On(bus.TopicTasksDLQ)
 	if len(resent) != 1 || resent[0].Attrs[task.AttrKind] != KindNotice {
 		t.Fatalf("sweeper published %+v", resent)
 	}
@@ -204,7 +205,7 @@ func TestPoison(t *testing.T) {
 		}}
 	}
 	e.svc.Handle(e.ctx, poison("t-healthy", bus.SubWorker))
-	alerts := e.pub.on(bus.TopicAlerts)
+	alerts := e.pub.On(bus.TopicAlerts)
 	if len(alerts) != 1 || alerts[0].Attrs[task.AttrKind] != KindAlert || alerts[0].Attrs[task.AttrAlert] != "poison:"+bus.SubWorker {
 		t.Fatalf("alerts %+v", alerts)
 	}
@@ -234,7 +235,7 @@ func TestPoison(t *testing.T) {
 	if d := e.deadLetter(t, "t-lost:delivery:0:0"); d.State != store.DeadLetterOpen || d.SlackTS == "" {
 		t.Fatalf("dead letter %+v", d)
 	}
-	if n := len(e.pub.on(bus.TopicAlerts)); n != 1 {
+	if n := len(e.pub.On(bus.TopicAlerts)); n != 1 {
 		t.Fatalf("%d alerts, want only the healthy task's", n)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -151,51 +152,7 @@ func (c *clock) Add(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// published is one recorded Publish.
-type published struct {
-	Topic string
-	Data  string
-	Attrs map[string]string
-}
-
-// recorder is a Publisher that records what it publishes.
-type recorder struct {
-	mu          sync.Mutex
-	msgs        []published
-	PublishFunc func(topic string) error
-}
-
-func (r *recorder) Publish(_ context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.PublishFunc != nil {
-		if err := r.PublishFunc(topic); err != nil {
-			return "", err
-		}
-	}
-	r.msgs = append(r.msgs, published{topic, string(data), attrs})
-	return "id", nil
-}
-
-func (r *recorder) setFunc(f func(topic string) error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.PublishFunc = f
-}
-
-func (r *recorder) on(topic string) []published {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []published
-	for _, m := range r.msgs {
-		if m.Topic == topic {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-var _ Publisher = (*recorder)(nil)
+var _ Publisher = (*testenv.Publisher)(nil)
 
 type env struct {
 	ctx   context.Context
@@ -203,7 +160,7 @@ type env struct {
 	st    *store.Store
 	clock *clock
 	slack *slackDouble
-	pub   *recorder
+	pub   *testenv.Publisher
 	svc   *Service
 	http  *httptest.Server
 	cfg   Config
@@ -226,11 +183,7 @@ func testConfig(slackURL string) Config {
 func setup(t testing.TB) *env {
 	t.Helper()
 	ctx := context.Background()
-	fs, err := firestore.NewClient(ctx, emulator.ProjectID(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
+	fs := testenv.Firestore(t, emulator.ProjectID(t))
 	c := &clock{t: time.Now().UTC().Truncate(time.Microsecond)}
 	st := store.New(fs)
 	st.Now = c.Now
@@ -238,7 +191,7 @@ func setup(t testing.TB) *env {
 	sd := newSlackDouble(t)
 	cfg := testConfig(sd.srv.URL)
 	logs := &bytes.Buffer{}
-	e := &env{ctx: ctx, fs: fs, st: st, clock: c, slack: sd, pub: &recorder{}, cfg: cfg, logs: logs}
+	e := &env{ctx: ctx, fs: fs, st: st, clock: c, slack: sd, pub: &testenv.Publisher{}, cfg: cfg, logs: logs}
 	e.svc = New(cfg, st, NewSlackClient(cfg), e.pub, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	e.http = httptest.NewServer(e.svc.Handler())
 	t.Cleanup(e.http.Close)
