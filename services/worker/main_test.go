@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -15,37 +14,19 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/firestore"
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
-
-// syncBuffer is an output sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // stack is one test's project: Firestore, Pub/Sub with the topology bootstrapped, a fake Gemini.
 type stack struct {
@@ -58,28 +39,15 @@ type stack struct {
 
 func newStack(t *testing.T, latency time.Duration) *stack {
 	t.Helper()
-	ctx := context.Background()
 	project := emulator.ProjectID(t)
-	fs, err := firestore.NewClient(ctx, project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
-	ps, err := pubsub.NewClient(ctx, project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ps.Close() })
 	top := bus.DefaultTopology()
 	top.AckDeadline = 10 * time.Second
-	if err := bus.Bootstrap(ctx, ps, top); err != nil {
-		t.Fatal(err)
-	}
+	ps := testenv.Bus(t, project, top)
 	pub := bus.NewPublisher(ps)
 	t.Cleanup(func() { pub.Close() })
 	fake := geminitest.NewServer(geminitest.WithLatency("", geminitest.Fixed(latency)))
 	t.Cleanup(fake.Close)
-	st := store.New(fs)
+	st := store.New(testenv.Firestore(t, project))
 	return &stack{project: project, store: st, ps: ps, pub: pub, fake: fake}
 }
 
@@ -155,10 +123,10 @@ func (s *stack) waitState(t *testing.T, d time.Duration, state task.State, ids .
 }
 
 // startRun runs the service in-process; the returned stop cancels it and returns run's error.
-func startRun(t *testing.T, env map[string]string) (stop func() error, out *syncBuffer) {
+func startRun(t *testing.T, env map[string]string) (stop func() error, out *testenv.LogBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out = &syncBuffer{}
+	out = &testenv.LogBuffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, func(k string) string { return env[k] }, out) }()
 	var once sync.Once
@@ -272,7 +240,7 @@ func crashBinary(t *testing.T) string {
 // proc is a worker subprocess.
 type proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testenv.LogBuffer
 	done chan error
 }
 
@@ -282,7 +250,7 @@ func spawn(t *testing.T, env map[string]string) *proc {
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	p := &proc{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: cmd, out: &testenv.LogBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
