@@ -13,7 +13,6 @@ import (
 
 	"cloud.google.com/go/firestore"
 	"cloud.google.com/go/firestore/apiv1/firestorepb"
-	"cloud.google.com/go/pubsub/v2"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -21,6 +20,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -149,14 +149,7 @@ func BenchmarkWorker(b *testing.B) {
 	fs, counter := countingFirestore(b, project)
 	st := store.New(fs)
 	st.MaxAttempts = 20
-	ps, err := pubsub.NewClient(ctx, project)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ps.Close()
-	if err := bus.Bootstrap(ctx, ps, bus.DefaultTopology()); err != nil {
-		b.Fatal(err)
-	}
+	ps := testenv.Bus(b, project, bus.DefaultTopology())
 	bp := bus.NewPublisher(ps)
 	defer bp.Close()
 	pub := &countingPublisher{next: bp, n: map[string]int{}}

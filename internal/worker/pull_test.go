@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
-
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -21,16 +20,9 @@ func TestGenerationLongerThanAckDeadline(t *testing.T) {
 	}
 	b := setup(t, 25*time.Second)
 	ctx := context.Background()
-	ps, err := pubsub.NewClient(ctx, b.project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ps.Close()
 	top := bus.DefaultTopology()
 	top.AckDeadline = 10 * time.Second
-	if err := bus.Bootstrap(ctx, ps, top); err != nil {
-		t.Fatal(err)
-	}
+	ps := testenv.Bus(t, b.project, top)
 	b.task(t, "long")
 	pub := bus.NewPublisher(ps)
 	defer pub.Close()
