@@ -11,87 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/firestore"
-	"cloud.google.com/go/firestore/apiv1/firestorepb"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/fscount"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
-
-// fsCounter counts the documents Firestore reads and writes for a client, at the gRPC layer.
-type fsCounter struct{ reads, writes, commits atomic.Int64 }
-
-func (c *fsCounter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if r, ok := req.(*firestorepb.CommitRequest); ok {
-		c.commits.Add(1)
-		c.writes.Add(int64(len(r.Writes)))
-	}
-	if _, ok := req.(*firestorepb.GetDocumentRequest); ok {
-		c.reads.Add(1)
-	}
-	return invoker(ctx, method, req, reply, cc, opts...)
-}
-
-func (c *fsCounter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	s, err := streamer(ctx, desc, cc, method, opts...)
-	return &countingStream{ClientStream: s, c: c}, err
-}
-
-type countingStream struct {
-	grpc.ClientStream
-	c *fsCounter
-}
-
-func (s *countingStream) RecvMsg(m any) error {
-	err := s.ClientStream.RecvMsg(m)
-	if err == nil {
-		switch r := m.(type) {
-		case *firestorepb.BatchGetDocumentsResponse:
-			if r.GetFound() != nil || r.GetMissing() != "" {
-				s.c.reads.Add(1)
-			}
-		case *firestorepb.RunQueryResponse:
-			if r.GetDocument() != nil {
-				s.c.reads.Add(1)
-			}
-		}
-	}
-	return err
-}
-
-// emulatorCreds is the emulator's owner token, as the firestore client sends it.
-type emulatorCreds struct{}
-
-func (emulatorCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer owner"}, nil
-}
-func (emulatorCreds) RequireTransportSecurity() bool { return false }
-
-// countingFirestore is a Firestore client on the emulator whose reads and writes are counted.
-func countingFirestore(b testing.TB, project string) (*firestore.Client, *fsCounter) {
-	b.Helper()
-	c := &fsCounter{}
-	conn, err := grpc.NewClient(os.Getenv(emulator.FirestoreHostEnv),
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(emulatorCreds{}),
-		grpc.WithChainUnaryInterceptor(c.unary), grpc.WithChainStreamInterceptor(c.stream))
-	if err != nil {
-		b.Fatal(err)
-	}
-	fs, err := firestore.NewClient(context.Background(), project, option.WithGRPCConn(conn))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { fs.Close() })
-	return fs, c
-}
 
 // countingPublisher counts publishes per topic.
 type countingPublisher struct {
@@ -146,7 +74,12 @@ func BenchmarkWorker(b *testing.B) {
 	const conc, latency = 64, 500 * time.Millisecond
 	ctx := context.Background()
 	project := emulator.ProjectID(b)
-	fs, counter := countingFirestore(b, project)
+	counter := &fscount.Counter{}
+	fs, err := counter.EmulatorClient(ctx, os.Getenv(emulator.FirestoreHostEnv), project)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { fs.Close() })
 	st := store.New(fs)
 	st.MaxAttempts = 20
 	ps := testenv.Bus(b, project, bus.DefaultTopology())
@@ -178,7 +111,7 @@ func BenchmarkWorker(b *testing.B) {
 	pol := policy("bench")
 	pol.LeaseTTL, pol.RenewEvery = 30*time.Second, 10*time.Second
 	h := New(st, gen, chain("m"), pub, slog.New(slog.DiscardHandler), pol)
-	r0, w0 := counter.reads.Load(), counter.writes.Load()
+	c0 := counter.Counts()
 	work := make(chan string)
 	b.ResetTimer()
 	start := time.Now()
@@ -208,8 +141,9 @@ func BenchmarkWorker(b *testing.B) {
 	bound := min(little, ceiling/2)
 	windows := slices.Clone(stats.PaidWindows)
 	slices.Sort(windows)
-	b.ReportMetric(float64(counter.reads.Load()-r0)/n, "reads/task")
-	b.ReportMetric(float64(counter.writes.Load()-w0)/n, "writes/task")
+	ops := counter.Counts().Sub(c0)
+	b.ReportMetric(float64(ops.Reads)/n, "reads/task")
+	b.ReportMetric(float64(ops.Writes)/n, "writes/task")
 	pub.mu.Lock()
 	b.ReportMetric(float64(pub.n[bus.TopicResults])/n, "result-publishes/task")
 	b.ReportMetric(float64(len(pub.n)), "topics")
