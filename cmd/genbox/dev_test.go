@@ -16,6 +16,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/devstack"
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/testenv"
 )
 
 // The README's path on a fresh machine: the built `genbox dev` starts its own emulators and writes
@@ -44,7 +45,7 @@ func TestDevBinary(t *testing.T) {
 	dev := exec.Command(bin, "dev", "--addr", "127.0.0.1:0", "--dlq-addr", "127.0.0.1:0", "--slack-addr", "127.0.0.1:0",
 		"--webhook-addr", "127.0.0.1:0", "--gemini-addr", "127.0.0.1:0", "--ready-file", ready)
 	dev.Env = env
-	var devOut, devErr syncBuffer
+	var devOut, devErr testenv.LogBuffer
 	dev.Stdout, dev.Stderr = &devOut, &devErr
 	if err := dev.Start(); err != nil {
 		t.Fatal(err)

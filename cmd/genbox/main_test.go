@@ -1,40 +1,21 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/devstack"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
-
-// syncBuffer is an output sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // result is one run of the command.
 type result struct {
@@ -47,7 +28,7 @@ func cli(t *testing.T, env map[string]string, stdin string, args ...string) resu
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb testenv.LogBuffer
 	code := run(ctx, args, func(k string) string { return env[k] }, strings.NewReader(stdin), &out, &errb)
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
 }

@@ -11,16 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
 
 // serve runs a long-running verb until the returned stop is called, and waits for re in its
 // output (stdout and stderr) to learn its address.
-func serve(t *testing.T, env map[string]string, re *regexp.Regexp, args ...string) (addr string, out *syncBuffer, stop func() int) {
+func serve(t *testing.T, env map[string]string, re *regexp.Regexp, args ...string) (addr string, out *testenv.LogBuffer, stop func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out = &syncBuffer{}
+	out = &testenv.LogBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, args, func(k string) string { return env[k] }, strings.NewReader(""), out, out)
