@@ -20,6 +20,9 @@ import (
 
 	"cloud.google.com/go/firestore"
 	"cloud.google.com/go/pubsub/v2"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 )
@@ -38,7 +41,28 @@ func Firestore(t testing.TB, project string) *firestore.Client {
 // PubSub returns a client of project on the Pub/Sub emulator, closed when t ends.
 func PubSub(t testing.TB, project string) *pubsub.Client {
 	t.Helper()
-	ps, err := pubsub.NewClient(context.Background(), project)
+	return pubsubClient(t, project)
+}
+
+// Bus returns PubSub(t, project) with genbox's topics and subscriptions bootstrapped in topo.
+func Bus(t testing.TB, project string, topo bus.Topology) *pubsub.Client {
+	t.Helper()
+	return bootstrap(t, PubSub(t, project), topo)
+}
+
+// BusAt is Bus on the Pub/Sub emulator at host instead of the environment's: a test's own
+// emulator, one it stops and starts again.
+func BusAt(t testing.TB, project, host string, topo bus.Topology) *pubsub.Client {
+	t.Helper()
+	ps := pubsubClient(t, project, option.WithEndpoint(host), option.WithoutAuthentication(),
+		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	return bootstrap(t, ps, topo)
+}
+
+// pubsubClient returns a client of project made with opts, closed when t ends.
+func pubsubClient(t testing.TB, project string, opts ...option.ClientOption) *pubsub.Client {
+	t.Helper()
+	ps, err := pubsub.NewClient(context.Background(), project, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +70,13 @@ func PubSub(t testing.TB, project string) *pubsub.Client {
 	return ps
 }
 
-// Bus returns PubSub(t, project) with genbox's topics and subscriptions bootstrapped in topo.
-func Bus(t testing.TB, project string, topo bus.Topology) *pubsub.Client {
+// bootstrap creates topo's topics and subscriptions; an emulator that does not answer within 30
+// seconds fails t rather than hanging it.
+func bootstrap(t testing.TB, ps *pubsub.Client, topo bus.Topology) *pubsub.Client {
 	t.Helper()
-	ps := PubSub(t, project)
-	if err := bus.Bootstrap(context.Background(), ps, topo); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := bus.Bootstrap(ctx, ps, topo); err != nil {
 		t.Fatal(err)
 	}
 	return ps

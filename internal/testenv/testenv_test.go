@@ -101,3 +101,13 @@ func TestBus(t *testing.T) {
 		t.Fatalf("write on the emulator: %v", err)
 	}
 }
+
+func TestBusAt(t *testing.T) {
+	t.Parallel()
+	ps := testenv.BusAt(t, emulator.ProjectID(t), os.Getenv(emulator.PubSubHostEnv), bus.DefaultTopology())
+	pub := bus.NewPublisher(ps)
+	defer pub.Close()
+	if _, err := pub.Publish(t.Context(), bus.TopicTasks, []byte("x"), nil); err != nil {
+		t.Fatalf("publish on a topic bootstrapped at the named host: %v", err)
+	}
+}

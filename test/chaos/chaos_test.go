@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -158,7 +159,7 @@ func TestPubSubRestartedEmpty(t *testing.T) {
 	if restarted.PubSubHost != emu.PubSubHost {
 		t.Fatalf("restarted on %s, want %s", restarted.PubSubHost, emu.PubSubHost)
 	}
-	bootstrap(t, s.project, restarted.PubSubHost)
+	testenv.BusAt(t, s.project, restarted.PubSubHost, topology())
 	s.logf("Pub/Sub restarted empty and bootstrapped")
 	s.checkInvariants(scale(120*time.Second, 10*time.Minute), 0)
 }

@@ -1,7 +1,6 @@
 package chaos_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -19,15 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/firestore"
-	"cloud.google.com/go/pubsub/v2"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -100,31 +94,13 @@ func binaries(t *testing.T) string {
 	return binDir
 }
 
-// syncBuffer is a process's output, safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is one service process. When supervised, it is started again whenever it exits on its
 // own, as Cloud Run restarts a crashed instance.
 type proc struct {
 	name string
 	bin  string
 	env  map[string]string
-	out  *syncBuffer
+	out  *testenv.LogBuffer
 
 	mu         sync.Mutex
 	cmd        *exec.Cmd
@@ -384,17 +360,6 @@ func freePort(t *testing.T) string {
 	return port
 }
 
-// pubsubClient is a client of the Pub/Sub emulator at host (not necessarily the environment's).
-func pubsubClient(t *testing.T, project, host string) *pubsub.Client {
-	t.Helper()
-	c, err := pubsub.NewClient(context.Background(), project, option.WithEndpoint(host), option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // webhookTimeout bounds one webhook POST (GENBOX_WEBHOOK_TIMEOUT).
 const webhookTimeout = 2 * time.Second
 
@@ -404,18 +369,6 @@ func topology() bus.Topology {
 	top.AckDeadline = 10 * time.Second
 	top.MinBackoff, top.MaxBackoff = 100*time.Millisecond, 2*time.Second
 	return top
-}
-
-// bootstrap creates the topics and subscriptions on the Pub/Sub emulator at host.
-func bootstrap(t *testing.T, project, host string) {
-	t.Helper()
-	ps := pubsubClient(t, project, host)
-	defer ps.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := bus.Bootstrap(ctx, ps, topology()); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // newStack prepares a scenario: project, topology, tenant and API key, fake Gemini with latency,
@@ -428,13 +381,8 @@ func newStack(t *testing.T, latency geminitest.Latency, psHost string) *stack {
 		psHost = os.Getenv(emulator.PubSubHostEnv)
 	}
 	s := &stack{t: t, project: emulator.ProjectID(t), psHost: psHost, procs: map[string]*proc{}, slack: &slackStub{calls: map[string]int{}}, began: time.Now()}
-	fs, err := firestore.NewClient(ctx, s.project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
-	s.store = store.New(fs)
-	bootstrap(t, s.project, psHost)
+	s.store = store.New(testenv.Firestore(t, s.project))
+	testenv.BusAt(t, s.project, psHost, topology())
 
 	s.fake = geminitest.NewServer(geminitest.WithLatency("", latency))
 	t.Cleanup(s.fake.Close)
@@ -499,7 +447,7 @@ func newStack(t *testing.T, latency geminitest.Latency, psHost string) *stack {
 	}
 	pubPort := freePort(t)
 	for _, name := range []string{svcPublisher, svcWorker, svcResultHandler, svcDLQNotifier} {
-		p := &proc{name: name, bin: filepath.Join(bin, name), env: s.procEnv("GENBOX_INSTANCE_ID", name), out: &syncBuffer{}, supervised: true}
+		p := &proc{name: name, bin: filepath.Join(bin, name), env: s.procEnv("GENBOX_INSTANCE_ID", name), out: &testenv.LogBuffer{}, supervised: true}
 		if name == svcPublisher {
 			p.env["PORT"] = pubPort
 		}
