@@ -153,6 +153,7 @@ func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request, _ strin
 	if err != nil {
 		return err
 	}
+	s.keys.markRevoked(id)
 	writeJSON(w, http.StatusOK, "application/json", keyView(k))
 	return nil
 }

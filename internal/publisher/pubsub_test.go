@@ -1,14 +1,11 @@
 package publisher
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +13,6 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/genbox-dev/genbox/internal/bus"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/client"
@@ -133,106 +129,4 @@ func TestPublishLostThenSwept(t *testing.T) {
 		t.Fatalf("pass after the grace nudged %d: %v", n, err)
 	}
 	receive(t, c, id)
-}
-
-// BenchmarkSubmit measures POST /v1/tasks end to end (HTTP, auth, validation, Firestore create,
-// Pub/Sub publish) on the emulators; compare with BenchmarkBareCreatePublish.
-func BenchmarkSubmit(b *testing.B) {
-	e := setup(b, func(cfg *Config, d *Deps) { _, d.Publisher = emulatorBus(b, cfg.ProjectID) })
-	body := mustJSON(b, validRequest())
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchWorkers}}
-	runBench(b, func() error {
-		req, _ := http.NewRequest("POST", e.url+"/v1/tasks", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+e.key)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body) // read to the end, so the connection is reused
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			return errors.New(resp.Status)
-		}
-		return nil
-	})
-}
-
-// BenchmarkBareCreatePublish is the floor: the Firestore create and Pub/Sub publish the handler
-// performs, called directly.
-func BenchmarkBareCreatePublish(b *testing.B) {
-	e := setup(b, func(cfg *Config, d *Deps) { _, d.Publisher = emulatorBus(b, cfg.ProjectID) })
-	runBench(b, func() error { return createPublish(e, e.tenant) })
-}
-
-// BenchmarkBareAuthCreatePublish adds the API key read the handler must do (revocation applies
-// at once, so it is not cached) to the bare create and publish.
-func BenchmarkBareAuthCreatePublish(b *testing.B) {
-	e := setup(b, func(cfg *Config, d *Deps) { _, d.Publisher = emulatorBus(b, cfg.ProjectID) })
-	runBench(b, func() error {
-		tenant, err := e.st.Authenticate(context.Background(), e.key)
-		if err != nil {
-			return err
-		}
-		return createPublish(e, tenant)
-	})
-}
-
-// createPublish writes a task as the handler does and publishes its nudge.
-func createPublish(e *env, tenant string) error {
-	now := time.Now().UTC()
-	grace := now.Add(30 * time.Second)
-	t := &store.Task{ID: randomID(), Tenant: tenant, Family: "summarize", Variant: "default", Input: "text to work on",
-		Labels: map[string]string{"app": "x"}, State: task.StateQueued, Delivery: store.Delivery{State: task.DeliveryNone},
-		CreatedAt: now, NudgeAt: &grace}
-	if err := e.st.CreateTask(context.Background(), t); err != nil {
-		return err
-	}
-	_, err := e.srv.pub.Publish(context.Background(), bus.TopicTasks, nil, map[string]string{
-		task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrFamily: t.Family, task.AttrVariant: t.Variant})
-	return err
-}
-
-const benchWorkers = 8
-
-// runBench runs op b.N times on benchWorkers goroutines and reports throughput and latency
-// percentiles.
-func runBench(b *testing.B, op func() error) {
-	for range benchWorkers { // warm connections and publishers
-		if err := op(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	lat := make([]time.Duration, b.N)
-	next := make(chan int)
-	var wg sync.WaitGroup
-	var once sync.Once
-	var failed error
-	b.ResetTimer()
-	start := time.Now()
-	for range benchWorkers {
-		wg.Go(func() {
-			for i := range next {
-				t0 := time.Now()
-				if err := op(); err != nil {
-					once.Do(func() { failed = err })
-				}
-				lat[i] = time.Since(t0)
-			}
-		})
-	}
-	for i := range b.N {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if failed != nil {
-		b.Fatal(failed)
-	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "subs/s")
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }

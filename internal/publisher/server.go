@@ -63,6 +63,7 @@ type Server struct {
 	log      *slog.Logger
 	metrics  *obs.Metrics
 	limits   *limiters
+	keys     *keys
 	adminSum [sha256.Size]byte
 	routes   []route
 	doc      func() []byte
@@ -91,6 +92,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	s := &Server{cfg: cfg, st: d.Store, pub: d.Publisher, families: d.Families, checkURL: d.CheckCallback,
 		newSec: d.NewSecret, log: d.Log, metrics: d.Metrics, adminSum: sha256.Sum256([]byte(cfg.AdminKey))}
 	s.limits = newLimiters(d.Store, cfg.LimitsTTL)
+	s.keys = newKeys(d.Store, d.Log)
 	s.routes = s.routeTable()
 	s.doc = sync.OnceValue(s.openAPIJSON)
 	s.mux = s.buildMux()
@@ -99,6 +101,11 @@ func New(cfg Config, d Deps) (*Server, error) {
 
 // ServeHTTP serves the API.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// WatchKeys runs the API key revocation listener until ctx ends. While it runs, a key already
+// seen valid is not read again: its revocation arrives through the listener (the instance that
+// revokes a key refuses it at once). Without it, every request reads its key's document.
+func (s *Server) WatchKeys(ctx context.Context) { s.keys.watch(ctx) }
 
 // auth says who may call a route.
 type auth int
@@ -225,14 +232,13 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(h[len(prefix):]), true
 }
 
-// authenticate resolves the API key to its tenant, reading the key's document on every request
-// so a revocation applies at once.
+// authenticate resolves the API key to its tenant.
 func (s *Server) authenticate(r *http.Request) (string, error) {
 	key, ok := bearer(r)
 	if !ok {
 		return "", problem(http.StatusUnauthorized, probUnauth, "an Authorization: Bearer <api key> header is required")
 	}
-	tenant, err := s.st.Authenticate(r.Context(), key)
+	tenant, err := s.keys.authenticate(r.Context(), key)
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRevoked) {
 		return "", problem(http.StatusUnauthorized, probUnauth, "the API key is unknown or revoked")
 	}

@@ -68,15 +68,30 @@ func setup(t testing.TB, opts ...option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	watch(t, srv)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	e := &env{t: t, cfg: cfg, st: st, pub: pub, srv: srv, url: hs.URL,
+	e := &env{t: t, cfg: cfg, st: d.Store, pub: pub, srv: srv, url: hs.URL,
 		admin: client.New(hs.URL, testAdminKey, client.WithRetries(0))}
 	if cfg.AdminKey != "" {
 		e.tenant, e.key = e.newTenant("acme", &client.Limits{SubmitRate: 1000, SubmitBurst: 1000})
 		e.api = client.New(hs.URL, e.key, client.WithRetries(0))
 	}
 	return e
+}
+
+// watch runs srv's key revocation listener until the test ends.
+func watch(t testing.TB, srv *Server) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.WatchKeys(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
 }
 
 // newTenant creates a tenant and an API key of it.

@@ -18,6 +18,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -92,16 +93,7 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 	if err != nil {
 		return submitted{}, err
 	}
-	grace := now.Add(s.cfg.NudgeGrace)
-	t := &store.Task{
-		ID: id, Tenant: tenant, Family: req.Family, Variant: req.Variant, Input: req.Input,
-		SubjectKey: req.SubjectKey, GenConfig: req.Config, CallbackURL: req.CallbackURL, Labels: req.Labels,
-		Cache: req.Cache, RunBefore: req.RunBefore, MaxCostUSD: req.MaxCostUSD,
-		IdempotencyKey: key, RequestHash: hash, State: task.StateQueued,
-		Delivery:      store.Delivery{State: task.DeliveryNone},
-		PromptVersion: variant.Version, ModelChain: variant.Models,
-		CreatedAt: now, NudgeAt: &grace,
-	}
+	t := s.newTask(id, tenant, key, hash, req, variant, now)
 	err = s.st.CreateTask(ctx, t)
 	if errors.Is(err, store.ErrExists) && key != "" {
 		return s.replay(ctx, tenant, id, hash)
@@ -112,6 +104,20 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 	s.metrics.TaskState(ctx, t.Family, task.StateQueued)
 	s.nudge(ctx, t)
 	return submitted{t: t}, nil
+}
+
+// newTask is the queued task of a valid request, due for the sweeper's nudge after the grace.
+func (s *Server) newTask(id, tenant, key, hash string, req *task.Request, variant *prompts.Variant, now time.Time) *store.Task {
+	grace := now.Add(s.cfg.NudgeGrace)
+	return &store.Task{
+		ID: id, Tenant: tenant, Family: req.Family, Variant: req.Variant, Input: req.Input,
+		SubjectKey: req.SubjectKey, GenConfig: req.Config, CallbackURL: req.CallbackURL, Labels: req.Labels,
+		Cache: req.Cache, RunBefore: req.RunBefore, MaxCostUSD: req.MaxCostUSD,
+		IdempotencyKey: key, RequestHash: hash, State: task.StateQueued,
+		Delivery:      store.Delivery{State: task.DeliveryNone},
+		PromptVersion: variant.Version, ModelChain: variant.Models,
+		CreatedAt: now, NudgeAt: &grace,
+	}
 }
 
 // replay answers a repeated Idempotency-Key: the same request gets the same task.

@@ -56,8 +56,8 @@ func (s *Store) CreateAPIKey(ctx context.Context, tenant, key string) (*APIKey, 
 	return k, nil
 }
 
-// Authenticate returns the tenant of key. It reads the key's document on every call, so a
-// revocation takes effect at once: ErrNotFound for an unknown key, ErrRevoked for a revoked one.
+// Authenticate returns the tenant of key, reading the key's document: ErrNotFound for an unknown
+// key, ErrRevoked for a revoked one.
 func (s *Store) Authenticate(ctx context.Context, key string) (string, error) {
 	id := APIKeyID(key)
 	snap, err := s.APIKeys().Doc(id).Get(ctx)
@@ -105,4 +105,29 @@ func (s *Store) RevokeAPIKey(ctx context.Context, id string) (*APIKey, error) {
 		return nil, fmt.Errorf("revoke api key %s: %w", id, err)
 	}
 	return &out, nil
+}
+
+// WatchRevokedKeys calls revoked with the ids of revoked API keys: first every revoked key, once
+// Firestore's listener is current, then each newly revoked key as the listener delivers it. A
+// revocation is permanent, so a key once reported stays revoked. It returns when ctx ends
+// (ctx's error) or the listener fails.
+func (s *Store) WatchRevokedKeys(ctx context.Context, revoked func(ids []string)) error {
+	it := s.APIKeys().Where("revoked", "==", true).Snapshots(ctx)
+	defer it.Stop()
+	for {
+		snap, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("watch revoked api keys: %w", err)
+		}
+		ids := make([]string, 0, len(snap.Changes))
+		for _, c := range snap.Changes {
+			if c.Kind != firestore.DocumentRemoved {
+				ids = append(ids, c.Doc.Ref.ID)
+			}
+		}
+		revoked(ids)
+	}
 }

@@ -42,6 +42,7 @@ var Queries = []Query{
 	{Name: "dead-letters-by-state", Collection: DeadLettersCollection, Fields: []IndexField{{"state", Asc}, {"created_at", Asc}}},
 	{Name: "oldest-pending", Collection: TasksCollection, Fields: []IndexField{{"pending_since", Asc}}},
 	{Name: "open-dead-letters", Collection: DeadLettersCollection, Fields: []IndexField{{"state", Asc}}},
+	{Name: "revoked-api-keys", Collection: APIKeysCollection, Fields: []IndexField{{"revoked", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of DESIGN §2.

@@ -1,0 +1,100 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/store"
+)
+
+// keys resolves API keys to tenants, from memory where that is safe. A key's tenant never
+// changes and a revocation is permanent, so a key read once stays good until it is revoked, and
+// Firestore's listener on revoked keys (store.WatchRevokedKeys) tells every instance when that
+// happens; the instance that revokes a key marks it at once. While the listener is not current
+// (not started yet, or broken and restarting), a key the listener would have to vouch for is read
+// from Firestore on every request.
+type keys struct {
+	st  *store.Store
+	log *slog.Logger
+
+	mu      sync.Mutex
+	current bool              // the listener has delivered every revoked key and runs
+	tenants map[string]string // key id → tenant, of keys read and found valid
+	revoked map[string]bool   // key ids seen revoked, by the listener or by this instance
+}
+
+func newKeys(st *store.Store, log *slog.Logger) *keys {
+	return &keys{st: st, log: log, tenants: map[string]string{}, revoked: map[string]bool{}}
+}
+
+// authenticate returns key's tenant: store.ErrNotFound for an unknown key, store.ErrRevoked for
+// a revoked one.
+func (k *keys) authenticate(ctx context.Context, key string) (string, error) {
+	id := store.APIKeyID(key)
+	k.mu.Lock()
+	tenant, known := k.tenants[id]
+	revoked, current := k.revoked[id], k.current
+	k.mu.Unlock()
+	if revoked {
+		return "", store.ErrRevoked
+	}
+	if known && current {
+		return tenant, nil
+	}
+	tenant, err := k.st.Authenticate(ctx, key)
+	switch {
+	case err == nil:
+		k.mu.Lock()
+		k.tenants[id] = tenant
+		k.mu.Unlock()
+	case errors.Is(err, store.ErrRevoked):
+		k.markRevoked(id)
+	}
+	return tenant, err
+}
+
+// markRevoked records that the key with id is revoked. A revoked mark is never cleared, so a read
+// that raced with the revocation cannot bring the key back.
+func (k *keys) markRevoked(ids ...string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range ids {
+		k.revoked[id] = true
+	}
+}
+
+// Listener restarts back off from keysRetryMin to keysRetryMax.
+const (
+	keysRetryMin = 500 * time.Millisecond
+	keysRetryMax = 30 * time.Second
+)
+
+// watch keeps the revocation listener running until ctx ends, restarting it after a failure.
+func (k *keys) watch(ctx context.Context) {
+	wait := keysRetryMin
+	for {
+		err := k.st.WatchRevokedKeys(ctx, func(ids []string) {
+			k.markRevoked(ids...)
+			k.mu.Lock()
+			k.current = true
+			k.mu.Unlock()
+			wait = keysRetryMin
+		})
+		k.mu.Lock()
+		k.current = false
+		k.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		k.log.WarnContext(ctx, "API key revocation listener stopped; keys are read on every request until it is back", "err", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, keysRetryMax)
+	}
+}

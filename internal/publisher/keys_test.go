@@ -1,0 +1,119 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/fscount"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/client"
+)
+
+// instance starts another publisher instance on e's Firestore project, with its own key cache;
+// listening says whether it runs the revocation listener.
+func (e *env) instance(listening bool) (*Server, *client.Client) {
+	e.t.Helper()
+	srv, err := New(e.cfg, Deps{Store: e.st, Publisher: e.pub, Families: testFamilies})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if listening {
+		watch(e.t, srv)
+	}
+	hs := httptest.NewServer(srv)
+	e.t.Cleanup(hs.Close)
+	return srv, client.New(hs.URL, e.key, client.WithRetries(0))
+}
+
+// waitCurrent waits until srv's revocation listener has delivered every revoked key.
+func waitCurrent(t testing.TB, srv *Server) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		srv.keys.mu.Lock()
+		current := srv.keys.current
+		srv.keys.mu.Unlock()
+		if current {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the revocation listener never became current")
+		}
+	}
+}
+
+// A key revoked through one instance is refused by that instance on the next request, by an
+// instance without a listener on the next request (it reads the key), and by a listening
+// instance that had the key in memory as soon as Firestore's listener delivers the revocation.
+func TestRevocationReachesEveryInstance(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	other, listening := e.instance(true)
+	_, reading := e.instance(false)
+	r := e.submit(validRequest())
+	for _, c := range []*client.Client{e.api, listening, reading} {
+		if _, err := c.Get(ctx, r.TaskID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCurrent(t, e.srv)
+	waitCurrent(t, other)
+	if _, err := e.admin.RevokeAPIKey(ctx, store.APIKeyID(e.key)); err != nil {
+		t.Fatal(err)
+	}
+	revoked := time.Now()
+	var p *client.Problem
+	for name, c := range map[string]*client.Client{"revoking instance": e.api, "instance without a listener": reading} {
+		if _, err := c.Get(ctx, r.TaskID); !errors.As(err, &p) || p.Status != 401 {
+			t.Fatalf("%s, next request after the revocation: %v", name, err)
+		}
+	}
+	for deadline := revoked.Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		_, err := listening.Get(ctx, r.TaskID)
+		if errors.As(err, &p) && p.Status == 401 {
+			break
+		}
+		if err != nil {
+			t.Fatalf("listening instance: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the listening instance still accepts the revoked key after 30 s")
+		}
+	}
+	t.Logf("the listening instance refused the revoked key %s after the revocation", time.Since(revoked).Round(time.Millisecond))
+}
+
+// counted makes the server's store count its Firestore operations in counter.
+func counted(t testing.TB, counter *fscount.Counter) option {
+	return func(cfg *Config, d *Deps) {
+		fs, err := counter.EmulatorClient(context.Background(), os.Getenv(emulator.FirestoreHostEnv), cfg.ProjectID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { fs.Close() })
+		d.Store = store.New(fs)
+	}
+}
+
+// With the listener current, a submission with a key already seen costs one Firestore write and
+// no read: the bare create the handler must do.
+func TestWarmSubmitCostsOneWrite(t *testing.T) {
+	t.Parallel()
+	counter := &fscount.Counter{}
+	e := setup(t, counted(t, counter))
+	e.submit(validRequest())
+	waitCurrent(t, e.srv)
+	before := counter.Counts()
+	const n = 5
+	for range n {
+		e.submit(validRequest())
+	}
+	if got, want := counter.Counts().Sub(before), (fscount.Counts{Writes: n, Commits: n}); got != want {
+		t.Fatalf("%d warm submissions cost %+v, want %+v", n, got, want)
+	}
+}
