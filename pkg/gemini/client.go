@@ -118,13 +118,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-func (c *Client) chain(req Request) []string {
-	if len(req.Models) > 0 {
-		return req.Models
-	}
-	return c.cfg.Models
-}
-
 func (c *Client) breaker(model string) *breaker {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -171,27 +164,37 @@ func (c *Client) Available(models []string) bool {
 // EstimateTokens is the cheap token estimate of a text used before a call: about four bytes a token.
 func EstimateTokens(s string) int64 { return int64(len(s)+3) / 4 }
 
-func (c *Client) promptTokens(req Request) int64 {
+func promptTokens(req Request) int64 {
 	return EstimateTokens(req.SystemInstruction) + EstimateTokens(req.Prompt)
 }
 
-func (c *Client) maxOutput(cfg task.GenConfig) int64 {
+func (p Pricing) chain(req Request) []string {
+	if len(req.Models) > 0 {
+		return req.Models
+	}
+	return p.Models
+}
+
+func (p Pricing) maxOutput(cfg task.GenConfig) int64 {
 	if cfg.MaxOutputTokens != nil && *cfg.MaxOutputTokens > 0 {
 		return int64(*cfg.MaxOutputTokens)
 	}
-	return c.cfg.DefaultMaxOutputTokens
+	return p.DefaultMaxOutputTokens
 }
 
 // Estimate returns the worst case of one call before any is made: the estimated prompt plus the
 // largest output, priced at the most expensive model of the chain. It is what max_cost_usd and
 // the Regenerate button's estimate compare against. A model missing from the price table costs 0.
-func (c *Client) Estimate(req Request) (tokens int64, costUSD float64) {
-	in, out := c.promptTokens(req), c.maxOutput(req.Config)
-	for _, m := range c.chain(req) {
-		costUSD = max(costUSD, c.cfg.price(m).Cost(in, out))
+func (p Pricing) Estimate(req Request) (tokens int64, costUSD float64) {
+	in, out := promptTokens(req), p.maxOutput(req.Config)
+	for _, m := range p.chain(req) {
+		costUSD = max(costUSD, p.price(m).Cost(in, out))
 	}
 	return in + out, costUSD
 }
+
+// Estimate prices req with the client's Pricing (Pricing.Estimate).
+func (c *Client) Estimate(req Request) (tokens int64, costUSD float64) { return c.cfg.Estimate(req) }
 
 // backoff returns the wait before retry n (1-based) of one model: full jitter over an exponential
 // ceiling, never shorter than the server's RetryInfo delay.
@@ -210,7 +213,7 @@ func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
 // was spent in every case.
 func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 	var res Result
-	models := c.chain(req)
+	models := c.cfg.chain(req)
 	if req.MaxCostUSD > 0 {
 		if _, est := c.Estimate(req); est > req.MaxCostUSD {
 			return res, &Error{Class: Budget, Model: models[0], Err: fmt.Errorf("estimated $%.6f exceeds max_cost_usd $%.6f", est, req.MaxCostUSD)}
@@ -240,7 +243,7 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 				break
 			}
 			if req.MaxCostUSD > 0 {
-				if one := c.cfg.price(model).Cost(c.promptTokens(req), c.maxOutput(cfg)); res.CostUSD+one > req.MaxCostUSD {
+				if one := c.cfg.price(model).Cost(promptTokens(req), c.cfg.maxOutput(cfg)); res.CostUSD+one > req.MaxCostUSD {
 					br.record(c.clock.Now(), outcomeNeutral)
 					return res, &Error{Class: Budget, Model: model, Err: fmt.Errorf("spent $%.6f; another call could exceed max_cost_usd $%.6f", res.CostUSD, req.MaxCostUSD)}
 				}
@@ -297,7 +300,7 @@ func (c *Client) qualityRetry(req Request, cfg task.GenConfig) task.GenConfig {
 // call makes one model call and adds what it spent to res. A nil failure and nil error mean the
 // model answered with text; a non-nil error means ctx ended.
 func (c *Client) call(ctx context.Context, model string, req Request, cfg task.GenConfig, res *Result) (string, *failure, error) {
-	prompt := c.promptTokens(req)
+	prompt := promptTokens(req)
 	lim := c.limiter(model)
 	resv, err := lim.acquire(ctx, c.clock, prompt)
 	if err != nil {
@@ -338,7 +341,7 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 // spendInDoubt records a call that may have been billed without telling us: the estimated prompt
 // and expected output count as in doubt, and their cost is counted (never under-count spend).
 func (c *Client) spendInDoubt(model string, prompt int64, cfg task.GenConfig, res *Result) {
-	out := min(c.cfg.ExpectedOutputTokens, c.maxOutput(cfg))
+	out := min(c.cfg.ExpectedOutputTokens, c.cfg.maxOutput(cfg))
 	res.InDoubt = res.InDoubt.Add(task.Usage{PromptTokens: prompt, OutputTokens: out, TotalTokens: prompt + out})
 	res.CostUSD += c.cfg.price(model).Cost(prompt, out)
 }

@@ -52,6 +52,50 @@ type BreakerConfig struct {
 	Cooldown time.Duration
 }
 
+// Pricing is what prices a call before it is made (Estimate): the default chain, the price table
+// and the output assumed when a request sets no bound. It needs no model credentials, so a
+// service that only prices calls (the dlqnotifier's Regenerate button) reads it alone, with
+// PricingFromEnv, and prices exactly as the worker does.
+type Pricing struct {
+	// Models is the default fallback chain.
+	Models []string
+	// Prices is the price table, USD per million tokens, merged over DefaultPrices.
+	Prices map[string]Price
+	// DefaultMaxOutputTokens is the output bound assumed by Estimate when a request sets none.
+	DefaultMaxOutputTokens int64
+}
+
+// defaultPricing is the pricing of an unset environment.
+func defaultPricing() Pricing {
+	return Pricing{Models: slices.Clone(DefaultModelChain), DefaultMaxOutputTokens: 8192}
+}
+
+// read points r at the pricing's variables: GENBOX_MODEL_CHAIN and GENBOX_PRICES.
+func (p *Pricing) read(r *envconfig.Reader) {
+	r.List("GENBOX_MODEL_CHAIN", &p.Models)
+	r.Func("GENBOX_PRICES", func(s string) (err error) { p.Prices, err = ParsePrices(s); return err })
+}
+
+// PricingFromEnv reads the pricing alone, as ConfigFromEnv reads it: GENBOX_MODEL_CHAIN
+// ("a,b") and GENBOX_PRICES ("model=in/out,..." USD per 1M tokens).
+func PricingFromEnv(getenv func(string) string) (Pricing, error) {
+	p := defaultPricing()
+	r := envconfig.New(getenv)
+	p.read(r)
+	if err := r.Err(); err != nil {
+		return Pricing{}, err
+	}
+	return p, p.Validate()
+}
+
+// Validate reports a pricing that cannot work, naming its variable.
+func (p Pricing) Validate() error {
+	if len(p.Models) == 0 {
+		return errors.New("GENBOX_MODEL_CHAIN: no model")
+	}
+	return nil
+}
+
 // Config is the model-call policy. Zero durations and counts take their defaults in FromEnv;
 // a Config built by hand must pass Validate.
 type Config struct {
@@ -61,8 +105,8 @@ type Config struct {
 	Project  string // GOOGLE_CLOUD_PROJECT, for Vertex AI
 	Location string // GOOGLE_CLOUD_LOCATION, for Vertex AI
 
-	// Models is the default fallback chain.
-	Models []string
+	// Pricing holds the default chain and what Estimate prices calls with.
+	Pricing
 	// MaxAttempts is the attempt budget of one Generate across the whole chain.
 	MaxAttempts int
 	// ModelAttempts bounds the attempts on one model before falling back to the next.
@@ -93,11 +137,6 @@ type Config struct {
 	// ExpectedOutputTokens is the output counted, with the estimated prompt, for a call that ended
 	// in a network error (in doubt: it may have been billed).
 	ExpectedOutputTokens int64
-	// DefaultMaxOutputTokens is the output bound assumed by Estimate when a request sets none.
-	DefaultMaxOutputTokens int64
-
-	// Prices is the price table, USD per million tokens, merged over DefaultPrices.
-	Prices map[string]Price
 
 	Breaker BreakerConfig
 }
@@ -113,20 +152,19 @@ type Config struct {
 // GENBOX_BREAKER_COOLDOWN.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		Backend:                BackendGemini,
-		Models:                 slices.Clone(DefaultModelChain),
-		MaxAttempts:            8,
-		ModelAttempts:          4,
-		QualityAttempts:        3,
-		BackoffBase:            500 * time.Millisecond,
-		BackoffMax:             20 * time.Second,
-		MaxRetryWait:           30 * time.Second,
-		CallTimeout:            2 * time.Minute,
-		RateWindow:             time.Minute,
-		InstanceShare:          1,
-		RateHeadroom:           0.97,
-		ExpectedOutputTokens:   512,
-		DefaultMaxOutputTokens: 8192,
+		Backend:              BackendGemini,
+		Pricing:              defaultPricing(),
+		MaxAttempts:          8,
+		ModelAttempts:        4,
+		QualityAttempts:      3,
+		BackoffBase:          500 * time.Millisecond,
+		BackoffMax:           20 * time.Second,
+		MaxRetryWait:         30 * time.Second,
+		CallTimeout:          2 * time.Minute,
+		RateWindow:           time.Minute,
+		InstanceShare:        1,
+		RateHeadroom:         0.97,
+		ExpectedOutputTokens: 512,
 		Breaker: BreakerConfig{
 			ConsecutiveFailures: 5,
 			Window:              5 * time.Minute,
@@ -141,7 +179,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	r.String("GOOGLE_GEMINI_BASE_URL", &c.BaseURL)
 	r.String("GOOGLE_CLOUD_PROJECT", &c.Project)
 	r.String("GOOGLE_CLOUD_LOCATION", &c.Location)
-	r.List("GENBOX_MODEL_CHAIN", &c.Models)
+	c.Pricing.read(r)
 	r.Int("GENBOX_MAX_ATTEMPTS", &c.MaxAttempts)
 	r.Int("GENBOX_MODEL_ATTEMPTS", &c.ModelAttempts)
 	r.Int("GENBOX_QUALITY_ATTEMPTS", &c.QualityAttempts)
@@ -159,7 +197,6 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	r.Float("GENBOX_BREAKER_FAILURE_RATIO", &c.Breaker.FailureRatio)
 	r.Func("GENBOX_RPM", func(s string) (err error) { c.RPM, err = parseRates(s); return err })
 	r.Func("GENBOX_TPM", func(s string) (err error) { c.TPM, err = parseRates(s); return err })
-	r.Func("GENBOX_PRICES", func(s string) (err error) { c.Prices, err = ParsePrices(s); return err })
 	if err := r.Err(); err != nil {
 		return Config{}, err
 	}
@@ -168,6 +205,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 
 // Validate reports the first setting that cannot work, naming its variable.
 func (c Config) Validate() error {
+	if err := c.Pricing.Validate(); err != nil {
+		return err
+	}
 	switch {
 	case c.Backend != BackendGemini && c.Backend != BackendVertex:
 		return fmt.Errorf("GENBOX_GEMINI_BACKEND: %q is neither %q nor %q", c.Backend, BackendGemini, BackendVertex)
@@ -175,8 +215,6 @@ func (c Config) Validate() error {
 		return errors.New("GEMINI_API_KEY: required by the gemini backend unless GOOGLE_GEMINI_BASE_URL names a fake")
 	case c.Backend == BackendVertex && (c.Project == "" || c.Location == ""):
 		return errors.New("GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION: required by the vertex backend")
-	case len(c.Models) == 0:
-		return errors.New("GENBOX_MODEL_CHAIN: no model")
 	case c.MaxAttempts < 1:
 		return fmt.Errorf("GENBOX_MAX_ATTEMPTS: %d, want at least 1", c.MaxAttempts)
 	case c.ModelAttempts < 1:
@@ -208,9 +246,9 @@ func (c Config) Validate() error {
 }
 
 // price returns model's price: the configured one, else the default table's, else zero.
-func (c Config) price(model string) Price {
-	if p, ok := c.Prices[model]; ok {
-		return p
+func (p Pricing) price(model string) Price {
+	if pr, ok := p.Prices[model]; ok {
+		return pr
 	}
 	return DefaultPrices[model]
 }

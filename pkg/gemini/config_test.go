@@ -49,6 +49,53 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 }
 
+// A service that only prices calls reads GENBOX_MODEL_CHAIN and GENBOX_PRICES without model
+// credentials and prices every request as a client built from the same environment does.
+func TestPricingFromEnvPricesAsTheClient(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"GENBOX_MODEL_CHAIN": "cheap,dear", "GENBOX_PRICES": "cheap=0.1/0.4,dear=2/8"}
+	var asked []string
+	p, err := gemini.PricingFromEnv(env(vars, &asked))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"GENBOX_MODEL_CHAIN", "GENBOX_PRICES"} {
+		if !slices.Contains(asked, name) {
+			t.Errorf("%s never read", name)
+		}
+	}
+	vars["GOOGLE_GEMINI_BASE_URL"] = "http://127.0.0.1:1"
+	cfg, err := gemini.ConfigFromEnv(env(vars, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := gemini.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := gemini.Request{Prompt: "a short text"}
+	long := gemini.Request{Prompt: strings.Repeat("a much longer text ", 20000)}
+	ownChain := gemini.Request{Prompt: "a short text", Models: []string{"cheap"}}
+	for _, req := range []gemini.Request{short, long, ownChain} {
+		pt, pc := p.Estimate(req)
+		ct, cc := client.Estimate(req)
+		if pt != ct || pc != cc {
+			t.Errorf("%d-byte prompt on %v: pricing %d tokens $%g, client %d tokens $%g", len(req.Prompt), req.Models, pt, pc, ct, cc)
+		}
+	}
+	_, shortUSD := p.Estimate(short)
+	_, longUSD := p.Estimate(long)
+	_, cheapUSD := p.Estimate(ownChain)
+	if !(longUSD > shortUSD && shortUSD > cheapUSD && cheapUSD > 0) {
+		t.Errorf("long $%g, short $%g, short on the cheap model $%g: want the longer prompt and the dearer chain to cost more", longUSD, shortUSD, cheapUSD)
+	}
+	for name, bad := range map[string]string{"GENBOX_PRICES": "cheap=1", "GENBOX_MODEL_CHAIN": " , "} {
+		if _, err := gemini.PricingFromEnv(env(map[string]string{name: bad}, nil)); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%q: err = %v, want it to name the variable", name, bad, err)
+		}
+	}
+}
+
 func TestConfigErrorsNameTheVariable(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {

@@ -21,4 +21,4 @@ func NewRequest(taskID, tenant string, r *prompts.Rendered) Request {
 
 // Chain returns the models req will try, in order: its own chain, else the configured default.
 // Resolve it before Fingerprint, so that a change of the default chain changes the cache key.
-func (c *Client) Chain(req Request) []string { return c.chain(req) }
+func (c *Client) Chain(req Request) []string { return c.cfg.chain(req) }
