@@ -21,6 +21,13 @@ locals {
     GENBOX_LOG_CONTENT = "false"
   }
 
+  # How a call is priced before it is made: the worker's max_cost_usd check and budgets, and the
+  # dlqnotifier's Regenerate estimate, which must agree.
+  pricing_env = {
+    GENBOX_MODEL_CHAIN = join(",", var.model_chain)
+    GENBOX_PRICES      = join(",", [for m, p in var.model_prices : "${m}=${p.input_per_m}/${p.output_per_m}"])
+  }
+
   env = {
     publisher = merge(local.common_env, {
       OTEL_SERVICE_NAME = "publisher"
@@ -30,14 +37,12 @@ locals {
       GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
     })
 
-    worker = merge(local.common_env, {
+    worker = merge(local.common_env, local.pricing_env, {
       OTEL_SERVICE_NAME     = "worker"
       GENBOX_GEMINI_BACKEND = var.gemini_backend
       GOOGLE_CLOUD_LOCATION = var.vertex_location
-      GENBOX_MODEL_CHAIN    = join(",", var.model_chain)
       GENBOX_RPM            = join(",", [for m, n in var.model_rpm : "${m}=${n}"])
       GENBOX_TPM            = join(",", [for m, n in var.model_tpm : "${m}=${n}"])
-      GENBOX_PRICES         = join(",", [for m, p in var.model_prices : "${m}=${p.input_per_m}/${p.output_per_m}"])
       # Each instance takes its share of the project's Gemini quota.
       GENBOX_INSTANCE_SHARE     = format("%.6f", 1 / var.worker_instances)
       GENBOX_TASKS_SUBSCRIPTION = google_pubsub_subscription.worker.name
@@ -60,7 +65,7 @@ locals {
       GENBOX_SHUTDOWN_GRACE = "8s"
     })
 
-    dlqnotifier = merge(local.common_env, {
+    dlqnotifier = merge(local.common_env, local.pricing_env, {
       OTEL_SERVICE_NAME      = "dlqnotifier"
       GENBOX_SLACK_CHANNEL   = var.slack_channel
       GENBOX_SLACK_APPROVERS = join(",", var.slack_approvers)

@@ -351,6 +351,10 @@ var services = map[string]service{
 
 const tuning = "a tuning knob whose code default is the production value"
 
+// builtInPrompts is why GENBOX_PROMPTS_DIR is left unset: every service that reads it (the
+// publisher validates, the worker renders, the dlqnotifier prices) must see the same families.
+const builtInPrompts = "the built-in prompt families are embedded in the image; set it for every service or none"
+
 // leftUnset lists, per service, the variables its loaders read that the Terraform leaves unset
 // on purpose, with the reason. Every other variable a loader reads must be set on the service's
 // Cloud Run resource; an entry here that no loader reads any more is an error too.
@@ -362,7 +366,7 @@ var leftUnset = map[string]map[string]string{
 	},
 	"publisher": {
 		"PORT":                   "set by Cloud Run itself (a reserved name)",
-		"GENBOX_PROMPTS_DIR":     "the built-in prompt families are embedded in the image",
+		"GENBOX_PROMPTS_DIR":     builtInPrompts,
 		"GENBOX_MAX_BODY_BYTES":  tuning,
 		"GENBOX_SECRET_OVERLAP":  tuning,
 		"GENBOX_NUDGE_GRACE":     tuning,
@@ -372,6 +376,7 @@ var leftUnset = map[string]map[string]string{
 	"dlqnotifier": {
 		"PORT":                            "set by Cloud Run itself (a reserved name)",
 		"K_SERVICE":                       "set by Cloud Run itself (a reserved name); the loader is run as on Cloud Run",
+		"GENBOX_PROMPTS_DIR":              builtInPrompts,
 		"GENBOX_INSTANCE_ID":              "the default (hostname-pid) names each instance uniquely",
 		"GENBOX_SLACK_API_URL":            "Slack's own API; the override is for the Slack double in tests and genbox dev",
 		"GENBOX_TASKS_DLQ_SUBSCRIPTION":   "pull mode only; in push mode the subscription names the service, not the reverse (a cycle)",
@@ -398,6 +403,7 @@ var leftUnset = map[string]map[string]string{
 		"PORT":                         "a worker pool gets no PORT and no traffic; /healthz stays on the default port",
 		"GENBOX_INSTANCE_ID":           "the default (hostname-pid) names each instance uniquely",
 		"GOOGLE_GEMINI_BASE_URL":       "the genai SDK's endpoint override, for the fake Gemini server in local runs",
+		"GENBOX_PROMPTS_DIR":           builtInPrompts,
 		"GENBOX_LEASE_TTL":             tuning,
 		"GENBOX_LEASE_RENEW":           tuning,
 		"GENBOX_MAX_EXTENSION":         tuning,
@@ -543,6 +549,76 @@ func TestCloudRunEnvMatchesConfigLoaders(t *testing.T) {
 			wantErrors(t, checkEnv("publisher", services["publisher"].load, env), tt.want...)
 		})
 	}
+}
+
+// sameEverywhere are variables that must hold one value on every service whose loader reads
+// them: the prompt families a task is validated, rendered and priced with, and how a call is
+// priced (the worker's max_cost_usd check and the dlqnotifier's Regenerate estimate).
+var sameEverywhere = []string{"GENBOX_PROMPTS_DIR", "GENBOX_MODEL_CHAIN", "GENBOX_PRICES"}
+
+// readers returns the services whose loaders read name, sorted.
+func readers(name string) []string {
+	var out []string
+	for _, svc := range slices.Sorted(maps.Keys(services)) {
+		read := false
+		_ = services[svc].load(func(n string) string { read = read || n == name; return "" })
+		if read {
+			out = append(out, svc)
+		}
+	}
+	return out
+}
+
+// checkSameEverywhere compares, per variable of sameEverywhere, what the Terraform gives each of
+// its readers (unset counts as empty).
+func checkSameEverywhere(envs map[string]map[string]string) []error {
+	var errs []error
+	for _, name := range sameEverywhere {
+		rs := readers(name)
+		for _, svc := range rs[1:] {
+			if first, v := envs[rs[0]][name], envs[svc][name]; v != first {
+				errs = append(errs, fmt.Errorf("%s: %s has %q but %s has %q; every service reading it must agree", name, rs[0], first, svc, v))
+			}
+		}
+	}
+	return errs
+}
+
+func TestSharedVariablesAgree(t *testing.T) {
+	for name, want := range map[string][]string{
+		"GENBOX_PROMPTS_DIR": {"dlqnotifier", "publisher", "worker"},
+		"GENBOX_MODEL_CHAIN": {"dlqnotifier", "worker"},
+		"GENBOX_PRICES":      {"dlqnotifier", "worker"},
+	} {
+		if got := readers(name); !slices.Equal(got, want) {
+			t.Errorf("%s is read by %v, want %v", name, got, want)
+		}
+	}
+	envsOf := func(t *testing.T, dir string) map[string]map[string]string {
+		t.Helper()
+		m := loadModule(t, dir)
+		out := map[string]map[string]string{}
+		for svc, s := range services {
+			env, err := deploycheck.CloudRunEnv(workload(t, m, s.resource))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[svc] = envValues(t, env)
+		}
+		return out
+	}
+	noErrors(t, checkSameEverywhere(envsOf(t, terraformDir)))
+
+	t.Run("the dlqnotifier prices with another chain", func(t *testing.T) {
+		dir := brokenCopy(t, map[string][2]string{"run.tf": {"dlqnotifier = merge(local.common_env, local.pricing_env, {",
+			"dlqnotifier = merge(local.common_env, local.pricing_env, {\n      GENBOX_MODEL_CHAIN = \"gemini-2.5-flash-lite\""}})
+		wantErrors(t, checkSameEverywhere(envsOf(t, dir)), `GENBOX_MODEL_CHAIN: dlqnotifier has "gemini-2.5-flash-lite" but worker has`)
+	})
+	t.Run("a prompts directory on the publisher alone", func(t *testing.T) {
+		dir := brokenCopy(t, map[string][2]string{"run.tf": {`OTEL_SERVICE_NAME = "publisher"`,
+			`OTEL_SERVICE_NAME = "publisher"` + "\n      GENBOX_PROMPTS_DIR = \"/etc/genbox/prompts\""}})
+		wantErrors(t, checkSameEverywhere(envsOf(t, dir)), `GENBOX_PROMPTS_DIR: dlqnotifier has "" but publisher has "/etc/genbox/prompts"`)
+	})
 }
 
 func TestSecretsComeFromSecretManager(t *testing.T) {

@@ -475,7 +475,7 @@ func (s *Stack) startPublisher(env func(string) string) error {
 	}
 	reg, err := prompts.Load(cfg.PromptsDir)
 	if err != nil {
-		return fmt.Errorf("%s: %w", publisher.EnvPromptsDir, err)
+		return err
 	}
 	h, err := publisher.New(cfg, publisher.Deps{Store: s.Store, Publisher: s.pub, Families: reg, Log: s.log.With("service", "publisher"), Metrics: s.cfg.Metrics})
 	if err != nil {
@@ -516,6 +516,10 @@ func (s *Stack) startWorker(ctx context.Context, env func(string) string) error 
 	if err != nil {
 		return err
 	}
+	reg, err := prompts.Load(cfg.PromptsDir)
+	if err != nil {
+		return err
+	}
 	log := s.log.With("service", "worker")
 	gen, err := gemini.New(context.WithoutCancel(ctx), cfg.Gemini, gemini.WithLogger(log),
 		gemini.WithBreakerStore(worker.MeteredBreakers(s.Store, s.cfg.Metrics)), gemini.WithAttemptHook(worker.AttemptSpans()),
@@ -524,10 +528,6 @@ func (s *Stack) startWorker(ctx context.Context, env func(string) string) error 
 				log.WarnContext(ctx, "alert not published", "alert_key", key, "error", err)
 			}
 		}))
-	if err != nil {
-		return err
-	}
-	reg, err := prompts.Default()
 	if err != nil {
 		return err
 	}
@@ -565,7 +565,11 @@ func (s *Stack) startDLQNotifier(env func(string) string, ln net.Listener) error
 	if err != nil {
 		return err
 	}
-	svc := dlqnotifier.New(cfg, s.Store, dlqnotifier.NewSlackClient(cfg), s.pub, nil, s.log.With("service", "dlqnotifier"),
+	est, err := cfg.Estimator()
+	if err != nil {
+		return err
+	}
+	svc := dlqnotifier.New(cfg, s.Store, dlqnotifier.NewSlackClient(cfg), s.pub, est, s.log.With("service", "dlqnotifier"),
 		dlqnotifier.WithMetrics(s.cfg.Metrics))
 	s.serveOn(ln, "dlqnotifier", obs.Handler(svc.Handler(), "dlqnotifier"))
 	ctx, cancel := context.WithCancel(context.Background())

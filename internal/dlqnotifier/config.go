@@ -11,6 +11,8 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/prompts"
 )
 
 // Environment variables the dlqnotifier reads (besides the telemetry ones of internal/obs).
@@ -37,6 +39,7 @@ const (
 	EnvPushAudience     = "GENBOX_PUSH_AUDIENCE"
 	EnvPushAccount      = "GENBOX_PUSH_SERVICE_ACCOUNT"
 	EnvCloudRunService  = "K_SERVICE"
+	EnvPromptsDir       = prompts.EnvDir
 	ConsumerPush        = "push"
 	ConsumerPull        = "pull"
 	defaultPort         = "8080"
@@ -77,6 +80,12 @@ type Config struct {
 	// Both are required in push mode on Cloud Run (CloudRunService, K_SERVICE, is set there by
 	// Cloud Run itself); pull mode (genbox dev) and local push tests leave them unset.
 	PushAudience, PushAccount, CloudRunService string
+
+	// The Regenerate button prices a task as the worker's max_cost_usd check does: its prompt
+	// rendered with the families of PromptsDir (GENBOX_PROMPTS_DIR, as the publisher and worker
+	// load them), priced with the worker's chain and prices (GENBOX_MODEL_CHAIN, GENBOX_PRICES).
+	PromptsDir string
+	Pricing    gemini.Pricing
 
 	Policy
 
@@ -127,6 +136,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String(EnvPushAudience, &c.PushAudience)
 	r.String(EnvPushAccount, &c.PushAccount)
 	r.String(EnvCloudRunService, &c.CloudRunService)
+	r.String(EnvPromptsDir, &c.PromptsDir)
 	c.SlackAPIURL = strings.TrimRight(c.SlackAPIURL, "/")
 	if c.SlackAPIURL == "" {
 		c.SlackAPIURL = defaultSlackAPIBase
@@ -141,10 +151,29 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration(EnvPostBackoffMax, &c.PostBackoffMax)
 	r.Duration(EnvFollowUpGrace, &c.FollowUpGrace)
 	r.Duration(EnvShutdownGrace, &c.ShutdownGrace)
+	var errs []error
 	if err := r.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	var err error
+	if c.Pricing, err = gemini.PricingFromEnv(getenv); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return c, c.Validate()
+}
+
+// Estimator returns the Regenerate button's pricing (GeminiEstimator): the task's prompt rendered
+// with the families of GENBOX_PROMPTS_DIR and priced with c.Pricing, no model call. A directory
+// that does not load is an error naming the variable.
+func (c Config) Estimator() (GeminiEstimator, error) {
+	reg, err := prompts.Load(c.PromptsDir)
+	if err != nil {
+		return GeminiEstimator{}, err
+	}
+	return GeminiEstimator{Pricer: c.Pricing, Prompts: reg}, nil
 }
 
 // PushAuth is what the push route admits; it verifies nothing unless both variables are set.

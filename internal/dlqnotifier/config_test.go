@@ -44,6 +44,7 @@ func TestFromEnv(t *testing.T) {
 		{name: "backoff order", set: map[string]string{EnvPostBackoffBase: "1m", EnvPostBackoffMax: "1s"}, wantErr: []string{EnvPostBackoffMax}},
 		{name: "consumer", set: map[string]string{EnvConsumer: "poll"}, wantErr: []string{EnvConsumer}},
 		{name: "slack url", set: map[string]string{EnvSlackAPIURL: "slack.com"}, wantErr: []string{EnvSlackAPIURL}},
+		{name: "prices", set: map[string]string{"GENBOX_PRICES": "gemini-2.5-flash=cheap"}, wantErr: []string{"GENBOX_PRICES"}},
 		{name: "push on Cloud Run needs push auth", set: map[string]string{EnvCloudRunService: "genbox-dlqnotifier"},
 			wantErr: []string{EnvPushAudience, EnvPushAccount}},
 		{name: "push on Cloud Run needs both", set: map[string]string{EnvCloudRunService: "genbox-dlqnotifier", EnvPushAudience: "aud"},
@@ -104,7 +105,7 @@ func TestFromEnvAsksForEveryVariable(t *testing.T) {
 	for _, v := range []string{EnvPort, EnvProject, EnvBotToken, EnvSigningSecret, EnvChannel, EnvApprovers, EnvSlackAPIURL,
 		EnvAdminKey, EnvAlertCooldown, EnvConsumer, EnvInstance, EnvTasksDLQSub, EnvResultsDLQSub, EnvAlertsSub,
 		EnvPostLease, EnvPostBackoffBase, EnvPostBackoffMax, EnvFollowUpGrace, EnvShutdownGrace,
-		EnvPushAudience, EnvPushAccount, EnvCloudRunService} {
+		EnvPushAudience, EnvPushAccount, EnvCloudRunService, EnvPromptsDir, "GENBOX_MODEL_CHAIN", "GENBOX_PRICES"} {
 		if !slices.Contains(asked, v) {
 			t.Errorf("FromEnv never asked for %s", v)
 		}

@@ -7,7 +7,7 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-// Pricer prices the worst case of one call before it is made (gemini.Client).
+// Pricer prices the worst case of one call before it is made (gemini.Pricing).
 type Pricer interface {
 	Estimate(req gemini.Request) (tokens int64, costUSD float64)
 }
@@ -18,7 +18,7 @@ type Renderer interface {
 }
 
 var (
-	_ Pricer    = (*gemini.Client)(nil)
+	_ Pricer    = gemini.Pricing{}
 	_ Renderer  = (*prompts.Registry)(nil)
 	_ Estimator = GeminiEstimator{}
 )
@@ -37,7 +37,7 @@ func (g GeminiEstimator) EstimateUSD(t *store.Task) (float64, bool) {
 	if err != nil {
 		return RecordedEstimator{}.EstimateUSD(t)
 	}
-	req := gemini.Request{TaskID: t.ID, Tenant: t.Tenant, Models: r.Models, SystemInstruction: r.SystemInstruction, Prompt: r.Prompt, Config: r.Config}
+	req := gemini.NewRequest(t.ID, t.Tenant, r)
 	if len(t.ModelChain) > 0 {
 		req.Models = t.ModelChain
 	}

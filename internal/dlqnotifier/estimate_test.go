@@ -2,8 +2,12 @@ package dlqnotifier
 
 import (
 	"errors"
+	"log/slog"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/genbox-dev/genbox/internal/store"
@@ -59,6 +63,56 @@ func TestEstimators(t *testing.T) {
 		}
 		if tc.models != nil && (!slices.Equal(priced.Models, tc.models) || priced.Prompt != "P:x") {
 			t.Errorf("%s: priced %+v", tc.name, priced)
+		}
+	}
+}
+
+// The deployed service prices Regenerate from the task's rendered prompt: a family that exists
+// only in GENBOX_PROMPTS_DIR (its template, its model, its output bound), priced with
+// GENBOX_PRICES, so a task with a much longer input is dearer although both tasks recorded the
+// same spend. A task whose family no longer loads falls back to that recorded spend.
+func TestRegenerateButtonPricesTheRenderedPrompt(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	dir := t.TempDir()
+	family := "family: memo\nversion: '1'\nmodels: [m-dear]\nconfig: {max_output_tokens: 100}\ntemplate: 'Memo: {{.Input}}'\nvariants: {default: {}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "memo.yaml"), []byte(family), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{
+		EnvProject: "p", EnvBotToken: "xoxb-test", EnvSigningSecret: testSecret, EnvChannel: testChannel,
+		EnvApprovers: testApprover, EnvSlackAPIURL: e.slack.srv.URL, EnvPromptsDir: dir,
+		"GENBOX_MODEL_CHAIN": "m-cheap", "GENBOX_PRICES": "m-cheap=0.1/0.4,m-dear=2/8",
+	}
+	cfg, err := FromEnv(func(k string) string { return vars[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, err := cfg.Estimator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := New(cfg, e.st, NewSlackClient(cfg), e.pub, est, slog.New(slog.DiscardHandler))
+	// "Memo: " and the input make 400 or 400,000 bytes: 100 or 100,000 prompt tokens at $2/M,
+	// plus 100 output tokens at $8/M on m-dear. Both tasks recorded 6 calls for $0.0006.
+	for _, tc := range []struct{ id, family, input, label string }{
+		{"t-short", "memo", strings.Repeat("s", 394), "Regenerate (~$0.0010)"},
+		{"t-long", "memo", strings.Repeat("l", 399994), "Regenerate (~$0.2008)"},
+		{"t-retired", "retired", "x", "Regenerate (~$0.0001)"},
+	} {
+		tk := e.deadTask(t, tc.id, func(tk *store.Task) { tk.Family, tk.Input = tc.family, tc.input })
+		svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
+		dl := store.DeadLetterID(tc.id, task.StageGeneration, 0, 0)
+		var label string
+		for _, p := range e.slack.posts(t) {
+			for _, b := range buttons(t, p) {
+				if b[0] == string(ActionRegenerate) && b[2] == dl {
+					label = b[1]
+				}
+			}
+		}
+		if label != tc.label {
+			t.Errorf("%s: Regenerate button %q, want %q", tc.id, label, tc.label)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/envconfig"
+	"github.com/genbox-dev/genbox/pkg/prompts"
 )
 
 // Config is the publisher's configuration, read from the environment.
@@ -47,7 +48,7 @@ const (
 	EnvAllowInsecureCallbacks = "GENBOX_ALLOW_INSECURE_CALLBACKS"
 	EnvPublicURL              = "GENBOX_PUBLIC_URL"
 	EnvSecretOverlap          = "GENBOX_SECRET_OVERLAP"
-	EnvPromptsDir             = "GENBOX_PROMPTS_DIR"
+	EnvPromptsDir             = prompts.EnvDir
 	EnvNudgeGrace             = "GENBOX_NUDGE_GRACE"
 	EnvPublishTimeout         = "GENBOX_PUBLISH_TIMEOUT"
 	EnvLimitsTTL              = "GENBOX_LIMITS_TTL"

@@ -12,6 +12,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/prompts"
 )
 
 // Config is the worker service's configuration, read from the environment.
@@ -20,6 +21,7 @@ type Config struct {
 	Port         string // PORT: /healthz
 	Instance     string // GENBOX_INSTANCE_ID: the lease owner name (hostname-pid when empty)
 	Subscription string // GENBOX_TASKS_SUBSCRIPTION
+	PromptsDir   string // GENBOX_PROMPTS_DIR: family files over the built-in ones (prompts.Load), as the publisher's
 
 	LeaseTTL     time.Duration // GENBOX_LEASE_TTL: how long a claim lasts without renewal
 	RenewEvery   time.Duration // GENBOX_LEASE_RENEW: renewal interval while the model runs
@@ -76,6 +78,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String("PORT", &c.Port)
 	r.String("GENBOX_INSTANCE_ID", &c.Instance)
 	r.String("GENBOX_TASKS_SUBSCRIPTION", &c.Subscription)
+	r.String(prompts.EnvDir, &c.PromptsDir)
 	if c.Instance == "" {
 		host, _ := os.Hostname()
 		c.Instance = host + "-" + strconv.Itoa(os.Getpid())

@@ -31,6 +31,11 @@ var embedded embed.FS
 // DefaultVariant is the variant used when a request names none.
 const DefaultVariant = "default"
 
+// EnvDir is the environment variable naming the directory every service passes to Load: the
+// publisher validates requests, the worker renders them and the dlqnotifier prices them with the
+// same families.
+const EnvDir = "GENBOX_PROMPTS_DIR"
+
 // What a family does when every model of its chain is unavailable.
 const (
 	// OnExhaustedPark parks the task (waiting) until a model is available again.
@@ -108,8 +113,9 @@ func Default() (*Registry, error) {
 }
 
 // Load returns the embedded families plus every *.yaml, *.yml or *.json family file in dir
-// (GENBOX_PROMPTS_DIR). A file naming an embedded family replaces it, so operators can revise a
-// prompt without a build; its version should change with it.
+// (EnvDir; "" loads the embedded families alone). A file naming an embedded family replaces it,
+// so operators can revise a prompt without a build; its version should change with it. An error
+// names EnvDir, so that a service failing to start with it says which setting to fix.
 func Load(dir string) (*Registry, error) {
 	r, err := Default()
 	if err != nil {
@@ -119,7 +125,7 @@ func Load(dir string) (*Registry, error) {
 		return r, nil
 	}
 	if err := r.addFS(os.DirFS(dir), "."); err != nil {
-		return nil, fmt.Errorf("prompts dir %s: %w", dir, err)
+		return nil, fmt.Errorf("%s=%s: %w", EnvDir, dir, err)
 	}
 	return r, nil
 }

@@ -280,7 +280,7 @@ func TestLoadDirectoryOverridesAndDuplicates(t *testing.T) {
 	if _, err := prompts.Load(dir); err == nil || !strings.Contains(err.Error(), "already defined") {
 		t.Errorf("two files of one family: %v", err)
 	}
-	if _, err := prompts.Load(filepath.Join(dir, "missing")); err == nil {
-		t.Error("a missing directory loaded")
+	if _, err := prompts.Load(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), prompts.EnvDir) {
+		t.Errorf("a missing directory: %v, want an error naming %s", err, prompts.EnvDir)
 	}
 }

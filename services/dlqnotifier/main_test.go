@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -149,10 +150,22 @@ func testRun(t *testing.T, mode string) {
 }
 
 func TestRunConfigError(t *testing.T) {
-	err := run(context.Background(), func(k string) string {
-		return map[string]string{"GENBOX_CONSUMER": "poll"}[k]
-	}, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "GENBOX_CONSUMER") {
-		t.Fatalf("run accepted a bad configuration: %v", err)
+	valid := map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s",
+		"GENBOX_SLACK_CHANNEL": "C1", "GENBOX_SLACK_APPROVERS": "U1"}
+	for _, c := range []struct{ name, value string }{
+		{"GENBOX_CONSUMER", "poll"},
+		{"GENBOX_PRICES", "gemini-2.5-flash=cheap"},
+		// The families the Regenerate button renders must load, as in the publisher and worker.
+		{"GENBOX_PROMPTS_DIR", filepath.Join(t.TempDir(), "missing")},
+	} {
+		err := run(context.Background(), func(k string) string {
+			if k == c.name {
+				return c.value
+			}
+			return valid[k]
+		}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("%s=%s: run answered %v, want an error naming it", c.name, c.value, err)
+		}
 	}
 }

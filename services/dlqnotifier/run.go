@@ -22,13 +22,17 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
+	est, err := cfg.Estimator()
+	if err != nil {
+		return err
+	}
 	d, err := service.Open(ctx, "dlqnotifier", cfg.Project, getenv, stdout)
 	if err != nil {
 		return err
 	}
 	defer d.Close(ctx)
 	st := store.New(d.Firestore)
-	svc := dlqnotifier.New(cfg, st, dlqnotifier.NewSlackClient(cfg), d.Publisher, nil, d.Log, dlqnotifier.WithMetrics(d.Metrics))
+	svc := dlqnotifier.New(cfg, st, dlqnotifier.NewSlackClient(cfg), d.Publisher, est, d.Log, dlqnotifier.WithMetrics(d.Metrics))
 	checks := []obs.Check{{Name: "firestore", Probe: st.Ping}}
 	l := service.Lifecycle{Grace: cfg.ShutdownGrace, Started: []any{"consumer", cfg.Consumer, "instance", cfg.Instance}}
 	if cfg.Consumer == dlqnotifier.ConsumerPull {

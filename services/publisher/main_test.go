@@ -93,6 +93,7 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_SECRET_OVERLAP": "1 day"}, "GENBOX_SECRET_OVERLAP"},
 		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_PUBLIC_URL": "example.com"}, "GENBOX_PUBLIC_URL"},
 		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_ALLOW_INSECURE_CALLBACKS": "maybe"}, "GENBOX_ALLOW_INSECURE_CALLBACKS"},
+		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_PROMPTS_DIR": "/nonexistent/genbox-prompts"}, "GENBOX_PROMPTS_DIR"},
 	} {
 		err := run(context.Background(), func(k string) string { return c.env[k] }, &testenv.LogBuffer{})
 		if err == nil || !strings.Contains(err.Error(), c.name) {

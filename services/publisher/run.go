@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -33,7 +32,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	reg, err := prompts.Load(cfg.PromptsDir)
 	if err != nil {
-		return fmt.Errorf("%s: %w", publisher.EnvPromptsDir, err)
+		return err
 	}
 	d, err := service.Open(ctx, "publisher", cfg.ProjectID, getenv, stdout)
 	if err != nil {
@@ -45,6 +44,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
+	go h.WatchKeys(ctx)
 	mux := http.NewServeMux()
 	mux.Handle("GET /readyz", obs.Ready(readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}))
 	mux.Handle("/", h)

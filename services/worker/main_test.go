@@ -384,3 +384,15 @@ func TestShutdownLetsCallsFinishWithinGrace(t *testing.T) {
 		t.Errorf("after shutdown: state %s output %v", got.State, got.HasOutput())
 	}
 }
+
+// A GENBOX_PROMPTS_DIR that does not load stops the worker at start, naming the variable: a
+// worker rendering other families than the publisher validated would fail tasks it accepted.
+func TestRunRefusesBadPromptsDir(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:1",
+		"GENBOX_PROMPTS_DIR": filepath.Join(t.TempDir(), "missing")}
+	err := run(context.Background(), func(k string) string { return env[k] }, &testenv.LogBuffer{})
+	if err == nil || !strings.Contains(err.Error(), "GENBOX_PROMPTS_DIR") {
+		t.Fatalf("run answered %v, want an error naming GENBOX_PROMPTS_DIR", err)
+	}
+}

@@ -33,6 +33,10 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
+	reg, err := prompts.Load(cfg.PromptsDir)
+	if err != nil {
+		return err
+	}
 	ocfg, err := obs.ConfigFromEnv(getenv, "worker")
 	if err != nil {
 		return err
@@ -75,10 +79,6 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 				log.WarnContext(ctx, "alert not published", "alert_key", key, "error", err)
 			}
 		}))
-	if err != nil {
-		return err
-	}
-	reg, err := prompts.Default()
 	if err != nil {
 		return err
 	}
