@@ -295,6 +295,17 @@ func (s *Stack) onClose(f func(context.Context) error) {
 	s.stopMu.Unlock()
 }
 
+// background runs f until Close cancels its context, and Close waits for it to return.
+func (s *Stack) background(f func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(ctx)
+	}()
+	s.onClose(func(context.Context) error { cancel(); <-done; return nil })
+}
+
 // Start brings the stack up; Close it (also when Start fails, it has cleaned up after itself).
 func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	if err := cfg.Validate(); err != nil {
@@ -481,6 +492,7 @@ func (s *Stack) startPublisher(env func(string) string) error {
 	if err != nil {
 		return err
 	}
+	s.background(h.WatchKeys)
 	ln, err := s.serve(s.cfg.PublisherAddr, "publisher", obs.Handler(h, "publisher"))
 	if err != nil {
 		return fmt.Errorf("%w (--addr)", err)
@@ -534,12 +546,8 @@ func (s *Stack) startWorker(ctx context.Context, env func(string) string) error 
 	mp := cfg.ModelPolicy(s.Store, gen)
 	s.Worker = worker.New(s.Store, gen, reg, s.pub, log, cfg.Policy(), worker.WithModelPolicy(mp), worker.WithMetrics(s.cfg.Metrics))
 	sw := sweeper.New(s.Store, s.pub, gen, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance, sweeper.WithMetrics(s.cfg.Metrics))
-	sweepCtx, stopSweep := context.WithCancel(context.Background())
-	swept := make(chan struct{})
-	go func() { defer close(swept); _ = sw.Run(sweepCtx) }()
-	flushed := make(chan struct{})
-	go func() { defer close(flushed); worker.FlushSpend(sweepCtx, log, mp.Budgets, cfg.TenantRefresh) }()
-	s.onClose(func(context.Context) error { stopSweep(); <-swept; <-flushed; return nil })
+	s.background(func(ctx context.Context) { _ = sw.Run(ctx) })
+	s.background(func(ctx context.Context) { worker.FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) })
 	// As the worker service does on SIGTERM: calls that cannot finish within the grace release
 	// their lease.
 	s.pull("worker", cfg.Subscription, bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension},
@@ -572,15 +580,11 @@ func (s *Stack) startDLQNotifier(env func(string) string, ln net.Listener) error
 	svc := dlqnotifier.New(cfg, s.Store, dlqnotifier.NewSlackClient(cfg), s.pub, est, s.log.With("service", "dlqnotifier"),
 		dlqnotifier.WithMetrics(s.cfg.Metrics))
 	s.serveOn(ln, "dlqnotifier", obs.Handler(svc.Handler(), "dlqnotifier"))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	s.background(func(ctx context.Context) {
 		if err := svc.Run(ctx, s.ps); err != nil {
 			s.fail(fmt.Errorf("dlqnotifier: %w", err))
 		}
-	}()
-	s.onClose(func(context.Context) error { cancel(); <-done; return nil })
+	})
 	return nil
 }
 
