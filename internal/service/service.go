@@ -1,7 +1,8 @@
 // Package service owns what every genbox service process shares around its own wiring (STYLE §1,
 // §5): the signal-driven main, the clients and telemetry opened at start, and the HTTP server's
-// lifecycle — serve, run a pull consumer beside it, and on SIGTERM stop pulling, drain the server
-// and flush the publisher and telemetry within the grace Cloud Run allows.
+// lifecycle — serve, run a pull consumer and background jobs beside it, and on SIGTERM stop
+// pulling, abort what cannot finish, drain the server and flush the publisher and telemetry within
+// the grace Cloud Run allows.
 //
 // A service's main.go is one line, service.Main("worker", run); its run(ctx, getenv, stdout)
 // reads its own Config, calls Open, wires its handler and ends in Deps.Serve. Tests call the same
@@ -113,12 +114,18 @@ type Lifecycle struct {
 	// Handler is the service's mux; Serve wraps it in obs.Handler under the service's name.
 	Handler http.Handler
 	// Grace bounds the shutdown after ctx ends: the pull consumer's in-flight work, the server's
-	// drain and the flushes share it.
+	// drain and the flushes share it; the drain and flushes get at least minDrain.
 	Grace time.Duration
 	// Pull, when set, runs beside the server (a pull consumer) until shutdown cancels its context.
 	Pull func(ctx context.Context) error
 	// Pulling, when set, is the readiness of Pull: running from its start, not from shutdown.
 	Pulling *obs.Running
+	// Abort, when set, is called if Pull has not returned Grace after shutdown began: its
+	// in-flight work gives up (the worker's model calls release their lease) so Pull returns.
+	Abort func()
+	// Background jobs run beside the server from the start until shutdown, which cancels their
+	// context once Pull has returned (they see its in-flight work through) and waits for them.
+	Background []func(ctx context.Context)
 	// Started is logged once serving, after the address.
 	Started []any
 }
@@ -126,15 +133,25 @@ type Lifecycle struct {
 // readHeaderTimeout bounds a client's request headers (slowloris).
 const readHeaderTimeout = 10 * time.Second
 
-// Serve serves l.Handler on ln and runs l.Pull until ctx ends, the server fails or Pull returns.
-// Then it cancels Pull and waits for it (its in-flight work is recorded), shuts the server down
-// and closes d, all within l.Grace, and returns every error joined.
+// minDrain is the least the server's drain and the flushes get after Pull returns, so that a
+// Pull whose in-flight work used the whole grace still flushes.
+const minDrain = time.Second
+
+// Serve serves l.Handler on ln and runs l.Pull and l.Background until ctx ends, the server fails
+// or Pull returns. Then it cancels Pull and waits for it (its in-flight work is recorded, or
+// aborted by l.Abort once l.Grace has passed), stops the background jobs, shuts the server down
+// and closes d, within l.Grace (at least minDrain after Pull), and returns every error joined.
 func (d *Deps) Serve(ctx context.Context, ln net.Listener, l Lifecycle) error {
 	bg := context.WithoutCancel(ctx)
 	srv := &http.Server{Handler: obs.Handler(l.Handler, d.name), ReadHeaderTimeout: readHeaderTimeout}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
+	jobsCtx, stopJobs := context.WithCancel(bg)
+	var jobs sync.WaitGroup
+	for _, job := range l.Background {
+		jobs.Go(func() { job(jobsCtx) })
+	}
 	pullCtx, stopPull := context.WithCancel(bg)
 	defer stopPull()
 	pulled := make(chan error, 1)
@@ -159,12 +176,22 @@ func (d *Deps) Serve(ctx context.Context, ln net.Listener, l Lifecycle) error {
 		l.Pulling.Set(false, "shutting down")
 	}
 	d.Log.InfoContext(bg, "shutting down", "grace", l.Grace.String())
-	sctx, cancel := context.WithTimeout(bg, l.Grace)
-	defer cancel()
+	deadline := time.Now().Add(l.Grace)
 	stopPull()
 	if !pullEnded {
-		runErr = errors.Join(runErr, <-pulled) // in-flight messages have been handled
+		var abort *time.Timer
+		if l.Abort != nil {
+			abort = time.AfterFunc(l.Grace, l.Abort)
+		}
+		runErr = errors.Join(runErr, <-pulled) // in-flight messages have been handled or aborted
+		if abort != nil {
+			abort.Stop()
+		}
 	}
+	stopJobs()
+	jobs.Wait()
+	sctx, cancel := context.WithTimeout(bg, max(time.Until(deadline), minDrain))
+	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		runErr = errors.Join(runErr, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,6 +86,51 @@ func TestServeDrainsOnShutdown(t *testing.T) {
 	}
 	if err := d.Close(context.Background()); err != nil {
 		t.Errorf("a second Close = %v, want nil (Serve closed)", err)
+	}
+}
+
+// Work in flight past the grace is aborted, so the pull consumer returns and Serve with it;
+// background jobs run from the start and are stopped only once the pull consumer has returned.
+func TestServeAbortsWhatOutlivesGrace(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ln, err := service.Listen("0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	aborted := make(chan struct{})
+	var pullReturned atomic.Bool
+	jobStarted := make(chan struct{})
+	jobSawPullReturn := make(chan bool, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- d.Serve(ctx, ln, service.Lifecycle{Handler: http.NewServeMux(), Grace: 100 * time.Millisecond,
+			Pull: func(ctx context.Context) error {
+				<-ctx.Done()
+				<-aborted // the in-flight work ends only when aborted
+				pullReturned.Store(true)
+				return nil
+			},
+			Abort: func() { close(aborted) },
+			Background: []func(context.Context){func(ctx context.Context) {
+				close(jobStarted)
+				<-ctx.Done()
+				jobSawPullReturn <- pullReturned.Load()
+			}}})
+	}()
+	<-jobStarted
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve = %v after an aborted shutdown", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve still running 30 s after shutdown began: the work in flight was not aborted")
+	}
+	if !<-jobSawPullReturn {
+		t.Error("the background job was stopped before the pull consumer returned")
 	}
 }
 
