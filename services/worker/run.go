@@ -2,19 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"time"
 
-	"cloud.google.com/go/firestore"
-	"cloud.google.com/go/pubsub/v2"
-	"go.opentelemetry.io/otel"
-
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/internal/worker"
@@ -26,8 +20,9 @@ import (
 // readyTimeout bounds a readiness probe's Firestore read.
 const readyTimeout = 2 * time.Second
 
-// run serves until ctx ends, then shuts down within the configured grace: it stops pulling, lets
-// calls that finish within GENBOX_SHUTDOWN_GRACE persist, and makes the rest release their lease.
+// run pulls tasks and runs the sweeper and the spend flush until ctx ends, then shuts down within
+// the configured grace: it stops pulling, lets calls that finish within GENBOX_SHUTDOWN_GRACE
+// persist, makes the rest release their lease, and flushes the publisher and telemetry.
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
 	cfg, err := worker.FromEnv(getenv)
 	if err != nil {
@@ -37,105 +32,48 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	ocfg, err := obs.ConfigFromEnv(getenv, "worker")
+	d, err := service.Open(ctx, "worker", cfg.Project, getenv, stdout)
 	if err != nil {
 		return err
 	}
-	log := ocfg.Logger(stdout)
-	// Clients outlive ctx: they are needed while shutting down.
-	bg := context.WithoutCancel(ctx)
-	shutdownTelemetry, err := obs.Setup(bg, ocfg)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		flush, cancel := context.WithTimeout(bg, time.Second)
-		defer cancel()
-		if err := shutdownTelemetry(flush); err != nil {
-			log.WarnContext(flush, "telemetry flush", "error", err)
-		}
-	}()
-	metrics, err := obs.NewMetrics(otel.GetMeterProvider())
-	if err != nil {
-		return err
-	}
-	fs, err := firestore.NewClient(bg, cfg.Project)
-	if err != nil {
-		return fmt.Errorf("firestore: %w", err)
-	}
-	defer fs.Close()
-	ps, err := pubsub.NewClient(bg, cfg.Project)
-	if err != nil {
-		return fmt.Errorf("pubsub: %w", err)
-	}
-	defer ps.Close()
-	pub := bus.NewPublisher(ps)
-	defer pub.Close()
-	st := store.New(fs)
-	gen, err := gemini.New(bg, cfg.Gemini, gemini.WithLogger(log), gemini.WithBreakerStore(worker.MeteredBreakers(st, metrics)),
-		gemini.WithAttemptHook(worker.AttemptSpans()),
+	defer d.Close(ctx)
+	st := store.New(d.Firestore)
+	gen, err := gemini.New(context.WithoutCancel(ctx), cfg.Gemini, gemini.WithLogger(d.Log),
+		gemini.WithBreakerStore(worker.MeteredBreakers(st, d.Metrics)), gemini.WithAttemptHook(worker.AttemptSpans()),
 		gemini.WithAlerts(func(ctx context.Context, key, msg string) {
-			if _, err := pub.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: "alert", task.AttrAlert: key}); err != nil {
-				log.WarnContext(ctx, "alert not published", "alert_key", key, "error", err)
+			if _, err := d.Publisher.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: "alert", task.AttrAlert: key}); err != nil {
+				d.Log.WarnContext(ctx, "alert not published", "alert_key", key, "error", err)
 			}
 		}))
 	if err != nil {
 		return err
 	}
 	mp := cfg.ModelPolicy(st, gen)
-	h := worker.New(st, gen, reg, pub, log, cfg.Policy(), worker.WithMetrics(metrics), worker.WithModelPolicy(mp))
-	sw := sweeper.New(st, pub, gen, log, cfg.Sweep, cfg.Instance, sweeper.WithMetrics(metrics))
+	h := worker.New(st, gen, reg, d.Publisher, d.Log, cfg.Policy(), worker.WithMetrics(d.Metrics), worker.WithModelPolicy(mp))
+	sw := sweeper.New(st, d.Publisher, gen, d.Log, cfg.Sweep, cfg.Instance, sweeper.WithMetrics(d.Metrics))
 
-	ln, err := net.Listen("tcp", ":"+cfg.Port)
-	if err != nil {
-		return fmt.Errorf("PORT: %w", err)
-	}
+	pulling := new(obs.Running)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	var pulling obs.Running
 	mux.Handle("GET /readyz", obs.Ready(readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}, pulling.Check("pull")))
-	srv := &http.Server{Handler: obs.Handler(mux, "worker"), ReadHeaderTimeout: 10 * time.Second}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	log.InfoContext(ctx, "worker started", "addr", ln.Addr().String(), "instance", cfg.Instance, "subscription", cfg.Subscription)
-
-	sweepCtx, stopSweep := context.WithCancel(bg)
-	swept := make(chan struct{})
-	go func() { defer close(swept); _ = sw.Run(sweepCtx) }()
-	flushed := make(chan struct{})
-	go func() { defer close(flushed); worker.FlushSpend(sweepCtx, log, mp.Budgets, cfg.TenantRefresh) }()
-
-	pullCtx, stopPull := context.WithCancel(bg)
-	pulled := make(chan error, 1)
-	pulling.Set(true, "")
-	go func() {
-		pulled <- bus.Pull(pullCtx, ps, cfg.Subscription, bus.PullSettings{
-			MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension,
-		}, h)
-	}()
-
-	var runErr error
-	pullEnded := false
-	select {
-	case <-ctx.Done():
-	case runErr = <-pulled:
-		pullEnded = true
-	case err := <-serveErr:
-		runErr = fmt.Errorf("healthz server: %w", err)
+	ln, err := service.Listen(cfg.Port)
+	if err != nil {
+		return err
 	}
-	pulling.Set(false, "shutting down")
-	log.InfoContext(bg, "shutting down", "grace", cfg.ShutdownGrace.String())
-	stopPull()
-	abort := time.AfterFunc(cfg.ShutdownGrace, h.Abort) // what cannot finish in time releases its lease
-	if !pullEnded {
-		runErr = errors.Join(runErr, <-pulled) // in-flight handlers have returned
-	}
-	abort.Stop()
-	stopSweep()
-	<-swept
-	<-flushed
-	shutdownCtx, cancel := context.WithTimeout(bg, time.Second)
-	defer cancel()
-	// The results nudges of calls that finished during the grace are flushed before telemetry.
-	return errors.Join(runErr, srv.Shutdown(shutdownCtx), pub.Close())
+	return d.Serve(ctx, ln, service.Lifecycle{
+		Handler: mux, Grace: cfg.ShutdownGrace, Pulling: pulling,
+		Pull: func(ctx context.Context) error {
+			return bus.Pull(ctx, d.PubSub, cfg.Subscription, bus.PullSettings{
+				MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension,
+			}, h)
+		},
+		// What cannot finish within the grace releases its lease.
+		Abort: h.Abort,
+		// The spend of calls that finish during the grace is flushed once they have.
+		Background: []func(context.Context){
+			func(ctx context.Context) { _ = sw.Run(ctx) },
+			func(ctx context.Context) { worker.FlushSpend(ctx, d.Log, mp.Budgets, cfg.TenantRefresh) },
+		},
+		Started: []any{"instance", cfg.Instance, "subscription", cfg.Subscription},
+	})
 }
