@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"go/build"
 	"maps"
 	"os"
 	"path/filepath"
@@ -720,19 +721,11 @@ func TestCloudBuildParsesAsBuildMessage(t *testing.T) {
 			t.Errorf("no step runs %q", want)
 		}
 	}
-	for _, svc := range []string{"publisher", "worker", "resulthandler", "dlqnotifier"} {
-		image := "/" + svc + ":$SHORT_SHA"
-		if !has("build", "services/"+svc+"/Dockerfile", image) {
-			t.Errorf("no step builds services/%s/Dockerfile as …%s", svc, image)
-		}
-		if !has("push", image) {
-			t.Errorf("no step pushes …%s", image)
-		}
-	}
+	noErrors(t, imageSteps(steps))
 	// The checks run on the same Go as the images are built with.
 	builder := regexp.MustCompile(`golang:1\.26\.\d+-bookworm`)
 	check := builder.FindString(steps[0])
-	docker, err := os.ReadFile(filepath.Join(repoRoot, "services/worker/Dockerfile"))
+	docker, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -740,6 +733,22 @@ func TestCloudBuildParsesAsBuildMessage(t *testing.T) {
 		t.Errorf("the check step runs on %q, the images build on %q", check, image)
 	}
 
+	t.Run("a service built wrongly fails", func(t *testing.T) {
+		for _, tt := range []struct{ old, new, want string }{
+			{"SERVICE=publisher,", "SERVICE=worker,", "the step building …/publisher:$SHORT_SHA does not pass --build-arg SERVICE=publisher"},
+			{"build, --build-arg, SERVICE=worker,", "build, -f, services/worker/Dockerfile, --build-arg, SERVICE=worker,", "the step building …/worker:$SHORT_SHA builds another Dockerfile than the repository root's"},
+			{"push, ", "pull, ", "no step pushes …/publisher:$SHORT_SHA"},
+		} {
+			if !strings.Contains(string(src), tt.old) {
+				t.Fatalf("cloudbuild.yaml no longer contains %q", tt.old)
+			}
+			b, err := deploycheck.ParseCloudBuild([]byte(strings.Replace(string(src), tt.old, tt.new, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantErrors(t, imageSteps(deploycheck.StepArgs(b)), tt.want)
+		}
+	})
 	t.Run("a misspelt field fails", func(t *testing.T) {
 		for _, src := range []string{
 			"steps:\n- name: golang\n  args: [go, test]\n  waitfor: [x]\n",
@@ -761,35 +770,71 @@ func TestCloudBuildParsesAsBuildMessage(t *testing.T) {
 	})
 }
 
-func TestDockerfiles(t *testing.T) {
+// imageSteps checks that Cloud Build builds each service's image from the repository root's
+// Dockerfile with --build-arg SERVICE=<service>, and pushes it.
+func imageSteps(steps []string) []error {
+	var errs []error
+	for _, svc := range []string{"publisher", "worker", "resulthandler", "dlqnotifier"} {
+		image := "/" + svc + ":$SHORT_SHA"
+		at := slices.IndexFunc(steps, func(s string) bool {
+			return strings.Contains(s, " build ") && strings.Contains(s, image)
+		})
+		switch {
+		case at < 0:
+			errs = append(errs, fmt.Errorf("no step builds …%s", image))
+		case !strings.Contains(steps[at], " --build-arg SERVICE="+svc+" "):
+			errs = append(errs, fmt.Errorf("the step building …%s does not pass --build-arg SERVICE=%s", image, svc))
+		case strings.Contains(steps[at], " -f ") || strings.Contains(steps[at], " --file"):
+			errs = append(errs, fmt.Errorf("the step building …%s builds another Dockerfile than the repository root's", image))
+		}
+		if !slices.ContainsFunc(steps, func(s string) bool { return strings.Contains(s, " push ") && strings.Contains(s, image) }) {
+			errs = append(errs, fmt.Errorf("no step pushes …%s", image))
+		}
+	}
+	return errs
+}
+
+// TestDockerfile checks the one Dockerfile as built for each service, and that each
+// services/<service> it builds is a command.
+func TestDockerfile(t *testing.T) {
+	good, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, svc := range []string{"publisher", "worker", "resulthandler", "dlqnotifier"} {
 		t.Run(svc, func(t *testing.T) {
-			src, err := os.ReadFile(filepath.Join(repoRoot, "services", svc, "Dockerfile"))
+			noErrors(t, deploycheck.CheckDockerfile(good, deploycheck.DockerfileWant{Service: svc, MinGoPatch: minGoPatch}))
+			pkg, err := build.ImportDir(filepath.Join(repoRoot, "services", svc), 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			noErrors(t, deploycheck.CheckDockerfile(src, deploycheck.DockerfileWant{Service: svc, MinGoPatch: minGoPatch}))
+			if !pkg.IsCommand() {
+				t.Errorf("services/%s is package %s, not a command", svc, pkg.Name)
+			}
 		})
 	}
 	t.Run("unsafe images fail", func(t *testing.T) {
-		good, err := os.ReadFile(filepath.Join(repoRoot, "services/worker/Dockerfile"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tests := []struct{ old, new, want string }{
-			{"golang:1.26.11-bookworm", "golang:1.26.8-bookworm", "older than 1.26." + strconv.Itoa(minGoPatch)},
-			{"golang:1.26.11-bookworm", "golang:1.26-bookworm", "pinned by exact tag"},
-			{"USER nonroot:nonroot", "USER root", `runs as "root"`},
-			{"static-debian12:nonroot", "static-debian12", "is not gcr.io/distroless/static-*:nonroot"},
-			{"CGO_ENABLED=0 ", "", "CGO_ENABLED=0 is not set"},
-			{"-trimpath ", "", "without -trimpath"},
+		tests := []struct{ svc, old, new, want string }{
+			{"worker", "golang:1.26.11-bookworm", "golang:1.26.8-bookworm", "older than 1.26." + strconv.Itoa(minGoPatch)},
+			{"worker", "golang:1.26.11-bookworm", "golang:1.26-bookworm", "pinned by exact tag"},
+			{"worker", "USER nonroot:nonroot", "USER root", `runs as "root"`},
+			{"worker", "static-debian12:nonroot", "static-debian12", "is not gcr.io/distroless/static-*:nonroot"},
+			{"worker", "CGO_ENABLED=0 ", "", "CGO_ENABLED=0 is not set"},
+			{"worker", "-trimpath ", "", "without -trimpath"},
+			{"worker", "go build -trimpath", "go build -tags genbox_crashpoints -trimpath", "genbox_crashpoints"},
+			{"worker", "ARG SERVICE\n", "", "declares no ARG SERVICE"},
+			{"worker", "ARG SERVICE\n", "ARG SERVICE=worker\n", `ARG SERVICE defaults to "worker"`},
+			{"publisher", `"./services/${SERVICE:?set --build-arg SERVICE=<a directory under services/>}"`, "./services/worker", "does not build ./services/publisher"},
+			{"worker", `ENTRYPOINT ["/service"]`, "ENTRYPOINT /service", "is not the exec form"},
+			{"worker", `ENTRYPOINT ["/service"]`, `ENTRYPOINT ["/worker"]`, "ENTRYPOINT runs /worker, not the binary built"},
+			{"worker", "COPY --from=build /out/service /service", "COPY --from=build /src/go.mod /service", "copies no /out/service"},
 		}
 		for _, tt := range tests {
 			if !strings.Contains(string(good), tt.old) {
-				t.Fatalf("the worker Dockerfile no longer contains %q", tt.old)
+				t.Fatalf("the Dockerfile no longer contains %q", tt.old)
 			}
 			bad := strings.Replace(string(good), tt.old, tt.new, 1)
-			wantErrors(t, deploycheck.CheckDockerfile([]byte(bad), deploycheck.DockerfileWant{Service: "worker", MinGoPatch: minGoPatch}), tt.want)
+			wantErrors(t, deploycheck.CheckDockerfile([]byte(bad), deploycheck.DockerfileWant{Service: tt.svc, MinGoPatch: minGoPatch}), tt.want)
 		}
 	})
 }

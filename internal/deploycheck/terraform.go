@@ -1,5 +1,5 @@
 // Package deploycheck reads genbox's deployment files — the Terraform in infra/terraform, the
-// Cloud Build pipeline and the service Dockerfiles — offline, with no provider schema and no
+// Cloud Build pipeline and the services' Dockerfile — offline, with no provider schema and no
 // network, so that tests can hold them to the code: the topics and subscriptions of internal/bus,
 // the query registry and index exemptions of internal/store, the environment variables each
 // service's config loader reads, the metric names of internal/obs.
