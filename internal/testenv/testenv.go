@@ -12,7 +12,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -138,6 +141,31 @@ func (b *LogBuffer) Started(t testing.TB, name string, done <-chan error, timeou
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s did not start within %s\n%s", name, timeout, b.String())
+		}
+	}
+}
+
+// Ready polls base's /healthz and then /readyz until each answers 200, failing t if one does not
+// within timeout. A readiness probe is asked again until it passes (as Cloud Run's startup probe
+// does): the first Firestore read of a cold emulator can outlast a probe's own bound.
+func Ready(t testing.TB, base string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for _, probe := range []string{"/healthz", "/readyz"} {
+		for {
+			resp, err := http.Get(base + probe)
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+				err = fmt.Errorf("%s: %s", resp.Status, body)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s%s not ready within %s: %v", base, probe, timeout, err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 }

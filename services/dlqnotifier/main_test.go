@@ -90,13 +90,7 @@ func testRun(t *testing.T, mode string) {
 			t.Fatal(err)
 		}
 	}
-	for _, probe := range []string{dlqnotifier.HealthPath, "/readyz"} {
-		resp, err := http.Get(base + probe)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: %v %v", probe, resp, err)
-		}
-		resp.Body.Close()
-	}
+	testenv.Ready(t, base, 30*time.Second)
 
 	now := time.Now()
 	tk := &store.Task{ID: "t-run", Tenant: "acme", Family: "summarize", Input: "x", State: task.StateRunning, CreatedAt: now,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -40,11 +39,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, getenv, out) }()
 	base := out.Started(t, "publisher", done, 30*time.Second)
-	resp, err := http.Get(base + "/readyz")
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("/readyz: %v %v", resp, err)
-	}
-	resp.Body.Close()
+	testenv.Ready(t, base, 30*time.Second)
 	admin := client.New(base, env["GENBOX_ADMIN_KEY"])
 	if _, err := admin.CreateTenant(ctx, "acme", nil); err != nil {
 		t.Fatal(err)

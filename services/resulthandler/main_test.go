@@ -84,13 +84,7 @@ func testRun(t *testing.T, mode string) {
 			t.Fatal(err)
 		}
 	}
-	for _, probe := range []string{"/healthz", "/readyz"} {
-		resp, err := http.Get(base + probe)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: %v %v", probe, resp, err)
-		}
-		resp.Body.Close()
-	}
+	testenv.Ready(t, base, 30*time.Second)
 
 	pub := bus.NewPublisher(ps)
 	defer pub.Close()
