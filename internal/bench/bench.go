@@ -1,10 +1,11 @@
 // Package bench is the workload generator behind `genbox bench`: it runs a closed-loop workload
 // (tasks, concurrency, a model latency distribution, a failure mix) through genbox assembled
-// in-process on the emulators with the fake Gemini, and, with the naive baseline, through the
-// pattern the outbox replaces — generate, then publish, retry from scratch on any failure —
-// under exactly the same failures, and reports throughput against the Little's-law bound,
-// end-to-end latency and its overhead above the model's, Firestore operations and publishes per
-// task, billed ÷ needed tokens from the fake's ledger, duplicates and the peak RSS.
+// in-process as `genbox dev` assembles it (internal/devstack), on the emulators with the fake
+// Gemini, and, with the naive baseline, through the pattern the outbox replaces — generate, then
+// publish, retry from scratch on any failure — under exactly the same failures, and reports
+// throughput against the Little's-law bound, end-to-end latency and its overhead above the
+// model's, Firestore operations and publishes per task, billed ÷ needed tokens from the fake's
+// ledger, duplicates and the peak RSS.
 package bench
 
 import (

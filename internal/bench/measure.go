@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -28,34 +29,37 @@ type Publisher interface {
 
 var _ Publisher = (*bus.Publisher)(nil)
 
-// countingPublisher counts publishes per topic.
+// publishCounts counts publishes per topic, across every countingPublisher that shares it.
+type publishCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func newPublishCounts() *publishCounts { return &publishCounts{n: map[string]int{}} }
+
+func (c *publishCounts) add(topic string) {
+	c.mu.Lock()
+	c.n[topic]++
+	c.mu.Unlock()
+}
+
+func (c *publishCounts) counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
+}
+
+// countingPublisher counts its publishes in counts.
 type countingPublisher struct {
-	next Publisher
-	mu   sync.Mutex
-	n    map[string]int
+	next   Publisher
+	counts *publishCounts
 }
 
 var _ Publisher = (*countingPublisher)(nil)
 
-func newCountingPublisher(next Publisher) *countingPublisher {
-	return &countingPublisher{next: next, n: map[string]int{}}
-}
-
 func (p *countingPublisher) Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
-	p.mu.Lock()
-	p.n[topic]++
-	p.mu.Unlock()
+	p.counts.add(topic)
 	return p.next.Publish(ctx, topic, data, attrs)
-}
-
-func (p *countingPublisher) counts() map[string]int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make(map[string]int, len(p.n))
-	for k, v := range p.n {
-		out[k] = v
-	}
-	return out
 }
 
 // injector decides the failures of a run. A decision is a pure function of the seed, the kind of

@@ -12,13 +12,17 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
+	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker"
 	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
+	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
@@ -139,17 +143,76 @@ func (c *naiveResults) post(ctx context.Context, t *store.Task, secrets []string
 	return nil
 }
 
-// startNaive runs the naive worker and result consumer under the same failures as genbox: its
-// result publish fails and its acks are lost at the same rates, for the same tasks.
-func (s *stack) startNaive() error {
-	getenv := env(s.project, s.fake.URL, s.cfg.Concurrency)
+// startNaive assembles the naive system on the emulators — its own counted clients, the fake
+// Gemini, the naive worker and result consumer — under the same failures as genbox: its result
+// publish fails and its acks are lost at the same rates, for the same tasks.
+func (s *stack) startNaive(ctx context.Context, emu *emulator.Emulators, project string) error {
+	if err := emu.Setenv(); err != nil {
+		return err
+	}
+	bg := context.WithoutCancel(ctx) // the clients outlive ctx: they are needed while shutting down
+	fs, err := s.counter.EmulatorClient(bg, emu.FirestoreHost, project)
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, func() { fs.Close() })
+	s.store = store.New(fs)
+	ps, err := pubsub.NewClient(bg, project)
+	if err != nil {
+		return fmt.Errorf("pubsub: %w", err)
+	}
+	s.closers = append(s.closers, func() { ps.Close() })
+	if err := bus.Bootstrap(ctx, ps, topology()); err != nil {
+		return err
+	}
+	bp := bus.NewPublisher(ps)
+	s.closers = append(s.closers, func() { bp.Close() })
+	s.pub = &countingPublisher{next: bp, counts: s.pubs}
+	fake := geminitest.NewServer(s.fakeOptions()...)
+	s.closers = append(s.closers, fake.Close)
+	s.fake = fake.Fake
+	if err := s.createTenant(ctx); err != nil {
+		return err
+	}
+	reg, err := prompts.Default()
+	if err != nil {
+		return err
+	}
+	getenv := env(emu, s.cfg.Concurrency, map[string]string{"GOOGLE_CLOUD_PROJECT": project, "GOOGLE_GEMINI_BASE_URL": fake.URL})
+	gcfg, err := gemini.ConfigFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	gen, err := gemini.New(bg, gcfg, gemini.WithLogger(s.log), gemini.WithBreakerStore(s.store))
+	if err != nil {
+		return err
+	}
 	rcfg, err := resulthandler.FromEnv(getenv)
 	if err != nil {
 		return err
 	}
+	var stopping []func()
+	s.stopSystem = func(context.Context) error {
+		for i := len(stopping) - 1; i >= 0; i-- {
+			stopping[i]()
+		}
+		stopping = nil
+		return nil
+	}
+	pull := func(subscription string, h bus.Handler) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := bus.Pull(ctx, ps, subscription, bus.PullSettings{MaxOutstandingMessages: 2 * s.cfg.Concurrency, MaxExtension: 10 * time.Minute}, h); err != nil {
+				s.log.Error("pull ended", "subscription", subscription, "error", err)
+			}
+		}()
+		stopping = append(stopping, func() { cancel(); <-done })
+	}
 	wpub := &lossyPublisher{next: s.pub, in: s.in, topic: bus.TopicResults, rate: s.cfg.ResultLoss}
-	w := &naiveWorker{store: s.store, gen: s.gen, render: s.reg, pub: wpub, log: s.log.With("service", "naive")}
-	s.pull(bus.SubWorker, 2*s.cfg.Concurrency, lostAcks(w, s.in, s.cfg.AckLoss), nil)
-	s.pull(bus.SubResults, 2*s.cfg.Concurrency, &naiveResults{store: s.store, client: ssrf.NewClient(rcfg.SSRF())}, nil)
+	w := &naiveWorker{store: s.store, gen: gen, render: reg, pub: wpub, log: s.log.With("service", "naive")}
+	pull(bus.SubWorker, lostAcks(w, s.in, s.cfg.AckLoss))
+	pull(bus.SubResults, &naiveResults{store: s.store, client: ssrf.NewClient(rcfg.SSRF())})
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -15,20 +16,13 @@ import (
 	"sync"
 	"time"
 
-	"cloud.google.com/go/firestore"
-	"cloud.google.com/go/pubsub/v2"
-
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/devstack"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/fscount"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
-	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/internal/sweeper"
-	"github.com/genbox-dev/genbox/internal/worker"
-	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
-	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
@@ -50,12 +44,13 @@ var taskIDRE = regexp.MustCompile(`\bbt\d{6}\b`)
 func taskID(i int) string { return fmt.Sprintf("bt%06d", i) }
 
 // env is the services' environment in a bench run: genbox's production defaults, with the
-// durations that only pace recovery (nudge grace, sweep interval, backoffs) shortened so a run
-// takes seconds, and the fake Gemini as the model.
-func env(project, fakeURL string, concurrency int) func(string) string {
+// durations that only pace recovery (nudge grace, sweep interval, backoffs, shutdown grace)
+// shortened so a run takes seconds, the emulators of the run, and the fake Gemini as the model.
+// devstack sets the project and the fake's URL itself; the naive baseline reads them from more.
+func env(emu *emulator.Emulators, concurrency int, more map[string]string) func(string) string {
 	m := map[string]string{
-		"GOOGLE_CLOUD_PROJECT":            project,
-		"GOOGLE_GEMINI_BASE_URL":          fakeURL,
+		emulator.FirestoreHostEnv:         emu.FirestoreHost,
+		emulator.PubSubHostEnv:            emu.PubSubHost,
 		"GENBOX_MODEL_CHAIN":              benchModel,
 		"GENBOX_BACKOFF_BASE":             "20ms",
 		"GENBOX_BACKOFF_MAX":              "200ms",
@@ -69,12 +64,14 @@ func env(project, fakeURL string, concurrency int) func(string) string {
 		"GENBOX_SWEEP_BACKOFF_BASE":       "1s",
 		"GENBOX_SWEEP_BACKOFF_MAX":        "2s",
 		"GENBOX_SWEEP_PACE":               "2000",
+		"GENBOX_SHUTDOWN_GRACE":           "2s",
 		"GENBOX_CONSUMER":                 resulthandler.ConsumerPull,
 		"GENBOX_ALLOW_INSECURE_CALLBACKS": "true",
 		"GENBOX_DELIVERY_BACKOFF_MIN":     "100ms",
 		"GENBOX_DELIVERY_BACKOFF_MAX":     "1s",
 		"GENBOX_NOTICE_GRACE":             "1s",
 	}
+	maps.Copy(m, more)
 	return func(k string) string { return m[k] }
 }
 
@@ -124,65 +121,37 @@ func (l *latencies) get(id string) (time.Duration, bool) {
 	return d, ok
 }
 
-// stack is what both systems share in a run: the counted Firestore client, the counted
-// publisher, the fake Gemini with its failures, the app's webhook receiver.
+// stack is a run's workload side, the same for both systems — the Firestore operation counter,
+// the publish counts, the failure injector, the fake Gemini's latencies and failures, the app's
+// webhook receiver — and the system under it, started by startGenbox or startNaive.
 type stack struct {
-	cfg      Config
-	project  string
-	counter  *fscount.Counter
-	fs       *firestore.Client
-	store    *store.Store
-	ps       *pubsub.Client
-	bp       *bus.Publisher
-	pub      *countingPublisher
-	fake     *geminitest.Server
-	lat      *latencies
-	in       *injector
-	recv     *receiver
-	recvURL  string
-	secret   string
-	reg      *prompts.Registry
-	gen      *gemini.Client
-	log      *slog.Logger
-	closers  []func()
-	stopping []func() // consumers, stopped before the clients close
+	cfg     Config
+	counter *fscount.Counter
+	pubs    *publishCounts
+	in      *injector
+	lat     *latencies
+	recv    *receiver
+	recvURL string
+	secret  string
+	log     *slog.Logger
+
+	// Set by the system's start.
+	store *store.Store
+	pub   Publisher // the submissions' nudges, counted
+	fake  *geminitest.Fake
+	// stopSystem stops the system's consumers and loops, leaving the fake and the clients up.
+	stopSystem func(context.Context) error
+	closers    []func()
 }
 
-func newStack(ctx context.Context, cfg Config, emu *emulator.Emulators, project string) (s *stack, err error) {
-	s = &stack{cfg: cfg, project: project, counter: &fscount.Counter{}, in: newInjector(cfg.Seed), log: cfg.Log}
+func newStack(cfg Config) (s *stack, err error) {
+	s = &stack{cfg: cfg, counter: &fscount.Counter{}, pubs: newPublishCounts(), in: newInjector(cfg.Seed), log: cfg.Log,
+		lat: &latencies{cfg: cfg, of: map[string]time.Duration{}}}
 	defer func() {
 		if err != nil {
 			s.close()
 		}
 	}()
-	bg := context.WithoutCancel(ctx)
-	if s.fs, err = s.counter.EmulatorClient(bg, emu.FirestoreHost, project); err != nil {
-		return nil, err
-	}
-	s.closers = append(s.closers, func() { s.fs.Close() })
-	s.store = store.New(s.fs)
-	if s.ps, err = pubsub.NewClient(bg, project); err != nil {
-		return nil, fmt.Errorf("pubsub: %w", err)
-	}
-	s.closers = append(s.closers, func() { s.ps.Close() })
-	if err := bus.Bootstrap(ctx, s.ps, topology()); err != nil {
-		return nil, err
-	}
-	s.bp = bus.NewPublisher(s.ps)
-	s.closers = append(s.closers, func() { s.bp.Close() })
-	s.pub = newCountingPublisher(s.bp)
-
-	s.lat = &latencies{cfg: cfg, of: map[string]time.Duration{}}
-	s.fake = geminitest.NewServer(
-		geminitest.WithLatency("", geminitest.Latency{Func: s.lat.draw}),
-		geminitest.WithResponder(func(r geminitest.Request) geminitest.Reply {
-			if s.in.fail(failModel, taskIDRE.FindString(r.Prompt), cfg.ModelErrors) {
-				return geminitest.Reply{Code: http.StatusServiceUnavailable, Message: "The model is overloaded. Please try again later."}
-			}
-			return geminitest.DefaultReply(r)
-		}))
-	s.closers = append(s.closers, s.fake.Close)
-
 	if s.secret, err = webhook.NewSecret(); err != nil {
 		return nil, err
 	}
@@ -197,73 +166,73 @@ func newStack(ctx context.Context, cfg Config, emu *emulator.Emulators, project 
 	go func() { _ = srv.Serve(ln) }()
 	s.closers = append(s.closers, func() { _ = srv.Close() })
 	s.recvURL = "http://" + ln.Addr().String() + "/hook"
-	if _, err := s.store.CreateTenant(ctx, benchTenant, store.DefaultLimits(), s.secret); err != nil {
-		return nil, err
-	}
-	if s.reg, err = prompts.Default(); err != nil {
-		return nil, err
-	}
-	gcfg, err := gemini.ConfigFromEnv(env(project, s.fake.URL, cfg.Concurrency))
-	if err != nil {
-		return nil, err
-	}
-	if s.gen, err = gemini.New(bg, gcfg, gemini.WithLogger(s.log), gemini.WithBreakerStore(s.store)); err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 
-// pull runs a pull consumer until the stack stops.
-func (s *stack) pull(subscription string, concurrency int, h bus.Handler, onStop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := bus.Pull(ctx, s.ps, subscription, bus.PullSettings{MaxOutstandingMessages: concurrency, MaxExtension: 10 * time.Minute}, h); err != nil {
-			s.log.Error("pull ended", "subscription", subscription, "error", err)
-		}
-	}()
-	s.stopping = append(s.stopping, func() {
-		cancel()
-		if onStop != nil {
-			t := time.AfterFunc(2*time.Second, onStop)
-			defer t.Stop()
-		}
-		<-done
+// fakeOptions are the fake Gemini's latency distribution and injected 503s.
+func (s *stack) fakeOptions() []geminitest.Option {
+	return []geminitest.Option{
+		geminitest.WithLatency("", geminitest.Latency{Func: s.lat.draw}),
+		geminitest.WithResponder(func(r geminitest.Request) geminitest.Reply {
+			if s.in.fail(failModel, taskIDRE.FindString(r.Prompt), s.cfg.ModelErrors) {
+				return geminitest.Reply{Code: http.StatusServiceUnavailable, Message: "The model is overloaded. Please try again later."}
+			}
+			return geminitest.DefaultReply(r)
+		}),
+	}
+}
+
+// createTenant creates the bench tenant, signing with the receiver's secret, its concurrency cap
+// the workload's: a closed loop never has more tasks in flight.
+func (s *stack) createTenant(ctx context.Context) error {
+	limits := store.DefaultLimits()
+	limits.Concurrency = s.cfg.Concurrency
+	_, err := s.store.CreateTenant(ctx, benchTenant, limits, s.secret)
+	return err
+}
+
+// startGenbox runs genbox as `genbox dev` assembles it (internal/devstack) on the emulators,
+// with the bench's counted Firestore client, counted publishers, the worker's lost result
+// publishes and acks, and the bench's fake Gemini.
+func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, project string) error {
+	loopback := "127.0.0.1:0"
+	st, err := devstack.Start(ctx, devstack.Config{
+		Project:       project,
+		PublisherAddr: loopback, DLQAddr: loopback, SlackAddr: loopback, WebhookAddr: loopback, GeminiAddr: loopback,
+		Getenv:        env(emu, s.cfg.Concurrency, nil),
+		Log:           s.log,
+		Topology:      topology(),
+		Fake:          s.fakeOptions(),
+		OpenFirestore: s.counter.EmulatorClient,
+		WrapPublisher: func(service string, p devstack.Publisher) devstack.Publisher {
+			counted := &countingPublisher{next: p, counts: s.pubs}
+			switch service {
+			case devstack.ServicePublisher:
+				s.pub = counted // submit publishes its nudges as the publisher service does
+			case devstack.ServiceWorker:
+				return &lossyPublisher{next: counted, in: s.in, topic: bus.TopicResults, rate: s.cfg.ResultLoss}
+			}
+			return counted
+		},
+		WrapHandler: func(service string, h bus.Handler) bus.Handler {
+			if service == devstack.ServiceWorker {
+				return lostAcks(h, s.in, s.cfg.AckLoss)
+			}
+			return h
+		},
 	})
-}
-
-// background runs f until the stack stops.
-func (s *stack) background(f func(ctx context.Context)) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); f(ctx) }()
-	s.stopping = append(s.stopping, func() { cancel(); <-done })
-}
-
-// startGenbox runs genbox's worker (with its sweeper) and resulthandler, configured as the
-// services configure themselves.
-func (s *stack) startGenbox() error {
-	getenv := env(s.project, s.fake.URL, s.cfg.Concurrency)
-	wcfg, err := worker.FromEnv(getenv)
 	if err != nil {
 		return err
 	}
-	wpub := &lossyPublisher{next: s.pub, in: s.in, topic: bus.TopicResults, rate: s.cfg.ResultLoss}
-	h := worker.New(s.store, s.gen, s.reg, wpub, s.log.With("service", "worker"), wcfg.Policy())
-	s.pull(wcfg.Subscription, wcfg.Concurrency, lostAcks(h, s.in, s.cfg.AckLoss), h.Abort)
-	sw := sweeper.New(s.store, s.pub, s.gen, s.log.With("service", "sweeper"), wcfg.Sweep, wcfg.Instance)
-	s.background(func(ctx context.Context) { _ = sw.Run(ctx) })
-	rcfg, err := resulthandler.FromEnv(getenv)
-	if err != nil {
-		return err
-	}
-	rh, err := resulthandler.New(s.store, s.store, s.pub, ssrf.NewClient(rcfg.SSRF()), s.log.With("service", "resulthandler"), rcfg.Policy)
-	if err != nil {
-		return err
-	}
-	s.pull(rcfg.Subscription, rcfg.Concurrency, rh, nil)
-	return nil
+	s.closers = append(s.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := st.Close(ctx); err != nil {
+			s.log.Error("close the genbox stack", "error", err)
+		}
+	})
+	s.store, s.fake, s.stopSystem = st.Store, st.Fake, st.StopServices
+	return s.createTenant(ctx)
 }
 
 // submit does what the publisher does for a new task: write it (due a grace later, so the
@@ -290,15 +259,10 @@ func input(id string, n int) string {
 	return b.String()[:max(n, len(id)+9)]
 }
 
-func (s *stack) stop() {
-	for i := len(s.stopping) - 1; i >= 0; i-- {
-		s.stopping[i]()
-	}
-	s.stopping = nil
-}
-
 func (s *stack) close() {
-	s.stop()
+	if s.stopSystem != nil {
+		_ = s.stopSystem(context.Background())
+	}
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		s.closers[i]()
 	}
@@ -307,19 +271,16 @@ func (s *stack) close() {
 
 // runSystem puts the workload through one system in its own project and measures it.
 func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system, project string) (Result, error) {
-	if err := emu.Setenv(); err != nil {
-		return Result{}, err
-	}
-	s, err := newStack(ctx, cfg, emu, project)
+	s, err := newStack(cfg)
 	if err != nil {
 		return Result{}, err
 	}
 	defer s.close()
 	switch system {
 	case systemGenbox:
-		err = s.startGenbox()
+		err = s.startGenbox(ctx, emu, project)
 	case systemNaive:
-		err = s.startNaive()
+		err = s.startNaive(ctx, emu, project)
 	}
 	if err != nil {
 		return Result{}, err
@@ -379,16 +340,18 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 		return Result{}, err
 	}
 	// Let what the last tasks left in flight (redeliveries, re-nudges) run, then stop the
-	// consumers and wait until every generation the fake started is billed.
+	// system's consumers and loops and wait until every generation the fake started is billed.
 	time.Sleep(time.Second + 2*cfg.Latency)
-	s.stop()
+	if err := s.stopSystem(ctx); err != nil {
+		return Result{}, err
+	}
 	idle, cancel := context.WithTimeout(ctx, 5*cfg.Latency+10*time.Second)
 	defer cancel()
 	if err := s.fake.WaitIdle(idle); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return Result{}, err
 	}
 
-	r := Result{System: system, Tasks: cfg.Tasks, Wall: wall, Publishes: s.pub.counts(), Injected: s.in.counts(), PeakRSS: peakRSS()}
+	r := Result{System: system, Tasks: cfg.Tasks, Wall: wall, Publishes: s.pubs.counts(), Injected: s.in.counts(), PeakRSS: peakRSS()}
 	ops := s.counter.Counts().Sub(ops0)
 	r.FirestoreReads, r.FirestoreWrites, r.FirestoreCommits = ops.Reads, ops.Writes, ops.Commits
 	var e2e, over []time.Duration
