@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -127,6 +128,19 @@ type Sweeper struct {
 	pace    *rate.Limiter
 	release *rate.Limiter
 	gauges  *gauges // nil without WithMetrics
+
+	mu         sync.Mutex
+	unrecorded map[string]unrecorded // by task id: nudges whose backoff write failed
+}
+
+// unrecorded is the backoff of a nudge that was published but whose guarded write failed for a
+// reason other than a concurrent change — typically contention: the write waited for the
+// document's lock and ended in Aborted. It holds for the document version it was computed from;
+// any later write is progress and ends it, as it resets a recorded backoff.
+type unrecorded struct {
+	updateTime time.Time
+	nudges     int
+	nudgeAt    time.Time
 }
 
 // New returns a Sweeper whose leadership lease is held as owner. avail may be nil (every chain
@@ -137,6 +151,8 @@ func New(s *store.Store, pub Publisher, avail Availability, log *slog.Logger, cf
 		leader:  &claim.Doc{FS: s.FS, Ref: s.FS.Collection(store.LeadersCollection).Doc(LeaderDoc), Owner: owner, TTL: cfg.LeaderTTL, Now: s.Now},
 		pace:    rate.NewLimiter(rate.Limit(cfg.Pace), max(1, int(cfg.Pace))),
 		release: rate.NewLimiter(rate.Limit(cfg.ReleaseRate), 1),
+
+		unrecorded: map[string]unrecorded{},
 	}
 	for _, o := range opts {
 		o(sw)
@@ -185,18 +201,27 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 	it := s.store.Tasks().Where("due_at", "<=", now).OrderBy("due_at", firestore.Asc).
 		Limit(s.cfg.Limit).Select(routing...).Documents(ctx)
 	defer it.Stop()
-	n := 0
+	n, docs := 0, 0
+	seen := map[string]bool{}
 	for {
 		snap, err := it.Next()
 		if errors.Is(err, iterator.Done) {
+			if docs < s.cfg.Limit {
+				s.forgetUnseen(seen, now)
+			}
 			return n, nil
 		}
 		if err != nil {
 			return n, fmt.Errorf("sweep query: %w", err)
 		}
+		docs++
+		seen[snap.Ref.ID] = true
 		t, err := store.DecodeTask(snap)
 		if err != nil {
 			s.log.ErrorContext(ctx, "undecodable task skipped", "task_id", snap.Ref.ID, "error", err)
+			continue
+		}
+		if s.backingOff(t, now) {
 			continue
 		}
 		if err := s.pace.Wait(ctx); err != nil {
@@ -298,13 +323,16 @@ func taskDue(t *store.Task, now time.Time) bool {
 // delay without growing the backoff; decided: a decision's nudges are all published, so its
 // topics are cleared): nudges+1, nudge_at = now + capped exponential backoff, and the
 // due_at that follows, guarded by the update time read — a document someone changed meanwhile is
-// left as they wrote it (their write reset the backoff and recomputed due_at).
+// left as they wrote it (their write reset the backoff and recomputed due_at). A write that fails
+// otherwise leaves the backoff in this process (backingOff), so the next pass does not publish
+// the same nudges again.
 func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, now time.Time, held, decided bool) {
-	next := now.Add(s.cfg.BackoffBase)
+	delay := s.cfg.BackoffBase
 	if !held {
 		t.Nudges++
-		next = now.Add(time.Duration(min(float64(s.cfg.BackoffBase)*math.Pow(2, float64(t.Nudges-1)), float64(s.cfg.BackoffMax))))
+		delay = time.Duration(min(float64(s.cfg.BackoffBase)*math.Pow(2, float64(t.Nudges-1)), float64(s.cfg.BackoffMax)))
 	}
+	next := now.Add(delay)
 	t.NudgeAt = &next
 	var updates []firestore.Update
 	if decided {
@@ -328,9 +356,61 @@ func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, 
 	_, err := s.store.Tasks().Doc(t.ID).Update(ctx, updates, firestore.LastUpdateTime(t.UpdateTime))
 	switch status.Code(err) {
 	case codes.OK:
+		s.forget(t.ID)
 	case codes.FailedPrecondition, codes.NotFound:
+		s.forget(t.ID)
 		log.DebugContext(ctx, "task changed during the sweep; its writer rescheduled it")
 	default:
-		log.WarnContext(ctx, "nudge backoff not recorded", "error", err)
+		// Most likely contention: the write waited for the document's lock and lost. Re-publishing
+		// on every pass would feed that contention a fresh claim each time, so the backoff holds in
+		// this process, counted from now (the wait may have outlasted it), until the document
+		// changes.
+		at := s.store.Now().UTC().Add(delay)
+		s.remember(t.ID, unrecorded{updateTime: t.UpdateTime, nudges: t.Nudges, nudgeAt: at})
+		log.WarnContext(ctx, "nudge backoff not recorded; kept in memory", "nudges", t.Nudges, "nudge_at", at, "error", err)
+	}
+}
+
+// backingOff reports whether t was nudged by this process within a backoff its write could not
+// record. Past that backoff it gives t the unrecorded nudge count, so the next delay grows as a
+// recorded one would. A document changed since is progress: the entry is dropped.
+func (s *Sweeper) backingOff(t *store.Task, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u, ok := s.unrecorded[t.ID]
+	switch {
+	case !ok:
+		return false
+	case !u.updateTime.Equal(t.UpdateTime):
+		delete(s.unrecorded, t.ID)
+		return false
+	case now.Before(u.nudgeAt):
+		return true
+	}
+	t.Nudges, t.NudgeAt = u.nudges, &u.nudgeAt
+	return false
+}
+
+func (s *Sweeper) remember(id string, u unrecorded) {
+	s.mu.Lock()
+	s.unrecorded[id] = u
+	s.mu.Unlock()
+}
+
+func (s *Sweeper) forget(id string) {
+	s.mu.Lock()
+	delete(s.unrecorded, id)
+	s.mu.Unlock()
+}
+
+// forgetUnseen drops, after a complete pass, the entries whose backoff had ended by now but whose
+// document the pass did not return: it is no longer due (changed, finished or deleted).
+func (s *Sweeper) forgetUnseen(seen map[string]bool, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, u := range s.unrecorded {
+		if !seen[id] && !now.Before(u.nudgeAt) {
+			delete(s.unrecorded, id)
+		}
 	}
 }

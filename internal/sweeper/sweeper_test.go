@@ -340,3 +340,57 @@ func TestUnreachablePubSubEndsThePass(t *testing.T) {
 		t.Fatalf("%d documents tried while Pub/Sub was unreachable, want 1", tried)
 	}
 }
+
+// A nudge whose backoff write loses to a transaction holding the document (the emulator, like
+// Firestore, locks it: the write ends in Aborted) still counts: the next pass does not publish it
+// again before its backoff, so contention is not fed a fresh claim on every pass. A write by
+// anyone else is progress and ends that backoff.
+func TestBackoffKeptWhenItsWriteLosesToContention(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	create(t, s, "t", func(*store.Task) {})
+	ctx := context.Background()
+	ref := s.Tasks().Doc("t")
+	held, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	var once sync.Once
+	go func() {
+		done <- s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+			_, err := tx.Get(ref)
+			once.Do(func() { close(held) })
+			<-release
+			return err
+		})
+	}()
+	<-held
+	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
+	if _, err := sw.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(pub.Take()); n != 1 {
+		t.Fatalf("first pass published %d nudges, want 1", n)
+	}
+	if doc, err := s.GetTask(ctx, "t"); err != nil || doc.Nudges != 0 {
+		t.Fatalf("the backoff write was meant to lose to the held transaction: nudges %d (%v)", doc.Nudges, err)
+	}
+	for range 3 {
+		if _, err := sw.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again := pub.Take(); len(again) != 0 {
+		t.Fatalf("passes within the backoff re-published %d nudges", len(again))
+	}
+	if _, err := s.MutateTask(ctx, "t", func(*store.Task, time.Time) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sw.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(pub.Take()); n != 1 {
+		t.Errorf("after progress the pass published %d nudges, want 1", n)
+	}
+}
