@@ -311,3 +311,42 @@ func TestDecidedWhilePosting(t *testing.T) {
 		t.Fatalf("left behind: %+v %+v", got.SlackUpdate, got.Notices)
 	}
 }
+
+// One instance never posts a dead letter twice at once. A notice that reaches the instance already
+// posting it — here re-sent after the post lease lapsed while Slack was slow to answer — is acked
+// without a transaction, where one would take the lapsed lease and post a second message.
+func TestDuplicateNoticeInTheSameInstanceAcked(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tk := e.deadTask(t, "t-dup")
+	hold, arrived := make(chan struct{}), make(chan struct{}, 1)
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
+	e.slack.mu.Lock()
+	e.slack.hold, e.slack.arrived = hold, arrived
+	e.slack.mu.Unlock()
+	first := make(chan bus.Result, 1)
+	go func() { first <- e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0])) }()
+	<-arrived
+	e.clock.Add(e.cfg.PostLease + time.Second) // the post lease lapses while Slack has not answered
+	dup := make(chan bus.Result, 1)
+	go func() { dup <- e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0])) }()
+	select {
+	case r := <-dup:
+		if r != bus.Ack {
+			t.Fatalf("duplicate: %v, want ack", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the duplicate notice was not acked")
+	}
+	release()
+	if r := <-first; r != bus.Ack {
+		t.Fatalf("first: %v", r)
+	}
+	if n := len(e.slack.calls("chat.postMessage")); n != 1 {
+		t.Fatalf("%d chat.postMessage calls, want 1", n)
+	}
+	if d := e.deadLetter(t, "t-dup:generation:0:0"); d.SlackTS == "" {
+		t.Fatalf("dead letter not recorded as posted: %+v", d)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/slack-go/slack"
@@ -86,6 +87,10 @@ type Service struct {
 
 	approvers map[string]bool
 	metrics   *obs.Metrics // nil records nothing
+
+	// inHand holds the ids of the tasks whose notice or Slack update this instance is carrying: a
+	// duplicate nudge for one of them is acked without a transaction (see carry).
+	inHand sync.Map
 }
 
 // New returns a Service. est may be nil: the Regenerate button then prices from the task's
@@ -117,19 +122,36 @@ func (s *Service) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		s.poison(ctx, log, id, a[AttrDeadLetterSource], m)
 	case id == "":
 		log.WarnContext(ctx, "dlqnotifier: message without a task id; acked")
-	case a[task.AttrKind] == KindNotice:
-		n, err := noticeOf(a)
-		if err != nil {
-			log.WarnContext(ctx, "dlqnotifier: malformed notice; acked", "error", err)
-			break
-		}
-		s.notice(ctx, log, id, n)
-	case a[task.AttrKind] == KindSlackUpdate:
-		s.followUp(ctx, log, id)
+	case a[task.AttrKind] == KindNotice || a[task.AttrKind] == KindSlackUpdate:
+		s.carry(ctx, log, id, a)
 	default:
 		log.WarnContext(ctx, "dlqnotifier: unknown message kind; acked", "kind", a[task.AttrKind])
 	}
 	return bus.Ack
+}
+
+// carry handles a notice or a Slack update nudge of task id. Nudges repeat (the sweeper re-sends
+// what is due, Pub/Sub redelivers): one for a task this instance already has in hand is acked
+// without a transaction. It would find the work held, or — the post lease lapsed while Slack was
+// slow — post the dead letter a second time; and its transaction would contend with the holder's
+// commits on the task document, where under load stacked transactions keep the document locked
+// for everyone.
+func (s *Service) carry(ctx context.Context, log *slog.Logger, id string, a map[string]string) {
+	if _, busy := s.inHand.LoadOrStore(id, struct{}{}); busy {
+		log.DebugContext(ctx, "dlqnotifier: task already in hand in this instance; acked", "kind", a[task.AttrKind])
+		return
+	}
+	defer s.inHand.Delete(id)
+	if a[task.AttrKind] == KindSlackUpdate {
+		s.followUp(ctx, log, id)
+		return
+	}
+	n, err := noticeOf(a)
+	if err != nil {
+		log.WarnContext(ctx, "dlqnotifier: malformed notice; acked", "error", err)
+		return
+	}
+	s.notice(ctx, log, id, n)
 }
 
 // ErrBadNotice means a notice message's attributes do not name a dead letter.

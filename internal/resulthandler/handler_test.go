@@ -251,6 +251,46 @@ func TestTwoInstancesOnePOST(t *testing.T) {
 	t.Logf("%s lost the claim", loser)
 }
 
+// One instance never POSTs an event twice at once. A nudge that reaches the instance already
+// delivering the task's webhook — here after the delivery lease lapsed during the POST, as when the
+// commits around it wait out contention — is acked without a claim, where a claim would take the
+// delivery over and POST the event a second time.
+func TestDuplicateNudgeInTheSameInstanceAcked(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.recv.hold = make(chan struct{})
+	e.recv.arrived = make(chan struct{}, 4)
+	release := sync.OnceFunc(func() { close(e.recv.hold) })
+	t.Cleanup(release)
+	tk := e.finishedTask(t, "t-dup", e.recv.URL())
+	first := make(chan bus.Result, 1)
+	go func() { first <- e.handle(tk.ID) }()
+	<-e.recv.arrived
+	e.clock.Set(e.clock.Now().Add(e.policy.LeaseTTL() + time.Second)) // the lease lapses mid-POST
+	dup := make(chan bus.Result, 1)
+	go func() { dup <- e.handle(tk.ID) }()
+	select {
+	case r := <-dup:
+		if r != bus.Ack {
+			t.Fatalf("duplicate: %v, want ack", r)
+		}
+	case <-e.recv.arrived:
+		t.Fatal("the instance POSTed the event a second time while its first POST was in flight")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the duplicate nudge was not acked")
+	}
+	release()
+	if r := <-first; r != bus.Ack {
+		t.Fatalf("first: %v", r)
+	}
+	if n := len(e.recv.Posts()); n != 1 {
+		t.Fatalf("%d posts, want 1", n)
+	}
+	if got := e.get(t, tk.ID); got.Delivery.State != task.DeliveryDelivered || got.Delivery.Lease.Epoch != 1 {
+		t.Fatalf("delivery %s lease epoch %d; want delivered by the first claim", got.Delivery.State, got.Delivery.Lease.Epoch)
+	}
+}
+
 func TestNewerEventQueuesBehindPending(t *testing.T) {
 	t.Parallel()
 	e := setup(t)

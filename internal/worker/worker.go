@@ -81,6 +81,10 @@ type Handler struct {
 	cancel  context.CancelFunc
 	stats   Stats
 	metrics *obs.Metrics // nil records nothing
+
+	// inHand holds the ids of the tasks this instance is claiming or running: a duplicate nudge
+	// for one of them is acked without a transaction (see Handle).
+	inHand sync.Map
 }
 
 // Option configures a Handler.
@@ -156,6 +160,17 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		return bus.Ack
 	}
 	log := h.log.With("task_id", id, "delivery_attempt", m.DeliveryAttempt)
+	// Nudges repeat (the publisher's and the sweeper's, a decision's, Pub/Sub's redeliveries). One
+	// for a task this instance already has in hand is acked: its claim would find the task held,
+	// or — the holder's lease lapsed mid-call — take it over and pay for a second call in the same
+	// process; and its transaction would contend with the holder's renewals and output commit on
+	// the task document, where under load stacked claims keep the document locked for everyone.
+	if _, busy := h.inHand.LoadOrStore(id, struct{}{}); busy {
+		log.DebugContext(ctx, "task already in hand in this instance; acked")
+		h.stats.notClaimed.Add(1)
+		return bus.Ack
+	}
+	defer h.inHand.Delete(id)
 	// The work outlives the pull's context (it ends when pulling stops) and ends only by Abort.
 	work, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()

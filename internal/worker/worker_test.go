@@ -151,6 +151,52 @@ func TestDuplicateDeliveryOneCall(t *testing.T) {
 	}
 }
 
+// One instance never runs a task twice at once. A nudge that reaches the instance already running
+// the task — here after its lease lapsed mid-call, as when its renewals lose to contention — is
+// acked without a claim, where a claim would take the task over in the same process and pay for a
+// second call (and its transaction would contend with the holder's commit).
+func TestDuplicateNudgeInTheSameInstanceAcked(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	const id = "dup-same"
+	b.task(t, id)
+	gate := b.srv.Block("mz")
+	t.Cleanup(gate.Release)
+	pol := policy("w")
+	pol.LeaseTTL, pol.RenewEvery = 200*time.Millisecond, time.Hour
+	h := b.handler(pol, chain("mz"))
+	first := make(chan bus.Result, 1)
+	go func() { first <- h.Handle(context.Background(), msg(id)) }()
+	select {
+	case <-gate.Entered():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first call never reached the model")
+	}
+	waitFor(t, "the lease to lapse", 5*time.Second, func() bool { return !b.get(t, id).Lease.Live(time.Now()) })
+	dup := make(chan bus.Result, 1)
+	go func() { dup <- h.Handle(context.Background(), msg(id)) }()
+	select {
+	case r := <-dup:
+		if r != bus.Ack {
+			t.Fatalf("duplicate: %v, want ack", r)
+		}
+	case <-gate.Entered():
+		t.Fatal("the instance called the model a second time for a task it was running")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the duplicate nudge was not acked")
+	}
+	gate.Release()
+	if r := <-first; r != bus.Ack {
+		t.Fatalf("first: %v", r)
+	}
+	if n := len(b.srv.Ledger().BillsFor(id)); n != 1 {
+		t.Errorf("billed %d times, want 1", n)
+	}
+	if got := b.get(t, id); got.State != task.StateSucceeded || got.OutputEpoch != 1 || got.Lease.Epoch != 1 {
+		t.Errorf("state %s output epoch %d lease epoch %d; want the first run's output, no takeover", got.State, got.OutputEpoch, got.Lease.Epoch)
+	}
+}
+
 // zombie starts worker "zombie" on id with its calls held at the gate of model "mz", and a lease
 // that expires at once and is never renewed (the process is paused). It returns when the call is
 // at the gate and the lease has expired.
