@@ -113,6 +113,7 @@ func (s *Service) Decide(ctx context.Context, id string, action Action, by strin
 		// Always queued, posted or not: the sweeper's slack_update nudge is also what brings a
 		// decision whose nudges it re-published back here to be marked done.
 		s.queueSlackUpdate(t, id, now)
+		s.holdSweeper(t, now)
 		return nil
 	})
 	if err != nil {
@@ -192,6 +193,21 @@ func regenerate(t *store.Task) {
 	t.BypassCache = true
 }
 
+// holdSweeper keeps the sweeper off t until the decision grace ends, while the decided work is
+// not yet taken (no task or delivery lease): the decider publishes the nudges itself right after
+// its commit, and every write resets the sweeper's backoff, so without it a regenerated (queued)
+// task or a redelivered (pending) webhook is due at once and the sweeper sends a second nudge
+// whose claim races the first. A lost nudge is still the sweeper's after the grace.
+func (s *Service) holdSweeper(t *store.Task, now time.Time) {
+	d := t.Decision
+	if d == nil || t.State == task.StateRunning || t.Delivery.Lease.Live(now) {
+		return
+	}
+	if at := d.At.Add(s.cfg.FollowUpGrace); now.Before(at) {
+		t.NudgeAt = &at
+	}
+}
+
 // followUp carries what a decision left on task id: its unpublished nudges, then the chat.update
 // of each decided dead letter's message. Each part is cleared once done; what fails stays on the
 // task with a backoff, and the sweeper sends a slack_update nudge for it.
@@ -233,12 +249,11 @@ func (s *Service) followUp(ctx context.Context, log *slog.Logger, id string) {
 		t.SlackUpdate.Keys = slices.DeleteFunc(t.SlackUpdate.Keys, func(k string) bool { return slices.Contains(done, k) })
 		if len(t.SlackUpdate.Keys) == 0 {
 			t.SlackUpdate = nil
-			return nil
-		}
-		if failed {
+		} else if failed {
 			next := now.Add(s.cfg.PostBackoffBase)
 			t.SlackUpdate.NextAttemptAt = &next
 		}
+		s.holdSweeper(t, now)
 		return nil
 	})
 	if err != nil {
@@ -249,7 +264,7 @@ func (s *Service) followUp(ctx context.Context, log *slog.Logger, id string) {
 // decisionApplied clears the decision's topics once its nudges are published and marks the dead
 // letter applied.
 func (s *Service) decisionApplied(ctx context.Context, log *slog.Logger, id, dlID string) {
-	_, _, err := s.store.MutateDeadLetter(ctx, id, dlID, func(t *store.Task, d *store.DeadLetter, _ time.Time) error {
+	_, _, err := s.store.MutateDeadLetter(ctx, id, dlID, func(t *store.Task, d *store.DeadLetter, now time.Time) error {
 		if t.Decision == nil || t.Decision.DeadLetterID != dlID || len(t.Decision.Topics) == 0 {
 			return store.ErrNoChange
 		}
@@ -257,6 +272,7 @@ func (s *Service) decisionApplied(ctx context.Context, log *slog.Logger, id, dlI
 		if !d.CreatedAt.IsZero() {
 			d.Applied = true
 		}
+		s.holdSweeper(t, now)
 		return nil
 	})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/internal/worker"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -410,5 +411,38 @@ func TestDecisionsKeepUnpublishedTopics(t *testing.T) {
 	}
 	if got := e.get(t, tk.ID); len(got.Decision.Topics) != 0 || got.SlackUpdate != nil {
 		t.Fatalf("left %+v %+v", got.Decision, got.SlackUpdate)
+	}
+}
+
+// A decision publishes its own nudge: the sweeper leaves the task alone for the decision grace,
+// through the decision's own bookkeeping writes, so it does not send a second claim racing the
+// first. A nudge that was lost (nobody claimed the task) is still carried by the sweeper after it.
+func TestDecisionHoldsTheSweeperOffItsOwnNudge(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tk := e.deadTask(t, "t-hold")
+	e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
+	e.approve(t, ActionRegenerate, "t-hold:generation:0:0")
+	got := e.get(t, tk.ID)
+	if got.State != task.StateQueued || len(got.Decision.Topics) != 0 || got.SlackUpdate != nil || e.nudged(bus.TopicTasks, tk.ID) != 1 {
+		t.Fatalf("after Regenerate: state %s decision %+v slack update %+v, %d nudges", got.State, got.Decision, got.SlackUpdate, e.nudged(bus.TopicTasks, tk.ID))
+	}
+	sweeperPub := &testenv.Publisher{}
+	sw := sweeper.New(e.st, sweeperPub, nil, slog.New(slog.DiscardHandler), sweeper.Config{
+		Interval: time.Second, Limit: 10, Pace: 1000, ReleaseRate: 10, LeaderTTL: 3 * time.Second,
+		BackoffBase: time.Second, BackoffMax: time.Second,
+	}, "sw")
+	if _, err := sw.Pass(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sweeperPub.On(bus.TopicTasks)); n != 0 {
+		t.Fatalf("the sweeper nudged the task %d times within the decision grace", n)
+	}
+	e.clock.Add(e.cfg.FollowUpGrace)
+	if _, err := sw.Pass(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sweeperPub.On(bus.TopicTasks)); n != 1 {
+		t.Fatalf("the sweeper nudged the unclaimed task %d times after the grace, want 1", n)
 	}
 }
