@@ -96,7 +96,7 @@ func TestSubmitEndsInVerifiedWebhook(t *testing.T) {
 func TestDeadLetterRegeneratedThroughSlack(t *testing.T) {
 	t.Parallel()
 	s, _ := setup(t, "GENBOX_TASK_ATTEMPTS", "1", "GENBOX_MAX_ATTEMPTS", "1", "GENBOX_MODEL_CHAIN", "m-dlq")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	s.Fake.FailNext("m-dlq", 503)
 	c := client.New(s.Info.Publisher, s.Info.APIKey)

@@ -21,7 +21,7 @@ import (
 func TestDeadAndRegeneratedAreCounted(t *testing.T) {
 	r := start(t, "GENBOX_TASK_ATTEMPTS", "1", "GENBOX_MAX_ATTEMPTS", "1", "GENBOX_MODEL_CHAIN", "m-obs")
 	s := r.stack
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	s.Fake.FailNext("m-obs", 503)
 	c := client.New(s.Info.Publisher, s.Info.APIKey)
