@@ -192,11 +192,13 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		log.InfoContext(ctx, "run_before passed; failed as expired")
 		h.stats.failed.Add(1)
 		h.finished(ctx, c.task)
+		h.nudgeResult(ctx, log, c.task)
 		return bus.Ack
 	case claimDead:
 		log.ErrorContext(ctx, "task killed its worker past the claim cap; dead", "claims", c.task.Claims)
 		h.stats.dead.Add(1)
 		h.finished(ctx, c.task)
+		h.nudgeResult(ctx, log, c.task)
 		h.publishNotices(ctx, log, c.task)
 		return bus.Ack
 	}
@@ -479,12 +481,19 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 	}
 	h.remember(ctx, log, t, a)
 	crashpoint.Hit(crashpoint.AfterCommit)
-	if t.Delivery.State == task.DeliveryPending {
-		if _, err := h.pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: t.ID}); err != nil {
-			log.WarnContext(ctx, "result nudge not published; the sweeper will", "error", err)
-		}
-	}
+	h.nudgeResult(ctx, log, t)
 	crashpoint.Hit(crashpoint.AfterPublish)
+}
+
+// nudgeResult tells the resulthandler that the task, just ended, has a webhook to deliver. A lost
+// publish only waits for the sweeper: the delivery is due from its commit.
+func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Task) {
+	if t.Delivery.State != task.DeliveryPending {
+		return
+	}
+	if _, err := h.pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: t.ID}); err != nil {
+		log.WarnContext(ctx, "result nudge not published; the sweeper will", "error", err)
+	}
 }
 
 // mutateRetrying runs MutateTask, retrying while its outcome is unknown or contended.
@@ -591,6 +600,7 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 		h.stats.dead.Add(1)
 		h.finished(ctx, t)
 		log.ErrorContext(ctx, "attempts exhausted; dead", "attempts", t.Attempts, "error_kind", string(e.Kind), "error", e.Message)
+		h.nudgeResult(ctx, log, t)
 		h.publishNotices(ctx, log, t)
 	default:
 		h.stats.released.Add(1)
@@ -622,6 +632,7 @@ func (h *Handler) fail(ctx context.Context, log *slog.Logger, id string, epoch i
 		h.stats.failed.Add(1)
 		h.finished(ctx, t)
 		log.WarnContext(ctx, "failed", "error_kind", string(e.Kind), "error", e.Message)
+		h.nudgeResult(ctx, log, t)
 	}
 }
 

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -359,6 +360,15 @@ func TestFailureOutcomes(t *testing.T) {
 	got = b.get(t, "permanent")
 	if got.State != task.StateFailed || got.Error == nil || got.Error.Kind != task.KindPermanent || got.Error.Code != 400 || got.Delivery.EventType != task.EventFailed {
 		t.Errorf("after a permanent failure: %s %+v", got.State, got.Error)
+	}
+	// The dead and the failed task nudge the resulthandler as a success does: their webhooks do
+	// not wait for a sweep. The retried one has nothing to deliver yet.
+	var nudged []string
+	for _, m := range b.pub.On(bus.TopicResults) {
+		nudged = append(nudged, m.Attrs[task.AttrTaskID])
+	}
+	if !slices.Equal(nudged, []string{"exhausted", "permanent"}) {
+		t.Errorf("result nudges for %v, want exhausted and permanent", nudged)
 	}
 }
 
