@@ -5,14 +5,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
@@ -25,46 +21,7 @@ import (
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
-	"github.com/genbox-dev/genbox/pkg/webhook"
 )
-
-// hook is one webhook the receiver got.
-type hook struct {
-	ID, Body string
-	Verified bool
-}
-
-// receiver is an app's webhook endpoint: it verifies every request with the official Standard
-// Webhooks library and answers the status its schedule gives the nth request (1-based).
-type receiver struct {
-	srv      *httptest.Server
-	secret   string
-	schedule func(n int) int
-	mu       sync.Mutex
-	hooks    []hook
-}
-
-func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	body, _ := io.ReadAll(req.Body)
-	wh, err := standardwebhooks.NewWebhook(r.secret)
-	if err == nil {
-		err = wh.Verify(body, req.Header)
-	}
-	r.mu.Lock()
-	r.hooks = append(r.hooks, hook{ID: req.Header.Get(webhook.HeaderID), Body: string(body), Verified: err == nil})
-	status := http.StatusNoContent
-	if r.schedule != nil {
-		status = r.schedule(len(r.hooks))
-	}
-	r.mu.Unlock()
-	w.WriteHeader(status)
-}
-
-func (r *receiver) got() []hook {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]hook(nil), r.hooks...)
-}
 
 // pipeline is the real worker (on the fake Gemini) and resulthandler (to a real receiver) around
 // the env's store, publishing on the env's recording publisher.
@@ -72,7 +29,7 @@ type pipeline struct {
 	gem    *geminitest.Server
 	worker *worker.Handler
 	rh     *resulthandler.Handler
-	recv   *receiver
+	recv   *testenv.Receiver
 }
 
 func (e *env) pipeline(t *testing.T) *pipeline {
@@ -92,16 +49,7 @@ func (e *env) pipeline(t *testing.T) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret, err := webhook.NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.st.CreateTenant(e.ctx, testTenant, store.DefaultLimits(), secret); err != nil {
-		t.Fatal(err)
-	}
-	recv := &receiver{secret: secret}
-	recv.srv = httptest.NewServer(recv)
-	t.Cleanup(recv.srv.Close)
+	recv := testenv.NewReceiver(t, testenv.Tenant(t, e.st, testTenant))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	render := fakeRenderer{RenderFunc: func(family, variant, input string, _ *task.GenConfig) (*prompts.Rendered, error) {
 		return &prompts.Rendered{Family: family, Variant: variant, Prompt: input, Models: []string{"m"}}, nil
@@ -124,7 +72,7 @@ func (e *env) pipeline(t *testing.T) *pipeline {
 func (e *env) submit(t *testing.T, p *pipeline, id string) {
 	t.Helper()
 	tk := &store.Task{ID: id, Tenant: testTenant, Family: "summarize", Variant: "default", Input: "summarize " + id,
-		State: task.StateQueued, CallbackURL: p.recv.srv.URL + "/hook"}
+		State: task.StateQueued, CallbackURL: p.recv.URL()}
 	if err := e.st.CreateTask(e.ctx, tk); err != nil {
 		t.Fatal(err)
 	}
@@ -228,8 +176,8 @@ func TestRegenerate(t *testing.T) {
 	}
 	p.rh.Handle(e.ctx, idMsg(id))
 	var ids []string
-	for _, h := range p.recv.got() {
-		if !h.Verified {
+	for _, h := range p.recv.Hooks() {
+		if h.VerifyErr != nil {
 			t.Fatalf("unverified webhook %+v", h)
 		}
 		ids = append(ids, h.ID)
@@ -257,7 +205,7 @@ func TestRedeliver(t *testing.T) {
 	if got := e.get(t, id); got.State != task.StateFailed || got.Delivery.EventType != task.EventFailed {
 		t.Fatalf("state %s event %s", got.State, got.Delivery.EventType)
 	}
-	p.recv.schedule = func(n int) int {
+	p.recv.Schedule = func(n int) int {
 		if n <= 2 {
 			return http.StatusGone // refused: the delivery dies at once
 		}
@@ -274,14 +222,15 @@ func TestRedeliver(t *testing.T) {
 		t.Fatalf("posts %+v", posts)
 	}
 	ledger := p.gem.Ledger()
+	results, tasks := e.nudged(bus.TopicResults, id), e.nudged(bus.TopicTasks, id)
 
 	e.approve(t, ActionRedeliver, dl)
 	after := e.get(t, id)
 	if d := after.Delivery; d.State != task.DeliveryPending || d.Round != 1 || d.Attempts != 0 || d.FirstAttemptAt != nil || after.State != task.StateFailed {
 		t.Fatalf("after Redeliver: task %s delivery %+v", after.State, d)
 	}
-	if e.nudged(bus.TopicResults, id) != 1 || e.nudged(bus.TopicTasks, id) != 0 {
-		t.Fatalf("nudges: results %d tasks %d", e.nudged(bus.TopicResults, id), e.nudged(bus.TopicTasks, id))
+	if r, k := e.nudged(bus.TopicResults, id)-results, e.nudged(bus.TopicTasks, id)-tasks; r != 1 || k != 0 {
+		t.Fatalf("nudges by the Redeliver: results %d tasks %d, want 1 and 0", r, k)
 	}
 	p.rh.Handle(e.ctx, idMsg(id)) // round 1: refused again → dead again
 	e.deliverNotices(&seen)
@@ -292,12 +241,12 @@ func TestRedeliver(t *testing.T) {
 	e.approve(t, ActionRedeliver, id+":delivery:0:1")
 	p.rh.Handle(e.ctx, idMsg(id))
 
-	hooks := p.recv.got()
+	hooks := p.recv.Hooks()
 	if len(hooks) != 3 {
 		t.Fatalf("%d webhooks, want 3", len(hooks))
 	}
 	for _, h := range hooks {
-		if h.ID != task.EventID(id, task.EventFailed, 0) || h.Body != hooks[0].Body || !h.Verified {
+		if h.ID != task.EventID(id, task.EventFailed, 0) || h.Body != hooks[0].Body || h.VerifyErr != nil {
 			t.Fatalf("webhook %+v differs from the first %+v", h, hooks[0])
 		}
 	}

@@ -134,31 +134,13 @@ func (d *slackDouble) posts(t testing.TB) []slackCall {
 	return out
 }
 
-// clock is the store's clock: tests move it instead of sleeping.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 var _ Publisher = (*testenv.Publisher)(nil)
 
 type env struct {
 	ctx   context.Context
 	fs    *firestore.Client
 	st    *store.Store
-	clock *clock
+	clock *testenv.Clock
 	slack *slackDouble
 	pub   *testenv.Publisher
 	svc   *Service
@@ -184,7 +166,7 @@ func setup(t testing.TB) *env {
 	t.Helper()
 	ctx := context.Background()
 	fs := testenv.Firestore(t, emulator.ProjectID(t))
-	c := &clock{t: time.Now().UTC().Truncate(time.Microsecond)}
+	c := testenv.NewClock(time.Now().UTC().Truncate(time.Microsecond))
 	st := store.New(fs)
 	st.Now = c.Now
 	st.MaxAttempts = 30

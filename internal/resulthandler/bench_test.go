@@ -76,11 +76,9 @@ func pendingTask(id, url string) store.Task {
 	return tk
 }
 
-func benchReceiver(b *testing.B) *receiver {
+func benchReceiver(b *testing.B) *testenv.Receiver {
 	secret, _ := webhook.NewSecret()
-	r := &receiver{secret: secret}
-	r.start(b, "127.0.0.1:0")
-	return r
+	return testenv.NewReceiver(b, secret)
 }
 
 func benchClient() *http.Client {
@@ -119,7 +117,7 @@ func BenchmarkDeliveryEmulator(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
-			posts := e.recv.Posts()
+			posts := e.recv.Hooks()
 			if len(posts) != b.N {
 				b.Fatalf("%d posts for %d deliveries", len(posts), b.N)
 			}
@@ -146,7 +144,7 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 			ids[i] = fmt.Sprintf("bench-%d", i)
 			ms.tasks[ids[i]] = pendingTask(ids[i], r.URL())
 		}
-		h, err := New(ms, staticSecrets{r.secret}, &testenv.Publisher{}, benchClient(), slog.New(slog.NewTextHandler(io.Discard, nil)), testPolicy("b"))
+		h, err := New(ms, staticSecrets{r.Secret}, &testenv.Publisher{}, benchClient(), slog.New(slog.NewTextHandler(io.Discard, nil)), testPolicy("b"))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -156,7 +154,7 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 			h.Handle(ctx, &bus.Message{Attributes: map[string]string{task.AttrTaskID: ids[i]}})
 		}
 		b.StopTimer()
-		if n := len(r.Posts()); n != b.N {
+		if n := len(r.Hooks()); n != b.N {
 			b.Fatalf("%d posts", n)
 		}
 	})
@@ -164,7 +162,7 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 		r := benchReceiver(b)
 		tk := pendingTask("bench", r.URL())
 		c := benchClient()
-		signer, err := webhook.NewSigner(r.secret)
+		signer, err := webhook.NewSigner(r.Secret)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,11 +15,12 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // checkPosts asserts every post verified with the official library and carried id.
-func checkPosts(t *testing.T, posts []post, ids ...string) {
+func checkPosts(t *testing.T, posts []testenv.Hook, ids ...string) {
 	t.Helper()
 	if len(posts) != len(ids) {
 		t.Fatalf("%d posts, want %d: %+v", len(posts), len(ids), posts)
@@ -37,7 +38,7 @@ func checkPosts(t *testing.T, posts []post, ids ...string) {
 func TestRetryThenDelivered(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.recv.schedule = func(n int) int {
+	e.recv.Schedule = func(n int) int {
 		if n == 1 {
 			return 500
 		}
@@ -62,7 +63,7 @@ func TestRetryThenDelivered(t *testing.T) {
 	}
 
 	e.handle(tk.ID) // not due yet: nothing happens
-	if n := len(e.recv.Posts()); n != 1 {
+	if n := len(e.recv.Hooks()); n != 1 {
 		t.Fatalf("%d posts before next_attempt_at", n)
 	}
 
@@ -82,7 +83,7 @@ func TestRetryThenDelivered(t *testing.T) {
 	if len(d.Log) != 2 || d.Log[0].Status != 500 || d.Log[1].Status != 200 || d.Log[0].EventID != evID {
 		t.Fatalf("log %+v", d.Log)
 	}
-	posts := e.recv.Posts()
+	posts := e.recv.Hooks()
 	checkPosts(t, posts, evID, evID)
 	var ev task.Event
 	if err := json.Unmarshal([]byte(posts[1].Body), &ev); err != nil {
@@ -105,7 +106,7 @@ func TestClientErrorIsDeadAtOnce(t *testing.T) {
 		t.Run(http.StatusText(status), func(t *testing.T) {
 			t.Parallel()
 			e := setup(t)
-			e.recv.schedule = func(int) int { return status }
+			e.recv.Schedule = func(int) int { return status }
 			tk := e.finishedTask(t, "t-dead", e.recv.URL())
 			e.handle(tk.ID)
 			got := e.get(t, tk.ID)
@@ -133,7 +134,7 @@ func TestClientErrorIsDeadAtOnce(t *testing.T) {
 			}
 			e.clock.Set(e.clock.Now().Add(time.Hour))
 			e.handle(tk.ID)
-			if n := len(e.recv.Posts()); n != 1 {
+			if n := len(e.recv.Hooks()); n != 1 {
 				t.Fatalf("%d posts: a dead delivery was retried", n)
 			}
 		})
@@ -165,7 +166,7 @@ func (e *env) drive(t *testing.T, id string, n int, before func(i int)) *store.T
 func TestReceiverDownPastHorizonIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.recv.stop() // connection refused from now on
+	e.recv.Stop() // connection refused from now on
 	tk := e.finishedTask(t, "t-down", e.recv.URL())
 	start := e.clock.Now()
 	got := e.drive(t, tk.ID, 20, nil)
@@ -196,29 +197,29 @@ func TestReceiverDownPastHorizonIsDeadLettered(t *testing.T) {
 func TestReceiverBackBeforeHorizonDeliversOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	addr := e.recv.addr
-	e.recv.stop()
+	addr := e.recv.Addr()
+	e.recv.Stop()
 	tk := e.finishedTask(t, "t-back", e.recv.URL())
 	got := e.drive(t, tk.ID, 20, func(i int) {
 		if i == 3 {
-			e.recv.start(t, addr) // back, on the same address
+			e.recv.Start(t, addr) // back, on the same address
 		}
 	})
 	if got.Delivery.State != task.DeliveryDelivered || got.Delivery.Attempts != 4 {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}
 	evID := task.EventID(tk.ID, task.EventSucceeded, 0)
-	checkPosts(t, e.recv.Posts(), evID)
+	checkPosts(t, e.recv.Hooks(), evID)
 	e.clock.Set(e.clock.Now().Add(time.Hour))
 	e.handle(tk.ID)
-	checkPosts(t, e.recv.Posts(), evID) // still exactly one
+	checkPosts(t, e.recv.Hooks(), evID) // still exactly one
 }
 
 func TestTwoInstancesOnePOST(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.recv.hold = make(chan struct{})
-	e.recv.arrived = make(chan struct{}, 4)
+	e.recv.Hold = make(chan struct{})
+	e.recv.Arrived = make(chan struct{}, 4)
 	tk := e.finishedTask(t, "t-race", e.recv.URL())
 	other := e.handler(t, testPolicy("rh-2"))
 	msg := &bus.Message{ID: "m", Attributes: map[string]string{task.AttrTaskID: tk.ID}}
@@ -234,16 +235,16 @@ func TestTwoInstancesOnePOST(t *testing.T) {
 		})
 	}
 	close(start)
-	<-e.recv.arrived // one instance is inside the POST, holding the lease
+	<-e.recv.Arrived // one instance is inside the POST, holding the lease
 	loser := <-done  // the other has given up without posting
-	close(e.recv.hold)
+	close(e.recv.Hold)
 	wg.Wait()
 	got := e.get(t, tk.ID)
 	if got.Delivery.State != task.DeliveryDelivered || got.Delivery.Attempts != 1 {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}
-	if len(e.recv.Posts()) != 1 {
-		t.Fatalf("%d posts, want 1", len(e.recv.Posts()))
+	if len(e.recv.Hooks()) != 1 {
+		t.Fatalf("%d posts, want 1", len(e.recv.Hooks()))
 	}
 	if got.Delivery.Lease.Epoch != 1 {
 		t.Fatalf("lease epoch %d: claimed more than once", got.Delivery.Lease.Epoch)
@@ -258,14 +259,14 @@ func TestTwoInstancesOnePOST(t *testing.T) {
 func TestDuplicateNudgeInTheSameInstanceAcked(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.recv.hold = make(chan struct{})
-	e.recv.arrived = make(chan struct{}, 4)
-	release := sync.OnceFunc(func() { close(e.recv.hold) })
+	e.recv.Hold = make(chan struct{})
+	e.recv.Arrived = make(chan struct{}, 4)
+	release := sync.OnceFunc(func() { close(e.recv.Hold) })
 	t.Cleanup(release)
 	tk := e.finishedTask(t, "t-dup", e.recv.URL())
 	first := make(chan bus.Result, 1)
 	go func() { first <- e.handle(tk.ID) }()
-	<-e.recv.arrived
+	<-e.recv.Arrived
 	e.clock.Set(e.clock.Now().Add(e.policy.LeaseTTL() + time.Second)) // the lease lapses mid-POST
 	dup := make(chan bus.Result, 1)
 	go func() { dup <- e.handle(tk.ID) }()
@@ -274,7 +275,7 @@ func TestDuplicateNudgeInTheSameInstanceAcked(t *testing.T) {
 		if r != bus.Ack {
 			t.Fatalf("duplicate: %v, want ack", r)
 		}
-	case <-e.recv.arrived:
+	case <-e.recv.Arrived:
 		t.Fatal("the instance POSTed the event a second time while its first POST was in flight")
 	case <-time.After(10 * time.Second):
 		t.Fatal("the duplicate nudge was not acked")
@@ -283,7 +284,7 @@ func TestDuplicateNudgeInTheSameInstanceAcked(t *testing.T) {
 	if r := <-first; r != bus.Ack {
 		t.Fatalf("first: %v", r)
 	}
-	if n := len(e.recv.Posts()); n != 1 {
+	if n := len(e.recv.Hooks()); n != 1 {
 		t.Fatalf("%d posts, want 1", n)
 	}
 	if got := e.get(t, tk.ID); got.Delivery.State != task.DeliveryDelivered || got.Delivery.Lease.Epoch != 1 {
@@ -294,7 +295,7 @@ func TestDuplicateNudgeInTheSameInstanceAcked(t *testing.T) {
 func TestNewerEventQueuesBehindPending(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.recv.schedule = func(n int) int {
+	e.recv.Schedule = func(n int) int {
 		if n == 1 {
 			return 503
 		}
@@ -332,7 +333,7 @@ func TestNewerEventQueuesBehindPending(t *testing.T) {
 	if got.Delivery.State != task.DeliveryDelivered || got.Delivery.EventID != okID || len(got.Delivery.Queue) != 0 {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}
-	posts := e.recv.Posts()
+	posts := e.recv.Hooks()
 	checkPosts(t, posts, deadID, deadID, okID)
 	var ev task.Event
 	if err := json.Unmarshal([]byte(posts[1].Body), &ev); err != nil || ev.Type != task.EventDead || ev.Data.State != task.StateDead {
@@ -359,7 +360,7 @@ func TestNoticePublishFailureLeavesOutbox(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.pub.SetPublishFunc(func(context.Context, string, []byte, map[string]string) error { return net.ErrClosed })
-	e.recv.schedule = func(int) int { return 422 }
+	e.recv.Schedule = func(int) int { return 422 }
 	tk := e.finishedTask(t, "t-lost", e.recv.URL())
 	e.handle(tk.ID)
 	got := e.get(t, tk.ID)
@@ -381,8 +382,8 @@ func TestAckWhenNothingToDo(t *testing.T) {
 	if err := e.st.CreateTask(e.ctx, tk); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.handle(tk.ID); r != bus.Ack || len(e.recv.Posts()) != 0 {
-		t.Fatalf("result %v, posts %d", r, len(e.recv.Posts()))
+	if r := e.handle(tk.ID); r != bus.Ack || len(e.recv.Hooks()) != 0 {
+		t.Fatalf("result %v, posts %d", r, len(e.recv.Hooks()))
 	}
 }
 
@@ -391,7 +392,7 @@ func TestAckWhenNothingToDo(t *testing.T) {
 func TestRedeliverKeepsWebhookID(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.recv.schedule = func(n int) int {
+	e.recv.Schedule = func(n int) int {
 		if n == 1 {
 			return 404
 		}
@@ -420,7 +421,7 @@ func TestRedeliverKeepsWebhookID(t *testing.T) {
 		t.Fatalf("log %+v", l)
 	}
 	id := task.EventID(tk.ID, task.EventSucceeded, 0)
-	checkPosts(t, e.recv.Posts(), id, id)
+	checkPosts(t, e.recv.Hooks(), id, id)
 }
 
 // failingStore fails the handler's second transaction (the outcome commit), as a process dying
@@ -457,13 +458,13 @@ func TestLostCommitRedeliversSameID(t *testing.T) {
 		t.Fatalf("due_at %v, want the lease expiry %v", got.DueAt, got.Delivery.Lease.ExpiresAt)
 	}
 	e.handle(tk.ID) // the lease is live: nobody else posts
-	if n := len(e.recv.Posts()); n != 1 {
+	if n := len(e.recv.Hooks()); n != 1 {
 		t.Fatalf("%d posts under a live lease", n)
 	}
 	e.clock.Set(*got.Delivery.Lease.ExpiresAt)
 	e.handle(tk.ID)
 	id := task.EventID(tk.ID, task.EventSucceeded, 0)
-	checkPosts(t, e.recv.Posts(), id, id)
+	checkPosts(t, e.recv.Hooks(), id, id)
 	if got := e.get(t, tk.ID); got.Delivery.State != task.DeliveryDelivered || got.Delivery.Lease.Epoch != 2 {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}

@@ -27,7 +27,7 @@ func TestWebhookAttemptsAreTracedAndMetered(t *testing.T) {
 	}
 	h.Jitter = func(d time.Duration) time.Duration { return d }
 	e.h = h
-	e.recv.schedule = func(n int) int {
+	e.recv.Schedule = func(n int) int {
 		if n == 1 {
 			return http.StatusBadGateway
 		}

@@ -1,7 +1,8 @@
 // Package testenv is the one setup genbox's tests share: clients on the emulators (Firestore,
 // Pub/Sub with the bus topology bootstrapped) closed when the test ends, a log sink safe for
-// concurrent writers that finds a service's "started" line, and a publisher that records what it
-// publishes.
+// concurrent writers that finds a service's "started" line, a publisher that records what it
+// publishes, a clock the test moves, and a tenant with the webhook receiver that verifies what
+// genbox signs for it.
 //
 // It is imported only from _test.go files (and from no package a service links): it calls
 // t.Fatal and holds no production code. Emulator addresses come from the environment
@@ -168,6 +169,36 @@ func Ready(t testing.TB, base string, timeout time.Duration) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+}
+
+// Clock is a clock the test moves instead of sleeping: hand its Now to a store.Store.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a Clock that reads t until it is moved.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Set moves the clock to t.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// Add moves the clock on by d.
+func (c *Clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
 }
 
 // Published is one Publish a Publisher recorded.
