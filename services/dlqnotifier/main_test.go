@@ -36,7 +36,9 @@ func TestRun(t *testing.T) {
 func testRun(t *testing.T, mode string) {
 	ctx := context.Background()
 	project := emulator.ProjectID(t)
-	ps := testenv.PubSub(t, project)
+	top := bus.DefaultTopology()
+	top.MinBackoff, top.MaxBackoff = time.Second, 2*time.Second
+	ps := testenv.Bus(t, project, top)
 	st := store.New(testenv.Firestore(t, project))
 
 	var out testenv.LogBuffer
@@ -65,11 +67,6 @@ func testRun(t *testing.T, mode string) {
 		return nil
 	}
 
-	top := bus.DefaultTopology()
-	top.MinBackoff, top.MaxBackoff = time.Second, 2*time.Second
-	if err := bus.Bootstrap(ctx, ps, top); err != nil {
-		t.Fatal(err)
-	}
 	const secret = "signing-secret"
 	env := map[string]string{
 		"GOOGLE_CLOUD_PROJECT": project, "PORT": "0", "GENBOX_CONSUMER": mode,

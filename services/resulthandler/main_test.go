@@ -35,13 +35,11 @@ func TestRun(t *testing.T) {
 func testRun(t *testing.T, mode string) {
 	ctx := context.Background()
 	project := emulator.ProjectID(t)
-	ps := testenv.PubSub(t, project)
+	top := bus.DefaultTopology()
+	top.MinBackoff, top.MaxBackoff = time.Second, 2*time.Second
+	ps := testenv.Bus(t, project, top)
 	st := store.New(testenv.Firestore(t, project))
-	secret, _ := webhook.NewSecret()
-	if _, err := st.CreateTenant(ctx, "acme", store.DefaultLimits(), secret); err != nil {
-		t.Fatal(err)
-	}
-	wh, _ := standardwebhooks.NewWebhook(secret)
+	wh, _ := standardwebhooks.NewWebhook(testenv.Tenant(t, st, "acme"))
 	type got struct {
 		id     string
 		verify error
@@ -57,12 +55,6 @@ func testRun(t *testing.T, mode string) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer recv.Close()
-
-	top := bus.DefaultTopology()
-	top.MinBackoff, top.MaxBackoff = time.Second, 2*time.Second
-	if err := bus.Bootstrap(ctx, ps, top); err != nil {
-		t.Fatal(err)
-	}
 
 	var out testenv.LogBuffer
 	runCtx, stop := context.WithCancel(ctx)
