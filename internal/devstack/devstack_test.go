@@ -1,7 +1,6 @@
 package devstack
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -9,41 +8,23 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
 
-// syncBuffer is an output sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // setup starts a stack of the test's own project on free ports.
-func setup(t *testing.T, extra ...string) (*Stack, *syncBuffer) {
+func setup(t *testing.T, extra ...string) (*Stack, *testenv.LogBuffer) {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &testenv.LogBuffer{}
 	return StartTest(t, out, extra...), out
 }
 
@@ -57,24 +38,16 @@ func TestSubmitEndsInVerifiedWebhook(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c := client.New(s.Info.Publisher, s.Info.APIKey)
 	marker := "report-" + s.Info.Project // the fake's ledger finds the task's bills by its prompt
-	res, err := c.Submit(ctx, task.Request{Family: "summarize", Input: "The " + marker + " says the fox jumped.", CallbackURL: s.Info.WebhookURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := c.Wait(ctx, res.TaskID, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := s.SubmitWait(t, ctx, task.Request{Family: "summarize", Input: "The " + marker + " says the fox jumped."})
 	if v.State != task.StateSucceeded || v.Output == nil {
 		t.Fatalf("task ended %s (output %v)", v.State, v.Output)
 	}
-	d, err := s.Inbox.Wait(ctx, func(d Delivery) bool { return d.Event.Data.TaskID == res.TaskID })
+	d, err := s.Inbox.Wait(ctx, func(d Delivery) bool { return d.Event.Data.TaskID == v.TaskID })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := task.EventID(res.TaskID, task.EventSucceeded, 0); d.ID != want {
+	if want := task.EventID(v.TaskID, task.EventSucceeded, 0); d.ID != want {
 		t.Errorf("webhook-id %q, want %q", d.ID, want)
 	}
 	if d.Event.Type != task.EventSucceeded || d.Event.Data.Output == nil || *d.Event.Data.Output != *v.Output {
@@ -99,40 +72,16 @@ func TestDeadLetterRegeneratedThroughSlack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	s.Fake.FailNext("m-dlq", 503)
-	c := client.New(s.Info.Publisher, s.Info.APIKey)
-	res, err := c.Submit(ctx, task.Request{Family: "summarize", Input: "A report that dies once.", CallbackURL: s.Info.WebhookURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := c.Wait(ctx, res.TaskID, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := s.SubmitWait(t, ctx, task.Request{Family: "summarize", Input: "A report that dies once."})
 	if v.State != task.StateDead {
 		t.Fatalf("task ended %s, want dead", v.State)
 	}
-	deadID := task.EventID(res.TaskID, task.EventDead, 0)
+	deadID := task.EventID(v.TaskID, task.EventDead, 0)
 	if _, err := s.Inbox.Wait(ctx, func(d Delivery) bool { return d.ID == deadID }); err != nil {
 		t.Fatalf("no %s webhook: %v", deadID, err)
 	}
-	dlID := store.DeadLetterID(res.TaskID, task.StageGeneration, 0, 0)
-	post, err := s.Slack.WaitCall(ctx, func(c SlackCall) bool {
-		return c.Method == "chat.postMessage" && strings.Contains(c.Form.Get("blocks"), dlID)
-	})
-	if err != nil {
-		t.Fatalf("the dead letter was not posted to Slack: %v", err)
-	}
-	// The console shows a dead letter's buttons once its Slack ts is committed, after Slack answered.
-	for {
-		dl, err := s.Store.GetDeadLetter(ctx, dlID)
-		if err == nil && dl.SlackTS == post.TS {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the dead letter never recorded its Slack message: %+v %v", dl, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	dlID := store.DeadLetterID(v.TaskID, task.StageGeneration, 0, 0)
+	post := s.WaitDeadLetterPosted(t, ctx, dlID)
 	consoleURL := s.Info.SlackConsole
 	page := httpGet(t, ctx, consoleURL)
 	if !strings.Contains(page, dlID) || !strings.Contains(page, "Regenerate") || !strings.Contains(page, "Discard") {
@@ -159,7 +108,7 @@ func TestDeadLetterRegeneratedThroughSlack(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("console click answered %s", resp.Status)
 	}
-	againID := task.EventID(res.TaskID, task.EventSucceeded, 1)
+	againID := task.EventID(v.TaskID, task.EventSucceeded, 1)
 	got, err := s.Inbox.Wait(ctx, func(d Delivery) bool { return d.ID == againID })
 	if err != nil {
 		t.Fatalf("no %s webhook after Regenerate: %v", againID, err)
@@ -180,8 +129,8 @@ func TestDeadLetterRegeneratedThroughSlack(t *testing.T) {
 	if !strings.Contains(answer, "already decided by") {
 		t.Errorf("a second click was answered %q", answer)
 	}
-	if v, err := c.Get(ctx, res.TaskID); err != nil || v.Replay != 1 || v.State != task.StateSucceeded {
-		t.Errorf("after a second click the task is %+v (%v): nothing may repeat", v, err)
+	if after, err := client.New(s.Info.Publisher, s.Info.APIKey).Get(ctx, v.TaskID); err != nil || after.Replay != 1 || after.State != task.StateSucceeded {
+		t.Errorf("after a second click the task is %+v (%v): nothing may repeat", after, err)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -33,16 +32,8 @@ variants:
 	s, _ := setup(t, "GENBOX_PROMPTS_DIR", dir)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c := client.New(s.Info.Publisher, s.Info.APIKey)
 	marker := "memo-" + s.Info.Project // the fake's ledger finds the task's bills by its prompt
-	res, err := c.Submit(ctx, task.Request{Family: "headline", Input: "The " + marker + " announces a merger.", CallbackURL: s.Info.WebhookURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := c.Wait(ctx, res.TaskID, 50*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := s.SubmitWait(t, ctx, task.Request{Family: "headline", Input: "The " + marker + " announces a merger."})
 	if v.State != task.StateSucceeded || v.Output == nil {
 		t.Fatalf("task ended %s (output %v, error %+v)", v.State, v.Output, v.Error)
 	}
@@ -55,7 +46,7 @@ variants:
 		t.Errorf("the model was called with %q, system %q, prompt %q; want the directory's family", r.Model, r.SystemInstruction, r.Prompt)
 	}
 	if _, err := s.Inbox.Wait(ctx, func(d Delivery) bool {
-		return d.ID == task.EventID(res.TaskID, task.EventSucceeded, 0)
+		return d.ID == task.EventID(v.TaskID, task.EventSucceeded, 0)
 	}); err != nil {
 		t.Errorf("no task.succeeded webhook: %v", err)
 	}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // ShortEnv is a service environment for tests: the emulators of this process, and ms-scale
@@ -48,6 +51,13 @@ func ShortEnv(extra ...string) func(string) string {
 // when t ends. Use it from a test binary whose TestMain runs emulator.RunTests.
 func StartTest(t testing.TB, out io.Writer, extra ...string) *Stack {
 	t.Helper()
+	return StartTestWith(t, func(cfg *Config) { cfg.Out = out }, extra...)
+}
+
+// StartTestWith is StartTest with set applied to the configuration before the stack starts: a
+// harness's own logger, telemetry or webhook secret.
+func StartTestWith(t testing.TB, set func(*Config), extra ...string) *Stack {
+	t.Helper()
 	cfg, err := FromEnv(ShortEnv(extra...))
 	if err != nil {
 		t.Fatal(err)
@@ -55,8 +65,8 @@ func StartTest(t testing.TB, out io.Writer, extra ...string) *Stack {
 	cfg.Project = emulator.ProjectID(t)
 	cfg.PublisherAddr, cfg.DLQAddr, cfg.SlackAddr, cfg.WebhookAddr, cfg.GeminiAddr =
 		"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Out = out
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	set(&cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	s, err := Start(ctx, cfg)
 	if err != nil {
@@ -70,4 +80,47 @@ func StartTest(t testing.TB, out io.Writer, extra ...string) *Stack {
 		}
 	})
 	return s
+}
+
+// SubmitWait submits req over REST with the dev tenant's API key, its webhook sent to the
+// stack's listener unless req names another callback, and returns the task once it has ended
+// (in whatever state). It fails t if the submission or the wait fails, ctx ending included.
+func (s *Stack) SubmitWait(t testing.TB, ctx context.Context, req task.Request) *task.View {
+	t.Helper()
+	if req.CallbackURL == "" {
+		req.CallbackURL = s.Info.WebhookURL
+	}
+	c := client.New(s.Info.Publisher, s.Info.APIKey)
+	res, err := c.Submit(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Wait(ctx, res.TaskID, 50*time.Millisecond)
+	if err != nil {
+		t.Fatalf("wait for task %s: %v", res.TaskID, err)
+	}
+	return v
+}
+
+// WaitDeadLetterPosted waits until the dlqnotifier has posted dead letter dlID to the Slack
+// double and committed the message's ts, from which on the console shows its buttons, and
+// returns the post. It fails t if that does not happen before ctx ends.
+func (s *Stack) WaitDeadLetterPosted(t testing.TB, ctx context.Context, dlID string) SlackCall {
+	t.Helper()
+	post, err := s.Slack.WaitCall(ctx, func(c SlackCall) bool {
+		return c.Method == "chat.postMessage" && strings.Contains(c.Form.Get("blocks"), dlID)
+	})
+	if err != nil {
+		t.Fatalf("the dead letter %s was not posted to Slack: %v", dlID, err)
+	}
+	for {
+		dl, err := s.Store.GetDeadLetter(ctx, dlID)
+		if err == nil && dl.SlackTS == post.TS {
+			return post
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the dead letter %s never recorded its Slack message: %+v %v", dlID, dl, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -4,14 +4,12 @@ import (
 	"context"
 	"net/http"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/devstack"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -24,31 +22,12 @@ func TestDeadAndRegeneratedAreCounted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	s.Fake.FailNext("m-obs", 503)
-	c := client.New(s.Info.Publisher, s.Info.APIKey)
-	res, err := c.Submit(ctx, task.Request{Family: "summarize", Input: "A report that dies once.", CallbackURL: s.Info.WebhookURL})
-	if err != nil {
-		t.Fatal(err)
+	v := s.SubmitWait(t, ctx, task.Request{Family: "summarize", Input: "A report that dies once."})
+	if v.State != task.StateDead {
+		t.Fatalf("task ended %v, want dead", v)
 	}
-	if v, err := c.Wait(ctx, res.TaskID, 50*time.Millisecond); err != nil || v.State != task.StateDead {
-		t.Fatalf("task ended %v (%v), want dead", v, err)
-	}
-	dlID := store.DeadLetterID(res.TaskID, task.StageGeneration, 0, 0)
-	post, err := s.Slack.WaitCall(ctx, func(c devstack.SlackCall) bool {
-		return c.Method == "chat.postMessage" && strings.Contains(c.Form.Get("blocks"), dlID)
-	})
-	if err != nil {
-		t.Fatalf("the dead letter was not posted: %v", err)
-	}
-	for { // the console shows the buttons once the Slack ts is committed
-		dl, err := s.Store.GetDeadLetter(ctx, dlID)
-		if err == nil && dl.SlackTS == post.TS {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the dead letter never recorded its Slack message: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	dlID := store.DeadLetterID(v.TaskID, task.StageGeneration, 0, 0)
+	s.WaitDeadLetterPosted(t, ctx, dlID)
 	for r.tel.Sum(t, obs.MetricDeadLettersOpen, "stage=generation") != 1 {
 		if ctx.Err() != nil {
 			t.Fatalf("%s{stage=generation} never 1: %v", obs.MetricDeadLettersOpen, r.tel.Points(t, obs.MetricDeadLettersOpen))
@@ -63,8 +42,8 @@ func TestDeadAndRegeneratedAreCounted(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("console click answered %s", resp.Status)
 	}
-	if _, err := s.Inbox.Wait(ctx, func(d devstack.Delivery) bool { return d.ID == task.EventID(res.TaskID, task.EventSucceeded, 1) }); err != nil {
-		got, gerr := s.Store.GetTask(context.Background(), res.TaskID)
+	if _, err := s.Inbox.Wait(ctx, func(d devstack.Delivery) bool { return d.ID == task.EventID(v.TaskID, task.EventSucceeded, 1) }); err != nil {
+		got, gerr := s.Store.GetTask(context.Background(), v.TaskID)
 		t.Fatalf("no success webhook after Regenerate: %v; task %+v (%v)", err, got, gerr)
 	}
 	for state, want := range map[string]float64{"queued": 2, "running": 2, "dead": 1, "succeeded": 1} {

@@ -18,7 +18,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/obs/obstest"
-	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 	"github.com/genbox-dev/genbox/pkg/webhook"
@@ -50,18 +49,10 @@ func fullRun(t *testing.T) *run {
 	s := r.stack
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := client.New(s.Info.Publisher, s.Info.APIKey)
 	for i := range tasksPerRun {
 		in := "INPUT-" + s.Info.Project + "-" + string(rune('a'+i)) + ": the quarterly report says revenue rose."
-		res, err := c.Submit(ctx, task.Request{Family: "summarize", Input: in, CallbackURL: s.Info.WebhookURL})
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := s.SubmitWait(t, ctx, task.Request{Family: "summarize", Input: in})
 		r.inputs = append(r.inputs, in)
-		v, err := c.Wait(ctx, res.TaskID, 50*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
 		if v.State != task.StateSucceeded || v.Output == nil {
 			t.Fatalf("task %s ended %s", v.TaskID, v.State)
 		}
@@ -101,34 +92,16 @@ func start(t *testing.T, extra ...string) *run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := devstack.FromEnv(devstack.ShortEnv(extra...))
-	if err != nil {
-		t.Fatal(err)
-	}
 	oc, err := obs.ConfigFromEnv(func(string) string { return "" }, "devstack") // the defaults
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Project = emulator.ProjectID(t)
-	cfg.PublisherAddr, cfg.DLQAddr, cfg.SlackAddr, cfg.WebhookAddr, cfg.GeminiAddr =
-		"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.WebhookSecret = secret
-	cfg.Log = oc.Logger(logs)
-	cfg.Out = io.Discard // the tenant's listener prints deliveries, content included: not a service log
-	cfg.Metrics = tel.Metrics
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := devstack.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.Close(ctx); err != nil {
-			t.Errorf("close the stack: %v", err)
-		}
-	})
+	s := devstack.StartTestWith(t, func(cfg *devstack.Config) {
+		cfg.WebhookSecret = secret
+		cfg.Log = oc.Logger(logs)
+		cfg.Out = io.Discard // the tenant's listener prints deliveries, content included: not a service log
+		cfg.Metrics = tel.Metrics
+	}, extra...)
 	return &run{stack: s, tel: tel, logs: logs, secret: secret, webhook: map[string]devstack.Delivery{}}
 }
 
