@@ -31,14 +31,10 @@ import (
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/publisher"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
-	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/internal/worker"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
-	"github.com/genbox-dev/genbox/pkg/prompts"
-	"github.com/genbox-dev/genbox/pkg/task"
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
 
@@ -517,23 +513,19 @@ func (s *Stack) ensureTenant(ctx context.Context) error {
 }
 
 func (s *Stack) startPublisher(env func(string) string) error {
-	cfg, err := publisher.FromEnv(env)
+	set, err := publisher.Load(env)
 	if err != nil {
 		return err
 	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	reg, err := prompts.Load(cfg.PromptsDir)
+	a, err := publisher.Assemble(set, publisher.Infra{Store: s.Store, Publisher: s.publisher(ServicePublisher),
+		Log: s.log.With("service", "publisher"), Metrics: s.cfg.Metrics})
 	if err != nil {
 		return err
 	}
-	h, err := publisher.New(cfg, publisher.Deps{Store: s.Store, Publisher: s.publisher(ServicePublisher), Families: reg, Log: s.log.With("service", "publisher"), Metrics: s.cfg.Metrics})
-	if err != nil {
-		return err
+	for _, job := range a.Background {
+		s.background(job)
 	}
-	s.background(h.WatchKeys)
-	ln, err := s.serve(s.cfg.PublisherAddr, "publisher", obs.Handler(h, "publisher"))
+	ln, err := s.serve(s.cfg.PublisherAddr, "publisher", obs.Handler(a.Server, "publisher"))
 	if err != nil {
 		return fmt.Errorf("%w (--addr)", err)
 	}
@@ -575,35 +567,22 @@ func (s *Stack) pull(name, subscription string, settings bus.PullSettings, h bus
 }
 
 func (s *Stack) startWorker(ctx context.Context, env func(string) string) error {
-	cfg, err := worker.FromEnv(env)
+	set, err := worker.Load(env)
 	if err != nil {
 		return err
 	}
-	reg, err := prompts.Load(cfg.PromptsDir)
+	a, err := worker.Assemble(ctx, set, worker.Infra{Store: s.Store, Publisher: s.publisher(ServiceWorker),
+		SweeperPublisher: s.publisher(ServiceSweeper), Log: s.log.With("service", "worker"), Metrics: s.cfg.Metrics})
 	if err != nil {
 		return err
 	}
-	log := s.log.With("service", "worker")
-	pub := s.publisher(ServiceWorker)
-	gen, err := gemini.New(context.WithoutCancel(ctx), cfg.Gemini, gemini.WithLogger(log),
-		gemini.WithBreakerStore(worker.MeteredBreakers(s.Store, s.cfg.Metrics)), gemini.WithAttemptHook(worker.AttemptSpans()),
-		gemini.WithAlerts(func(ctx context.Context, key, msg string) {
-			if _, err := pub.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: "alert", task.AttrAlert: key}); err != nil {
-				log.WarnContext(ctx, "alert not published", "alert_key", key, "error", err)
-			}
-		}))
-	if err != nil {
-		return err
+	s.Worker = a.Handler
+	for _, job := range a.Background {
+		s.background(job)
 	}
-	mp := cfg.ModelPolicy(s.Store, gen)
-	s.Worker = worker.New(s.Store, gen, reg, pub, log, cfg.Policy(), worker.WithModelPolicy(mp), worker.WithMetrics(s.cfg.Metrics))
-	sw := sweeper.New(s.Store, s.publisher(ServiceSweeper), gen, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance, sweeper.WithMetrics(s.cfg.Metrics))
-	s.background(func(ctx context.Context) { _ = sw.Run(ctx) })
-	s.background(func(ctx context.Context) { worker.FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) })
 	// As the worker service does on SIGTERM: calls that cannot finish within the grace release
 	// their lease.
-	s.pull(ServiceWorker, cfg.Subscription, bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension},
-		s.Worker, cfg.ShutdownGrace, s.Worker.Abort)
+	s.pull(ServiceWorker, a.Subscription, a.Pull, a.Handler, set.Config.ShutdownGrace, a.Handler.Abort)
 	return nil
 }
 
@@ -612,25 +591,22 @@ func (s *Stack) startResultHandler(env func(string) string) error {
 	if err != nil {
 		return err
 	}
-	h, err := resulthandler.New(s.Store, s.Store, s.publisher(ServiceResultHandler), ssrf.NewClient(cfg.SSRF()), s.log.With("service", "resulthandler"), cfg.Policy, resulthandler.WithMetrics(s.cfg.Metrics))
+	a, err := resulthandler.Assemble(cfg, resulthandler.Infra{Store: s.Store, Publisher: s.publisher(ServiceResultHandler),
+		Log: s.log.With("service", "resulthandler"), Metrics: s.cfg.Metrics})
 	if err != nil {
 		return err
 	}
-	s.pull(ServiceResultHandler, cfg.Subscription, bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: 10 * cfg.LeaseTTL()}, h, 0, nil)
+	s.pull(ServiceResultHandler, a.Subscription, a.Pull, a.Handler, 0, nil)
 	return nil
 }
 
 func (s *Stack) startDLQNotifier(env func(string) string, ln net.Listener) error {
-	cfg, err := dlqnotifier.FromEnv(env)
+	set, err := dlqnotifier.Load(env)
 	if err != nil {
 		return err
 	}
-	est, err := cfg.Estimator()
-	if err != nil {
-		return err
-	}
-	svc := dlqnotifier.New(cfg, s.Store, dlqnotifier.NewSlackClient(cfg), s.publisher(ServiceDLQNotifier), est, s.log.With("service", "dlqnotifier"),
-		dlqnotifier.WithMetrics(s.cfg.Metrics))
+	svc := dlqnotifier.Assemble(set, dlqnotifier.Infra{Store: s.Store, Publisher: s.publisher(ServiceDLQNotifier),
+		Log: s.log.With("service", "dlqnotifier"), Metrics: s.cfg.Metrics})
 	s.serveOn(ln, "dlqnotifier", obs.Handler(svc.Handler(), "dlqnotifier"))
 	s.background(func(ctx context.Context) {
 		if err := svc.Run(ctx, s.ps); err != nil {

@@ -18,21 +18,18 @@ const readyTimeout = 2 * time.Second
 // run serves the interactions, admin, push and health routes (and pulls in pull mode) until ctx
 // ends, then drains within the shutdown grace and flushes the publisher and telemetry.
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
-	cfg, err := dlqnotifier.FromEnv(getenv)
+	set, err := dlqnotifier.Load(getenv)
 	if err != nil {
 		return err
 	}
-	est, err := cfg.Estimator()
-	if err != nil {
-		return err
-	}
+	cfg := set.Config
 	d, err := service.Open(ctx, "dlqnotifier", cfg.Project, getenv, stdout)
 	if err != nil {
 		return err
 	}
 	defer d.Close(ctx)
 	st := store.New(d.Firestore)
-	svc := dlqnotifier.New(cfg, st, dlqnotifier.NewSlackClient(cfg), d.Publisher, est, d.Log, dlqnotifier.WithMetrics(d.Metrics))
+	svc := dlqnotifier.Assemble(set, dlqnotifier.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
 	checks := []obs.Check{{Name: "firestore", Probe: st.Ping}}
 	l := service.Lifecycle{Grace: cfg.ShutdownGrace, Started: []any{"consumer", cfg.Consumer, "instance", cfg.Instance}}
 	if cfg.Consumer == dlqnotifier.ConsumerPull {

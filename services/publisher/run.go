@@ -11,7 +11,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/publisher"
 	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/prompts"
 )
 
 // shutdownBudget bounds the drain after SIGTERM, inside Cloud Run's 10 s grace.
@@ -23,35 +22,28 @@ const readyTimeout = 2 * time.Second
 // run serves the API until ctx ends, then drains in-flight requests and flushes the publisher
 // and telemetry.
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
-	cfg, err := publisher.FromEnv(getenv)
+	set, err := publisher.Load(getenv)
 	if err != nil {
 		return err
 	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	reg, err := prompts.Load(cfg.PromptsDir)
-	if err != nil {
-		return err
-	}
+	cfg := set.Config
 	d, err := service.Open(ctx, "publisher", cfg.ProjectID, getenv, stdout)
 	if err != nil {
 		return err
 	}
 	defer d.Close(ctx)
 	st := store.New(d.Firestore)
-	h, err := publisher.New(cfg, publisher.Deps{Store: st, Publisher: d.Publisher, Families: reg, Log: d.Log, Metrics: d.Metrics})
+	a, err := publisher.Assemble(set, publisher.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
 	if err != nil {
 		return err
 	}
-	go h.WatchKeys(ctx)
 	mux := http.NewServeMux()
 	mux.Handle("GET /readyz", obs.Ready(readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}))
-	mux.Handle("/", h)
+	mux.Handle("/", a.Server)
 	ln, err := service.Listen(strconv.Itoa(cfg.Port))
 	if err != nil {
 		return err
 	}
-	return d.Serve(ctx, ln, service.Lifecycle{Handler: mux, Grace: shutdownBudget,
+	return d.Serve(ctx, ln, service.Lifecycle{Handler: mux, Grace: shutdownBudget, Background: a.Background,
 		Started: []any{"project", cfg.ProjectID, "admin", cfg.AdminKey != ""}})
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/service"
-	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
 )
 
@@ -31,7 +30,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	defer d.Close(ctx)
 	st := store.New(d.Firestore)
-	h, err := resulthandler.New(st, st, d.Publisher, ssrf.NewClient(cfg.SSRF()), d.Log, cfg.Policy, resulthandler.WithMetrics(d.Metrics))
+	a, err := resulthandler.Assemble(cfg, resulthandler.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
 	if err != nil {
 		return err
 	}
@@ -44,20 +43,14 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if cfg.Consumer == resulthandler.ConsumerPull {
 		l.Pulling = new(obs.Running)
 		checks = append(checks, l.Pulling.Check("pull"))
-		l.Pull = func(ctx context.Context) error {
-			return bus.Pull(ctx, d.PubSub, cfg.Subscription, bus.PullSettings{
-				MaxOutstandingMessages: cfg.Concurrency,
-				// A message is held while its chain of deliveries runs: a few POSTs at most.
-				MaxExtension: 10 * cfg.LeaseTTL(),
-			}, h)
-		}
+		l.Pull = func(ctx context.Context) error { return bus.Pull(ctx, d.PubSub, a.Subscription, a.Pull, a.Handler) }
 	}
 	mux.Handle("GET /readyz", obs.Ready(readyTimeout, checks...))
 	if cfg.Consumer == resulthandler.ConsumerPush {
 		// Cloud Run authenticates Pub/Sub's OIDC token (the service admits only the push
 		// service account, with the push audience) before a request reaches this handler,
 		// which checks it again when GENBOX_PUSH_AUDIENCE and GENBOX_PUSH_SERVICE_ACCOUNT are set.
-		mux.Handle("POST "+resulthandler.PushPath, resulthandler.PushHandler(h, cfg, d.Log))
+		mux.Handle("POST "+resulthandler.PushPath, resulthandler.PushHandler(a.Handler, cfg, d.Log))
 	}
 	ln, err := service.Listen(cfg.Port)
 	if err != nil {

@@ -1,0 +1,93 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/sweeper"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/prompts"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Settings are the worker's configuration and the prompt families it renders: what is read and
+// checked before any client is opened, so that a bad value stops the start naming its variable.
+type Settings struct {
+	Config  Config
+	prompts *prompts.Registry
+}
+
+// Load reads the configuration (FromEnv) and the families of GENBOX_PROMPTS_DIR.
+func Load(getenv func(string) string) (Settings, error) {
+	cfg, err := FromEnv(getenv)
+	if err != nil {
+		return Settings{}, err
+	}
+	reg, err := prompts.Load(cfg.PromptsDir)
+	if err != nil {
+		return Settings{}, err
+	}
+	return Settings{Config: cfg, prompts: reg}, nil
+}
+
+// Infra is what the caller opened for the worker: the services/worker process or the in-process
+// dev stack.
+type Infra struct {
+	Store *store.Store
+	// Publisher carries the handler's nudges and the model's alerts.
+	Publisher Publisher
+	// SweeperPublisher carries the sweeper's nudges; nil: Publisher.
+	SweeperPublisher sweeper.Publisher
+	Log              *slog.Logger
+	// Metrics records the worker's, the sweeper's and the breakers' metrics; nil records none.
+	Metrics *obs.Metrics
+}
+
+// Assembly is the worker as a process runs it. The caller pulls Subscription into Handler with
+// Pull and runs Background beside it; when the pull has stopped it cancels Background and waits
+// for it. Calls that cannot finish within Config.ShutdownGrace of the pull's cancellation are
+// made to release their lease by Handler.Abort.
+type Assembly struct {
+	Handler      *Handler
+	Subscription string
+	Pull         bus.PullSettings
+	// Background are the sweeper and the spend flush; the flush writes once more when its
+	// context ends, so the spend of the calls that finished during the grace is counted.
+	Background []func(ctx context.Context)
+}
+
+// Assemble builds the worker of s over in: the model client (its breakers metered and stored,
+// each attempt a span, its alerts published to the alerts topic), the model policy, the message
+// handler, the sweeper and the spend flush. The model client outlives ctx.
+func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
+	cfg, log := s.Config, in.Log
+	gen, err := gemini.New(context.WithoutCancel(ctx), cfg.Gemini, gemini.WithLogger(log),
+		gemini.WithBreakerStore(MeteredBreakers(in.Store, in.Metrics)), gemini.WithAttemptHook(AttemptSpans()),
+		gemini.WithAlerts(func(ctx context.Context, key, msg string) {
+			if _, err := in.Publisher.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: "alert", task.AttrAlert: key}); err != nil {
+				log.WarnContext(ctx, "alert not published", "alert_key", key, "error", err)
+			}
+		}))
+	if err != nil {
+		return nil, err
+	}
+	mp := cfg.ModelPolicy(in.Store, gen)
+	h := New(in.Store, gen, s.prompts, in.Publisher, log, cfg.Policy(), WithModelPolicy(mp), WithMetrics(in.Metrics))
+	swPub := in.SweeperPublisher
+	if swPub == nil {
+		swPub = in.Publisher
+	}
+	sw := sweeper.New(in.Store, swPub, gen, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance, sweeper.WithMetrics(in.Metrics))
+	return &Assembly{
+		Handler:      h,
+		Subscription: cfg.Subscription,
+		Pull:         bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension},
+		Background: []func(context.Context){
+			func(ctx context.Context) { _ = sw.Run(ctx) },
+			func(ctx context.Context) { FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) },
+		},
+	}, nil
+}
