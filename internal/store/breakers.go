@@ -67,9 +67,12 @@ func (s *Store) Breakers(ctx context.Context, models []string) (map[string]Break
 }
 
 // ChainAvailable reports whether any model of the chain may take a call at now: its breaker is
-// closed, half-open, never opened, or open past its retry time. Parked tasks of a chain that is
-// not available stay parked.
+// closed, half-open, never opened, or open past its retry time. The sweeper leaves parked tasks
+// of a chain that is not available alone. An empty chain has no breaker to wait for: available.
 func (s *Store) ChainAvailable(ctx context.Context, models []string, now time.Time) (bool, error) {
+	if len(models) == 0 {
+		return true, nil
+	}
 	bs, err := s.Breakers(ctx, models)
 	if err != nil {
 		return false, err

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +26,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/claim"
-	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -34,16 +34,7 @@ type Publisher interface {
 	Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error)
 }
 
-// Availability says whether any model of a chain could take a call (gemini.Client): parked
-// tasks are left alone while their whole chain is unavailable.
-type Availability interface {
-	Available(models []string) bool
-}
-
-var (
-	_ Publisher    = (*bus.Publisher)(nil)
-	_ Availability = (*gemini.Client)(nil)
-)
+var _ Publisher = (*bus.Publisher)(nil)
 
 // Config is the sweeper's configuration.
 type Config struct {
@@ -118,12 +109,12 @@ var routing = []string{
 
 // Sweeper nudges due work. Run it in every instance: only the leader sweeps.
 type Sweeper struct {
-	store  *store.Store
-	pub    Publisher
-	avail  Availability
-	log    *slog.Logger
-	cfg    Config
-	leader *claim.Doc
+	store        *store.Store
+	pub          Publisher
+	defaultChain []string
+	log          *slog.Logger
+	cfg          Config
+	leader       *claim.Doc
 
 	pace    *rate.Limiter
 	release *rate.Limiter
@@ -131,6 +122,7 @@ type Sweeper struct {
 
 	mu         sync.Mutex
 	unrecorded map[string]unrecorded // by task id: nudges whose backoff write failed
+	unreadable map[string]time.Time  // by chain: the first failed read of its breakers since the last good one
 }
 
 // unrecorded is the backoff of a nudge that was published but whose guarded write failed for a
@@ -143,16 +135,17 @@ type unrecorded struct {
 	nudgeAt    time.Time
 }
 
-// New returns a Sweeper whose leadership lease is held as owner. avail may be nil (every chain
-// is then taken as available).
-func New(s *store.Store, pub Publisher, avail Availability, log *slog.Logger, cfg Config, owner string, opts ...Option) *Sweeper {
+// New returns a Sweeper whose leadership lease is held as owner. defaultChain is the model
+// chain of a task that names none (GENBOX_MODEL_CHAIN): its parked tasks wait on that chain.
+func New(s *store.Store, pub Publisher, defaultChain []string, log *slog.Logger, cfg Config, owner string, opts ...Option) *Sweeper {
 	sw := &Sweeper{
-		store: s, pub: pub, avail: avail, log: log, cfg: cfg,
+		store: s, pub: pub, defaultChain: defaultChain, log: log, cfg: cfg,
 		leader:  &claim.Doc{FS: s.FS, Ref: s.FS.Collection(store.LeadersCollection).Doc(LeaderDoc), Owner: owner, TTL: cfg.LeaderTTL, Now: s.Now},
 		pace:    rate.NewLimiter(rate.Limit(cfg.Pace), max(1, int(cfg.Pace))),
 		release: rate.NewLimiter(rate.Limit(cfg.ReleaseRate), 1),
 
 		unrecorded: map[string]unrecorded{},
+		unreadable: map[string]time.Time{},
 	}
 	for _, o := range opts {
 		o(sw)
@@ -203,6 +196,7 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 	defer it.Stop()
 	n, docs := 0, 0
 	seen := map[string]bool{}
+	chains := map[string]bool{}
 	for {
 		snap, err := it.Next()
 		if errors.Is(err, iterator.Done) {
@@ -227,7 +221,7 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 		if err := s.pace.Wait(ctx); err != nil {
 			return n, nil
 		}
-		nudged, err := s.sweep(ctx, t)
+		nudged, err := s.sweep(ctx, t, chains)
 		if nudged {
 			n++
 		}
@@ -240,7 +234,8 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 // sweep nudges what is due on t and records the nudge. It reports whether it nudged anything,
 // and an error when a nudge could not be published: Pub/Sub is then unreachable, and the pass
 // ends rather than wait out a publish timeout for every due document; the next pass tries again.
-func (s *Sweeper) sweep(ctx context.Context, t *store.Task) (bool, error) {
+// chains holds what the pass learnt of each chain's breakers (chainAvailable).
+func (s *Sweeper) sweep(ctx context.Context, t *store.Task, chains map[string]bool) (bool, error) {
 	log := s.log.With("task_id", t.ID)
 	now := s.store.Now().UTC()
 	nudged := false
@@ -261,7 +256,7 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task) (bool, error) {
 	idAttr := map[string]string{task.AttrTaskID: t.ID}
 	held := false // a parked task left alone: looked at again soon, without growing the backoff
 	if taskDue(t, now) {
-		parked := t.State == task.StateWaiting && s.avail != nil && !s.avail.Available(t.ModelChain)
+		parked := t.State == task.StateWaiting && !s.chainAvailable(ctx, chains, t.ModelChain, now)
 		if !parked && (t.State != task.StateWaiting || s.release.Allow()) {
 			publish(bus.TopicTasks, idAttr)
 		} else {
@@ -301,6 +296,55 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task) (bool, error) {
 	}
 	s.backoff(ctx, log, t, now, held && !nudged, decided)
 	return nudged, failed
+}
+
+// chainAvailable reports whether a model of chain (the default chain when empty) may take a call,
+// as its breakers/{model} documents say: every worker writes them when a breaker changes state,
+// so the leader sees an outage, and a recovery, that it did not witness itself. chains keeps each
+// chain's answer for the rest of the pass, so a pass over many parked tasks reads each chain once.
+//
+// A chain whose breakers cannot be read is taken as unavailable: releasing into an outage the
+// sweeper cannot see would undo the parking. Once its reads have failed for BackoffMax, it is
+// taken as available, so a document that cannot be read (written by an incompatible version,
+// say) delays parked tasks but never holds them for good: they are released at the paced rate,
+// and a worker whose own breakers are open parks them again without a call.
+func (s *Sweeper) chainAvailable(ctx context.Context, chains map[string]bool, chain []string, now time.Time) bool {
+	if len(chain) == 0 {
+		chain = s.defaultChain
+	}
+	key := strings.Join(chain, "\n")
+	if ok, read := chains[key]; read {
+		return ok
+	}
+	ok, err := s.store.ChainAvailable(ctx, chain, now)
+	if err != nil {
+		since := s.unreadableSince(key, now)
+		ok = now.Sub(since) >= s.cfg.BackoffMax
+		if ok {
+			s.log.ErrorContext(ctx, "breakers unreadable too long; parked tasks released", "models", chain, "unreadable_since", since, "error", err)
+		} else {
+			s.log.WarnContext(ctx, "breakers not read; parked tasks held", "models", chain, "unreadable_since", since, "error", err)
+		}
+	} else {
+		s.mu.Lock()
+		delete(s.unreadable, key)
+		s.mu.Unlock()
+	}
+	chains[key] = ok
+	return ok
+}
+
+// unreadableSince records a failed read of a chain's breakers at now and returns the first
+// failure since the chain was last read.
+func (s *Sweeper) unreadableSince(key string, now time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	since, failing := s.unreadable[key]
+	if !failing {
+		since = now
+		s.unreadable[key] = since
+	}
+	return since
 }
 
 // publishTimeout bounds one nudge: a publish waits for Pub/Sub's answer, and while Pub/Sub is

@@ -1,9 +1,12 @@
 package sweeper
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
+	"math"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,17 +18,11 @@ import (
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/claim"
+	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
-
-// availability is a hand-written Availability.
-type availability struct {
-	AvailableFunc func(models []string) bool
-}
-
-func (a availability) Available(models []string) bool { return a.AvailableFunc(models) }
 
 func testConfig() Config {
 	return Config{Interval: 50 * time.Millisecond, Limit: 100, Pace: 1000, ReleaseRate: 1000,
@@ -38,6 +35,14 @@ func setup(t *testing.T) (*store.Store, *testenv.Publisher) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// storeClock makes s's clock a settable one, starting now.
+func storeClock(s *store.Store) (advance func(time.Duration)) {
+	var mu sync.Mutex
+	clock := time.Now().UTC().Truncate(time.Millisecond) // Firestore keeps microseconds
+	s.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	return func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+}
 
 func create(t *testing.T, s *store.Store, id string, mutate func(*store.Task)) {
 	t.Helper()
@@ -146,10 +151,7 @@ func keys[V any](m map[string]V) []string {
 func TestBackoffGrowsAndResets(t *testing.T) {
 	t.Parallel()
 	s, pub := setup(t)
-	clock := time.Now().UTC().Truncate(time.Millisecond) // Firestore keeps microseconds
-	var mu sync.Mutex
-	s.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	advance := storeClock(s)
 	create(t, s, "t", func(*store.Task) {})
 	cfg := testConfig()
 	cfg.BackoffBase, cfg.BackoffMax = time.Minute, 3*time.Minute
@@ -160,8 +162,8 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 			t.Fatal(err)
 		}
 		doc, _ := s.GetTask(ctx, "t")
-		if doc.Nudges != i+1 || !doc.NudgeAt.Equal(clock.Add(want)) {
-			t.Fatalf("pass %d: nudges %d nudge_at in %v, want %d and %v", i, doc.Nudges, doc.NudgeAt.Sub(clock), i+1, want)
+		if doc.Nudges != i+1 || !doc.NudgeAt.Equal(s.Now().Add(want)) {
+			t.Fatalf("pass %d: nudges %d nudge_at in %v, want %d and %v", i, doc.Nudges, doc.NudgeAt.Sub(s.Now()), i+1, want)
 		}
 		if n := len(pub.Take()); n != 1 {
 			t.Fatalf("pass %d published %d", i, n)
@@ -194,56 +196,137 @@ func TestGuardedWriteNeverErasesAChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
-	sw.sweep(ctx, stale)
+	sw.sweep(ctx, stale, map[string]bool{})
 	doc, _ := s.GetTask(ctx, "t")
 	if doc.State != task.StateCancelled || doc.Nudges != 0 || doc.DueAt != nil {
 		t.Errorf("guarded write applied over a change: state %s nudges %d due_at %v", doc.State, doc.Nudges, doc.DueAt)
 	}
 }
 
-// Parked tasks are left alone while their whole chain is unavailable, then released, paced.
-func TestParkedTasksWaitForTheChain(t *testing.T) {
-	t.Parallel()
-	s, pub := setup(t)
-	past := time.Now().UTC().Add(-time.Second)
-	for _, id := range []string{"p1", "p2", "p3"} {
-		create(t, s, id, func(d *store.Task) { d.State, d.NotBefore, d.ModelChain = task.StateWaiting, &past, []string{"m"} })
+// parkedTasks creates the waiting tasks ids, past their backoff, on chain.
+func parkedTasks(t *testing.T, s *store.Store, chain []string, ids ...string) {
+	t.Helper()
+	past := s.Now().Add(-time.Second)
+	for _, id := range ids {
+		create(t, s, id, func(d *store.Task) { d.State, d.NotBefore, d.ModelChain = task.StateWaiting, &past, chain })
 	}
-	var mu sync.Mutex
-	open := true
-	avail := availability{AvailableFunc: func(models []string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return !open || len(models) != 1 || models[0] != "m"
-	}}
-	cfg := testConfig()
-	cfg.ReleaseRate = 0.001 // one release, then none within the test
-	sw := New(s, pub, avail, slog.New(slog.DiscardHandler), cfg, "me")
-	ctx := context.Background()
-	if _, err := sw.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n := pub.Take(); len(n) != 0 {
-		t.Fatalf("parked tasks nudged while the chain is open: %+v", n)
-	}
-	doc, _ := s.GetTask(ctx, "p1")
-	if doc.Nudges != 0 || doc.NudgeAt == nil {
-		t.Errorf("parked task not held back: nudges %d nudge_at %v", doc.Nudges, doc.NudgeAt)
-	}
-	mu.Lock()
-	open = false
-	mu.Unlock()
-	// Due again (the held-back delay passed), the chain closed: released one at a time.
-	for _, id := range []string{"p1", "p2", "p3"} {
-		if _, err := s.FS.Collection(store.TasksCollection).Doc(id).Update(ctx, []firestore.Update{{Path: "due_at", Value: past}}); err != nil {
-			t.Fatal(err)
+}
+
+// heldBack fails t unless every task of ids is parked with its backoff untouched.
+func heldBack(t *testing.T, s *store.Store, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		doc, err := s.GetTask(context.Background(), id)
+		if err != nil || doc.State != task.StateWaiting || doc.Nudges != 0 || doc.NudgeAt == nil {
+			t.Errorf("%s not held back: %+v %v", id, doc, err)
 		}
 	}
-	if _, err := sw.Pass(ctx); err != nil {
+}
+
+// Parked tasks are left alone while the breakers/{model} documents say every model of their
+// chain is open — though this process never saw the outage: another instance's breakers opened —
+// then released at the paced rate once a model closes or its retry time passes.
+func TestParkedTasksWaitForTheirBreakers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		recover func(t *testing.T, s *store.Store, advance func(time.Duration))
+	}{
+		{"closed", func(t *testing.T, s *store.Store, advance func(time.Duration)) {
+			advance(time.Minute)
+			if err := s.SaveBreaker(context.Background(), gemini.BreakerChange{Model: "m2", From: gemini.BreakerHalfOpen, To: gemini.BreakerClosed, At: s.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"retry time passed", func(_ *testing.T, _ *store.Store, advance func(time.Duration)) { advance(time.Hour) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, pub := setup(t)
+			advance := storeClock(s)
+			ctx := context.Background()
+			chain := []string{"m1", "m2"}
+			parkedTasks(t, s, chain, "p1", "p2")
+			parkedTasks(t, s, nil, "default-chain")
+			for _, m := range chain {
+				if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: m, From: gemini.BreakerClosed, To: gemini.BreakerOpen, At: s.Now(), RetryAt: s.Now().Add(time.Hour)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := testConfig()
+			cfg.ReleaseRate = 0.001 // one release, then none within the test
+			sw := New(s, pub, chain, slog.New(slog.DiscardHandler), cfg, "me")
+			if _, err := sw.Pass(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := pub.Take(); len(n) != 0 {
+				t.Fatalf("parked tasks nudged while their chain is open: %+v", n)
+			}
+			heldBack(t, s, "p1", "p2", "default-chain")
+
+			tc.recover(t, s, advance) // and the held-back delay has passed: due again
+			if _, err := sw.Pass(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := pub.Take(); len(n) != 1 || n[0].Topic != bus.TopicTasks {
+				t.Errorf("released %+v, want one paced release", n)
+			}
+		})
+	}
+}
+
+// A parked task that names no chain, under a sweeper that knows no default one, has no breaker
+// to wait for: it is released.
+func TestParkedTaskWithoutAChain(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	parkedTasks(t, s, nil, "p")
+	if _, err := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me").Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if n := pub.Take(); len(n) != 1 || n[0].Topic != bus.TopicTasks {
-		t.Errorf("released %+v, want one paced release", n)
+		t.Errorf("released %+v, want the parked task", n)
+	}
+}
+
+// Breakers that cannot be read release nothing: a pass reads each chain once, logs it, and holds
+// the chain's parked tasks. Once the reads have failed for BackoffMax, the tasks are released
+// (paced) rather than held for good.
+func TestUnreadableBreakersHoldParkedTasks(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	advance := storeClock(s)
+	ctx := context.Background()
+	chain := []string{"m1", "m2"}
+	parkedTasks(t, s, chain, "p1", "p2", "p3")
+	// A document this version cannot decode (say, from an incompatible writer); m2 has none, so
+	// a readable chain would be available.
+	if _, err := s.FS.Collection(store.BreakersCollection).Doc("m1").Set(ctx, map[string]any{"model": "m1", "state": 2}); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cfg := testConfig()
+	cfg.BackoffBase, cfg.BackoffMax = time.Minute, 2*time.Minute
+	cfg.ReleaseRate = math.Inf(1)
+	sw := New(s, pub, chain, slog.New(slog.NewTextHandler(&logs, nil)), cfg, "me")
+	for pass := range 2 {
+		if _, err := sw.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := pub.Take(); len(n) != 0 {
+			t.Fatalf("pass %d released %+v while the breakers could not be read", pass, n)
+		}
+		heldBack(t, s, "p1", "p2", "p3")
+		if n := strings.Count(logs.String(), "breakers not read"); n != pass+1 {
+			t.Fatalf("after pass %d: %d failed reads logged, want one a pass\n%s", pass, n, logs.String())
+		}
+		advance(cfg.BackoffBase)
+	}
+	if _, err := sw.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := pub.Take(); len(n) != 3 {
+		t.Errorf("after the breakers were unreadable for %s: released %+v, want every parked task", cfg.BackoffMax, n)
 	}
 }
 

@@ -80,7 +80,7 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	if swPub == nil {
 		swPub = in.Publisher
 	}
-	sw := sweeper.New(in.Store, swPub, gen, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance, sweeper.WithMetrics(in.Metrics))
+	sw := sweeper.New(in.Store, swPub, cfg.Gemini.Models, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance, sweeper.WithMetrics(in.Metrics))
 	return &Assembly{
 		Handler:      h,
 		Subscription: cfg.Subscription,
