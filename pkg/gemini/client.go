@@ -147,7 +147,7 @@ func (c *Client) limiter(model string) *limiter {
 }
 
 // Available reports whether any model of the chain could take a call now: false only when every
-// breaker is open and still cooling down. The sweeper uses it to leave parked tasks alone.
+// breaker is open and still cooling down. The worker parks a task when its chain is not.
 func (c *Client) Available(models []string) bool {
 	if len(models) == 0 {
 		models = c.cfg.Models
