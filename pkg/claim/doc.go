@@ -2,7 +2,6 @@ package claim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -12,7 +11,8 @@ import (
 )
 
 // Doc is a lease kept in a document of its own (for example leaders/sweeper, the sweeper's
-// leadership): every operation is one Firestore transaction, so two owners never both hold it.
+// leadership): every operation reads the document and writes it back only if it is unchanged, so
+// two owners never both hold it.
 // A lease inside a larger document (a task, a delivery) is changed with the Lease methods inside
 // that document's own transaction instead.
 type Doc struct {
@@ -25,8 +25,8 @@ type Doc struct {
 }
 
 // Acquire takes the lease for d.Owner when it is free or expired (raising the epoch), or renews
-// it when d.Owner already holds it. It returns the lease as stored, or ErrHeld. A transaction
-// that loses to a concurrent one (codes.Aborted) is reported as ErrHeld too: someone else won.
+// it when d.Owner already holds it. It returns the lease as stored, or ErrHeld. A write that
+// loses to a concurrent one is reported as ErrHeld too: someone else won.
 func (d *Doc) Acquire(ctx context.Context) (Lease, error) {
 	return d.update(ctx, func(l *Lease, now time.Time) error {
 		if l.HeldBy(d.Owner, l.Epoch, now) {
@@ -75,34 +75,41 @@ func (d *Doc) now() time.Time {
 	return time.Now().UTC()
 }
 
-// update applies fn to the stored lease in one transaction and writes it back when fn succeeds.
+// update applies fn to the stored lease and writes it back only if the document has not changed
+// since it was read (same update time, or still absent). It runs no transaction: a transaction
+// holds its locks until it commits, so an owner killed between its read and its write would keep
+// the document locked until Firestore expires the transaction (67 s on the emulator), and with
+// it every other owner. A write that loses to a concurrent change is ErrHeld: someone else won.
 func (d *Doc) update(ctx context.Context, fn func(l *Lease, now time.Time) error) (Lease, error) {
-	var out Lease
-	err := d.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		var l Lease
-		snap, err := tx.Get(d.Ref)
-		switch {
-		case status.Code(err) == codes.NotFound:
-		case err != nil:
-			return err
-		default:
-			if err := snap.DataTo(&l); err != nil {
-				return fmt.Errorf("decode lease: %w", err)
-			}
+	var l Lease
+	snap, err := d.Ref.Get(ctx)
+	exists := status.Code(err) != codes.NotFound
+	if exists {
+		if err != nil {
+			return Lease{}, fmt.Errorf("lease %s: %w", d.Ref.Path, err)
 		}
-		if err := fn(&l, d.now()); err != nil {
-			return err
+		if err := snap.DataTo(&l); err != nil {
+			return Lease{}, fmt.Errorf("decode lease %s: %w", d.Ref.Path, err)
 		}
-		out = l
-		return tx.Set(d.Ref, l)
-	}, firestore.MaxAttempts(2))
-	switch {
-	case err == nil:
-		return out, nil
-	case errors.Is(err, ErrHeld), errors.Is(err, ErrLeaseLost):
-		return out, err
-	case status.Code(err) == codes.Aborted:
-		return out, fmt.Errorf("lease %s: %w (contended)", d.Ref.Path, ErrHeld)
 	}
-	return out, fmt.Errorf("lease %s: %w", d.Ref.Path, err)
+	if err := fn(&l, d.now()); err != nil {
+		return Lease{}, err
+	}
+	if exists {
+		var expires any = firestore.Delete
+		if l.ExpiresAt != nil {
+			expires = *l.ExpiresAt
+		}
+		_, err = d.Ref.Update(ctx, []firestore.Update{{Path: "owner", Value: l.Owner}, {Path: "epoch", Value: l.Epoch},
+			{Path: "expires_at", Value: expires}}, firestore.LastUpdateTime(snap.UpdateTime))
+	} else {
+		_, err = d.Ref.Create(ctx, l)
+	}
+	switch status.Code(err) {
+	case codes.OK:
+		return l, nil
+	case codes.FailedPrecondition, codes.AlreadyExists:
+		return Lease{}, fmt.Errorf("lease %s: %w (contended)", d.Ref.Path, ErrHeld)
+	}
+	return Lease{}, fmt.Errorf("lease %s: %w", d.Ref.Path, err)
 }

@@ -52,3 +52,43 @@ func TestDocOneHolder(t *testing.T) {
 		t.Fatalf("takeover after expiry: %+v %v", l, err)
 	}
 }
+
+// A lease written by someone else between an owner's read and its write is not overwritten: the
+// owner is told the lease is held. (The clock runs between the two, so it stages the rival.)
+func TestDocWriteLosesToAChangeSinceItsRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fs := testenv.Firestore(t, emulator.ProjectID(t))
+	ref := fs.Collection("leaders").Doc("raced")
+	rival := &claim.Doc{FS: fs, Ref: ref, Owner: "rival", TTL: time.Minute}
+	for _, existing := range []bool{false, true} {
+		if existing {
+			if _, err := rival.Acquire(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := rival.Release(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		staged := false
+		d := &claim.Doc{FS: fs, Ref: ref, Owner: "slow", TTL: time.Minute, Now: func() time.Time {
+			if !staged {
+				staged = true
+				if _, err := rival.Acquire(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return time.Now()
+		}}
+		if _, err := d.Acquire(ctx); !errors.Is(err, claim.ErrHeld) {
+			t.Fatalf("document existed %v: acquire after a rival's write answered %v, want ErrHeld", existing, err)
+		}
+		l, err := d.Get(ctx)
+		if err != nil || l.Owner != "rival" {
+			t.Fatalf("document existed %v: stored lease %+v %v, want the rival's", existing, l, err)
+		}
+		if _, err := ref.Delete(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
