@@ -3,9 +3,11 @@ package publisher
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -19,22 +21,26 @@ import (
 // benchWorkers is the number of concurrent submitters.
 const benchWorkers = 8
 
-// benchRounds is how many times BenchmarkSubmitOverhead alternates between the two paths.
-const benchRounds = 10
+// benchRounds is how many times BenchmarkSubmitOverhead cycles through its paths: many short
+// rounds, so that the emulators' pauses fall on every path alike rather than on whichever ran then.
+const benchRounds = 50
 
 // BenchmarkSubmitOverhead compares POST /v1/tasks end to end (HTTP, auth, validation, the
 // Firestore create and the Pub/Sub publish) with that bare create and publish called directly,
 // on the same emulators in one run: b.N submissions of each, in rounds that alternate which path
-// goes first, so both see the same machine. It reports each path's throughput and latency, their
-// ratios, and the Firestore operations per submission. Run with e.g. -benchtime=2000x.
+// goes first, so all see the same machine. A third path, http, is that bare create and publish
+// behind a minimal HTTP handler on the same loopback client: the cost of an HTTP round trip alone,
+// so the handler's own overhead (auth, validation, idempotency, problem responses) can be told
+// apart from it. It reports each path's throughput and latency, the handler's ratios to bare and
+// to http, and the Firestore operations per submission. Run with e.g. -benchtime=2000x.
 func BenchmarkSubmitOverhead(b *testing.B) {
 	counter := &fscount.Counter{}
 	e := setup(b, counted(b, counter), func(cfg *Config, d *Deps) { _, d.Publisher = emulatorBus(b, cfg.ProjectID) })
 	waitCurrent(b, e.srv)
 	body := mustJSON(b, validRequest())
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchWorkers}}
-	handler := &series{name: "handler", counter: counter, op: func() error {
-		req, _ := http.NewRequest("POST", e.url+"/v1/tasks", bytes.NewReader(body))
+	post := func(url string) error {
+		req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+e.key)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := hc.Do(req)
@@ -47,29 +53,45 @@ func BenchmarkSubmitOverhead(b *testing.B) {
 			return errors.New(resp.Status)
 		}
 		return nil
-	}}
+	}
+	minimal := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req task.Request
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := createPublish(e, req); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	b.Cleanup(minimal.Close)
+	handler := &series{name: "handler", counter: counter, op: func() error { return post(e.url + "/v1/tasks") }}
 	bare := &series{name: "bare", counter: counter, op: func() error { return createPublish(e, validRequest()) }}
-	for _, s := range []*series{handler, bare} { // warm connections, publishers and the emulator
+	overHTTP := &series{name: "http", counter: counter, op: func() error { return post(minimal.URL) }}
+	all := []*series{handler, bare, overHTTP}
+	for _, s := range all { // warm connections, publishers and the emulator
 		s.run(b, 4*benchWorkers)
 		*s = series{name: s.name, counter: s.counter, op: s.op}
 	}
 	b.ResetTimer()
 	per := (b.N + benchRounds - 1) / benchRounds
 	for i := range benchRounds {
-		first, second := handler, bare
-		if i%2 == 1 {
-			first, second = bare, handler
+		for j := range all { // each round starts with the next path
+			all[(i+j)%len(all)].run(b, per)
 		}
-		first.run(b, per)
-		second.run(b, per)
 	}
 	b.StopTimer()
-	for _, s := range []*series{handler, bare} {
+	for _, s := range all {
 		s.report(b)
 	}
 	b.ReportMetric(handler.rate()/bare.rate(), "throughput-ratio")
 	b.ReportMetric(float64(handler.pct(50))/float64(bare.pct(50)), "p50-ratio")
 	b.ReportMetric(float64(handler.pct(99))/float64(bare.pct(99)), "p99-ratio")
+	b.ReportMetric(handler.rate()/overHTTP.rate(), "throughput-ratio-to-http")
+	b.ReportMetric(float64(handler.pct(50))/float64(overHTTP.pct(50)), "p50-ratio-to-http")
+	b.ReportMetric(float64(handler.pct(99))/float64(overHTTP.pct(99)), "p99-ratio-to-http")
 }
 
 // series is one path's measurements over the rounds.
