@@ -15,40 +15,53 @@ import (
 // Firestore's listener on revoked keys (store.WatchRevokedKeys) tells every instance when that
 // happens; the instance that revokes a key marks it at once. While the listener is not current
 // (not started yet, or broken and restarting), a key the listener would have to vouch for is read
-// from Firestore on every request.
+// from Firestore on every request. A listener can also stall without failing (the Firestore
+// client retries a broken stream inside its iterator; Cloud Run throttles the CPU of an idle
+// instance), so a key is trusted from memory for keysMaxAge at most and then read again.
 type keys struct {
 	st  *store.Store
 	log *slog.Logger
 
 	mu      sync.Mutex
-	current bool              // the listener has delivered every revoked key and runs
-	tenants map[string]string // key id → tenant, of keys read and found valid
-	revoked map[string]bool   // key ids seen revoked, by the listener or by this instance
+	current bool                // the listener has delivered every revoked key and runs
+	valid   map[string]validKey // key id → the key as last read and found valid
+	revoked map[string]bool     // key ids seen revoked, by the listener or by this instance
+}
+
+// keysMaxAge bounds how long a key read from Firestore is trusted from memory: the longest a
+// revocation can take to reach an instance whose listener has stalled.
+const keysMaxAge = time.Minute
+
+// validKey is a key found valid: its tenant, and when it was read.
+type validKey struct {
+	tenant string
+	read   time.Time
 }
 
 func newKeys(st *store.Store, log *slog.Logger) *keys {
-	return &keys{st: st, log: log, tenants: map[string]string{}, revoked: map[string]bool{}}
+	return &keys{st: st, log: log, valid: map[string]validKey{}, revoked: map[string]bool{}}
 }
 
 // authenticate returns key's tenant: store.ErrNotFound for an unknown key, store.ErrRevoked for
 // a revoked one.
 func (k *keys) authenticate(ctx context.Context, key string) (string, error) {
 	id := store.APIKeyID(key)
+	now := k.st.Now()
 	k.mu.Lock()
-	tenant, known := k.tenants[id]
+	v, known := k.valid[id]
 	revoked, current := k.revoked[id], k.current
 	k.mu.Unlock()
 	if revoked {
 		return "", store.ErrRevoked
 	}
-	if known && current {
-		return tenant, nil
+	if known && current && now.Sub(v.read) < keysMaxAge {
+		return v.tenant, nil
 	}
 	tenant, err := k.st.Authenticate(ctx, key)
 	switch {
 	case err == nil:
 		k.mu.Lock()
-		k.tenants[id] = tenant
+		k.valid[id] = validKey{tenant: tenant, read: now}
 		k.mu.Unlock()
 	case errors.Is(err, store.ErrRevoked):
 		k.markRevoked(id)

@@ -11,6 +11,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/fscount"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/client"
 )
 
@@ -86,6 +87,37 @@ func TestRevocationReachesEveryInstance(t *testing.T) {
 		}
 	}
 	t.Logf("the listening instance refused the revoked key %s after the revocation", time.Since(revoked).Round(time.Millisecond))
+}
+
+// An instance whose listener has stalled (current, yet delivering nothing) still refuses a
+// revoked key once keysMaxAge has passed since it last read the key.
+func TestStalledListenerTrustsAKeyForMaxAge(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	st := *e.st
+	clock := testenv.NewClock(time.Now())
+	st.Now = clock.Now
+	srv, err := New(e.cfg, Deps{Store: &st, Publisher: e.pub, Families: testFamilies})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.keys.current = true // a listener that says it is current and never delivers
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	stalled := client.New(hs.URL, e.key, client.WithRetries(0))
+	r := e.submit(validRequest())
+	if _, err := stalled.Get(ctx, r.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.RevokeAPIKey(ctx, store.APIKeyID(e.key)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(keysMaxAge)
+	var p *client.Problem
+	if _, err := stalled.Get(ctx, r.TaskID); !errors.As(err, &p) || p.Status != 401 {
+		t.Fatalf("a key revoked under a stalled listener, %s after it was read: %v, want 401", keysMaxAge, err)
+	}
 }
 
 // counted makes the server's store count its Firestore operations in counter.
