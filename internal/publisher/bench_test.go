@@ -171,7 +171,6 @@ func createPublish(e *env, req task.Request) error {
 	if err := e.st.CreateTask(context.Background(), t); err != nil {
 		return err
 	}
-	_, err = e.srv.pub.Publish(context.Background(), bus.TopicTasks, nil, map[string]string{
-		task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrFamily: t.Family, task.AttrVariant: t.Variant})
+	_, err = e.srv.pub.Publish(context.Background(), bus.TopicTasks, nil, nudgeAttrs(t))
 	return err
 }

@@ -138,10 +138,14 @@ func (s *Server) replay(ctx context.Context, tenant, id, hash string) (submitted
 func (s *Server) nudge(ctx context.Context, t *store.Task) {
 	ctx, cancel := context.WithTimeout(obs.WithTask(context.WithoutCancel(ctx), t.ID), s.cfg.PublishTimeout)
 	defer cancel()
-	attrs := map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrFamily: t.Family, task.AttrVariant: t.Variant}
-	if _, err := s.pub.Publish(ctx, bus.TopicTasks, nil, attrs); err != nil {
+	if _, err := s.pub.Publish(ctx, bus.TopicTasks, nil, nudgeAttrs(t)); err != nil {
 		s.log.WarnContext(ctx, "nudge not published; the sweeper will nudge the task", "task_id", t.ID, "err", err)
 	}
+}
+
+// nudgeAttrs are the attributes of t's nudge on gemini-tasks.
+func nudgeAttrs(t *store.Task) map[string]string {
+	return map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrFamily: t.Family, task.AttrVariant: t.Variant}
 }
 
 func (s *Server) submitResponse(r *http.Request, t *store.Task) client.SubmitResponse {

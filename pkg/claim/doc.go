@@ -28,7 +28,7 @@ type Doc struct {
 // it when d.Owner already holds it. It returns the lease as stored, or ErrHeld. A write that
 // loses to a concurrent one is reported as ErrHeld too: someone else won.
 func (d *Doc) Acquire(ctx context.Context) (Lease, error) {
-	return d.update(ctx, func(l *Lease, now time.Time) error {
+	return d.update(ctx, ErrHeld, func(l *Lease, now time.Time) error {
 		if l.HeldBy(d.Owner, l.Epoch, now) {
 			return l.Renew(d.Owner, l.Epoch, now, d.TTL)
 		}
@@ -38,7 +38,7 @@ func (d *Doc) Acquire(ctx context.Context) (Lease, error) {
 
 // Renew extends the lease d.Owner holds at epoch, or fails with ErrLeaseLost.
 func (d *Doc) Renew(ctx context.Context, epoch int64) (Lease, error) {
-	return d.update(ctx, func(l *Lease, now time.Time) error {
+	return d.update(ctx, ErrLeaseLost, func(l *Lease, now time.Time) error {
 		return l.Renew(d.Owner, epoch, now, d.TTL)
 	})
 }
@@ -46,7 +46,7 @@ func (d *Doc) Renew(ctx context.Context, epoch int64) (Lease, error) {
 // Release frees the lease d.Owner holds at epoch, so the next owner need not wait for it to
 // expire; it fails with ErrLeaseLost when someone else took it meanwhile.
 func (d *Doc) Release(ctx context.Context, epoch int64) error {
-	_, err := d.update(ctx, func(l *Lease, _ time.Time) error {
+	_, err := d.update(ctx, ErrLeaseLost, func(l *Lease, _ time.Time) error {
 		return l.Release(d.Owner, epoch)
 	})
 	return err
@@ -79,8 +79,9 @@ func (d *Doc) now() time.Time {
 // since it was read (same update time, or still absent). It runs no transaction: a transaction
 // holds its locks until it commits, so an owner killed between its read and its write would keep
 // the document locked until Firestore expires the transaction (67 s on the emulator), and with
-// it every other owner. A write that loses to a concurrent change is ErrHeld: someone else won.
-func (d *Doc) update(ctx context.Context, fn func(l *Lease, now time.Time) error) (Lease, error) {
+// it every other owner. A write that loses to a concurrent change fails with lost: someone else
+// won.
+func (d *Doc) update(ctx context.Context, lost error, fn func(l *Lease, now time.Time) error) (Lease, error) {
 	var l Lease
 	snap, err := d.Ref.Get(ctx)
 	exists := status.Code(err) != codes.NotFound
@@ -109,7 +110,7 @@ func (d *Doc) update(ctx context.Context, fn func(l *Lease, now time.Time) error
 	case codes.OK:
 		return l, nil
 	case codes.FailedPrecondition, codes.AlreadyExists:
-		return Lease{}, fmt.Errorf("lease %s: %w (contended)", d.Ref.Path, ErrHeld)
+		return Lease{}, fmt.Errorf("lease %s: %w (contended)", d.Ref.Path, lost)
 	}
 	return Lease{}, fmt.Errorf("lease %s: %w", d.Ref.Path, err)
 }
