@@ -192,14 +192,14 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		log.InfoContext(ctx, "run_before passed; failed as expired")
 		h.stats.failed.Add(1)
 		h.finished(ctx, c.task)
-		h.nudgeResult(ctx, log, c.task)
+		h.nudgeResult(work, log, c.task)
 		return bus.Ack
 	case claimDead:
 		log.ErrorContext(ctx, "task killed its worker past the claim cap; dead", "claims", c.task.Claims)
 		h.stats.dead.Add(1)
 		h.finished(ctx, c.task)
-		h.nudgeResult(ctx, log, c.task)
-		h.publishNotices(ctx, log, c.task)
+		h.nudgeResult(work, log, c.task)
+		h.publishNotices(work, log, c.task)
 		return bus.Ack
 	}
 	h.stats.claimed.Add(1)
@@ -249,7 +249,7 @@ func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 		}
 		if t.RunBefore != nil && !now.Before(*t.RunBefore) {
 			t.Error = &store.TaskError{Kind: task.KindExpired, Message: "run_before passed before the model was called"}
-			t.Finish(task.StateFailed, now)
+			h.finish(t, task.StateFailed, now)
 			outcome = claimExpired
 			return nil
 		}
@@ -274,7 +274,17 @@ func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 func (h *Handler) kill(t *store.Task, now time.Time) {
 	next := now.Add(h.pol.NudgeGrace)
 	t.Notices = append(t.Notices, store.Notice{Stage: task.StageGeneration, Replay: t.Replay, Round: 0, NextAttemptAt: &next})
-	t.Finish(task.StateDead, now)
+	h.finish(t, task.StateDead, now)
+}
+
+// finish ends t in state. Its webhook, if it has one, is nudged by this worker right after the
+// commit (nudgeResult), so the sweeper holds off for NudgeGrace instead of nudging it too.
+func (h *Handler) finish(t *store.Task, state task.State, now time.Time) {
+	t.Finish(state, now)
+	if t.Delivery.State == task.DeliveryPending {
+		grace := now.Add(h.pol.NudgeGrace)
+		t.NudgeAt = &grace
+	}
 }
 
 // errOutputStored cancels a model call whose task already has its output.
@@ -447,11 +457,7 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 		if a.fingerprint != "" {
 			t.Fingerprint = a.fingerprint
 		}
-		t.Finish(task.StateSucceeded, now)
-		if t.Delivery.State == task.DeliveryPending {
-			grace := now.Add(h.pol.NudgeGrace)
-			t.NudgeAt = &grace // we publish the nudge ourselves right after the commit
-		}
+		h.finish(t, task.StateSucceeded, now)
 		outcome = persistStored
 		return nil
 	}
@@ -486,7 +492,7 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 }
 
 // nudgeResult tells the resulthandler that the task, just ended, has a webhook to deliver. A lost
-// publish only waits for the sweeper: the delivery is due from its commit.
+// publish only waits for the sweeper, which nudges the delivery once finish's grace has passed.
 func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Task) {
 	if t.Delivery.State != task.DeliveryPending {
 		return
@@ -627,7 +633,7 @@ func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch i
 func (h *Handler) fail(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, e *store.TaskError) {
 	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "fail", func(t *store.Task, now time.Time) {
 		t.Error = e
-		t.Finish(task.StateFailed, now)
+		h.finish(t, task.StateFailed, now)
 	}); ok {
 		h.stats.failed.Add(1)
 		h.finished(ctx, t)

@@ -71,6 +71,9 @@ func TestClaimRules(t *testing.T) {
 		if tc.want == claimExpired && (got.Error == nil || got.Error.Kind != task.KindExpired) {
 			t.Errorf("%s: error %+v, want expired", tc.name, got.Error)
 		}
+		if tc.want == claimDead || tc.want == claimExpired {
+			heldOff(t, got, policy("w1").NudgeGrace)
+		}
 	}
 	if c, err := h.claim(context.Background(), "missing"); err != nil || c.outcome != claimNot {
 		t.Errorf("missing task: %v %v, want not claimed", c.outcome, err)
@@ -369,6 +372,18 @@ func TestFailureOutcomes(t *testing.T) {
 	}
 	if !slices.Equal(nudged, []string{"exhausted", "permanent"}) {
 		t.Errorf("result nudges for %v, want exhausted and permanent", nudged)
+	}
+	for _, id := range nudged {
+		heldOff(t, b.get(t, id), policy("w1").NudgeGrace)
+	}
+}
+
+// heldOff checks that the sweeper holds off an ended task for grace after its end, since the
+// worker nudges its webhook itself: a sweep meanwhile would only send a second nudge.
+func heldOff(t *testing.T, got *store.Task, grace time.Duration) {
+	t.Helper()
+	if got.DueAt == nil || got.CompletedAt == nil || got.DueAt.Before(got.CompletedAt.Add(grace)) {
+		t.Errorf("%s: due at %v, ended at %v; want the sweeper held off for %s", got.ID, got.DueAt, got.CompletedAt, grace)
 	}
 }
 
