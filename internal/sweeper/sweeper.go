@@ -176,6 +176,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			s.observe(ctx)
 		case errors.Is(err, claim.ErrHeld):
 			epoch = 0
+			s.forgetAll()
 		case ctx.Err() == nil:
 			s.log.WarnContext(ctx, "sweeper leadership", "error", err)
 		}
@@ -200,9 +201,7 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 	for {
 		snap, err := it.Next()
 		if errors.Is(err, iterator.Done) {
-			if docs < s.cfg.Limit {
-				s.forgetUnseen(seen, now)
-			}
+			s.forgetUnseen(seen, docs < s.cfg.Limit, now)
 			return n, nil
 		}
 		if err != nil {
@@ -431,7 +430,7 @@ func (s *Sweeper) backingOff(t *store.Task, now time.Time) bool {
 	case now.Before(u.nudgeAt):
 		return true
 	}
-	t.Nudges, t.NudgeAt = u.nudges, &u.nudgeAt
+	t.Nudges = u.nudges
 	return false
 }
 
@@ -447,14 +446,24 @@ func (s *Sweeper) forget(id string) {
 	s.mu.Unlock()
 }
 
-// forgetUnseen drops, after a complete pass, the entries whose backoff had ended by now but whose
-// document the pass did not return: it is no longer due (changed, finished or deleted).
-func (s *Sweeper) forgetUnseen(seen map[string]bool, now time.Time) {
+// forgetUnseen drops the entries whose backoff had ended by now but whose document the pass did
+// not return: after a complete pass, it is no longer due (changed, finished or deleted); after one
+// cut at Limit, it may still be due behind the others, so only entries ended BackoffMax ago go,
+// which bounds the map under a lasting backlog. Forgetting one only loses the unrecorded count.
+func (s *Sweeper) forgetUnseen(seen map[string]bool, complete bool, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, u := range s.unrecorded {
-		if !seen[id] && !now.Before(u.nudgeAt) {
+		if !seen[id] && (complete && !now.Before(u.nudgeAt) || now.Sub(u.nudgeAt) >= s.cfg.BackoffMax) {
 			delete(s.unrecorded, id)
 		}
 	}
+}
+
+// forgetAll drops every unrecorded backoff, when another instance leads: the leader that takes
+// over has its own.
+func (s *Sweeper) forgetAll() {
+	s.mu.Lock()
+	clear(s.unrecorded)
+	s.mu.Unlock()
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -475,5 +477,28 @@ func TestBackoffKeptWhenItsWriteLosesToContention(t *testing.T) {
 	}
 	if n := len(pub.Take()); n != 1 {
 		t.Errorf("after progress the pass published %d nudges, want 1", n)
+	}
+}
+
+// The backoffs kept in memory stay bounded: a pass cut at Limit (a lasting backlog) still drops
+// those ended BackoffMax ago, and a complete pass drops every ended one whose document is no
+// longer due. A backoff still running is kept by both.
+func TestUnrecordedBackoffsAreBounded(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	cfg := testConfig()
+	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), cfg, "me")
+	now := time.Now().UTC()
+	for id, at := range map[string]time.Time{"running": now.Add(time.Minute), "ended": now.Add(-time.Second), "long-ended": now.Add(-cfg.BackoffMax)} {
+		sw.remember(id, unrecorded{nudgeAt: at})
+	}
+	kept := func() []string { return slices.Sorted(maps.Keys(sw.unrecorded)) }
+	sw.forgetUnseen(map[string]bool{}, false, now)
+	if got := kept(); !slices.Equal(got, []string{"ended", "running"}) {
+		t.Errorf("after a pass cut at Limit: %v, want ended and running", got)
+	}
+	sw.forgetUnseen(map[string]bool{}, true, now)
+	if got := kept(); !slices.Equal(got, []string{"running"}) {
+		t.Errorf("after a complete pass: %v, want running", got)
 	}
 }
