@@ -37,10 +37,6 @@ func (g GeminiEstimator) EstimateUSD(t *store.Task) (float64, bool) {
 	if err != nil {
 		return RecordedEstimator{}.EstimateUSD(t)
 	}
-	req := gemini.NewRequest(t.ID, t.Tenant, r)
-	if len(t.ModelChain) > 0 {
-		req.Models = t.ModelChain
-	}
-	_, usd := g.Pricer.Estimate(req)
+	_, usd := g.Pricer.Estimate(t.Request(r))
 	return usd, true
 }

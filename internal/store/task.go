@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/pkg/claim"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -211,6 +213,20 @@ func (t *Task) Finish(state task.State, now time.Time) {
 	t.NotBefore = nil
 	t.CompletedAt = &now
 	t.QueueEvent(state.Event(), now)
+}
+
+// Request is the model request for t, its prompt rendered as r: t's own model chain where it names
+// one, and its max_cost_usd. The worker sends it and the dlqnotifier prices Regenerate with it, so
+// the price shown is the one the worker will check.
+func (t *Task) Request(r *prompts.Rendered) gemini.Request {
+	req := gemini.NewRequest(t.ID, t.Tenant, r)
+	if len(t.ModelChain) > 0 {
+		req.Models = t.ModelChain
+	}
+	if t.MaxCostUSD != nil {
+		req.MaxCostUSD = *t.MaxCostUSD
+	}
+	return req
 }
 
 // QueueEvent queues a webhook event, frozen from the task as it is now. Without a callback URL

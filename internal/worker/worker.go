@@ -355,14 +355,7 @@ func (h *Handler) request(t *store.Task) (*prompts.Rendered, gemini.Request, err
 	if err != nil {
 		return nil, gemini.Request{}, fmt.Errorf("render %s/%s: %w", t.Family, t.Variant, err)
 	}
-	req := gemini.NewRequest(t.ID, t.Tenant, r)
-	if len(t.ModelChain) > 0 {
-		req.Models = t.ModelChain
-	}
-	if t.MaxCostUSD != nil {
-		req.MaxCostUSD = *t.MaxCostUSD
-	}
-	return r, req, nil
+	return r, t.Request(r), nil
 }
 
 // renew extends the lease every RenewEvery while the call runs (fenced: my epoch, still
