@@ -76,10 +76,18 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.hooks = append(r.hooks, Hook{ID: req.Header.Get(webhook.HeaderID), Body: string(body), VerifyErr: err, Status: status})
 	r.mu.Unlock()
 	if r.Arrived != nil {
-		r.Arrived <- struct{}{}
+		select {
+		case r.Arrived <- struct{}{}:
+		case <-req.Context().Done(): // the server closed, or the sender gave up: nobody will read
+			return
+		}
 	}
 	if r.Hold != nil {
-		<-r.Hold
+		select {
+		case <-r.Hold:
+		case <-req.Context().Done():
+			return
+		}
 	}
 	w.WriteHeader(status)
 }

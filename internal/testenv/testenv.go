@@ -171,6 +171,15 @@ func Ready(t testing.TB, base string, timeout time.Duration) {
 	}
 }
 
+// Ended returns a context that has already ended. A service's run given it returns at once
+// instead of serving, so a test of its configuration errors fails rather than hangs if the
+// configuration is ever accepted.
+func Ended() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
 // Clock is a clock the test moves instead of sleeping: hand its Now to a store.Store.
 type Clock struct {
 	mu sync.Mutex

@@ -149,7 +149,7 @@ func TestRunConfigError(t *testing.T) {
 		// The families the Regenerate button renders must load, as in the publisher and worker.
 		{"GENBOX_PROMPTS_DIR", filepath.Join(t.TempDir(), "missing")},
 	} {
-		err := run(context.Background(), func(k string) string {
+		err := run(testenv.Ended(), func(k string) string {
 			if k == c.name {
 				return c.value
 			}

@@ -90,7 +90,7 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_ALLOW_INSECURE_CALLBACKS": "maybe"}, "GENBOX_ALLOW_INSECURE_CALLBACKS"},
 		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_PROMPTS_DIR": "/nonexistent/genbox-prompts"}, "GENBOX_PROMPTS_DIR"},
 	} {
-		err := run(context.Background(), func(k string) string { return c.env[k] }, &testenv.LogBuffer{})
+		err := run(testenv.Ended(), func(k string) string { return c.env[k] }, &testenv.LogBuffer{})
 		if err == nil || !strings.Contains(err.Error(), c.name) {
 			t.Errorf("env %v: %v, want an error naming %s", c.env, err, c.name)
 		}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,10 +140,10 @@ func testRun(t *testing.T, mode string) {
 }
 
 func TestRunConfigError(t *testing.T) {
-	err := run(context.Background(), func(k string) string {
+	err := run(testenv.Ended(), func(k string) string {
 		return map[string]string{"GENBOX_CONSUMER": "poll"}[k]
 	}, io.Discard)
-	if err == nil {
-		t.Fatal("run accepted a bad configuration")
+	if err == nil || !strings.Contains(err.Error(), "GENBOX_CONSUMER") {
+		t.Fatalf("run answered %v, want an error naming GENBOX_CONSUMER", err)
 	}
 }

@@ -111,8 +111,9 @@ func (s *stack) get(t *testing.T, id string) *store.Task {
 // crashRecovery bounds how long tasks may take to recover from a SIGKILLed worker. A process
 // killed inside a Firestore transaction leaves the documents it read locked until Firestore
 // expires the transaction: 67 s on the emulator (measured with a transaction that never commits),
-// and a crash can leave two (the sweeper's and the handler's), so the bound is well above one
-// expiry. It is a liveness bound: a run that recovers sooner passes sooner.
+// and the killed process may have had more than one transaction on a task (a lease renewal and
+// the output commit), each expiring in turn, so the bound is well above one expiry. It is a
+// liveness bound: a run that recovers sooner passes sooner.
 const crashRecovery = 3 * time.Minute
 
 // waitState polls until every task is in state.
@@ -398,7 +399,7 @@ func TestRunRefusesBadPromptsDir(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:1",
 		"GENBOX_PROMPTS_DIR": filepath.Join(t.TempDir(), "missing")}
-	err := run(context.Background(), func(k string) string { return env[k] }, &testenv.LogBuffer{})
+	err := run(testenv.Ended(), func(k string) string { return env[k] }, &testenv.LogBuffer{})
 	if err == nil || !strings.Contains(err.Error(), "GENBOX_PROMPTS_DIR") {
 		t.Fatalf("run answered %v, want an error naming GENBOX_PROMPTS_DIR", err)
 	}
