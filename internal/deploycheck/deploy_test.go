@@ -317,18 +317,12 @@ func workload(t *testing.T, m *deploycheck.Module, addr string) *deploycheck.Ins
 
 var services = map[string]service{
 	"publisher": {"google_cloud_run_v2_service.http[publisher]", func(getenv func(string) string) error {
-		c, err := publisher.FromEnv(getenv)
-		if err == nil {
-			err = c.Validate()
-		}
+		_, err := publisher.Load(getenv)
 		_, oerr := obs.ConfigFromEnv(getenv, "publisher")
 		return errors.Join(err, oerr)
 	}},
 	"worker": {"google_cloud_run_v2_worker_pool.worker", func(getenv func(string) string) error {
-		c, err := worker.FromEnv(getenv)
-		if err == nil {
-			err = c.Validate()
-		}
+		_, err := worker.Load(getenv)
 		_, oerr := obs.ConfigFromEnv(getenv, "worker")
 		return errors.Join(err, oerr)
 	}},
@@ -339,7 +333,7 @@ var services = map[string]service{
 	}},
 	"dlqnotifier": {"google_cloud_run_v2_service.http[dlqnotifier]", func(getenv func(string) string) error {
 		// Cloud Run sets K_SERVICE, which makes the push authentication variables required.
-		_, err := dlqnotifier.FromEnv(func(name string) string {
+		_, err := dlqnotifier.Load(func(name string) string {
 			if v := getenv(name); v != "" || name != dlqnotifier.EnvCloudRunService {
 				return v
 			}
@@ -576,6 +570,10 @@ func checkSameEverywhere(envs map[string]map[string]string) []error {
 	var errs []error
 	for _, name := range sameEverywhere {
 		rs := readers(name)
+		if len(rs) < 2 {
+			errs = append(errs, fmt.Errorf("%s: read by %v, where sameEverywhere expects several services", name, rs))
+			continue
+		}
 		for _, svc := range rs[1:] {
 			if first, v := envs[rs[0]][name], envs[svc][name]; v != first {
 				errs = append(errs, fmt.Errorf("%s: %s has %q but %s has %q; every service reading it must agree", name, rs[0], first, svc, v))

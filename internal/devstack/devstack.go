@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -628,7 +629,7 @@ func (s *Stack) StopServices(ctx context.Context) error {
 		return nil
 	}
 	stops := s.stops[s.services:]
-	s.stops = s.stops[:s.services]
+	s.stops = slices.Clip(s.stops[:s.services]) // a later append must not write over stops
 	s.stopMu.Unlock()
 	return runStops(ctx, stops)
 }
