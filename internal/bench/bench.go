@@ -5,7 +5,8 @@
 // publish, retry from scratch on any failure — under exactly the same failures, and reports
 // throughput against the Little's-law bound, end-to-end latency and its overhead above the
 // model's, Firestore operations and publishes per task, billed ÷ needed tokens from the fake's
-// ledger, duplicates and the peak RSS.
+// ledger, duplicates and the peak RSS. Tasks enter as the publisher writes them, without its HTTP
+// API, for both systems alike.
 package bench
 
 import (

@@ -113,8 +113,10 @@ func Listen(port string) (net.Listener, error) {
 type Lifecycle struct {
 	// Handler is the service's mux; Serve wraps it in obs.Handler under the service's name.
 	Handler http.Handler
-	// Grace bounds the shutdown after ctx ends: the pull consumer's in-flight work, the server's
-	// drain and the flushes share it; the drain and flushes get at least minDrain.
+	// Grace is how long the shutdown waits for the pull consumer's in-flight work before Abort;
+	// the server's drain and the flushes get what is left of it, and at least minDrain. What
+	// follows an Abort (the aborted work's lease releases, the background jobs' last flush, then
+	// minDrain) comes on top, so Grace must leave the platform's kill that much room.
 	Grace time.Duration
 	// Pull, when set, runs beside the server (a pull consumer) until shutdown cancels its context.
 	Pull func(ctx context.Context) error
@@ -140,7 +142,8 @@ const minDrain = time.Second
 // Serve serves l.Handler on ln and runs l.Pull and l.Background until ctx ends, the server fails
 // or Pull returns. Then it cancels Pull and waits for it (its in-flight work is recorded, or
 // aborted by l.Abort once l.Grace has passed), stops the background jobs, shuts the server down
-// and closes d, within l.Grace (at least minDrain after Pull), and returns every error joined.
+// and closes d within what is left of l.Grace (at least minDrain), and returns every error
+// joined.
 func (d *Deps) Serve(ctx context.Context, ln net.Listener, l Lifecycle) error {
 	bg := context.WithoutCancel(ctx)
 	srv := &http.Server{Handler: obs.Handler(l.Handler, d.name), ReadHeaderTimeout: readHeaderTimeout}
