@@ -502,3 +502,39 @@ func TestUnrecordedBackoffsAreBounded(t *testing.T) {
 		t.Errorf("after a complete pass: %v, want running", got)
 	}
 }
+
+// An instance that finds another leading drops the backoffs it kept in memory: they were its
+// own passes', and the leader keeps its own.
+func TestLosingLeadershipForgetsUnrecordedBackoffs(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	cfg := testConfig()
+	cfg.LeaderTTL = time.Hour
+	a := New(s, pub, nil, slog.New(slog.DiscardHandler), cfg, "a")
+	b := New(s, pub, nil, slog.New(slog.DiscardHandler), cfg, "b")
+	ctx := context.Background()
+	if _, err := a.leader.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.remember("t", unrecorded{nudgeAt: time.Now().Add(time.Hour)})
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(cfg.Interval) {
+		b.mu.Lock()
+		n := len(b.unrecorded)
+		b.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an instance that is not the leader still keeps its unrecorded backoffs after 30 s")
+		}
+	}
+}
