@@ -92,3 +92,34 @@ func TestDocWriteLosesToAChangeSinceItsRead(t *testing.T) {
 		}
 	}
 }
+
+// Renew and Release report a write that loses to a change since their read as ErrLeaseLost, as
+// they do a lease taken over: the caller's epoch may no longer be the stored one.
+func TestDocRenewAndReleaseLoseAsLeaseLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fs := testenv.Firestore(t, emulator.ProjectID(t))
+	ref := fs.Collection("leaders").Doc("renewed")
+	other := &claim.Doc{FS: fs, Ref: ref, Owner: "me", TTL: time.Minute} // the same owner elsewhere
+	l, err := other.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged := false
+	d := &claim.Doc{FS: fs, Ref: ref, Owner: "me", TTL: time.Minute, Now: func() time.Time {
+		if !staged {
+			staged = true
+			if _, err := other.Acquire(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return time.Now()
+	}}
+	if _, err := d.Renew(ctx, l.Epoch); !errors.Is(err, claim.ErrLeaseLost) {
+		t.Fatalf("renew after a change since its read: %v, want ErrLeaseLost", err)
+	}
+	staged = false
+	if err := d.Release(ctx, l.Epoch); !errors.Is(err, claim.ErrLeaseLost) {
+		t.Fatalf("release after a change since its read: %v, want ErrLeaseLost", err)
+	}
+}
