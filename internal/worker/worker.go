@@ -26,6 +26,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
+	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -301,26 +302,25 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		return
 	}
 	fp := h.cacheKey(t, r, req)
+	// The lease is renewed from the claim on, through the policy's reads and the call, so that a
+	// slow step never lets it lapse while this process still works on it.
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopRenewal := h.keepLease(ctx, cancel, log, t.ID, epoch)
+	defer stopRenewal()
 	tk, ok := h.before(ctx, log, t, req, fp)
 	if !ok {
 		return
 	}
 
-	callCtx, cancel := context.WithCancelCause(ctx)
-	renewed := make(chan struct{})
-	go func() {
-		defer close(renewed)
-		h.renew(callCtx, cancel, log, t.ID, epoch)
-	}()
 	start := time.Now()
 	res, err := h.gen.Generate(callCtx, req)
 	cause := context.Cause(callCtx)
-	cancel(nil)
-	<-renewed
 	tk.done(res)
 	if spent(res) {
 		h.metrics.Generation(ctx, generationModel(res, err), t.Tenant, res.Usage, res.CostUSD, time.Since(start))
 	}
+	stopRenewal()
 
 	switch {
 	case err == nil:
@@ -358,18 +358,33 @@ func (h *Handler) request(t *store.Task) (*prompts.Rendered, gemini.Request, err
 	return r, t.Request(r), nil
 }
 
-// renew extends the lease every RenewEvery while the call runs (fenced: my epoch, still
-// running, no output). When it finds the output already stored it cancels the call. A lost
-// lease does not stop the call: a zombie's paid output is still kept if it comes first.
+// keepLease runs renew until the returned stop is called (stop waits for it and may be called
+// again).
+func (h *Handler) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, epoch int64) (stop func()) {
+	renewCtx, end := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.renew(renewCtx, cancel, log, id, epoch)
+	}()
+	return func() { end(); <-done }
+}
+
+// renew extends the lease every RenewEvery (fenced: my epoch, still running, no output) — a
+// lease that lapsed too, as long as nobody took it over — and retries a failed renewal within a
+// second rather than at the next tick, so that two failures in a row do not let it lapse. When it
+// finds the output already stored it cancels the call. A lost lease does not stop the call: a
+// zombie's paid output is still kept if it comes first.
 func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, epoch int64) {
-	tick := time.NewTicker(h.pol.RenewEvery)
-	defer tick.Stop()
-	lost := false
+	wait := h.pol.RenewEvery
+	lost, failing := false, false
 	for {
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
 		crashpoint.Hit(crashpoint.MidGenerate)
 		_, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
@@ -377,20 +392,36 @@ func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log
 				return errOutputStored
 			}
 			if !h.fenced(t, epoch) {
-				return store.ErrNoChange
+				return claim.ErrLeaseLost
 			}
 			return t.Lease.Renew(h.pol.Owner, epoch, now, h.pol.LeaseTTL)
 		})
+		wait = h.pol.RenewEvery
 		switch {
+		case ctx.Err() != nil:
+			return
 		case errors.Is(err, errOutputStored):
 			cancel(errOutputStored)
 			return
-		case err != nil && ctx.Err() == nil && !lost:
-			lost = true
-			log.WarnContext(ctx, "lease renewal refused; the call goes on, its output still counts if it is first", "error", err)
+		case errors.Is(err, claim.ErrLeaseLost):
+			if !lost {
+				lost = true
+				log.WarnContext(ctx, "lease taken over; the call goes on, its output still counts if it is first")
+			}
+		case err != nil:
+			wait = min(h.pol.RenewEvery, renewRetry())
+			if !failing {
+				failing = true
+				log.WarnContext(ctx, "lease renewal failed; retried shortly", "error", err)
+			}
+		default:
+			failing = false
 		}
 	}
 }
+
+// renewRetry is the jittered delay before a failed renewal is tried again: well inside any lease.
+func renewRetry() time.Duration { return jitter(time.Second) }
 
 // fenced reports whether a non-output write by the holder of epoch may apply to t.
 func (h *Handler) fenced(t *store.Task, epoch int64) bool {
