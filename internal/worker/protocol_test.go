@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -95,5 +97,30 @@ func TestFailedRenewalRetriedSoon(t *testing.T) {
 			t.Fatalf("the lease lapsed at %s before the failed renewal was retried", expiry)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A 429 whose RetryInfo asks for longer than the in-process wait reschedules the task no sooner
+// than that delay, and spends no attempt: a task rate-limited by tokens per minute waits for its
+// quota instead of burning its attempts into the DLQ.
+func TestRateLimitHonoursRetryInfo(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	const delay = 40 * time.Second // above the client's in-process maximum wait (30 s)
+	b.srv.SetResponder(func(r geminitest.Request) geminitest.Reply {
+		return geminitest.Reply{Code: http.StatusTooManyRequests, RetryDelay: delay}
+	})
+	b.task(t, "quota")
+	h := b.handler(policy("w1"), chain("m"))
+	h.Handle(context.Background(), msg("quota"))
+	got := b.get(t, "quota")
+	if got.State != task.StateQueued || got.Attempts != 0 || got.Error == nil || got.Error.Code != http.StatusTooManyRequests {
+		t.Fatalf("state %s attempts %d error %+v; want queued, no attempt spent, the 429 recorded", got.State, got.Attempts, got.Error)
+	}
+	if earliest := got.UpdatedAt.Add(delay - 2*time.Second); got.NotBefore == nil || got.NotBefore.Before(earliest) {
+		t.Errorf("not_before %v, want no sooner than the server's %s delay (%v)", got.NotBefore, delay, earliest)
+	}
+	if n := b.srv.Ledger().Total.Calls; n != 1 {
+		t.Errorf("%d calls, want 1 (no in-process wait of %s)", n, delay)
 	}
 }

@@ -344,7 +344,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 				h.unavailable(ctx, log, t, r, res)
 				return
 			}
-			h.retry(ctx, log, t.ID, epoch, res, taskError(err))
+			h.retry(ctx, log, t.ID, epoch, res, err)
 		}
 	}
 }
@@ -608,19 +608,30 @@ func (h *Handler) release(ctx context.Context, log *slog.Logger, id string, epoc
 	}
 }
 
-// retry releases the task after a transient failure with a jittered not_before, or kills it when
-// its attempts are exhausted.
-func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, e *store.TaskError) {
+// retry releases the task after a transient failure with a jittered not_before — never sooner
+// than the servers' RetryInfo asked — or kills it when its attempts are exhausted. A failure that
+// was only rate limits with RetryInfo spends no attempt: the request was turned away for the
+// quota, not tried, and a tenant's tokens-per-minute must not burn its attempts into the DLQ.
+func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, err error) {
+	e := taskError(err)
+	var wait time.Duration
+	rateLimited := false
+	var ge *gemini.Error
+	if errors.As(err, &ge) {
+		wait, rateLimited = ge.RetryAfter, ge.RateLimited
+	}
 	dead := false
 	t, ok := h.fencedWrite(ctx, log, id, epoch, res, "retry", func(t *store.Task, now time.Time) {
-		t.Attempts++
+		if !rateLimited {
+			t.Attempts++
+		}
 		t.Error = e
-		dead = t.Attempts >= h.pol.MaxAttempts
+		dead = !rateLimited && t.Attempts >= h.pol.MaxAttempts
 		if dead {
 			h.kill(t, now)
 			return
 		}
-		nb := now.Add(fullJitter(h.pol.RetryBase, h.pol.RetryMax, t.Attempts))
+		nb := now.Add(max(fullJitter(h.pol.RetryBase, h.pol.RetryMax, t.Attempts), wait))
 		t.State, t.NotBefore, t.Claims, t.Parks = task.StateQueued, &nb, 0, 0 // a model answered: the chain is open again
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	})
@@ -635,7 +646,8 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 	default:
 		h.stats.released.Add(1)
 		h.metrics.Retry(ctx, string(e.Kind))
-		log.WarnContext(ctx, "transient failure; retry scheduled", "attempt", t.Attempts, "not_before", t.NotBefore, "error", e.Message)
+		log.WarnContext(ctx, "transient failure; retry scheduled", "attempt", t.Attempts, "not_before", t.NotBefore,
+			"retry_after_ms", wait.Milliseconds(), "rate_limited", rateLimited, "error", e.Message)
 	}
 }
 
