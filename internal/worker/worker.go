@@ -686,17 +686,9 @@ func (h *Handler) publishNotices(ctx context.Context, log *slog.Logger, t *store
 		if n.Stage == task.StageDelivery {
 			topic = bus.TopicResultsDLQ
 		}
-		if _, err := h.pub.Publish(ctx, topic, nil, NoticeAttributes(t.ID, n)); err != nil {
+		if _, err := h.pub.Publish(ctx, topic, nil, n.Attributes(t.ID)); err != nil {
 			log.WarnContext(ctx, "DLQ notice not published; the sweeper will", "error", err)
 		}
-	}
-}
-
-// NoticeAttributes are the attributes of a DLQ notice message.
-func NoticeAttributes(taskID string, n store.Notice) map[string]string {
-	return map[string]string{
-		task.AttrTaskID: taskID, task.AttrStage: string(n.Stage),
-		task.AttrReplay: strconv.Itoa(n.Replay), task.AttrRound: strconv.Itoa(n.Round), task.AttrKind: "notice",
 	}
 }
 
