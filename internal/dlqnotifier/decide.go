@@ -54,7 +54,11 @@ type DecidedError struct {
 }
 
 func (e *DecidedError) Error() string {
-	return fmt.Sprintf("already decided by %s at %s (%s)", e.By, e.At.UTC().Format(time.RFC3339), e.State)
+	at := e.At.UTC().Format(time.RFC3339)
+	if e.State == store.DeadLetterSuperseded {
+		return "superseded at " + at + ": the task moved on (a newer event or a regeneration replaced this delivery)"
+	}
+	return fmt.Sprintf("already decided by %s at %s (%s)", e.By, at, e.State)
 }
 
 // appliesTo reports whether a applies at stage.

@@ -27,7 +27,8 @@ func noticeIndex(t *store.Task, n store.Notice) int {
 
 // record fills a new dead letter from the task it belongs to. A delivery notice that arrives
 // after the task moved past its delivery records the event it names, without the delivery's
-// attempts (the task now holds a newer one's).
+// attempts (the task now holds a newer one's); the store closes it as superseded in the same
+// commit.
 func record(d *store.DeadLetter, t *store.Task, n store.Notice, now time.Time) {
 	*d = store.DeadLetter{
 		ID: d.ID, TaskID: t.ID, Tenant: t.Tenant, Family: t.Family, Variant: t.Variant,
