@@ -196,6 +196,22 @@ func (p Pricing) Estimate(req Request) (tokens int64, costUSD float64) {
 // Estimate prices req with the client's Pricing (Pricing.Estimate).
 func (c *Client) Estimate(req Request) (tokens int64, costUSD float64) { return c.cfg.Estimate(req) }
 
+// MaxSpend is the most one Generate of req can spend: its attempt budget of calls — answered,
+// rejected by the validator, or in doubt — each at Estimate's worst case, and no more than req's
+// max_cost_usd, past which Generate makes no further call. A tenant's budget reserves it for the
+// call, not one call's estimate.
+func (c Config) MaxSpend(req Request) float64 {
+	_, one := c.Estimate(req)
+	worst := float64(c.MaxAttempts) * one
+	if req.MaxCostUSD > 0 {
+		worst = min(worst, req.MaxCostUSD)
+	}
+	return worst
+}
+
+// MaxSpend is Config.MaxSpend under the client's configuration.
+func (c *Client) MaxSpend(req Request) float64 { return c.cfg.MaxSpend(req) }
+
 // backoff returns the wait before retry n (1-based) of one model: full jitter over an exponential
 // ceiling, never shorter than the server's RetryInfo delay.
 func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
