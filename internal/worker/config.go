@@ -65,7 +65,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		ParkBase:      30 * time.Second,
 		ParkMax:       15 * time.Minute,
 		NudgeGrace:    time.Minute,
-		CommitRetry:   2 * time.Minute,
+		CommitRetry:   10 * time.Minute,
 		ShutdownGrace: 8 * time.Second,
 		BudgetRetry:   10 * time.Minute,
 		TenantRefresh: 10 * time.Second,

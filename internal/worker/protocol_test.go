@@ -2,12 +2,18 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/firestore"
+	"cloud.google.com/go/firestore/apiv1/firestorepb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -122,5 +128,88 @@ func TestRateLimitHonoursRetryInfo(t *testing.T) {
 	}
 	if n := b.srv.Ledger().Total.Calls; n != 1 {
 		t.Errorf("%d calls, want 1 (no in-process wait of %s)", n, delay)
+	}
+}
+
+// A paid output whose commit fails with a retryable code the client library does not retry
+// itself (Internal, Unknown: before, the worker dropped the output at once), and for longer than
+// the lease, is held and committed: the renewal keeps the lease while the commit is retried, so
+// no other instance claims the task and pays for it again. (ResourceExhausted and Unavailable
+// reach the worker only once the library's own retries of the commit gave up.)
+func TestOutputHeldThroughCommitFailures(t *testing.T) {
+	t.Parallel()
+	for _, code := range []codes.Code{codes.Internal, codes.Unknown} {
+		t.Run(code.String(), func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var until time.Time // output commits fail until then
+			b := setupFaulty(t, func(req any) error {
+				c, ok := req.(*firestorepb.CommitRequest)
+				if !ok {
+					return nil
+				}
+				for _, w := range c.Writes {
+					if _, output := w.GetUpdate().GetFields()["output_at"]; output {
+						mu.Lock()
+						defer mu.Unlock()
+						if time.Now().Before(until) {
+							return status.Error(code, "injected: the service is struggling")
+						}
+					}
+				}
+				return nil
+			})
+			b.task(t, "held")
+			pol := policy("w1")
+			pol.LeaseTTL, pol.RenewEvery, pol.CommitRetry = 1500*time.Millisecond, 300*time.Millisecond, time.Minute
+			release, done := b.startHeld(t, b.handler(pol, chain("m")), "held", "m")
+			mu.Lock()
+			until = time.Now().Add(2 * pol.LeaseTTL) // outlasts the lease the claim took
+			mu.Unlock()
+			release()
+			other := b.handler(policy("w2"), chain("m"))
+			for {
+				select {
+				case <-done:
+				case <-time.After(200 * time.Millisecond):
+					other.Handle(context.Background(), msg("held")) // a sweep's nudge meanwhile
+					continue
+				}
+				break
+			}
+			got := b.get(t, "held")
+			if got.State != task.StateSucceeded || got.OutputEpoch != 1 || other.Stats().Claimed != 0 || b.srv.Ledger().Total.Calls != 1 {
+				t.Errorf("state %s output epoch %d, other instance claimed %d, %d calls; want the held output stored, one call",
+					got.State, got.OutputEpoch, other.Stats().Claimed, b.srv.Ledger().Total.Calls)
+			}
+		})
+	}
+}
+
+// Every code a commit can fail with and pass on a retry is retried; what the commit decided
+// (a missing task, the transaction function's own error) is not.
+func TestRetryableCommitErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{status.Error(codes.Unavailable, "x"), true},
+		{status.Error(codes.DeadlineExceeded, "x"), true},
+		{status.Error(codes.Aborted, "x"), true},
+		{status.Error(codes.ResourceExhausted, "x"), true},
+		{status.Error(codes.Internal, "x"), true},
+		{status.Error(codes.Unknown, "x"), true},
+		{fmt.Errorf("mutate task t: %w", status.Error(codes.Internal, "x")), true},
+		{context.DeadlineExceeded, true},
+		{status.Error(codes.InvalidArgument, "x"), false},
+		{status.Error(codes.FailedPrecondition, "x"), false},
+		{status.Error(codes.PermissionDenied, "x"), false},
+		{fmt.Errorf("mutate task t: %w", store.ErrNotFound), false},
+		{errors.New("decode task t: bad field"), false},
+	} {
+		if got := retryable(tc.err); got != tc.want {
+			t.Errorf("retryable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

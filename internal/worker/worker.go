@@ -65,7 +65,7 @@ type Policy struct {
 	ParkBase    time.Duration // park backoff: base·2^(parks-1), capped, with jitter
 	ParkMax     time.Duration
 	NudgeGrace  time.Duration // the sweeper holds off this long after the worker's own nudge
-	CommitRetry time.Duration // how long a commit with an unknown outcome is retried
+	CommitRetry time.Duration // how long a failed commit (of an output, of spend) is retried
 }
 
 // Handler handles gemini-tasks messages. It is safe for concurrent use.
@@ -302,8 +302,9 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		return
 	}
 	fp := h.cacheKey(t, r, req)
-	// The lease is renewed from the claim on, through the policy's reads and the call, so that a
-	// slow step never lets it lapse while this process still works on it.
+	// The lease is renewed from the claim on — through the policy's reads, the call and the
+	// commit of its output — so that a slow step never lets it lapse while this process still
+	// works on it: a paid output held while its commit is retried is not generated again elsewhere.
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stopRenewal := h.keepLease(ctx, cancel, log, t.ID, epoch)
@@ -320,7 +321,9 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 	if spent(res) {
 		h.metrics.Generation(ctx, generationModel(res, err), t.Tenant, res.Usage, res.CostUSD, time.Since(start))
 	}
-	stopRenewal()
+	if err != nil {
+		stopRenewal() // what follows releases or ends the lease at once
+	}
 
 	switch {
 	case err == nil:
@@ -359,9 +362,10 @@ func (h *Handler) request(t *store.Task) (*prompts.Rendered, gemini.Request, err
 }
 
 // keepLease runs renew until the returned stop is called (stop waits for it and may be called
-// again).
+// again). Renewal outlives ctx: an answered output is committed even during shutdown, under its
+// lease.
 func (h *Handler) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, epoch int64) (stop func()) {
-	renewCtx, end := context.WithCancel(ctx)
+	renewCtx, end := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -526,18 +530,24 @@ func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Ta
 	}
 }
 
-// mutateRetrying runs MutateTask, retrying while its outcome is unknown or contended.
+// mutateRetrying runs MutateTask, retrying for up to CommitRetry while it fails in a way that
+// may pass: a paid output (or spend) held in memory is worth far more than the wait. The
+// renewal keeps the lease meanwhile.
 func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, id string, fn store.MutateFunc) (*store.Task, error) {
 	deadline := time.Now().Add(h.pol.CommitRetry)
+	warned := false
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 		t, err := h.store.MutateTask(ctx, id, fn)
-		if !unknownOutcome(err) {
+		if !retryable(err) {
 			return t, err
 		}
 		if time.Now().After(deadline) {
 			return nil, err
 		}
-		log.WarnContext(ctx, "commit outcome unknown; retrying with the output held", "error", err)
+		if !warned {
+			warned = true
+			log.WarnContext(ctx, "commit failed or its outcome is unknown; retrying with the output held", "error", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -546,14 +556,23 @@ func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, id strin
 	}
 }
 
-// unknownOutcome reports whether a commit may or may not have happened (or lost a contention):
-// worth retrying while the output is held.
-func unknownOutcome(err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+// retryable reports whether a failed commit may succeed if tried again: it may or may not have
+// happened (Unavailable, DeadlineExceeded, Unknown), lost a contention (Aborted), or met a
+// passing condition of the service (ResourceExhausted, Internal). What the commit itself decided
+// (a missing task, an error of the transaction function) is final.
+func retryable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
-	return errors.Is(err, context.DeadlineExceeded)
+	s, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch s.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Internal, codes.Unknown:
+		return true
+	}
+	return false
 }
 
 // fencedWrite applies change to the task if I still hold it at epoch; the spend of res is
