@@ -103,7 +103,10 @@ type TaskError struct {
 
 // Generation is the outcome of an earlier replay, kept when Regenerate starts a new one.
 type Generation struct {
-	Replay      int        `firestore:"replay"`
+	Replay int `firestore:"replay"`
+	// LastEpoch is the lease epoch of the replay's last claim: a call made under an epoch up to
+	// it belongs to this replay (epochs rise across replays), 0 when not recorded.
+	LastEpoch   int64      `firestore:"last_epoch,omitempty"`
 	Output      string     `firestore:"output,omitempty"`
 	OutputEpoch int64      `firestore:"output_epoch,omitempty"`
 	Usage       task.Usage `firestore:"usage"`
@@ -252,10 +255,12 @@ func (t *Task) QueueEvent(typ task.EventType, now time.Time) {
 }
 
 // Regenerate moves the dead replay's outcome into Previous and queues a fresh generation:
-// attempts and claims reset, replay + 1 (so its event has a new webhook-id), cache bypassed.
+// attempts and claims reset, replay + 1 (so its event has a new webhook-id), cache bypassed. The
+// replay's last epoch is kept with it, so that what a late call of the replay spent is charged
+// to it (EarlierReplay).
 func (t *Task) Regenerate() {
 	t.Previous = append(t.Previous, Generation{
-		Replay: t.Replay, Output: t.Output, OutputEpoch: t.OutputEpoch, Usage: t.Usage, CostUSD: t.CostUSD,
+		Replay: t.Replay, LastEpoch: t.Lease.Epoch, Output: t.Output, OutputEpoch: t.OutputEpoch, Usage: t.Usage, CostUSD: t.CostUSD,
 		Model: t.Model, State: t.State, Error: t.Error, CompletedAt: t.CompletedAt,
 	})
 	t.Output, t.OutputEpoch, t.OutputAt = "", 0, nil
@@ -268,6 +273,18 @@ func (t *Task) Regenerate() {
 	t.Lease.Clear()
 	t.Replay++
 	t.BypassCache = true
+}
+
+// EarlierReplay returns the earlier replay a call made under lease epoch belongs to, or nil when
+// it belongs to the current one: a zombie of an earlier replay is charged to that replay, not
+// to the one that replaced it.
+func (t *Task) EarlierReplay(epoch int64) *Generation {
+	for i := range t.Previous {
+		if epoch <= t.Previous[i].LastEpoch {
+			return &t.Previous[i]
+		}
+	}
+	return nil
 }
 
 // AdvanceDelivery starts the next queued event after the current one has ended, if any.

@@ -186,6 +186,42 @@ func TestOutputHeldThroughCommitFailures(t *testing.T) {
 	}
 }
 
+// A zombie of a replay that a Regenerate ended answers after the new replay's output: its spend
+// is charged to its own replay's previous[] entry, and the new replay's usage is its own calls'.
+func TestZombieOfAnEarlierReplayChargesItsReplay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.task(t, "zr")
+	_, releaseZombie, zdone := b.zombie(t, "zr") // replay 0, epoch 1, its call held
+	if _, err := b.store.MutateTask(context.Background(), "zr", func(d *store.Task, now time.Time) error {
+		d.Error = &store.TaskError{Kind: task.KindCrash, Message: "lease lost"}
+		d.Finish(task.StateDead, now) // as past the claim cap, then an approver's Regenerate
+		d.Regenerate()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.handler(policy("new"), chain("mn")).Handle(context.Background(), msg("zr")); r != bus.Ack {
+		t.Fatalf("new owner: %v", r)
+	}
+	releaseZombie()
+	<-zdone
+	got := b.get(t, "zr")
+	l := b.srv.Ledger()
+	if got.State != task.StateSucceeded || got.Replay != 1 || got.OutputEpoch != 2 {
+		t.Fatalf("state %s replay %d output epoch %d; want replay 1's output", got.State, got.Replay, got.OutputEpoch)
+	}
+	if got.Usage != l.Model("mn").Billed {
+		t.Errorf("replay 1 usage %+v, want its own call's %+v (the zombie's %+v is replay 0's)", got.Usage, l.Model("mn").Billed, l.Model("mz").Billed)
+	}
+	if len(got.Previous) != 1 || got.Previous[0].Usage != l.Model("mz").Billed {
+		t.Errorf("previous %+v, want replay 0 charged the zombie's %+v", got.Previous, l.Model("mz").Billed)
+	}
+	if got.ModelCalls != 2 {
+		t.Errorf("model calls %d, want both recorded", got.ModelCalls)
+	}
+}
+
 // Every code a commit can fail with and pass on a retry is retried; what the commit decided
 // (a missing task, the transaction function's own error) is not.
 func TestRetryableCommitErrors(t *testing.T) {

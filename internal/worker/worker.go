@@ -433,18 +433,24 @@ func (h *Handler) fenced(t *store.Task, epoch int64) bool {
 }
 
 // addSpend adds what the call made under epoch paid to t, once: paid tokens are recorded whatever
-// happens to the task, and a commit retried after an unknown outcome never counts them twice. It
-// reports whether it added anything.
+// happens to the task, and a commit retried after an unknown outcome never counts them twice.
+// The usage and cost go to the replay the call belonged to: a zombie of a replay a Regenerate
+// ended charges that replay's previous[] entry, not the new one. It reports whether it added
+// anything.
 func (h *Handler) addSpend(t *store.Task, epoch int64, res gemini.Result) bool {
 	key := h.pol.Owner + ":" + strconv.FormatInt(epoch, 10)
 	if !spent(res) || slices.Contains(t.SpentBy, key) {
 		return false
 	}
 	t.SpentBy = append(t.SpentBy, key)
-	t.Usage = t.Usage.Add(res.Usage)
+	usage, cost := &t.Usage, &t.CostUSD
+	if g := t.EarlierReplay(epoch); g != nil {
+		usage, cost = &g.Usage, &g.CostUSD
+	}
+	*usage = usage.Add(res.Usage)
+	*cost += res.CostUSD
 	t.InDoubt = t.InDoubt.Add(res.InDoubt)
 	t.ModelCalls += res.Calls
-	t.CostUSD += res.CostUSD
 	return true
 }
 
