@@ -119,12 +119,33 @@ func (h *Handler) finished(ctx context.Context, t *store.Task) {
 // the shutdown grace period. Calls that answered still persist their output.
 func (h *Handler) Abort() { h.cancel() }
 
+// windowSample is how many paid windows Stats keeps: a uniform sample of all of them, so that a
+// long-running worker's memory does not grow with every output it stores.
+const windowSample = 1024
+
 // Stats counts what the handler did; read it with Snapshot.
 type Stats struct {
 	claimed, notClaimed, stored, lost, released, parked, failed, dead, refused atomic.Int64
 	deferred, cacheHits, stale                                                 atomic.Int64
-	mu                                                                         sync.Mutex
-	windows                                                                    []time.Duration
+
+	mu      sync.Mutex
+	windows []time.Duration // a reservoir sample of at most windowSample
+	seen    int64           // windows offered to the sample
+}
+
+// window offers d to the sample of paid windows (reservoir sampling: each of the windows seen so
+// far is kept with the same probability).
+func (s *Stats) window(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen++
+	if len(s.windows) < windowSample {
+		s.windows = append(s.windows, d)
+		return
+	}
+	if i := rand.Int64N(s.seen); i < windowSample {
+		s.windows[i] = d
+	}
 }
 
 // StatsSnapshot is a copy of the handler's counters.
@@ -133,8 +154,9 @@ type StatsSnapshot struct {
 	// Deferred counts tasks handed back before a call (tenant cap, unreadable limits); CacheHits
 	// and Stale count outputs stored without a call.
 	Deferred, CacheHits, Stale int64
-	// PaidWindows are the durations from the start of each stored output's model call to its
-	// commit: the only window in which a crash costs a second generation.
+	// PaidWindows are durations from the start of a stored output's model call to its commit:
+	// the only window in which a crash costs a second generation. A uniform sample of at most
+	// 1024 of them, in no particular order.
 	PaidWindows []time.Duration
 }
 
@@ -511,9 +533,7 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 	h.stats.stored.Add(1)
 	if !a.start.IsZero() {
 		window := time.Since(a.start)
-		h.stats.mu.Lock()
-		h.stats.windows = append(h.stats.windows, window)
-		h.stats.mu.Unlock()
+		h.stats.window(window)
 		log.InfoContext(ctx, "output stored", "model", t.Model, "paid_window_ms", window.Milliseconds(), "output_tokens", t.Usage.OutputTokens)
 	}
 	if outcome == persistStored {
