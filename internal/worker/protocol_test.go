@@ -275,3 +275,38 @@ func TestPaidWindowsBounded(t *testing.T) {
 		t.Errorf("%d outputs stored, %d paid windows kept; want a sample of at most 1024", st.Stored, len(st.PaidWindows))
 	}
 }
+
+// The ack-deadline extension covers the longest a task message can be held: every attempt of the
+// call at its timeout, a backoff before each retry, then the commit retry. Unset, it is derived
+// from those settings; set shorter, the configuration is refused naming it.
+func TestMaxExtensionCoversTheLongestHold(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:1"}
+	env := func(extra map[string]string) func(string) string {
+		return func(k string) string {
+			if v, ok := extra[k]; ok {
+				return v
+			}
+			return base[k]
+		}
+	}
+	c, err := FromEnv(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The defaults: 8 attempts of 2m, 7 waits of at most 30s (GENBOX_MAX_RETRY_WAIT over a 20s
+	// GENBOX_BACKOFF_MAX), then 10m of commit retry.
+	if want := 8*2*time.Minute + 7*30*time.Second + 10*time.Minute; c.MaxExtension < want {
+		t.Errorf("default max extension %s, want at least %s", c.MaxExtension, want)
+	}
+	c, err = FromEnv(env(map[string]string{"GENBOX_CALL_TIMEOUT": "10s", "GENBOX_MAX_ATTEMPTS": "2", "GENBOX_COMMIT_RETRY": "1m"}))
+	if want := 2*10*time.Second + 30*time.Second + time.Minute; err != nil || c.MaxExtension != want {
+		t.Errorf("derived max extension %s (%v), want %s from the call settings", c.MaxExtension, err, want)
+	}
+	if _, err := FromEnv(env(map[string]string{"GENBOX_MAX_EXTENSION": "15m"})); err == nil || !strings.Contains(err.Error(), "GENBOX_MAX_EXTENSION") {
+		t.Errorf("15m against the default settings: %v, want an error naming GENBOX_MAX_EXTENSION", err)
+	}
+	if c, err := FromEnv(env(map[string]string{"GENBOX_MAX_EXTENSION": "1h"})); err != nil || c.MaxExtension != time.Hour {
+		t.Errorf("1h: %s %v, want accepted", c.MaxExtension, err)
+	}
+}
