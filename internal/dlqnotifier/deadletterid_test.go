@@ -14,13 +14,23 @@ func deliveryDL(id string, typ task.EventType, eventReplay, replay int) string {
 	return store.Notice{Stage: task.StageDelivery, Replay: replay, Event: task.EventID(id, typ, eventReplay)}.DeadLetterID(id)
 }
 
-// killBoth runs task id into death through the real worker and lets its task.dead webhook die at
-// the receiver (410), then hands both notices to the notifier: two posts.
-func (e *env) killBoth(t *testing.T, p *pipeline, id string, seen *int) {
+// kill submits task id and runs it into death through the real worker: its task.dead webhook is
+// pending.
+func (e *env) kill(t *testing.T, p *pipeline, id string) {
 	t.Helper()
 	e.submit(t, p, id)
 	p.gem.FailNext("m", 503, 503)
 	p.worker.Handle(e.ctx, idMsg(id))
+	if got := e.get(t, id); got.State != task.StateDead {
+		t.Fatalf("state %s, want dead", got.State)
+	}
+}
+
+// killBoth kills task id and lets its task.dead webhook die at the receiver (the caller's
+// Schedule answers it 410), then hands both notices to the notifier: two posts.
+func (e *env) killBoth(t *testing.T, p *pipeline, id string, seen *int) {
+	t.Helper()
+	e.kill(t, p, id)
 	p.rh.Handle(e.ctx, idMsg(id))
 	if got := e.get(t, id); got.State != task.StateDead || got.Delivery.State != task.DeliveryDead || got.Delivery.EventType != task.EventDead {
 		t.Fatalf("state %s delivery %s of %s; want dead, its task.dead delivery dead", got.State, got.Delivery.State, got.Delivery.EventType)

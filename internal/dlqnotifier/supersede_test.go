@@ -75,9 +75,7 @@ func TestDeadDeliveryReplacedByNewerEvent(t *testing.T) {
 	e := setup(t)
 	p := e.pipeline(t)
 	const id = "t-replaced"
-	e.submit(t, p, id)
-	p.gem.FailNext("m", 503, 503)
-	p.worker.Handle(e.ctx, idMsg(id))
+	e.kill(t, p, id)
 	seen := 0
 	e.deliverNotices(&seen)
 	e.approve(t, ActionRegenerate, id+":generation:0:0") // task.dead still pending

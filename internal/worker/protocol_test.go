@@ -63,9 +63,16 @@ func TestLapsedLeaseRenewed(t *testing.T) {
 	other.Handle(ctx, msg("lapsed"))
 	release()
 	<-done
-	got := b.get(t, "lapsed")
+	b.paidOnce(t, "lapsed", other)
+}
+
+// paidOnce checks that task id succeeded with the output of its first claim (epoch 1), that other
+// never claimed it, and that the model was called once.
+func (b *bundle) paidOnce(t *testing.T, id string, other *Handler) {
+	t.Helper()
+	got := b.get(t, id)
 	if got.State != task.StateSucceeded || got.OutputEpoch != 1 || other.Stats().Claimed != 0 || b.srv.Ledger().Total.Calls != 1 {
-		t.Errorf("state %s output epoch %d, other instance claimed %d, %d calls; want one call, the holder's output",
+		t.Errorf("state %s output epoch %d, other instance claimed %d, %d calls; want one call, the first holder's output",
 			got.State, got.OutputEpoch, other.Stats().Claimed, b.srv.Ledger().Total.Calls)
 	}
 }
@@ -169,20 +176,15 @@ func TestOutputHeldThroughCommitFailures(t *testing.T) {
 			mu.Unlock()
 			release()
 			other := b.handler(policy("w2"), chain("m"))
-			for {
+			for held := true; held; {
 				select {
 				case <-done:
+					held = false
 				case <-time.After(200 * time.Millisecond):
 					other.Handle(context.Background(), msg("held")) // a sweep's nudge meanwhile
-					continue
 				}
-				break
 			}
-			got := b.get(t, "held")
-			if got.State != task.StateSucceeded || got.OutputEpoch != 1 || other.Stats().Claimed != 0 || b.srv.Ledger().Total.Calls != 1 {
-				t.Errorf("state %s output epoch %d, other instance claimed %d, %d calls; want the held output stored, one call",
-					got.State, got.OutputEpoch, other.Stats().Claimed, b.srv.Ledger().Total.Calls)
-			}
+			b.paidOnce(t, "held", other)
 		})
 	}
 }
