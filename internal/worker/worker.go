@@ -432,7 +432,7 @@ func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log
 		case errors.Is(err, claim.ErrLeaseLost):
 			if !lost {
 				lost = true
-				log.WarnContext(ctx, "lease taken over; the call goes on, its output still counts if it is first")
+				log.WarnContext(ctx, "lease no longer mine (taken over, or the task moved on); the call goes on, its output still counts if it is first")
 			}
 		case err != nil:
 			wait = min(h.pol.RenewEvery, renewRetry())
