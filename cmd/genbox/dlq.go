@@ -35,7 +35,7 @@ func runDLQ(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "dlq", dlqSynopsis, dlqDescription)
 	base := fs.String("url", envOr(e.getenv, envDLQURL, defaultDLQURL), "the dlqnotifier's base URL ("+envDLQURL+")")
 	key := fs.String("key", "", "the admin key (default $"+envAdminKey+")")
-	state := fs.String("state", string(store.DeadLetterOpen), "list: dead letters in this state (open, redelivered, regenerated, discarded)")
+	state := fs.String("state", string(store.DeadLetterOpen), "list: dead letters in this state (open, redelivered, regenerated, discarded, superseded)")
 	limit := fs.Int("limit", 100, "list: at most this many, oldest first")
 	operator := fs.String("operator", defaultOperator(e.getenv), "redeliver/regenerate/discard: who decides (recorded on the dead letter)")
 	asJSON := fs.Bool("json", false, "list: print JSON")

@@ -23,7 +23,6 @@ func ShortEnv(extra ...string) func(string) string {
 		"GENBOX_BACKOFF_MAX":          "50ms",
 		"GENBOX_LEASE_TTL":            "2s",
 		"GENBOX_LEASE_RENEW":          "500ms",
-		"GENBOX_MAX_EXTENSION":        "1m",
 		"GENBOX_SWEEP_INTERVAL":       "200ms",
 		"GENBOX_SWEEP_LEADER_TTL":     "1s",
 		"GENBOX_SWEEP_BACKOFF_BASE":   "500ms",

@@ -54,7 +54,11 @@ type DecidedError struct {
 }
 
 func (e *DecidedError) Error() string {
-	return fmt.Sprintf("already decided by %s at %s (%s)", e.By, e.At.UTC().Format(time.RFC3339), e.State)
+	at := e.At.UTC().Format(time.RFC3339)
+	if e.State == store.DeadLetterSuperseded {
+		return "superseded at " + at + ": the task moved on (a newer event or a regeneration replaced this delivery)"
+	}
+	return fmt.Sprintf("already decided by %s at %s (%s)", e.By, at, e.State)
 }
 
 // appliesTo reports whether a applies at stage.
@@ -75,7 +79,7 @@ func (a Action) appliesTo(stage task.Stage) bool {
 // the task still what it was about. Then it publishes the decision's nudges and updates the
 // Slack message before returning; whatever it cannot finish is on the task for the sweeper.
 func (s *Service) Decide(ctx context.Context, id string, action Action, by string) (*store.DeadLetter, error) {
-	taskID, _, err := parseDeadLetterID(id)
+	taskID, _, err := store.ParseDeadLetterID(id)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +147,7 @@ func apply(t *store.Task, d *store.DeadLetter, action Action, now time.Time) ([]
 			t.Finish(task.StateDiscarded, now)
 			return deliveryNudge(t), nil
 		}
-		regenerate(t)
+		t.Regenerate()
 		return []string{bus.TopicTasks}, nil
 	}
 	dl := &t.Delivery
@@ -172,25 +176,6 @@ func deliveryNudge(t *store.Task) []string {
 		return []string{bus.TopicResults}
 	}
 	return nil
-}
-
-// regenerate moves the dead replay's outcome into previous and queues a fresh generation:
-// attempts and claims reset, replay + 1 (so its event has a new webhook-id), cache bypassed.
-func regenerate(t *store.Task) {
-	t.Previous = append(t.Previous, store.Generation{
-		Replay: t.Replay, Output: t.Output, OutputEpoch: t.OutputEpoch, Usage: t.Usage, CostUSD: t.CostUSD,
-		Model: t.Model, State: t.State, Error: t.Error, CompletedAt: t.CompletedAt,
-	})
-	t.Output, t.OutputEpoch, t.OutputAt = "", 0, nil
-	t.Usage, t.CostUSD, t.Model = task.Usage{}, 0, ""
-	t.Degraded, t.Stale, t.CacheHit = false, false, false
-	t.Error, t.CompletedAt = nil, nil
-	t.State = task.StateQueued
-	t.Attempts, t.Claims, t.Parks = 0, 0, 0
-	t.NotBefore = nil
-	t.Lease.Clear()
-	t.Replay++
-	t.BypassCache = true
 }
 
 // holdSweeper keeps the sweeper off t until the decision grace ends, while the decided work is

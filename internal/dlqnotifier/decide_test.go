@@ -217,7 +217,8 @@ func TestRedeliver(t *testing.T) {
 	}
 	seen := 0
 	e.deliverNotices(&seen)
-	dl := id + ":delivery:0:0"
+	failed := task.EventID(id, task.EventFailed, 0)
+	dl := store.Notice{Stage: task.StageDelivery, Event: failed}.DeadLetterID(id)
 	if posts := e.slack.posts(t); len(posts) != 1 || buttons(t, posts[0])[0][0] != string(ActionRedeliver) {
 		t.Fatalf("posts %+v", posts)
 	}
@@ -235,10 +236,11 @@ func TestRedeliver(t *testing.T) {
 	p.rh.Handle(e.ctx, idMsg(id)) // round 1: refused again → dead again
 	e.deliverNotices(&seen)
 	posts := e.slack.posts(t)
-	if len(posts) != 2 || buttons(t, posts[1])[0][2] != id+":delivery:0:1" {
+	dl1 := store.Notice{Stage: task.StageDelivery, Round: 1, Event: failed}.DeadLetterID(id)
+	if len(posts) != 2 || buttons(t, posts[1])[0][2] != dl1 {
 		t.Fatalf("dead again: %d posts, want a second one for round 1", len(posts))
 	}
-	e.approve(t, ActionRedeliver, id+":delivery:0:1")
+	e.approve(t, ActionRedeliver, dl1)
 	p.rh.Handle(e.ctx, idMsg(id))
 
 	hooks := p.recv.Hooks()

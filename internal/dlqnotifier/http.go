@@ -73,7 +73,7 @@ func (s *Service) interactions(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 	case errors.As(err, &decided):
 		s.ephemeral(r, cb, "This dead letter was "+decided.Error()+"; nothing was repeated.")
-	case errors.Is(err, ErrMovedOn), errors.Is(err, ErrAction), errors.Is(err, ErrBadDeadLetterID), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, ErrMovedOn), errors.Is(err, ErrAction), errors.Is(err, store.ErrBadDeadLetterID), errors.Is(err, store.ErrNotFound):
 		s.ephemeral(r, cb, "Nothing was changed: "+err.Error())
 	default:
 		log.ErrorContext(r.Context(), "dlqnotifier: decision failed", "error", err)
@@ -178,7 +178,7 @@ func writeErr(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.As(err, &decided), errors.Is(err, ErrMovedOn):
 		writeError(w, http.StatusConflict, err.Error())
-	case errors.Is(err, ErrAction), errors.Is(err, ErrBadDeadLetterID):
+	case errors.Is(err, ErrAction), errors.Is(err, store.ErrBadDeadLetterID):
 		writeError(w, http.StatusBadRequest, err.Error())
 	default:
 		writeError(w, http.StatusInternalServerError, "internal error")

@@ -260,36 +260,9 @@ func FuzzSlackPayload(f *testing.F) {
 		}
 		for _, a := range cb.ActionCallback.BlockActions {
 			_ = Action(a.ActionID).appliesTo(task.StageGeneration)
-			_, _, _ = parseDeadLetterID(a.Value)
+			_, _, _ = store.ParseDeadLetterID(a.Value)
 		}
 	})
-}
-
-// Dead letter ids round-trip, and anything else is refused.
-func TestParseDeadLetterID(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		in   string
-		ok   bool
-		task string
-	}{
-		{"abc:generation:0:0", true, "abc"},
-		{"abc:delivery:3:7", true, "abc"},
-		{"abc:delivery:-1:0", false, ""},
-		{"abc:other:0:0", false, ""},
-		{":generation:0:0", false, ""},
-		{"abc:generation:0", false, ""},
-		{"abc:generation:01:0", false, ""},
-		{"abc:generation:0:x", false, ""},
-	} {
-		id, n, err := parseDeadLetterID(tc.in)
-		if (err == nil) != tc.ok || id != tc.task {
-			t.Errorf("%q: %q %v", tc.in, id, err)
-		}
-		if tc.ok && store.DeadLetterID(id, n.Stage, n.Replay, n.Round) != tc.in {
-			t.Errorf("%q does not round-trip", tc.in)
-		}
-	}
 }
 
 // BenchmarkClick measures an approver's click end to end on the emulator: signature check,

@@ -20,14 +20,15 @@ import (
 // slackBudget bounds one Slack Web API call.
 const slackBudget = 5 * time.Second
 
-// noticeIndex finds the notice of t that announces (stage, replay, round), or -1.
+// noticeIndex finds the notice of t that announces the same dead letter as n, or -1.
 func noticeIndex(t *store.Task, n store.Notice) int {
-	return slices.IndexFunc(t.Notices, func(e store.Notice) bool {
-		return e.Stage == n.Stage && e.Replay == n.Replay && e.Round == n.Round
-	})
+	return slices.IndexFunc(t.Notices, n.Announces)
 }
 
-// record fills a new dead letter from the task it belongs to.
+// record fills a new dead letter from the task it belongs to. A delivery notice that arrives
+// after the task moved past its delivery records the event it names, without the delivery's
+// attempts (the task now holds a newer one's); the store closes it as superseded in the same
+// commit.
 func record(d *store.DeadLetter, t *store.Task, n store.Notice, now time.Time) {
 	*d = store.DeadLetter{
 		ID: d.ID, TaskID: t.ID, Tenant: t.Tenant, Family: t.Family, Variant: t.Variant,
@@ -35,6 +36,10 @@ func record(d *store.DeadLetter, t *store.Task, n store.Notice, now time.Time) {
 		Usage: t.Usage, CostUSD: t.CostUSD, CreatedAt: now,
 	}
 	if n.Stage == task.StageDelivery {
+		if n.Event != "" && n.Event != t.Delivery.EventID {
+			d.EventID, d.LastError = n.Event, "the task had moved past this delivery when its notice was recorded"
+			return
+		}
 		d.EventID, d.EventType = t.Delivery.EventID, t.Delivery.EventType
 		d.Attempts, d.LastError = t.Delivery.Attempts, t.Delivery.LastError
 		if d.LastError == "" && t.Delivery.LastStatus != 0 {
@@ -187,14 +192,14 @@ func (s *Service) poison(ctx context.Context, log *slog.Logger, id, source strin
 	if id != "" {
 		t, err := s.store.GetTask(ctx, id)
 		if err == nil {
-			n = store.Notice{Stage: stage, Replay: t.Replay, Round: t.Delivery.Round}
+			n = store.Notice{Stage: stage, Replay: t.Replay, Round: t.Delivery.Round, Event: t.Delivery.EventID}
 			if stage == task.StageGeneration {
-				n.Round = 0
+				n.Round, n.Event = 0, ""
 			}
 			_, _, err = s.store.MutateDeadLetter(ctx, id, n.DeadLetterID(id), func(t *store.Task, d *store.DeadLetter, now time.Time) error {
 				dead = false
 				if stage == task.StageGeneration && (t.State != task.StateDead || t.Replay != n.Replay) ||
-					stage == task.StageDelivery && (t.Delivery.State != task.DeliveryDead || t.Delivery.Round != n.Round || t.Replay != n.Replay) {
+					stage == task.StageDelivery && (t.Delivery.State != task.DeliveryDead || t.Delivery.Round != n.Round || t.Delivery.EventID != n.Event || t.Replay != n.Replay) {
 					return store.ErrNoChange
 				}
 				dead = true

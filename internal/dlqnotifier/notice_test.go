@@ -232,7 +232,7 @@ func TestPoison(t *testing.T) {
 	if n := len(e.slack.posts(t)); n != 2 {
 		t.Fatalf("%d posts, want 2", n)
 	}
-	if d := e.deadLetter(t, "t-lost:delivery:0:0"); d.State != store.DeadLetterOpen || d.SlackTS == "" {
+	if d := e.deadLetter(t, "t-lost:delivery:0:0:task.failed.0"); d.State != store.DeadLetterOpen || d.SlackTS == "" {
 		t.Fatalf("dead letter %+v", d)
 	}
 	if n := len(e.pub.On(bus.TopicAlerts)); n != 1 {

@@ -23,8 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -146,31 +144,12 @@ func (s *Service) carry(ctx context.Context, log *slog.Logger, id string, a map[
 		s.followUp(ctx, log, id)
 		return
 	}
-	n, err := noticeOf(a)
+	n, err := store.NoticeOf(a)
 	if err != nil {
 		log.WarnContext(ctx, "dlqnotifier: malformed notice; acked", "error", err)
 		return
 	}
 	s.notice(ctx, log, id, n)
-}
-
-// ErrBadNotice means a notice message's attributes do not name a dead letter.
-var ErrBadNotice = errors.New("dlqnotifier: bad notice attributes")
-
-// noticeOf reads the notice a message announces.
-func noticeOf(a map[string]string) (store.Notice, error) {
-	var n store.Notice
-	n.Stage = task.Stage(a[task.AttrStage])
-	if n.Stage != task.StageGeneration && n.Stage != task.StageDelivery {
-		return n, fmt.Errorf("%w: stage %q", ErrBadNotice, a[task.AttrStage])
-	}
-	var err1, err2 error
-	n.Replay, err1 = strconv.Atoi(a[task.AttrReplay])
-	n.Round, err2 = strconv.Atoi(a[task.AttrRound])
-	if err := errors.Join(err1, err2); err != nil || n.Replay < 0 || n.Round < 0 {
-		return n, fmt.Errorf("%w: replay %q round %q", ErrBadNotice, a[task.AttrReplay], a[task.AttrRound])
-	}
-	return n, nil
 }
 
 // Run pulls the three subscriptions until ctx ends (GENBOX_CONSUMER=pull).
@@ -192,22 +171,3 @@ func (s *Service) Run(ctx context.Context, ps *pubsub.Client) error {
 	}
 	return errors.Join(all...)
 }
-
-// parseDeadLetterID splits {task_id}:{stage}:{replay}:{round}; task ids may not contain ':' but
-// the split is from the right all the same.
-func parseDeadLetterID(id string) (taskID string, n store.Notice, err error) {
-	parts := strings.Split(id, ":")
-	if len(parts) < 4 {
-		return "", n, fmt.Errorf("%w: %q", ErrBadDeadLetterID, id)
-	}
-	k := len(parts)
-	n, err = noticeOf(map[string]string{task.AttrStage: parts[k-3], task.AttrReplay: parts[k-2], task.AttrRound: parts[k-1]})
-	taskID = strings.Join(parts[:k-3], ":")
-	if err != nil || taskID == "" || store.DeadLetterID(taskID, n.Stage, n.Replay, n.Round) != id {
-		return "", n, fmt.Errorf("%w: %q", ErrBadDeadLetterID, id)
-	}
-	return taskID, n, nil
-}
-
-// ErrBadDeadLetterID means a string is not a dead letter id.
-var ErrBadDeadLetterID = errors.New("dlqnotifier: bad dead letter id")

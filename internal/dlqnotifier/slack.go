@@ -108,6 +108,9 @@ func (s *Service) blocks(d *store.DeadLetter, t *store.Task) []slack.Block {
 			at = d.DecidedAt.UTC().Format(time.RFC3339)
 		}
 		done := fmt.Sprintf("*%s* by %s at %s", decidedWord(d.State), d.DecidedBy, at)
+		if d.State == store.DeadLetterSuperseded {
+			done = "*Superseded* at " + at + ": the task moved on (a newer event or a regeneration replaced this delivery); nothing is left to decide."
+		}
 		return append(out, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, done, false, false), nil, nil))
 	}
 	var buttons []slack.BlockElement

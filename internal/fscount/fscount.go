@@ -5,14 +5,13 @@ package fscount
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 
 	"cloud.google.com/go/firestore"
 	"cloud.google.com/go/firestore/apiv1/firestorepb"
-	"google.golang.org/api/option"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/genbox-dev/genbox/internal/emulator"
 )
 
 // Counter counts the operations of every client opened through it. Safe for concurrent use.
@@ -38,21 +37,9 @@ func (c *Counter) Counts() Counts {
 }
 
 // EmulatorClient opens a client of project on the Firestore emulator at host whose operations c
-// counts. The client library ignores dial options when it dials an emulator itself, so the
-// connection is made here, with the emulator's owner credentials.
+// counts.
 func (c *Counter) EmulatorClient(ctx context.Context, host, project string) (*firestore.Client, error) {
-	conn, err := grpc.NewClient(host,
-		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(emulatorCreds{}),
-		grpc.WithChainUnaryInterceptor(c.unary), grpc.WithChainStreamInterceptor(c.stream))
-	if err != nil {
-		return nil, fmt.Errorf("firestore emulator %s: %w", host, err)
-	}
-	fs, err := firestore.NewClient(ctx, project, option.WithGRPCConn(conn))
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("firestore: %w", err)
-	}
-	return fs, nil
+	return emulator.FirestoreClient(ctx, host, project, grpc.WithChainUnaryInterceptor(c.unary), grpc.WithChainStreamInterceptor(c.stream))
 }
 
 func (c *Counter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -96,11 +83,3 @@ func (s *countingStream) RecvMsg(m any) error {
 	}
 	return err
 }
-
-// emulatorCreds is the emulator's owner token, as the firestore client sends it to an emulator.
-type emulatorCreds struct{}
-
-func (emulatorCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer owner"}, nil
-}
-func (emulatorCreds) RequireTransportSecurity() bool { return false }

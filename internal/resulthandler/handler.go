@@ -352,9 +352,9 @@ func (h *Handler) record(ctx context.Context, id string, c claim, o outcome) (bo
 // sweeper re-sends it after NoticeGrace until the dlqnotifier has recorded it.
 func (h *Handler) addNotice(t *store.Task, now time.Time) *store.Notice {
 	at := now.Add(h.policy.NoticeGrace)
-	n := store.Notice{Stage: task.StageDelivery, Replay: t.Replay, Round: t.Delivery.Round, NextAttemptAt: &at}
+	n := store.Notice{Stage: task.StageDelivery, Replay: t.Replay, Round: t.Delivery.Round, Event: t.Delivery.EventID, NextAttemptAt: &at}
 	for _, e := range t.Notices {
-		if e.Stage == n.Stage && e.Replay == n.Replay && e.Round == n.Round {
+		if e.Announces(n) {
 			return &e
 		}
 	}

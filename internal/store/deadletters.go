@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -28,6 +29,10 @@ const (
 	DeadLetterRedelivered DeadLetterState = "redelivered"
 	DeadLetterRegenerated DeadLetterState = "regenerated"
 	DeadLetterDiscarded   DeadLetterState = "discarded"
+	// DeadLetterSuperseded closes a delivery dead letter the task has moved past — a newer event
+	// replaced the dead delivery, or a regeneration started a new replay — so that nothing is left
+	// to decide on it.
+	DeadLetterSuperseded DeadLetterState = "superseded"
 )
 
 // DeadLetter is the dead_letters/{task_id}:{stage}:{replay}:{round} document: one death of a
@@ -109,6 +114,64 @@ func (s *Store) ListDeadLetters(ctx context.Context, state DeadLetterState, limi
 	}
 }
 
+// supersede closes the open delivery dead letters of t that its delivery has left behind: the
+// dead delivery they were about was replaced by a newer event, or a regeneration moved the task
+// to a new replay. Their buttons could only answer "moved on"; open, they would hold the task's
+// TTL, its DELETE and the open-dead-letter alert forever. Their Slack messages are queued for an
+// update. It returns their ids: the caller writes them closed in the same transaction.
+func supersede(t *Task) []string {
+	var closed []string
+	t.OpenDeadLetters = slices.DeleteFunc(t.OpenDeadLetters, func(id string) bool {
+		_, n, err := ParseDeadLetterID(id)
+		if err != nil || n.Stage != task.StageDelivery || deliveryCurrent(t, n) {
+			return false
+		}
+		closed = append(closed, id)
+		return true
+	})
+	if len(closed) == 0 {
+		return nil
+	}
+	if t.SlackUpdate == nil {
+		t.SlackUpdate = &Pending{} // due at once: nobody else follows this write up
+	}
+	for _, id := range closed {
+		if !slices.Contains(t.SlackUpdate.Keys, id) {
+			t.SlackUpdate.Keys = append(t.SlackUpdate.Keys, id)
+		}
+	}
+	return closed
+}
+
+// deliveryCurrent reports whether t's delivery is still the dead one notice n announced.
+func deliveryCurrent(t *Task, n Notice) bool {
+	d := t.Delivery
+	return t.Replay == n.Replay && d.State == task.DeliveryDead && d.Round == n.Round && (n.Event == "" || n.Event == d.EventID)
+}
+
+// Supersede records on d that the task moved past it (DeadLetterSuperseded).
+func (d *DeadLetter) Supersede(now time.Time) {
+	d.State, d.DecidedAt, d.Applied = DeadLetterSuperseded, &now, true
+}
+
+// writeSuperseded writes the dead letters ids closed (DeadLetterSuperseded) in tx; skip is the one
+// the caller writes whole.
+func (s *Store) writeSuperseded(tx *firestore.Transaction, ids []string, skip string, now time.Time) error {
+	for _, id := range ids {
+		if id == skip {
+			continue
+		}
+		// A merge, not an update: a dead letter missing for whatever reason must not fail every
+		// later write of its task.
+		if err := tx.Set(s.DeadLetters().Doc(id), map[string]any{
+			"state": string(DeadLetterSuperseded), "decided_at": now, "applied": true, "updated_at": now,
+		}, firestore.MergeAll); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // DeadLetterFunc decides, from the task and its dead letter as read inside one transaction, what
 // to change in both. d is never nil: a dead letter that does not exist yet has a zero CreatedAt,
 // and is written only if fn gives it one. Like MutateFunc, fn may run more than once and returns
@@ -144,7 +207,7 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 			return err
 		}
 		now := s.now()
-		t, changed, err := s.applyTask(snaps[0], now, func(t *Task, now time.Time) error { return fn(t, d, now) })
+		t, changed, closed, err := s.applyTask(snaps[0], now, func(t *Task, now time.Time) error { return fn(t, d, now) })
 		if err != nil {
 			return err
 		}
@@ -157,6 +220,16 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 			return err
 		}
 		outT, outD = t, d
+		skip := ""
+		if !d.CreatedAt.IsZero() {
+			skip = id
+			if slices.Contains(closed, id) {
+				d.Supersede(now)
+			}
+		}
+		if err := s.writeSuperseded(tx, closed, skip, now); err != nil {
+			return err
+		}
 		if d.CreatedAt.IsZero() {
 			return nil
 		}

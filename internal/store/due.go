@@ -1,7 +1,6 @@
 package store
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -90,5 +89,3 @@ func Finalize(t *Task, now time.Time, retention time.Duration) {
 		t.ExpireAt = &exp
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

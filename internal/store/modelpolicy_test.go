@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -74,27 +75,36 @@ func TestOutputCache(t *testing.T) {
 	}
 }
 
+// Batches from many instances add up in the sharded counters; a batch written again — its first
+// write's outcome was unknown — counts once, and the total says which of an origin's batches it
+// includes.
 func TestBudgetCounters(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	ctx := context.Background()
 	var wg sync.WaitGroup
-	for range 20 {
+	for i := range 20 {
 		wg.Go(func() {
-			if err := s.AddSpend(ctx, "acme", "2026-12-02", 0.25); err != nil {
+			if err := s.AddSpend(ctx, gemini.SpendFlush{Tenant: "acme", Day: "2026-12-02", Origin: fmt.Sprint("o", i), Seq: 1, USD: 0.25}); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	if err := s.AddSpend(ctx, "acme", "2026-12-03", 7); err != nil {
+	retried := gemini.SpendFlush{Tenant: "acme", Day: "2026-12-02", Origin: "o3", Seq: 2, USD: 1}
+	for range 2 {
+		if err := s.AddSpend(ctx, retried); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.AddSpend(ctx, gemini.SpendFlush{Tenant: "acme", Day: "2026-12-03", Origin: "o3", Seq: 3, USD: 7}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Spent(ctx, "acme", "2026-12-02")
-	if err != nil || math.Abs(got-5) > 1e-9 {
-		t.Fatalf("spent %v %v, want 5", got, err)
+	got, applied, err := s.Spent(ctx, "acme", "2026-12-02", "o3")
+	if err != nil || math.Abs(got-6) > 1e-9 || applied != 2 {
+		t.Fatalf("spent %v (o3's last batch %d) %v, want 6 with batch 2: the retried batch counted once", got, applied, err)
 	}
-	if got, _ := s.Spent(ctx, "other", "2026-12-02"); got != 0 {
+	if got, _, _ := s.Spent(ctx, "other", "2026-12-02", "o3"); got != 0 {
 		t.Errorf("another tenant spent %v", got)
 	}
 }

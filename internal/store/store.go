@@ -105,13 +105,17 @@ func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task
 		if err != nil {
 			return err
 		}
-		t, changed, err := s.applyTask(snap, s.now(), fn)
+		now := s.now()
+		t, changed, closed, err := s.applyTask(snap, now, fn)
 		if err != nil || !changed {
 			out = t
 			return err
 		}
 		out = t
-		return tx.Set(ref, t)
+		if err := tx.Set(ref, t); err != nil {
+			return err
+		}
+		return s.writeSuperseded(tx, closed, "", now)
 	}, s.txOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("mutate task %s: %w", id, err)
@@ -120,23 +124,26 @@ func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task
 }
 
 // applyTask is the task side of every read-modify-write: it decodes snap, resets the sweeper's
-// nudge backoff (a write is progress), runs fn and, when fn changed something, stamps updated_at
-// and finalizes due_at and what follows from it. Unchanged, it returns the task as read.
-func (s *Store) applyTask(snap *firestore.DocumentSnapshot, now time.Time, fn MutateFunc) (*Task, bool, error) {
-	t, err := DecodeTask(snap)
+// nudge backoff (a write is progress), runs fn and, when fn changed something, closes the dead
+// letters the change superseded (their ids are returned, for the caller to write in the same
+// transaction), stamps updated_at and finalizes due_at and what follows from it. Unchanged, it
+// returns the task as read.
+func (s *Store) applyTask(snap *firestore.DocumentSnapshot, now time.Time, fn MutateFunc) (t *Task, changed bool, closed []string, err error) {
+	t, err = DecodeTask(snap)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	t.Nudges, t.NudgeAt = 0, nil
 	if err := fn(t, now); errors.Is(err, ErrNoChange) {
 		read, err := DecodeTask(snap)
-		return read, false, err
+		return read, false, nil, err
 	} else if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
+	closed = supersede(t)
 	t.UpdatedAt = now
 	Finalize(t, now, s.Retention)
-	return t, true, nil
+	return t, true, closed, nil
 }
 
 func (s *Store) txOptions() []firestore.TransactionOption {

@@ -103,7 +103,10 @@ type TaskError struct {
 
 // Generation is the outcome of an earlier replay, kept when Regenerate starts a new one.
 type Generation struct {
-	Replay      int        `firestore:"replay"`
+	Replay int `firestore:"replay"`
+	// LastEpoch is the lease epoch of the replay's last claim: a call made under an epoch up to
+	// it belongs to this replay (epochs rise across replays), 0 when not recorded.
+	LastEpoch   int64      `firestore:"last_epoch,omitempty"`
 	Output      string     `firestore:"output,omitempty"`
 	OutputEpoch int64      `firestore:"output_epoch,omitempty"`
 	Usage       task.Usage `firestore:"usage"`
@@ -151,16 +154,19 @@ type QueuedEvent struct {
 // Notice is a DLQ notice kept as an outbox on the task until the dlqnotifier has recorded and
 // posted its dead letter and cleared it.
 type Notice struct {
-	Stage         task.Stage  `firestore:"stage"`
-	Replay        int         `firestore:"replay"`
-	Round         int         `firestore:"round"`
+	Stage  task.Stage `firestore:"stage"`
+	Replay int        `firestore:"replay"`
+	Round  int        `firestore:"round"`
+	// Event is the webhook event whose delivery died (delivery stage; empty on a notice recorded
+	// before notices named it).
+	Event         string      `firestore:"event_id,omitempty"`
 	NextAttemptAt *time.Time  `firestore:"next_attempt_at,omitempty"`
 	Lease         claim.Lease `firestore:"lease"`
 }
 
-// DeadLetterID names the dead_letters document of a notice.
-func (n Notice) DeadLetterID(taskID string) string {
-	return DeadLetterID(taskID, n.Stage, n.Replay, n.Round)
+// Announces reports whether n and o announce the same dead letter.
+func (n Notice) Announces(o Notice) bool {
+	return n.Stage == o.Stage && n.Replay == o.Replay && n.Round == o.Round && n.Event == o.Event
 }
 
 // Decision is a human's decision on a dead letter whose nudges are not yet all published.
@@ -248,6 +254,39 @@ func (t *Task) QueueEvent(typ task.EventType, now time.Time) {
 	t.Delivery.start(ev, now)
 }
 
+// Regenerate moves the dead replay's outcome into Previous and queues a fresh generation:
+// attempts and claims reset, replay + 1 (so its event has a new webhook-id), cache bypassed. The
+// replay's last epoch is kept with it, so that what a late call of the replay spent is charged
+// to it (EarlierReplay).
+func (t *Task) Regenerate() {
+	t.Previous = append(t.Previous, Generation{
+		Replay: t.Replay, LastEpoch: t.Lease.Epoch, Output: t.Output, OutputEpoch: t.OutputEpoch, Usage: t.Usage, CostUSD: t.CostUSD,
+		Model: t.Model, State: t.State, Error: t.Error, CompletedAt: t.CompletedAt,
+	})
+	t.Output, t.OutputEpoch, t.OutputAt = "", 0, nil
+	t.Usage, t.CostUSD, t.Model = task.Usage{}, 0, ""
+	t.Degraded, t.Stale, t.CacheHit = false, false, false
+	t.Error, t.CompletedAt = nil, nil
+	t.State = task.StateQueued
+	t.Attempts, t.Claims, t.Parks = 0, 0, 0
+	t.NotBefore = nil
+	t.Lease.Clear()
+	t.Replay++
+	t.BypassCache = true
+}
+
+// EarlierReplay returns the earlier replay a call made under lease epoch belongs to, or nil when
+// it belongs to the current one: a zombie of an earlier replay is charged to that replay, not
+// to the one that replaced it.
+func (t *Task) EarlierReplay(epoch int64) *Generation {
+	for i := range t.Previous {
+		if epoch <= t.Previous[i].LastEpoch {
+			return &t.Previous[i]
+		}
+	}
+	return nil
+}
+
 // AdvanceDelivery starts the next queued event after the current one has ended, if any.
 func (t *Task) AdvanceDelivery(now time.Time) {
 	if t.Delivery.State == task.DeliveryPending || len(t.Delivery.Queue) == 0 {
@@ -266,9 +305,4 @@ func (d *Delivery) start(ev QueuedEvent, now time.Time) {
 	d.NextAttemptAt = &now
 	d.LastStatus, d.LastError = 0, ""
 	d.Lease.Clear()
-}
-
-// DeadLetterID names a dead_letters document: {task_id}:{stage}:{replay}:{round}.
-func DeadLetterID(taskID string, stage task.Stage, replay, round int) string {
-	return taskID + ":" + string(stage) + ":" + itoa(replay) + ":" + itoa(round)
 }

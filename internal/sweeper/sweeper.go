@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -273,10 +272,7 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, chains map[string]bo
 		if n.Stage == task.StageDelivery {
 			topic = bus.TopicResultsDLQ
 		}
-		publish(topic, map[string]string{
-			task.AttrTaskID: t.ID, task.AttrStage: string(n.Stage), task.AttrReplay: strconv.Itoa(n.Replay),
-			task.AttrRound: strconv.Itoa(n.Round), task.AttrKind: "notice",
-		})
+		publish(topic, n.Attributes(t.ID))
 	}
 	decided := false // every nudge of a decision is published: the decision is carried out
 	if d := t.Decision; d != nil && len(d.Topics) > 0 && (d.NextAttemptAt == nil || !now.Before(*d.NextAttemptAt)) {

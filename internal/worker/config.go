@@ -25,7 +25,7 @@ type Config struct {
 
 	LeaseTTL     time.Duration // GENBOX_LEASE_TTL: how long a claim lasts without renewal
 	RenewEvery   time.Duration // GENBOX_LEASE_RENEW: renewal interval while the model runs
-	MaxExtension time.Duration // GENBOX_MAX_EXTENSION: ack-deadline extension; the longest generation
+	MaxExtension time.Duration // GENBOX_MAX_EXTENSION: ack-deadline extension; at least LongestHold (its default)
 	Concurrency  int           // GENBOX_CONCURRENCY: messages handled at once
 	MaxAttempts  int           // GENBOX_TASK_ATTEMPTS: failed generations before a task is dead
 	ClaimCap     int           // GENBOX_CLAIM_CAP: takeovers of an expired lease before a task is dead
@@ -56,7 +56,6 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		Subscription:  bus.SubWorker,
 		LeaseTTL:      30 * time.Second,
 		RenewEvery:    10 * time.Second,
-		MaxExtension:  15 * time.Minute,
 		Concurrency:   64,
 		MaxAttempts:   5,
 		ClaimCap:      3,
@@ -65,7 +64,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		ParkBase:      30 * time.Second,
 		ParkMax:       15 * time.Minute,
 		NudgeGrace:    time.Minute,
-		CommitRetry:   2 * time.Minute,
+		CommitRetry:   10 * time.Minute,
 		ShutdownGrace: 8 * time.Second,
 		BudgetRetry:   10 * time.Minute,
 		TenantRefresh: 10 * time.Second,
@@ -115,8 +114,17 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
 	}
+	if c.MaxExtension == 0 {
+		c.MaxExtension = max(c.LongestHold(), c.LeaseTTL)
+	}
 	return c, c.Validate()
 }
+
+// LongestHold bounds how long the worker holds a task message: the longest generation with its
+// retries and backoffs (gemini.Config.LongestGenerate), then the commit of its output retried for
+// GENBOX_COMMIT_RETRY. Pub/Sub must keep extending the message's ack deadline that long, or it
+// redelivers a message whose task is still being worked on.
+func (c Config) LongestHold() time.Duration { return c.Gemini.LongestGenerate() + c.CommitRetry }
 
 // Validate reports every setting that cannot work, naming its variable.
 func (c Config) Validate() error {
@@ -133,6 +141,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxExtension < c.LeaseTTL {
 		bad("GENBOX_MAX_EXTENSION", "must cover at least GENBOX_LEASE_TTL")
+	}
+	if hold := c.LongestHold(); c.MaxExtension < hold {
+		bad("GENBOX_MAX_EXTENSION", fmt.Sprintf("is %s, shorter than the longest a task message can be held: %s "+
+			"(GENBOX_MAX_ATTEMPTS × GENBOX_CALL_TIMEOUT, a backoff of GENBOX_BACKOFF_MAX or GENBOX_MAX_RETRY_WAIT before each retry, "+
+			"then GENBOX_COMMIT_RETRY); leave it unset to derive it", c.MaxExtension, hold))
 	}
 	if c.Concurrency < 1 {
 		bad("GENBOX_CONCURRENCY", "must be at least 1")

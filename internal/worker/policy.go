@@ -15,10 +15,13 @@ import (
 )
 
 // Estimator resolves a request's model chain (part of the cache key), prices its worst case
-// before any call is made, and tells whether any model of a chain can take a call (gemini.Client).
+// before any call is made — one call (max_cost_usd is checked against it) and the whole attempt
+// budget (the tenant's budget reserves it) — and tells whether any model of a chain can take a
+// call (gemini.Client).
 type Estimator interface {
 	Chain(req gemini.Request) []string
 	Estimate(req gemini.Request) (tokens int64, costUSD float64)
+	MaxSpend(req gemini.Request) float64
 	Available(models []string) bool
 }
 
@@ -41,7 +44,8 @@ type ModelPolicy struct {
 	Tenants   TenantLimits
 	// Slots caps each tenant's calls in flight on this instance (its limits' Concurrency).
 	Slots *gemini.Slots
-	// Budgets holds each call's estimate against the tenant's DailyBudgetUSD; settled with the cost.
+	// Budgets holds each call's worst case (its attempt budget) against the tenant's
+	// DailyBudgetUSD; settled with the cost.
 	Budgets      *gemini.Budgets
 	BudgetPolicy gemini.BudgetPolicy
 	// BudgetRetry is how soon a task waiting on its tenant's budget looks again (jittered), capped
@@ -180,14 +184,15 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 			log.WarnContext(ctx, "cache read failed; calling the model", "error", err)
 		}
 	}
-	var estimate float64
+	var worst float64 // what the call may spend, all its attempts counted: the budget holds it
 	if h.mp.Estimator != nil {
-		_, estimate = h.mp.Estimator.Estimate(req)
+		_, estimate := h.mp.Estimator.Estimate(req)
 		if req.MaxCostUSD > 0 && estimate > req.MaxCostUSD {
 			h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindBudget,
 				Message: fmt.Sprintf("estimated $%.6f exceeds max_cost_usd $%.6f; no model call", estimate, req.MaxCostUSD)})
 			return nil, false
 		}
+		worst = h.mp.Estimator.MaxSpend(req)
 	}
 	if h.mp.Slots == nil && h.mp.Budgets == nil {
 		return &ticket{h: h}, true
@@ -211,7 +216,7 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		tk.slot = true
 	}
 	if h.mp.Budgets != nil {
-		hold, err := h.mp.Budgets.Reserve(ctx, t.Tenant, limits.DailyBudgetUSD, estimate)
+		hold, err := h.mp.Budgets.Reserve(ctx, t.Tenant, limits.DailyBudgetUSD, worst)
 		switch {
 		case errors.Is(err, gemini.ErrBudgetExhausted):
 			tk.done(gemini.Result{})

@@ -112,7 +112,7 @@ func TestNoCallBeyondBudgetOrDeadline(t *testing.T) {
 	b := setupWith(t, 0, map[string]string{"GENBOX_PRICES": "m=1000/1000"}) // a call costs about $1
 	ctx := context.Background()
 	b.tenant(t, "poor", store.Limits{DailyBudgetUSD: 5})
-	if err := b.store.AddSpend(ctx, "poor", gemini.Day(time.Now()), 4.5); err != nil {
+	if err := b.store.AddSpend(ctx, gemini.SpendFlush{Tenant: "poor", Day: gemini.Day(time.Now()), Origin: "earlier", Seq: 1, USD: 4.5}); err != nil {
 		t.Fatal(err)
 	}
 	wait := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
@@ -147,8 +147,10 @@ func TestNoCallBeyondBudgetOrDeadline(t *testing.T) {
 	if calls := b.srv.Ledger().Total.Calls; calls != 0 {
 		t.Errorf("%d model calls, want none", calls)
 	}
-	// A tenant with room is charged what it spends, so the same tenant then runs out.
-	b.tenant(t, "rich", store.Limits{DailyBudgetUSD: 1.1}) // room for one estimate ($1.08), not for what it spent ($0.09) and another
+	// A tenant with room is charged what it spends, so the same tenant then runs out: a call
+	// reserves its attempt budget (2 calls of $1.08), and $2.2 has room for one such reservation,
+	// not for what the first spent ($0.09) and another.
+	b.tenant(t, "rich", store.Limits{DailyBudgetUSD: 2.2})
 	b.task(t, "rich-1", func(d *store.Task) { d.Tenant = "rich" })
 	b.task(t, "rich-2", func(d *store.Task) { d.Tenant = "rich" })
 	wait.Handle(ctx, msg("rich-1"))
@@ -363,8 +365,28 @@ func TestFlushSpendAtShutdown(t *testing.T) {
 	go func() { defer close(done); FlushSpend(ctx, b.log, budgets, time.Hour) }()
 	cancel()
 	<-done
-	spent, err := b.store.Spent(context.Background(), "tenant-a", gemini.Day(time.Now()))
+	spent, _, err := b.store.Spent(context.Background(), "tenant-a", gemini.Day(time.Now()), "")
 	if err != nil || spent != 0.25 {
 		t.Errorf("spent %v (%v), want 0.25 flushed at shutdown", spent, err)
+	}
+}
+
+// A call reserves against its tenant's budget what it may spend with all its attempts (answered
+// and in-doubt calls alike), not one call's estimate: a budget with room for one call but not
+// for the attempt budget holds the task back without a call.
+func TestBudgetReservesTheAttemptBudget(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, 0, map[string]string{"GENBOX_PRICES": "m=1000/1000"}) // a call may cost about $1.08; 2 attempts
+	ctx := context.Background()
+	b.tenant(t, "tight", store.Limits{DailyBudgetUSD: 1.5})
+	h := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
+	b.task(t, "tight-1", func(d *store.Task) { d.Tenant = "tight" })
+	h.Handle(ctx, msg("tight-1"))
+	got := b.get(t, "tight-1")
+	if got.State != task.StateWaiting || got.Error == nil || got.Error.Kind != task.KindBudget {
+		t.Errorf("state %s error %+v, want waiting on the budget", got.State, got.Error)
+	}
+	if calls := b.srv.Ledger().Total.Calls; calls != 0 {
+		t.Errorf("%d model calls, want none: $1.5 cannot cover two attempts of $1.08", calls)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
+	"google.golang.org/grpc"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
@@ -59,9 +60,33 @@ func setup(t *testing.T, lat time.Duration) *bundle {
 // setupWith is setup with extra Gemini client settings (variable -> value).
 func setupWith(t *testing.T, lat time.Duration, extra map[string]string) *bundle {
 	t.Helper()
-	ctx := context.Background()
 	project := emulator.ProjectID(t)
-	fs := testenv.Firestore(t, project)
+	return setupOn(t, project, testenv.Firestore(t, project), lat, extra)
+}
+
+// setupFaulty is setup over a Firestore client whose unary calls meet fault first: a non-nil
+// error answers a call in the emulator's place, and the call is not made.
+func setupFaulty(t *testing.T, fault func(req any) error) *bundle {
+	t.Helper()
+	project := emulator.ProjectID(t)
+	fs, err := emulator.FirestoreClient(context.Background(), os.Getenv(emulator.FirestoreHostEnv), project,
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if err := fault(req); err != nil {
+				return err
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fs.Close() })
+	return setupOn(t, project, fs, 0, nil)
+}
+
+// setupOn is setupWith over the Firestore client fs of project.
+func setupOn(t *testing.T, project string, fs *firestore.Client, lat time.Duration, extra map[string]string) *bundle {
+	t.Helper()
+	ctx := context.Background()
 	st := store.New(fs)
 	st.MaxAttempts = 20
 	srv := geminitest.NewServer(geminitest.WithLatency("", geminitest.Fixed(lat)))

@@ -26,6 +26,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
+	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -64,7 +65,7 @@ type Policy struct {
 	ParkBase    time.Duration // park backoff: base·2^(parks-1), capped, with jitter
 	ParkMax     time.Duration
 	NudgeGrace  time.Duration // the sweeper holds off this long after the worker's own nudge
-	CommitRetry time.Duration // how long a commit with an unknown outcome is retried
+	CommitRetry time.Duration // how long a failed commit (of an output, of spend) is retried
 }
 
 // Handler handles gemini-tasks messages. It is safe for concurrent use.
@@ -118,12 +119,33 @@ func (h *Handler) finished(ctx context.Context, t *store.Task) {
 // the shutdown grace period. Calls that answered still persist their output.
 func (h *Handler) Abort() { h.cancel() }
 
+// windowSample is how many paid windows Stats keeps: a uniform sample of all of them, so that a
+// long-running worker's memory does not grow with every output it stores.
+const windowSample = 1024
+
 // Stats counts what the handler did; read it with Snapshot.
 type Stats struct {
 	claimed, notClaimed, stored, lost, released, parked, failed, dead, refused atomic.Int64
 	deferred, cacheHits, stale                                                 atomic.Int64
-	mu                                                                         sync.Mutex
-	windows                                                                    []time.Duration
+
+	mu      sync.Mutex
+	windows []time.Duration // a reservoir sample of at most windowSample
+	seen    int64           // windows offered to the sample
+}
+
+// window offers d to the sample of paid windows (reservoir sampling: each of the windows seen so
+// far is kept with the same probability).
+func (s *Stats) window(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen++
+	if len(s.windows) < windowSample {
+		s.windows = append(s.windows, d)
+		return
+	}
+	if i := rand.Int64N(s.seen); i < windowSample {
+		s.windows[i] = d
+	}
 }
 
 // StatsSnapshot is a copy of the handler's counters.
@@ -132,8 +154,9 @@ type StatsSnapshot struct {
 	// Deferred counts tasks handed back before a call (tenant cap, unreadable limits); CacheHits
 	// and Stale count outputs stored without a call.
 	Deferred, CacheHits, Stale int64
-	// PaidWindows are the durations from the start of each stored output's model call to its
-	// commit: the only window in which a crash costs a second generation.
+	// PaidWindows are durations from the start of a stored output's model call to its commit:
+	// the only window in which a crash costs a second generation. A uniform sample of at most
+	// 1024 of them, in no particular order.
 	PaidWindows []time.Duration
 }
 
@@ -301,25 +324,27 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		return
 	}
 	fp := h.cacheKey(t, r, req)
+	// The lease is renewed from the claim on — through the policy's reads, the call and the
+	// commit of its output — so that a slow step never lets it lapse while this process still
+	// works on it: a paid output held while its commit is retried is not generated again elsewhere.
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopRenewal := h.keepLease(ctx, cancel, log, t.ID, epoch)
+	defer stopRenewal()
 	tk, ok := h.before(ctx, log, t, req, fp)
 	if !ok {
 		return
 	}
 
-	callCtx, cancel := context.WithCancelCause(ctx)
-	renewed := make(chan struct{})
-	go func() {
-		defer close(renewed)
-		h.renew(callCtx, cancel, log, t.ID, epoch)
-	}()
 	start := time.Now()
 	res, err := h.gen.Generate(callCtx, req)
 	cause := context.Cause(callCtx)
-	cancel(nil)
-	<-renewed
 	tk.done(res)
 	if spent(res) {
 		h.metrics.Generation(ctx, generationModel(res, err), t.Tenant, res.Usage, res.CostUSD, time.Since(start))
+	}
+	if err != nil {
+		stopRenewal() // what follows releases or ends the lease at once
 	}
 
 	switch {
@@ -344,7 +369,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 				h.unavailable(ctx, log, t, r, res)
 				return
 			}
-			h.retry(ctx, log, t.ID, epoch, res, taskError(err))
+			h.retry(ctx, log, t.ID, epoch, res, err)
 		}
 	}
 }
@@ -358,18 +383,34 @@ func (h *Handler) request(t *store.Task) (*prompts.Rendered, gemini.Request, err
 	return r, t.Request(r), nil
 }
 
-// renew extends the lease every RenewEvery while the call runs (fenced: my epoch, still
-// running, no output). When it finds the output already stored it cancels the call. A lost
-// lease does not stop the call: a zombie's paid output is still kept if it comes first.
+// keepLease runs renew until the returned stop is called (stop waits for it and may be called
+// again). Renewal outlives ctx: an answered output is committed even during shutdown, under its
+// lease.
+func (h *Handler) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, epoch int64) (stop func()) {
+	renewCtx, end := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.renew(renewCtx, cancel, log, id, epoch)
+	}()
+	return func() { end(); <-done }
+}
+
+// renew extends the lease every RenewEvery (fenced: my epoch, still running, no output) — a
+// lease that lapsed too, as long as nobody took it over — and retries a failed renewal within a
+// second rather than at the next tick, so that two failures in a row do not let it lapse. When it
+// finds the output already stored it cancels the call. A lost lease does not stop the call: a
+// zombie's paid output is still kept if it comes first.
 func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, epoch int64) {
-	tick := time.NewTicker(h.pol.RenewEvery)
-	defer tick.Stop()
-	lost := false
+	wait := h.pol.RenewEvery
+	lost, failing := false, false
 	for {
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
 		crashpoint.Hit(crashpoint.MidGenerate)
 		_, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
@@ -377,20 +418,36 @@ func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log
 				return errOutputStored
 			}
 			if !h.fenced(t, epoch) {
-				return store.ErrNoChange
+				return claim.ErrLeaseLost
 			}
 			return t.Lease.Renew(h.pol.Owner, epoch, now, h.pol.LeaseTTL)
 		})
+		wait = h.pol.RenewEvery
 		switch {
+		case ctx.Err() != nil:
+			return
 		case errors.Is(err, errOutputStored):
 			cancel(errOutputStored)
 			return
-		case err != nil && ctx.Err() == nil && !lost:
-			lost = true
-			log.WarnContext(ctx, "lease renewal refused; the call goes on, its output still counts if it is first", "error", err)
+		case errors.Is(err, claim.ErrLeaseLost):
+			if !lost {
+				lost = true
+				log.WarnContext(ctx, "lease no longer mine (taken over, or the task moved on); the call goes on, its output still counts if it is first")
+			}
+		case err != nil:
+			wait = min(h.pol.RenewEvery, renewRetry())
+			if !failing {
+				failing = true
+				log.WarnContext(ctx, "lease renewal failed; retried shortly", "error", err)
+			}
+		default:
+			failing = false
 		}
 	}
 }
+
+// renewRetry is the jittered delay before a failed renewal is tried again: well inside any lease.
+func renewRetry() time.Duration { return jitter(time.Second) }
 
 // fenced reports whether a non-output write by the holder of epoch may apply to t.
 func (h *Handler) fenced(t *store.Task, epoch int64) bool {
@@ -398,18 +455,24 @@ func (h *Handler) fenced(t *store.Task, epoch int64) bool {
 }
 
 // addSpend adds what the call made under epoch paid to t, once: paid tokens are recorded whatever
-// happens to the task, and a commit retried after an unknown outcome never counts them twice. It
-// reports whether it added anything.
+// happens to the task, and a commit retried after an unknown outcome never counts them twice.
+// The usage and cost go to the replay the call belonged to: a zombie of a replay a Regenerate
+// ended charges that replay's previous[] entry, not the new one. It reports whether it added
+// anything.
 func (h *Handler) addSpend(t *store.Task, epoch int64, res gemini.Result) bool {
 	key := h.pol.Owner + ":" + strconv.FormatInt(epoch, 10)
 	if !spent(res) || slices.Contains(t.SpentBy, key) {
 		return false
 	}
 	t.SpentBy = append(t.SpentBy, key)
-	t.Usage = t.Usage.Add(res.Usage)
+	usage, cost := &t.Usage, &t.CostUSD
+	if g := t.EarlierReplay(epoch); g != nil {
+		usage, cost = &g.Usage, &g.CostUSD
+	}
+	*usage = usage.Add(res.Usage)
+	*cost += res.CostUSD
 	t.InDoubt = t.InDoubt.Add(res.InDoubt)
 	t.ModelCalls += res.Calls
-	t.CostUSD += res.CostUSD
 	return true
 }
 
@@ -470,9 +533,7 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 	h.stats.stored.Add(1)
 	if !a.start.IsZero() {
 		window := time.Since(a.start)
-		h.stats.mu.Lock()
-		h.stats.windows = append(h.stats.windows, window)
-		h.stats.mu.Unlock()
+		h.stats.window(window)
 		log.InfoContext(ctx, "output stored", "model", t.Model, "paid_window_ms", window.Milliseconds(), "output_tokens", t.Usage.OutputTokens)
 	}
 	if outcome == persistStored {
@@ -495,18 +556,24 @@ func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Ta
 	}
 }
 
-// mutateRetrying runs MutateTask, retrying while its outcome is unknown or contended.
+// mutateRetrying runs MutateTask, retrying for up to CommitRetry while it fails in a way that
+// may pass: a paid output (or spend) held in memory is worth far more than the wait. The
+// renewal keeps the lease meanwhile.
 func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, id string, fn store.MutateFunc) (*store.Task, error) {
 	deadline := time.Now().Add(h.pol.CommitRetry)
+	warned := false
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
 		t, err := h.store.MutateTask(ctx, id, fn)
-		if !unknownOutcome(err) {
+		if !retryable(err) {
 			return t, err
 		}
 		if time.Now().After(deadline) {
 			return nil, err
 		}
-		log.WarnContext(ctx, "commit outcome unknown; retrying with the output held", "error", err)
+		if !warned {
+			warned = true
+			log.WarnContext(ctx, "commit failed or its outcome is unknown; retrying with the output held", "error", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -515,14 +582,23 @@ func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, id strin
 	}
 }
 
-// unknownOutcome reports whether a commit may or may not have happened (or lost a contention):
-// worth retrying while the output is held.
-func unknownOutcome(err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+// retryable reports whether a failed commit may succeed if tried again: it may or may not have
+// happened (Unavailable, DeadlineExceeded, Unknown), lost a contention (Aborted), or met a
+// passing condition of the service (ResourceExhausted, Internal). What the commit itself decided
+// (a missing task, an error of the transaction function) is final.
+func retryable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
-	return errors.Is(err, context.DeadlineExceeded)
+	s, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch s.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Internal, codes.Unknown:
+		return true
+	}
+	return false
 }
 
 // fencedWrite applies change to the task if I still hold it at epoch; the spend of res is
@@ -577,19 +653,30 @@ func (h *Handler) release(ctx context.Context, log *slog.Logger, id string, epoc
 	}
 }
 
-// retry releases the task after a transient failure with a jittered not_before, or kills it when
-// its attempts are exhausted.
-func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, e *store.TaskError) {
+// retry releases the task after a transient failure with a jittered not_before — never sooner
+// than the servers' RetryInfo asked — or kills it when its attempts are exhausted. A failure that
+// was only rate limits with RetryInfo spends no attempt: the request was turned away for the
+// quota, not tried, and a tenant's tokens-per-minute must not burn its attempts into the DLQ.
+func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, err error) {
+	e := taskError(err)
+	var wait time.Duration
+	rateLimited := false
+	var ge *gemini.Error
+	if errors.As(err, &ge) {
+		wait, rateLimited = ge.RetryAfter, ge.RateLimited
+	}
 	dead := false
 	t, ok := h.fencedWrite(ctx, log, id, epoch, res, "retry", func(t *store.Task, now time.Time) {
-		t.Attempts++
+		if !rateLimited {
+			t.Attempts++
+		}
 		t.Error = e
-		dead = t.Attempts >= h.pol.MaxAttempts
+		dead = !rateLimited && t.Attempts >= h.pol.MaxAttempts
 		if dead {
 			h.kill(t, now)
 			return
 		}
-		nb := now.Add(fullJitter(h.pol.RetryBase, h.pol.RetryMax, t.Attempts))
+		nb := now.Add(max(fullJitter(h.pol.RetryBase, h.pol.RetryMax, t.Attempts), wait))
 		t.State, t.NotBefore, t.Claims, t.Parks = task.StateQueued, &nb, 0, 0 // a model answered: the chain is open again
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	})
@@ -604,7 +691,8 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 	default:
 		h.stats.released.Add(1)
 		h.metrics.Retry(ctx, string(e.Kind))
-		log.WarnContext(ctx, "transient failure; retry scheduled", "attempt", t.Attempts, "not_before", t.NotBefore, "error", e.Message)
+		log.WarnContext(ctx, "transient failure; retry scheduled", "attempt", t.Attempts, "not_before", t.NotBefore,
+			"retry_after_ms", wait.Milliseconds(), "rate_limited", rateLimited, "error", e.Message)
 	}
 }
 
@@ -643,17 +731,9 @@ func (h *Handler) publishNotices(ctx context.Context, log *slog.Logger, t *store
 		if n.Stage == task.StageDelivery {
 			topic = bus.TopicResultsDLQ
 		}
-		if _, err := h.pub.Publish(ctx, topic, nil, NoticeAttributes(t.ID, n)); err != nil {
+		if _, err := h.pub.Publish(ctx, topic, nil, n.Attributes(t.ID)); err != nil {
 			log.WarnContext(ctx, "DLQ notice not published; the sweeper will", "error", err)
 		}
-	}
-}
-
-// NoticeAttributes are the attributes of a DLQ notice message.
-func NoticeAttributes(taskID string, n store.Notice) map[string]string {
-	return map[string]string{
-		task.AttrTaskID: taskID, task.AttrStage: string(n.Stage),
-		task.AttrReplay: strconv.Itoa(n.Replay), task.AttrRound: strconv.Itoa(n.Round), task.AttrKind: "notice",
 	}
 }
 

@@ -36,7 +36,8 @@ func (d *Doc) Acquire(ctx context.Context) (Lease, error) {
 	})
 }
 
-// Renew extends the lease d.Owner holds at epoch, or fails with ErrLeaseLost.
+// Renew extends the lease d.Owner holds at epoch, even one that lapsed while nobody took it
+// over (Lease.Renew), or fails with ErrLeaseLost.
 func (d *Doc) Renew(ctx context.Context, epoch int64) (Lease, error) {
 	return d.update(ctx, ErrLeaseLost, func(l *Lease, now time.Time) error {
 		return l.Renew(d.Owner, epoch, now, d.TTL)

@@ -51,9 +51,13 @@ func (l *Lease) Take(owner string, now time.Time, ttl time.Duration) error {
 	return nil
 }
 
-// Renew extends a lease that owner still holds at epoch.
+// Renew extends a lease that owner holds at epoch. A lease that lapsed is renewed too while its
+// owner and epoch are unchanged: nobody took it over (a takeover raises the epoch) or released it,
+// so nobody else can have acted on the work, and a holder whose renewals failed for a while (a
+// contended document, a Firestore hiccup) keeps its work instead of having it claimed and paid for
+// again. Called inside the document's transaction, the check and the write are one.
 func (l *Lease) Renew(owner string, epoch int64, now time.Time, ttl time.Duration) error {
-	if !l.HeldBy(owner, epoch, now) {
+	if owner == "" || l.Owner != owner || l.Epoch != epoch {
 		return ErrLeaseLost
 	}
 	exp := now.Add(ttl)

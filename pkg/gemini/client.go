@@ -196,6 +196,22 @@ func (p Pricing) Estimate(req Request) (tokens int64, costUSD float64) {
 // Estimate prices req with the client's Pricing (Pricing.Estimate).
 func (c *Client) Estimate(req Request) (tokens int64, costUSD float64) { return c.cfg.Estimate(req) }
 
+// MaxSpend is the most one Generate of req can spend: its attempt budget of calls — answered,
+// rejected by the validator, or in doubt — each at Estimate's worst case, and no more than req's
+// max_cost_usd, past which Generate makes no further call. A tenant's budget reserves it for the
+// call, not one call's estimate.
+func (c Config) MaxSpend(req Request) float64 {
+	_, one := c.Estimate(req)
+	worst := float64(c.MaxAttempts) * one
+	if req.MaxCostUSD > 0 {
+		worst = min(worst, req.MaxCostUSD)
+	}
+	return worst
+}
+
+// MaxSpend is Config.MaxSpend under the client's configuration.
+func (c *Client) MaxSpend(req Request) float64 { return c.cfg.MaxSpend(req) }
+
 // backoff returns the wait before retry n (1-based) of one model: full jitter over an exponential
 // ceiling, never shorter than the server's RetryInfo delay.
 func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
@@ -222,6 +238,9 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 	cfg := req.Config
 	budget, quality := c.cfg.MaxAttempts, c.cfg.QualityAttempts
 	var last *Error
+	// waits follows the servers' RetryInfo delays and whether every call was turned away by a
+	// rate limit: both go to the caller with the last error.
+	var waits retryWaits
 	for i, model := range models {
 		br := c.breaker(model)
 		retrying := false // the previous call on this model failed: back off first
@@ -259,6 +278,7 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 				if req.Validate != nil {
 					if verr := req.Validate(text); verr != nil {
 						quality--
+						waits.answered = true
 						last = &Error{Class: Quality, Code: http.StatusOK, Model: model, Err: verr}
 						if quality <= 0 || budget <= 0 {
 							return res, last
@@ -272,6 +292,7 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 				return res, nil
 			}
 			last = &Error{Class: f.class, Code: f.code, Model: model, RetryAfter: f.retryAfter, Err: f.err}
+			waits.failed(c.clock.Now(), f)
 			if f.class == Permanent {
 				c.report(ctx, br.record(c.clock.Now(), outcomeNeutral))
 				return res, last
@@ -287,7 +308,35 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 	if last == nil {
 		return res, fmt.Errorf("%w: %s", ErrUnavailable, strings.Join(models, ", "))
 	}
+	last.RetryAfter, last.RateLimited = waits.after(c.clock.Now())
 	return res, last
+}
+
+// retryWaits follows the RetryInfo delays of one Generate's calls.
+type retryWaits struct {
+	until      time.Time // the latest end of a delay a server asked for
+	failures   int
+	rateLimits int  // failures that were 429s with a delay
+	answered   bool // a model answered (an output the validator rejected)
+}
+
+func (w *retryWaits) failed(now time.Time, f *failure) {
+	w.failures++
+	if f.retryAfter <= 0 {
+		return
+	}
+	if f.code == http.StatusTooManyRequests {
+		w.rateLimits++
+	}
+	if end := now.Add(f.retryAfter); end.After(w.until) {
+		w.until = end
+	}
+}
+
+// after returns what is left at now of the longest delay, and whether every failure was a
+// rate limit with a delay.
+func (w *retryWaits) after(now time.Time) (time.Duration, bool) {
+	return max(w.until.Sub(now), 0), !w.answered && w.failures > 0 && w.rateLimits == w.failures
 }
 
 func (c *Client) qualityRetry(req Request, cfg task.GenConfig) task.GenConfig {

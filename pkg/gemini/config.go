@@ -245,6 +245,15 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// LongestGenerate bounds how long one Generate can take under c: its attempt budget of calls,
+// each up to CallTimeout, and a wait before every retry, up to the longer of BackoffMax and
+// MaxRetryWait (a longer RetryInfo delay is not waited for in process). Time spent queued in the
+// rate limiters comes on top.
+func (c Config) LongestGenerate() time.Duration {
+	n := time.Duration(c.MaxAttempts)
+	return n*c.CallTimeout + (n-1)*max(c.BackoffMax, c.MaxRetryWait)
+}
+
 // price returns model's price: the configured one, else the default table's, else zero.
 func (p Pricing) price(model string) Price {
 	if pr, ok := p.Prices[model]; ok {

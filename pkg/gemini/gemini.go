@@ -32,13 +32,21 @@ const (
 // parked, not failed, and no call was made.
 var ErrUnavailable = errors.New("gemini: every model of the chain is unavailable")
 
-// Error is a classified failure of Generate, after its retries and fallbacks.
+// Error is a classified failure of Generate, after its retries and fallbacks. A caller that
+// reschedules the request reads RetryAfter and RateLimited with errors.As.
 type Error struct {
-	Class      Class
-	Code       int           // HTTP status when the model answered, else 0
-	Model      string        // the model of the last attempt
-	RetryAfter time.Duration // the server's RetryInfo delay, when it gave one
-	Err        error
+	Class Class
+	Code  int    // HTTP status when the model answered, else 0
+	Model string // the model of the last attempt
+	// RetryAfter is how long until every model the servers asked to wait on (RetryInfo) may be
+	// called again: the longest delay still running when Generate returned. A reschedule sooner
+	// would come back to a model that said not yet.
+	RetryAfter time.Duration
+	// RateLimited means every failed call was a 429 whose RetryInfo asked for a delay: the
+	// request was turned away for the quota, never answered, so it spent no attempt's worth of
+	// the model's judgement and nothing was billed.
+	RateLimited bool
+	Err         error
 }
 
 func (e *Error) Error() string {

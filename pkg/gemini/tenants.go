@@ -2,9 +2,12 @@ package gemini
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -34,36 +37,98 @@ func ParseBudgetPolicy(s string) (BudgetPolicy, error) {
 // ErrBudgetExhausted means a tenant's daily budget has no room for the estimate; no call was made.
 var ErrBudgetExhausted = errors.New("gemini: tenant daily budget exhausted")
 
+// SpendFlush is one batch of an instance's spend on a tenant's day. Origin names the Budgets that
+// wrote it (one per process) and Seq rises with every batch it writes, so that the store can
+// count a batch once however often it is retried.
+type SpendFlush struct {
+	Tenant, Day, Origin string
+	Seq                 int64
+	USD                 float64
+}
+
 // SpendStore keeps each tenant's daily spend in sharded counters, so that no single document
 // serializes every task.
 type SpendStore interface {
-	AddSpend(ctx context.Context, tenant, day string, usd float64) error
-	Spent(ctx context.Context, tenant, day string) (float64, error)
+	// AddSpend adds f.USD to the tenant's counter for the day unless a batch of f.Origin with a
+	// Seq of at least f.Seq is counted already: a batch retried after a write with an unknown
+	// outcome counts once.
+	AddSpend(ctx context.Context, f SpendFlush) error
+	// Spent returns the tenant's total for the day and the Seq of the last batch of origin that
+	// total includes (0 when none).
+	Spent(ctx context.Context, tenant, day, origin string) (total float64, applied int64, err error)
 }
 
 // Budgets enforces per-tenant daily budgets as a soft limit: each instance reserves estimates in
 // memory against the total it last read from the store, and flushes what it spent in batches.
-// Instances may overshoot together by what they reserve between refreshes. Safe for concurrent use.
+// Instances may overshoot together by what they reserve between refreshes. Every dollar is
+// counted once: a batch is in the known total or in flight, never both, and a retried batch is
+// not added twice. Safe for concurrent use.
 type Budgets struct {
 	store   SpendStore
 	now     func() time.Time
 	refresh time.Duration
+	origin  string
+
+	flushing sync.Mutex // one Flush at a time: each tenant's batches are written in order
 
 	mu      sync.Mutex
+	seq     int64                 // the last batch's Seq
 	tenants map[string]*tenantDay // tenant + "/" + day
 }
 
 type tenantDay struct {
 	tenant, day string
-	known       float64   // the store's total at the last refresh, plus what this instance flushed since
-	readAt      time.Time // when known was read
+	known       float64   // the store's total as last read, plus the batches written since
+	applied     int64     // the last batch of this instance that known includes
+	readAt      time.Time // when the read behind known started
 	reserved    float64   // estimates of calls under way
-	unflushed   float64   // spent here, not yet in the store
+	batches     []batch   // spend flushed or being flushed, not yet in known, oldest first
+	unflushed   float64   // spent here, not yet in a batch
+}
+
+// batch is spend handed to the store as one SpendFlush.
+type batch struct {
+	seq int64
+	usd float64
+}
+
+// counted is all of the day's spend this instance knows of: the store's, its own in flight and
+// not yet flushed, and its reservations.
+func (td *tenantDay) counted() float64 {
+	c := td.known + td.unflushed + td.reserved
+	for _, b := range td.batches {
+		c += b.usd
+	}
+	return c
+}
+
+// read takes a total read from the store that started at at and includes this instance's
+// batches up to applied. A read that started before the one behind known, or that misses a batch
+// known already includes (it raced that batch's write), is older news and is dropped.
+func (td *tenantDay) read(total float64, applied int64, at time.Time) {
+	if applied < td.applied || at.Before(td.readAt) {
+		return
+	}
+	td.known, td.applied, td.readAt = total, applied, at
+	td.batches = slices.DeleteFunc(td.batches, func(b batch) bool { return b.seq <= applied })
+}
+
+// written moves batch b, now in the store, into known, unless a read already did.
+func (td *tenantDay) written(b batch) {
+	i := slices.Index(td.batches, b)
+	if i < 0 {
+		return
+	}
+	td.batches = slices.Delete(td.batches, i, i+1)
+	td.known += b.usd
+	td.applied = max(td.applied, b.seq)
 }
 
 // NewBudgets returns Budgets over store that re-reads a tenant's total at most every refresh.
 func NewBudgets(store SpendStore, now func() time.Time, refresh time.Duration) *Budgets {
-	return &Budgets{store: store, now: now, refresh: refresh, tenants: map[string]*tenantDay{}}
+	var id [8]byte
+	_, _ = crand.Read(id[:]) // never fails (crypto/rand)
+	return &Budgets{store: store, now: now, refresh: refresh, origin: "b" + hex.EncodeToString(id[:]), tenants: map[string]*tenantDay{}}
 }
 
 // Day is the budget day of t: its UTC date.
@@ -98,19 +163,18 @@ func (b *Budgets) Reserve(ctx context.Context, tenant string, limitUSD, estimate
 	stale := limitUSD > 0 && (td.readAt.IsZero() || now.Sub(td.readAt) >= b.refresh)
 	b.mu.Unlock()
 	if stale {
-		total, err := b.store.Spent(ctx, tenant, day)
+		total, applied, err := b.store.Spent(ctx, tenant, day, b.origin)
 		if err != nil {
 			return nil, fmt.Errorf("read budget of %s: %w", tenant, err)
 		}
 		b.mu.Lock()
-		// The store already holds what this instance flushed; unflushed spend is added below.
-		td.known, td.readAt = total, now
+		td.read(total, applied, now)
 		b.mu.Unlock()
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if limitUSD > 0 && td.known+td.unflushed+td.reserved+estimateUSD > limitUSD {
-		return nil, fmt.Errorf("%w: %s spent $%.4f of $%.4f on %s", ErrBudgetExhausted, tenant, td.known+td.unflushed, limitUSD, day)
+	if spent := td.counted(); limitUSD > 0 && spent+estimateUSD > limitUSD {
+		return nil, fmt.Errorf("%w: %s spent $%.4f of $%.4f on %s", ErrBudgetExhausted, tenant, spent-td.reserved, limitUSD, day)
 	}
 	td.reserved += estimateUSD
 	return &Hold{b: b, td: td, estimate: estimateUSD}, nil
@@ -126,36 +190,45 @@ func (h *Hold) Settle(actualUSD float64) {
 	})
 }
 
-// Flush writes every tenant's unflushed spend to the store and forgets finished days. Run it
-// periodically and at shutdown; a failed write stays unflushed for the next Flush.
+// Flush writes every tenant's unflushed spend to the store as a new batch, after the batches
+// still unwritten, and forgets finished days. Run it periodically and at shutdown. A batch whose
+// write failed is written again, first, by the next Flush, with the same Seq: if the failed write
+// had in fact landed, the store does not count it twice.
 func (b *Budgets) Flush(ctx context.Context) error {
-	type pending struct {
-		td  *tenantDay
-		usd float64
-	}
+	b.flushing.Lock()
+	defer b.flushing.Unlock()
 	today := Day(b.now())
-	var todo []pending
+	var todo []*tenantDay
 	b.mu.Lock()
 	for key, td := range b.tenants {
 		if td.unflushed > 0 {
-			todo = append(todo, pending{td, td.unflushed})
+			b.seq++
+			td.batches = append(td.batches, batch{seq: b.seq, usd: td.unflushed})
 			td.unflushed = 0
-		} else if td.day != today && td.reserved <= 0 {
+		}
+		switch {
+		case len(td.batches) > 0:
+			todo = append(todo, td)
+		case td.day != today && td.reserved <= 0:
 			delete(b.tenants, key)
 		}
 	}
 	b.mu.Unlock()
 	var errs []error
-	for _, p := range todo {
-		err := b.store.AddSpend(ctx, p.td.tenant, p.td.day, p.usd)
+	for _, td := range todo {
 		b.mu.Lock()
-		if err != nil {
-			p.td.unflushed += p.usd
-			errs = append(errs, fmt.Errorf("flush budget of %s: %w", p.td.tenant, err))
-		} else {
-			p.td.known += p.usd
-		}
+		pending := slices.Clone(td.batches)
 		b.mu.Unlock()
+		for _, bt := range pending {
+			err := b.store.AddSpend(ctx, SpendFlush{Tenant: td.tenant, Day: td.day, Origin: b.origin, Seq: bt.seq, USD: bt.usd})
+			if err != nil {
+				errs = append(errs, fmt.Errorf("flush budget of %s: %w", td.tenant, err))
+				break // a later batch landing first would make this one look counted
+			}
+			b.mu.Lock()
+			td.written(bt)
+			b.mu.Unlock()
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package gemini_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -12,51 +13,65 @@ import (
 
 // spendStore is a hand-written SpendStore fake.
 type spendStore struct {
-	AddSpendFunc func(ctx context.Context, tenant, day string, usd float64) error
-	SpentFunc    func(ctx context.Context, tenant, day string) (float64, error)
+	AddSpendFunc func(ctx context.Context, f gemini.SpendFlush) error
+	SpentFunc    func(ctx context.Context, tenant, day, origin string) (float64, int64, error)
 }
 
-func (s *spendStore) AddSpend(ctx context.Context, tenant, day string, usd float64) error {
-	return s.AddSpendFunc(ctx, tenant, day, usd)
+func (s *spendStore) AddSpend(ctx context.Context, f gemini.SpendFlush) error {
+	return s.AddSpendFunc(ctx, f)
 }
 
-func (s *spendStore) Spent(ctx context.Context, tenant, day string) (float64, error) {
-	return s.SpentFunc(ctx, tenant, day)
+func (s *spendStore) Spent(ctx context.Context, tenant, day, origin string) (float64, int64, error) {
+	return s.SpentFunc(ctx, tenant, day, origin)
 }
 
-// memSpend is a SpendStore in memory that counts reads.
-func memSpend() (*spendStore, func() (map[string]float64, int)) {
-	var mu sync.Mutex
-	totals := map[string]float64{}
-	reads := 0
+// memTotals is the state of a SpendStore in memory: totals per tenant/day, the last batch
+// counted per tenant/day/origin (as the store records it), and the reads made.
+type memTotals struct {
+	mu      sync.Mutex
+	totals  map[string]float64
+	applied map[string]int64
+	reads   int
+}
+
+func (m *memTotals) add(f gemini.SpendFlush) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if k := f.Tenant + "/" + f.Day + "/" + f.Origin; m.applied[k] < f.Seq {
+		m.applied[k] = f.Seq
+		m.totals[f.Tenant+"/"+f.Day] += f.USD
+	}
+}
+
+func (m *memTotals) spent(tenant, day, origin string) (float64, int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reads++
+	return m.totals[tenant+"/"+day], m.applied[tenant+"/"+day+"/"+origin]
+}
+
+func (m *memTotals) snapshot() (map[string]float64, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.totals), m.reads
+}
+
+// memSpend is a SpendStore in memory that counts each batch once, as the store does.
+func memSpend() (*spendStore, *memTotals) {
+	m := &memTotals{totals: map[string]float64{}, applied: map[string]int64{}}
 	return &spendStore{
-			AddSpendFunc: func(_ context.Context, tenant, day string, usd float64) error {
-				mu.Lock()
-				defer mu.Unlock()
-				totals[tenant+"/"+day] += usd
-				return nil
-			},
-			SpentFunc: func(_ context.Context, tenant, day string) (float64, error) {
-				mu.Lock()
-				defer mu.Unlock()
-				reads++
-				return totals[tenant+"/"+day], nil
-			},
-		}, func() (map[string]float64, int) {
-			mu.Lock()
-			defer mu.Unlock()
-			out := map[string]float64{}
-			for k, v := range totals {
-				out[k] = v
-			}
-			return out, reads
-		}
+		AddSpendFunc: func(_ context.Context, f gemini.SpendFlush) error { m.add(f); return nil },
+		SpentFunc: func(_ context.Context, tenant, day, origin string) (float64, int64, error) {
+			total, applied := m.spent(tenant, day, origin)
+			return total, applied, nil
+		},
+	}, m
 }
 
 func TestBudgetsSoftLimit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	store, snapshot := memSpend()
+	store, mem := memSpend()
 	now := time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC)
 	b := gemini.NewBudgets(store, func() time.Time { return now }, time.Minute)
 
@@ -80,13 +95,13 @@ func TestBudgetsSoftLimit(t *testing.T) {
 		t.Errorf("after settling below the estimate: %v", err)
 	}
 	h2.Settle(0.2)
-	if _, reads := snapshot(); reads != 2 {
+	if _, reads := mem.snapshot(); reads != 2 {
 		t.Errorf("%d store reads, want one per tenant within the refresh interval", reads)
 	}
 	if err := b.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if totals, _ := snapshot(); totals["acme/2026-12-02"] < 0.3-1e-9 || totals["acme/2026-12-02"] > 0.3+1e-9 {
+	if totals, _ := mem.snapshot(); totals["acme/2026-12-02"] < 0.3-1e-9 || totals["acme/2026-12-02"] > 0.3+1e-9 {
 		t.Errorf("flushed %v, want 0.3 for acme", totals)
 	}
 	if got := gemini.ResetAt(now); !got.Equal(time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)) {
@@ -101,7 +116,7 @@ func TestBudgetsSoftLimit(t *testing.T) {
 	if err := b.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if totals, _ := snapshot(); totals["free/2026-12-02"] != 2 {
+	if totals, _ := mem.snapshot(); totals["free/2026-12-02"] != 2 {
 		t.Errorf("unlimited tenant's spend not counted: %v", totals)
 	}
 }
@@ -109,17 +124,14 @@ func TestBudgetsSoftLimit(t *testing.T) {
 func TestBudgetsFlushFailureIsKept(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
+	store, mem := memSpend()
 	fail := true
-	var got float64
-	store := &spendStore{
-		AddSpendFunc: func(_ context.Context, _, _ string, usd float64) error {
-			if fail {
-				return errors.New("unavailable")
-			}
-			got += usd
-			return nil
-		},
-		SpentFunc: func(context.Context, string, string) (float64, error) { return 0, nil },
+	add := store.AddSpendFunc
+	store.AddSpendFunc = func(ctx context.Context, f gemini.SpendFlush) error {
+		if fail {
+			return errors.New("unavailable")
+		}
+		return add(ctx, f)
 	}
 	b := gemini.NewBudgets(store, time.Now, time.Minute)
 	h, err := b.Reserve(ctx, "acme", 10, 1)
@@ -131,11 +143,106 @@ func TestBudgetsFlushFailureIsKept(t *testing.T) {
 		t.Fatal("flush error swallowed")
 	}
 	fail = false
-	if err := b.Flush(ctx); err != nil || got != 0.5 {
-		t.Errorf("retried flush: %v, wrote %v, want 0.5", err, got)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if totals, _ := mem.snapshot(); totals["acme/"+gemini.Day(time.Now())] != 0.5 {
+		t.Errorf("retried flush wrote %v, want 0.5", totals)
 	}
 	if _, err := b.Reserve(ctx, "acme", 10, 9.6); !errors.Is(err, gemini.ErrBudgetExhausted) {
 		t.Errorf("flushed spend forgotten: %v", err)
+	}
+}
+
+// A flush whose write landed but whose answer was lost (an unknown outcome) is retried and
+// counted once, in the store and in the instance's own total: before, the retry added it again.
+func TestBudgetsUnknownFlushOutcomeCountsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, mem := memSpend()
+	lost := true
+	add := store.AddSpendFunc
+	store.AddSpendFunc = func(ctx context.Context, f gemini.SpendFlush) error {
+		err := add(ctx, f)
+		if lost {
+			lost = false
+			return errors.New("deadline exceeded") // applied, but the answer never came
+		}
+		return err
+	}
+	b := gemini.NewBudgets(store, time.Now, time.Hour)
+	h, err := b.Reserve(ctx, "acme", 1, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Settle(0.5)
+	if err := b.Flush(ctx); err == nil {
+		t.Fatal("flush error swallowed")
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if totals, _ := mem.snapshot(); totals["acme/"+gemini.Day(time.Now())] != 0.5 {
+		t.Errorf("store total %v after the retry, want 0.5 counted once", totals)
+	}
+	if _, err := b.Reserve(ctx, "acme", 1, 0.4); err != nil {
+		t.Errorf("$0.4 more within a $1 budget of which $0.5 is spent: %v", err)
+	}
+}
+
+// A reservation that reads the store while a flush is in flight counts the flushed spend once:
+// neither missed while it is being written (under-count) nor twice once the write is read back
+// (double count).
+func TestBudgetsReserveRacingFlush(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, _ := memSpend()
+	add := store.AddSpendFunc
+	entered, applied, landed, release := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+	store.AddSpendFunc = func(ctx context.Context, f gemini.SpendFlush) error {
+		entered <- struct{}{}
+		<-applied
+		err := add(ctx, f)
+		close(landed)
+		<-release
+		return err
+	}
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	later := func() { mu.Lock(); now = now.Add(time.Minute); mu.Unlock() } // past the refresh: the next Reserve reads
+	b := gemini.NewBudgets(store, clock, time.Minute)
+	h, err := b.Reserve(ctx, "acme", 1, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Settle(0.5)
+	flushed := make(chan error, 1)
+	go func() { flushed <- b.Flush(ctx) }()
+	<-entered
+	later()
+	if h, err := b.Reserve(ctx, "acme", 1, 0.6); !errors.Is(err, gemini.ErrBudgetExhausted) {
+		t.Errorf("while $0.5 is being flushed, $0.6 more of $1 was granted: %v", err)
+		if err == nil {
+			h.Settle(0)
+		}
+	}
+	close(applied)
+	<-landed
+	later() // this read sees the batch in the store, before the flush hears so
+	if h, err := b.Reserve(ctx, "acme", 1, 0.4); err != nil {
+		t.Errorf("$0.4 more of $1 with $0.5 spent, read while the flush lands: %v", err)
+	} else {
+		h.Settle(0)
+	}
+	close(release)
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if h, err := b.Reserve(ctx, "acme", 1, 0.4); err != nil { // no read: the instance's own total
+		t.Errorf("$0.4 more of $1 with $0.5 spent, after the flush: %v", err)
+	} else {
+		h.Settle(0)
 	}
 }
 

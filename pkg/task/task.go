@@ -120,7 +120,8 @@ const (
 	AttrStage   = "stage"
 	AttrReplay  = "replay"
 	AttrRound   = "round"
-	AttrKind    = "kind" // "notice" on a DLQ notice, "alert" on an alert
+	AttrEvent   = "event_id" // on a delivery stage DLQ notice: the webhook event that died
+	AttrKind    = "kind"     // "notice" on a DLQ notice, "alert" on an alert
 	AttrAlert   = "alert_key"
 )
 

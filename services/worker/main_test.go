@@ -64,7 +64,6 @@ func (s *stack) env(extra ...string) map[string]string {
 		"PORT":                      "0",
 		"GENBOX_LEASE_TTL":          "1500ms",
 		"GENBOX_LEASE_RENEW":        "300ms",
-		"GENBOX_MAX_EXTENSION":      "2m",
 		"GENBOX_SWEEP_INTERVAL":     "200ms",
 		"GENBOX_SWEEP_LEADER_TTL":   "1s",
 		"GENBOX_SWEEP_BACKOFF_BASE": "1s",

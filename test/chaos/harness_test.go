@@ -417,7 +417,6 @@ func newStack(t *testing.T, latency geminitest.Latency, psHost string) *stack {
 		"GENBOX_BACKOFF_MAX":        "50ms",
 		"GENBOX_LEASE_TTL":          "5s", // above the emulator's ~3 s lock timeout: a renewal stuck behind a contended lock must not lose the lease
 		"GENBOX_LEASE_RENEW":        "500ms",
-		"GENBOX_MAX_EXTENSION":      "2m",
 		"GENBOX_SWEEP_INTERVAL":     "200ms",
 		"GENBOX_SWEEP_LEADER_TTL":   "1s",
 		"GENBOX_SWEEP_BACKOFF_BASE": "500ms",
