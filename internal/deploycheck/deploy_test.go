@@ -660,7 +660,7 @@ func TestMonitoringUsesObsMetricNames(t *testing.T) {
 	}
 	noErrors(t, check(loadModule(t, terraformDir)))
 
-	// DESIGN §9: alerts on open dead letters, the age of the oldest pending work, the error
+	// docs/architecture.md §9: alerts on open dead letters, the age of the oldest pending work, the error
 	// rate and the cost.
 	alerted := func(m *deploycheck.Module) []error {
 		alerts := m.Locals["alerts"]

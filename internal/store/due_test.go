@@ -63,7 +63,7 @@ func randomTask(r *rand.Rand, now time.Time) *Task {
 	return t
 }
 
-// deadlines lists, straight from DESIGN §0, the deadline of everything still pending on t.
+// deadlines lists, straight from docs/architecture.md §0, the deadline of everything still pending on t.
 func deadlines(t *Task, now time.Time) []time.Time {
 	var out []time.Time
 	orNow := func(p *time.Time) time.Time {
