@@ -23,9 +23,7 @@ import (
 // --ready-file; `genbox submit --wait` of a demo task exits 0 and the dev tenant's listener prints
 // the verified webhook; SIGTERM stops everything and leaves no emulator JVM it started running.
 func TestDevBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts its own emulator JVMs")
-	}
+	emulator.SkipWithoutJava(t) // it starts its own emulator JVMs
 	t.Parallel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "genbox")
@@ -40,7 +38,7 @@ func TestDevBinary(t *testing.T) {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, "GOOGLE_CLOUD_PROJECT="+emulator.ProjectID(t))
+	env = append(env, "GOOGLE_CLOUD_PROJECT=t-dev-binary") // its own emulators: no other test's documents
 	ready := filepath.Join(dir, "ready.json")
 	dev := exec.Command(bin, "dev", "--addr", "127.0.0.1:0", "--dlq-addr", "127.0.0.1:0", "--slack-addr", "127.0.0.1:0",
 		"--webhook-addr", "127.0.0.1:0", "--gemini-addr", "127.0.0.1:0", "--ready-file", ready)

@@ -15,8 +15,9 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
 
-// small is a workload short enough for CI with every kind of failure.
+// small is a workload short enough for CI with every kind of failure, on the run's emulators.
 func small(t testing.TB) Config {
+	emulator.Require(t)
 	c := DefaultConfig()
 	c.Tasks, c.Concurrency, c.Latency, c.Distribution, c.InputBytes = 16, 4, 50*time.Millisecond, DistUniform, 1000
 	c.ModelErrors, c.ResultLoss, c.AckLoss, c.WebhookErrors = 0.1, 0.3, 0.2, 0.1
@@ -177,6 +178,7 @@ func TestConfigFlagsAndValidate(t *testing.T) {
 // failure mix with a 200 ms model, and reports the ratios `genbox bench` prints.
 // Run with e.g. -bench EndToEnd -benchtime 100x.
 func BenchmarkEndToEnd(b *testing.B) {
+	emulator.Require(b)
 	cfg := DefaultConfig()
 	cfg.Tasks, cfg.Concurrency, cfg.Latency = max(b.N, 8), 16, 200*time.Millisecond
 	cfg.Baseline = BaselineNaive

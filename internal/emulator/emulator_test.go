@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,8 +21,19 @@ func TestMissingJavaNamesAJDK(t *testing.T) {
 	}
 }
 
+// fakeJava is an executable that does nothing: Start looks for a Java runtime before the jars.
+func fakeJava(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "java")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func TestMissingJarsNameThePackages(t *testing.T) {
-	_, err := Start(context.Background(), Options{Getenv: noEnv, SDKRoot: t.TempDir()})
+	java := fakeJava(t)
+	_, err := Start(context.Background(), Options{Getenv: noEnv, SDKRoot: t.TempDir(), Java: java})
 	if !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), "google-cloud-cli-firestore-emulator") {
 		t.Fatalf("err = %v, want ErrMissing naming google-cloud-cli-firestore-emulator", err)
 	}
@@ -29,7 +42,7 @@ func TestMissingJarsNameThePackages(t *testing.T) {
 			return "127.0.0.1:1"
 		}
 		return ""
-	}, SDKRoot: t.TempDir()})
+	}, SDKRoot: t.TempDir(), Java: java})
 	if !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), "google-cloud-cli-pubsub-emulator") {
 		t.Fatalf("err = %v, want ErrMissing naming google-cloud-cli-pubsub-emulator", err)
 	}
@@ -49,9 +62,7 @@ func TestReusesEmulatorsNamedByTheEnvironment(t *testing.T) {
 // TestStartsAndStopsItsOwnPair starts a fresh pair, checks both answer, and checks that Stop
 // leaves no process of their groups running.
 func TestStartsAndStopsItsOwnPair(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two JVMs")
-	}
+	SkipWithoutJava(t) // it starts two JVMs
 	e, err := Start(context.Background(), Options{Getenv: noEnv})
 	if err != nil {
 		t.Fatal(err)

@@ -227,6 +227,7 @@ var (
 // crashBinary builds this service with its crash points compiled in (genbox_crashpoints).
 func crashBinary(t *testing.T) string {
 	t.Helper()
+	emulator.Require(t) // it runs only against the emulators: no build where they are unavailable
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "genbox-worker-crash")
 		if err != nil {

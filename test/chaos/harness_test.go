@@ -61,6 +61,7 @@ var (
 // without symbol tables (-s -w), which halves the link time that dominates the suite on 2 cores.
 func binaries(t *testing.T) string {
 	t.Helper()
+	emulator.Require(t) // they run only against the emulators: no build where they are unavailable
 	buildOnce.Do(func() {
 		if binDir, buildErr = os.MkdirTemp("", "genbox-chaos-bin"); buildErr != nil {
 			return
