@@ -17,6 +17,7 @@ func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
 
 // small is a workload short enough for CI with every kind of failure, on the run's emulators.
 func small(t testing.TB) Config {
+	t.Helper()
 	emulator.Require(t)
 	c := DefaultConfig()
 	c.Tasks, c.Concurrency, c.Latency, c.Distribution, c.InputBytes = 16, 4, 50*time.Millisecond, DistUniform, 1000
@@ -31,6 +32,7 @@ func small(t testing.TB) Config {
 // pays for a generation twice, while the naive baseline pays again for every lost result step;
 // the report prints the ratios it measured.
 func TestRunGenboxAgainstNaive(t *testing.T) {
+	t.Parallel()
 	cfg := small(t)
 	var out, bar bytes.Buffer
 	cfg.Progress = &bar

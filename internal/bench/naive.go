@@ -205,7 +205,7 @@ func (s *stack) startNaive(ctx context.Context, emu *emulator.Emulators, project
 		go func() {
 			defer close(done)
 			if err := bus.Pull(ctx, ps, subscription, bus.PullSettings{MaxOutstandingMessages: 2 * s.cfg.Concurrency, MaxExtension: 10 * time.Minute}, h); err != nil {
-				s.log.Error("pull ended", "subscription", subscription, "error", err)
+				s.log.ErrorContext(ctx, "pull ended", "subscription", subscription, "error", err)
 			}
 		}()
 		stopping = append(stopping, func() { cancel(); <-done })

@@ -190,7 +190,10 @@ func (e *Emulators) run(ctx context.Context, cmd *exec.Cmd, ready string, o Opti
 	case <-found:
 		return nil
 	case <-p.exited:
-		return fmt.Errorf("%s exited before it was ready: %v", cmd.Path, waitErr)
+		if waitErr == nil {
+			return fmt.Errorf("%s exited before it was ready", cmd.Path)
+		}
+		return fmt.Errorf("%s exited before it was ready: %w", cmd.Path, waitErr)
 	case <-timer.C:
 		return fmt.Errorf("%s not ready after %s", cmd.Path, o.StartTimeout)
 	case <-ctx.Done():

@@ -15,6 +15,7 @@ import (
 func noEnv(string) string { return "" }
 
 func TestMissingJavaNamesAJDK(t *testing.T) {
+	t.Parallel()
 	_, err := Start(context.Background(), Options{Getenv: noEnv, Java: "no-such-java-binary"})
 	if !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), "JDK") {
 		t.Fatalf("err = %v, want ErrMissing naming a JDK", err)
@@ -32,6 +33,7 @@ func fakeJava(t *testing.T) string {
 }
 
 func TestMissingJarsNameThePackages(t *testing.T) {
+	t.Parallel()
 	java := fakeJava(t)
 	_, err := Start(context.Background(), Options{Getenv: noEnv, SDKRoot: t.TempDir(), Java: java})
 	if !errors.Is(err, ErrMissing) || !strings.Contains(err.Error(), "google-cloud-cli-firestore-emulator") {
@@ -49,6 +51,7 @@ func TestMissingJarsNameThePackages(t *testing.T) {
 }
 
 func TestReusesEmulatorsNamedByTheEnvironment(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{FirestoreHostEnv: "127.0.0.1:1111", PubSubHostEnv: "127.0.0.1:2222"}
 	e, err := Start(context.Background(), Options{Getenv: func(k string) string { return env[k] }, Java: "no-such-java-binary"})
 	if err != nil {
@@ -62,6 +65,7 @@ func TestReusesEmulatorsNamedByTheEnvironment(t *testing.T) {
 // TestStartsAndStopsItsOwnPair starts a fresh pair, checks both answer, and checks that Stop
 // leaves no process of their groups running.
 func TestStartsAndStopsItsOwnPair(t *testing.T) {
+	t.Parallel()
 	SkipWithoutJava(t) // it starts two JVMs
 	e, err := Start(context.Background(), Options{Getenv: noEnv})
 	if err != nil {

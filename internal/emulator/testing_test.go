@@ -12,6 +12,7 @@ const childEnv = "GENBOX_EMULATOR_REQUIRE_CHILD"
 
 // TestRequireChild is the test TestRequireSkips runs in a child process; elsewhere it does nothing.
 func TestRequireChild(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(childEnv) == "" {
 		return
 	}

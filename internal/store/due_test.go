@@ -189,6 +189,7 @@ func TestFinalizeExpiry(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			doc := tc.doc
 			Finalize(&doc, now, time.Hour)
 			if (doc.DueAt != nil) != tc.wantDue || (doc.ExpireAt != nil) != tc.wantExpire {

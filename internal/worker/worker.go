@@ -440,7 +440,7 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 			return store.ErrNoChange
 		}
 		h.addSpend(t, epoch, res)
-		if t.Replay != claimed.Replay || t.HasOutput() || !(t.State == task.StateRunning || t.State == task.StateQueued || t.State == task.StateWaiting) {
+		if t.Replay != claimed.Replay || t.HasOutput() || t.State != task.StateRunning && t.State != task.StateQueued && t.State != task.StateWaiting {
 			outcome = persistAccount
 			return nil
 		}

@@ -26,7 +26,13 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
+func TestMain(m *testing.M) {
+	code := emulator.RunTests(m)
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
 
 // stack is one test's project: Firestore, Pub/Sub with the topology bootstrapped, a fake Gemini.
 type stack struct {
@@ -220,6 +226,7 @@ func TestShutdownReleasesWhatCannotFinish(t *testing.T) {
 
 var (
 	buildOnce sync.Once
+	buildDir  string // outlives each test that runs the binary; TestMain removes it
 	binary    string
 	buildErr  error
 )
@@ -228,22 +235,23 @@ var (
 func crashBinary(t *testing.T) string {
 	t.Helper()
 	emulator.Require(t) // it runs only against the emulators: no build where they are unavailable
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "genbox-worker-crash")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "worker")
-		out, err := exec.Command("go", "build", "-tags", "genbox_crashpoints", "-o", binary, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build: %v\n%s", err, out)
-		}
-	})
+	buildOnce.Do(buildCrashWorker)
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return binary
+}
+
+// buildCrashWorker builds the crash binary once for every test of the run.
+func buildCrashWorker() {
+	if buildDir, buildErr = os.MkdirTemp("", "genbox-worker-crash"); buildErr != nil {
+		return
+	}
+	binary = filepath.Join(buildDir, "worker")
+	out, err := exec.Command("go", "build", "-tags", "genbox_crashpoints", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		buildErr = fmt.Errorf("build: %w\n%s", err, out)
+	}
 }
 
 // proc is a worker subprocess.
@@ -267,9 +275,9 @@ func spawn(t *testing.T, env map[string]string) *proc {
 	go func() { p.done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-p.done
+		exit := <-p.done
 		if t.Failed() {
-			t.Logf("worker pid %d output:\n%s", cmd.Process.Pid, p.out.String())
+			t.Logf("worker pid %d (%v) output:\n%s", cmd.Process.Pid, exit, p.out.String())
 		}
 	})
 	return p

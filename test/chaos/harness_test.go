@@ -40,7 +40,11 @@ func scale[T any](short, long T) T {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(emulator.RunTests(m))
+	code := emulator.RunTests(m)
+	if binDir != "" {
+		_ = os.RemoveAll(binDir) // it outlives each test that runs the services
+	}
+	os.Exit(code)
 }
 
 // Services, as built into binaries.
@@ -62,37 +66,40 @@ var (
 func binaries(t *testing.T) string {
 	t.Helper()
 	emulator.Require(t) // they run only against the emulators: no build where they are unavailable
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "genbox-chaos-bin"); buildErr != nil {
-			return
-		}
-		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-		if err != nil {
-			buildErr = fmt.Errorf("module root: %w", err)
-			return
-		}
-		dir := strings.TrimSpace(string(root))
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		build := func(args ...string) {
-			defer wg.Done()
-			cmd := exec.Command("go", append([]string{"build"}, args...)...)
-			cmd.Dir = dir
-			if out, err := cmd.CombinedOutput(); err != nil {
-				mu.Lock()
-				buildErr = errors.Join(buildErr, fmt.Errorf("go build %v: %w\n%s", args, err, out))
-				mu.Unlock()
-			}
-		}
-		wg.Add(2)
-		go build("-ldflags=-s -w", "-tags", "genbox_crashpoints", "-o", filepath.Join(binDir, svcWorker), "./services/worker")
-		go build("-ldflags=-s -w", "-o", binDir+string(filepath.Separator), "./services/publisher", "./services/resulthandler", "./services/dlqnotifier")
-		wg.Wait()
-	})
+	buildOnce.Do(buildServices)
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return binDir
+}
+
+// buildServices builds the four services of binaries into binDir, once per run.
+func buildServices() {
+	if binDir, buildErr = os.MkdirTemp("", "genbox-chaos-bin"); buildErr != nil {
+		return
+	}
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		buildErr = fmt.Errorf("module root: %w", err)
+		return
+	}
+	dir := strings.TrimSpace(string(root))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	build := func(args ...string) {
+		defer wg.Done()
+		cmd := exec.Command("go", append([]string{"build"}, args...)...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			mu.Lock()
+			buildErr = errors.Join(buildErr, fmt.Errorf("go build %v: %w\n%s", args, err, out))
+			mu.Unlock()
+		}
+	}
+	wg.Add(2)
+	go build("-ldflags=-s -w", "-tags", "genbox_crashpoints", "-o", filepath.Join(binDir, svcWorker), "./services/worker")
+	go build("-ldflags=-s -w", "-o", binDir+string(filepath.Separator), "./services/publisher", "./services/resulthandler", "./services/dlqnotifier")
+	wg.Wait()
 }
 
 // proc is one service process. When supervised, it is started again whenever it exits on its
@@ -461,7 +468,7 @@ func newStack(t *testing.T, latency geminitest.Latency, psHost string) *stack {
 			p.stop()
 		}
 		if t.Failed() {
-			dir, err := os.MkdirTemp("", "genbox-chaos-logs-")
+			dir, err := os.MkdirTemp("", "genbox-chaos-logs-") //nolint:usetesting // kept after the run, for a human to read
 			for name, p := range s.procs {
 				t.Logf("=== %s output (tail):\n%s", name, tail(p.out.String(), 3000))
 				if err == nil {
