@@ -149,9 +149,38 @@ func (e *Emulators) Stop() {
 	e.procs = nil
 	e.mu.Unlock()
 	for _, p := range procs {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.exited
+		p.kill()
 	}
+}
+
+// launched holds every emulator process this process started and has not stopped, for StopAll.
+var launched = struct {
+	sync.Mutex
+	procs map[*proc]bool
+}{procs: map[*proc]bool{}}
+
+// StopAll kills every emulator this process started and has not stopped, whoever started it: for
+// a process about to exit at once (a second Ctrl-C), whose emulators, each in its own process
+// group, would otherwise outlive it.
+func StopAll() {
+	launched.Lock()
+	procs := make([]*proc, 0, len(launched.procs))
+	for p := range launched.procs {
+		procs = append(procs, p)
+	}
+	launched.Unlock()
+	for _, p := range procs {
+		p.kill()
+	}
+}
+
+// kill ends p's process group and waits for p to exit.
+func (p *proc) kill() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.exited
+	launched.Lock()
+	delete(launched.procs, p)
+	launched.Unlock()
 }
 
 // run starts cmd in its own process group and waits until its output contains ready.
@@ -166,6 +195,9 @@ func (e *Emulators) run(ctx context.Context, cmd *exec.Cmd, ready string, o Opti
 	e.mu.Lock()
 	e.procs = append(e.procs, p)
 	e.mu.Unlock()
+	launched.Lock()
+	launched.procs[p] = true
+	launched.Unlock()
 	found := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(pr)

@@ -62,37 +62,43 @@ func TestReusesEmulatorsNamedByTheEnvironment(t *testing.T) {
 	}
 }
 
-// TestStartsAndStopsItsOwnPair starts a fresh pair, checks both answer, and checks that Stop
-// leaves no process of their groups running.
+// TestStartsAndStopsItsOwnPair starts a fresh pair, checks both answer, and checks that Stop —
+// or StopAll, which a process exiting at once calls — leaves no process of their groups running.
 func TestStartsAndStopsItsOwnPair(t *testing.T) {
 	t.Parallel()
-	SkipWithoutJava(t) // it starts two JVMs
-	e, err := Start(context.Background(), Options{Getenv: noEnv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, h := range []string{e.FirestoreHost, e.PubSubHost} {
-		c, err := net.DialTimeout("tcp", h, 2*time.Second)
-		if err != nil {
-			e.Stop()
-			t.Fatalf("dial %s: %v", h, err)
-		}
-		c.Close()
-	}
-	pgids := []int{}
-	for _, p := range e.procs {
-		pgids = append(pgids, p.cmd.Process.Pid)
-	}
-	e.Stop()
-	for _, pg := range pgids {
-		if err := syscall.Kill(-pg, 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("process group %d still exists after Stop (kill 0: %v)", pg, err)
-		}
-	}
-	for _, h := range []string{e.FirestoreHost, e.PubSubHost} {
-		if c, err := net.DialTimeout("tcp", h, time.Second); err == nil {
-			c.Close()
-			t.Errorf("%s still answers after Stop", h)
-		}
+	SkipWithoutJava(t) // it starts two JVMs for each way to stop
+	//nolint:paralleltest // StopAll ends every emulator of the process, the other case's too
+	for name, stop := range map[string]func(*Emulators){"Stop": (*Emulators).Stop, "StopAll": func(*Emulators) { StopAll() }} {
+		t.Run(name, func(t *testing.T) {
+			e, err := Start(context.Background(), Options{Getenv: noEnv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range []string{e.FirestoreHost, e.PubSubHost} {
+				c, err := net.DialTimeout("tcp", h, 2*time.Second)
+				if err != nil {
+					e.Stop()
+					t.Fatalf("dial %s: %v", h, err)
+				}
+				c.Close()
+			}
+			pgids := []int{}
+			for _, p := range e.procs {
+				pgids = append(pgids, p.cmd.Process.Pid)
+			}
+			stop(e)
+			for _, pg := range pgids {
+				if err := syscall.Kill(-pg, 0); !errors.Is(err, syscall.ESRCH) {
+					t.Errorf("process group %d still exists after %s (kill 0: %v)", pg, name, err)
+				}
+			}
+			for _, h := range []string{e.FirestoreHost, e.PubSubHost} {
+				if c, err := net.DialTimeout("tcp", h, time.Second); err == nil {
+					c.Close()
+					t.Errorf("%s still answers after %s", h, name)
+				}
+			}
+			e.Stop() // after StopAll: nothing left to stop, and no wait
+		})
 	}
 }
