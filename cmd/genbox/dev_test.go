@@ -190,3 +190,31 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
+
+// genbox dev on a machine whose Google Cloud CLI lacks the emulators says what is missing and the
+// one command that installs it there — here a CLI with its own component manager — instead of a
+// jar path, and exits 1 without starting anything.
+func TestDevWithoutEmulatorsSaysHowToInstall(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	config := filepath.Join(root, "lib", "googlecloudsdk", "core", "config.json")
+	if err := os.MkdirAll(filepath.Dir(config), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(config, []byte(`{"disable_updater": false}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, map[string]string{"CLOUDSDK_ROOT": root}, "", "dev", "--addr", "127.0.0.1:0", "--dlq-addr", "127.0.0.1:0",
+		"--slack-addr", "127.0.0.1:0", "--webhook-addr", "127.0.0.1:0", "--gemini-addr", "127.0.0.1:0")
+	if r.code != exitFailure {
+		t.Errorf("exit %d, want %d", r.code, exitFailure)
+	}
+	for _, want := range []string{"the Firestore emulator", "the Pub/Sub emulator", root, "\n  gcloud components install cloud-firestore-emulator pubsub-emulator"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, ".jar") || strings.Contains(r.stdout, readyLine) {
+		t.Errorf("a jar path, or a stack that started:\n%s\n%s", r.stdout, r.stderr)
+	}
+}
