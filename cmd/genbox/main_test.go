@@ -18,9 +18,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := emulator.RunTests(m)
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
+	cliBuild.Remove()
 	os.Exit(code)
 }
 

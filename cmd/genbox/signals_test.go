@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -64,31 +63,15 @@ func TestWatchSignals(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	buildDir  string // outlives the tests that run the binary; TestMain removes it
-	binary    string
-	buildErr  error
-)
+// cliBuild is this command, for the tests that run it as a process.
+var cliBuild = testenv.NewBuild("genbox-cli", func(dir string) error {
+	return testenv.GoBuild("", "-o", filepath.Join(dir, "genbox"), ".")
+})
 
-// genboxBinary builds this command once for the tests that run it as a process.
+// genboxBinary builds this command once for the run.
 func genboxBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(buildGenbox)
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
-
-func buildGenbox() {
-	if buildDir, buildErr = os.MkdirTemp("", "genbox-cli"); buildErr != nil {
-		return
-	}
-	binary = filepath.Join(buildDir, "genbox")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-	}
+	return filepath.Join(cliBuild.Dir(t), "genbox")
 }
 
 // listener runs `genbox webhook listen` as a process and returns it once it listens, with its
@@ -161,26 +144,21 @@ func TestSignalsEndTheProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the command")
 	}
-	t.Run("Ctrl-C", func(t *testing.T) {
-		t.Parallel()
-		cmd, _, stderr, exited := listener(t)
-		if err := cmd.Process.Signal(os.Interrupt); err != nil {
-			t.Fatal(err)
-		}
-		if code := exitOf(t, exited); code != exitInterrupted {
-			t.Errorf("exit %d after Ctrl-C, want %d\n%s", code, exitInterrupted, stderr.String())
-		}
-	})
-	t.Run("SIGTERM", func(t *testing.T) {
-		t.Parallel()
-		cmd, _, stderr, exited := listener(t)
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		if code := exitOf(t, exited); code != exitOK {
-			t.Errorf("exit %d after SIGTERM, want %d\n%s", code, exitOK, stderr.String())
-		}
-	})
+	for name, c := range map[string]struct {
+		sig  os.Signal
+		code int
+	}{"Ctrl-C": {os.Interrupt, exitInterrupted}, "SIGTERM": {syscall.SIGTERM, exitOK}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cmd, _, stderr, exited := listener(t)
+			if err := cmd.Process.Signal(c.sig); err != nil {
+				t.Fatal(err)
+			}
+			if code := exitOf(t, exited); code != c.code {
+				t.Errorf("exit %d after %s, want %d\n%s", code, name, c.code, stderr.String())
+			}
+		})
+	}
 	t.Run("Ctrl-C twice", func(t *testing.T) {
 		t.Parallel()
 		cmd, addr, stderr, exited := listener(t)

@@ -28,9 +28,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := emulator.RunTests(m)
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
+	crashBuild.Remove()
 	os.Exit(code)
 }
 
@@ -224,34 +222,16 @@ func TestShutdownReleasesWhatCannotFinish(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	buildDir  string // outlives each test that runs the binary; TestMain removes it
-	binary    string
-	buildErr  error
-)
+// crashBuild is this service with its crash points compiled in (genbox_crashpoints).
+var crashBuild = testenv.NewBuild("genbox-worker-crash", func(dir string) error {
+	return testenv.GoBuild("", "-tags", "genbox_crashpoints", "-o", filepath.Join(dir, "worker"), ".")
+})
 
-// crashBinary builds this service with its crash points compiled in (genbox_crashpoints).
+// crashBinary builds the crash binary once for the run.
 func crashBinary(t *testing.T) string {
 	t.Helper()
 	emulator.Require(t) // it runs only against the emulators: no build where they are unavailable
-	buildOnce.Do(buildCrashWorker)
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
-
-// buildCrashWorker builds the crash binary once for every test of the run.
-func buildCrashWorker() {
-	if buildDir, buildErr = os.MkdirTemp("", "genbox-worker-crash"); buildErr != nil {
-		return
-	}
-	binary = filepath.Join(buildDir, "worker")
-	out, err := exec.Command("go", "build", "-tags", "genbox_crashpoints", "-o", binary, ".").CombinedOutput()
-	if err != nil {
-		buildErr = fmt.Errorf("build: %w\n%s", err, out)
-	}
+	return filepath.Join(crashBuild.Dir(t), "worker")
 }
 
 // proc is a worker subprocess.
