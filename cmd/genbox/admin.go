@@ -11,9 +11,9 @@ import (
 const adminSynopsis = `tenant create ID [limits] | tenant get ID | tenant limits ID [limits]
        | key create TENANT | key revoke KEY_ID | secret rotate TENANT`
 
-const adminDescription = `Administers tenants, API keys and webhook secrets with the admin key (GENBOX_ADMIN_KEY). Answers
-are printed as JSON. A created tenant's first webhook secret, a created API key and a rotated
-secret are shown once, in the answer: keep them.`
+const adminDescription = `Administers tenants, API keys and webhook secrets with the admin key (GENBOX_ADMIN_KEY), and
+prints the answer (--json: as JSON). A created tenant's first webhook secret, a created API key
+and a rotated secret are shown once, in the answer: keep them.`
 
 func runAdmin(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "admin", adminSynopsis, adminDescription)
@@ -24,6 +24,7 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 	fs.Float64Var(&lim.SubmitRate, "submit-rate", 0, "tenant create/limits: submissions per second (0: no limit)")
 	fs.IntVar(&lim.SubmitBurst, "submit-burst", 0, "tenant create/limits: submissions at once above the rate")
 	fs.Float64Var(&lim.DailyBudgetUSD, "daily-budget", 0, "tenant create/limits: soft daily spending limit in USD (0: none)")
+	output := formatFlags(fs)
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -43,32 +44,43 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 			limitsSet = true
 		}
 	})
-	var out any
+	var answer func() error
 	switch obj + " " + action {
-	case "tenant create":
-		var l *client.Limits
-		if limitsSet {
-			l = &lim
+	case "tenant create", "tenant get", "tenant limits":
+		var t *client.Tenant
+		switch action {
+		case "create":
+			var l *client.Limits
+			if limitsSet {
+				l = &lim
+			}
+			t, err = c.CreateTenant(ctx, id, l)
+		case "get":
+			t, err = c.GetTenant(ctx, id)
+		default:
+			if !limitsSet {
+				return usageErr("tenant limits needs at least one of --concurrency, --submit-rate, --submit-burst, --daily-budget")
+			}
+			t, err = c.SetLimits(ctx, id, lim)
 		}
-		out, err = c.CreateTenant(ctx, id, l)
-	case "tenant get":
-		out, err = c.GetTenant(ctx, id)
-	case "tenant limits":
-		if !limitsSet {
-			return usageErr("tenant limits needs at least one of --concurrency, --submit-rate, --submit-burst, --daily-budget")
+		answer = func() error { return showTenant(e.stdout, output.asJSON(e.stdout), t) }
+	case "key create", "key revoke":
+		var k *client.APIKey
+		if action == "create" {
+			k, err = c.CreateAPIKey(ctx, id)
+		} else {
+			k, err = c.RevokeAPIKey(ctx, id)
 		}
-		out, err = c.SetLimits(ctx, id, lim)
-	case "key create":
-		out, err = c.CreateAPIKey(ctx, id)
-	case "key revoke":
-		out, err = c.RevokeAPIKey(ctx, id)
+		answer = func() error { return showAPIKey(e.stdout, output.asJSON(e.stdout), k) }
 	case "secret rotate":
-		out, err = c.RotateWebhookSecret(ctx, id)
+		var r *client.RotatedSecret
+		r, err = c.RotateWebhookSecret(ctx, id)
+		answer = func() error { return showRotated(e.stdout, output.asJSON(e.stdout), r) }
 	default:
 		return usageErr("unknown admin action %q: genbox admin %s", obj+" "+action, adminSynopsis)
 	}
 	if err != nil {
 		return fmt.Errorf("admin %s %s %s: %w", obj, action, id, err)
 	}
-	return printJSON(e.stdout, out)
+	return answer()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/genbox-dev/genbox/internal/bench"
 )
@@ -14,10 +15,12 @@ func runBench(ctx context.Context, e env, args []string) error {
 FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST are set) with the fake Gemini, under a failure
 mix, and prints throughput and its ratio to the Little's-law bound, end-to-end latency p50/p99
 and the overhead above the model's latency, Firestore operations and publishes per task, billed
-÷ needed tokens and the peak RSS; a progress bar runs on stderr. --baseline naive runs the same
-workload and failures through the naive generate-then-publish pattern, side by side.`)
+÷ needed tokens and the peak RSS (--json: the report as JSON); a progress bar runs on stderr when
+it is a terminal. --baseline naive runs the same workload and failures through the naive
+generate-then-publish pattern, side by side.`)
 	cfg := bench.DefaultConfig()
 	cfg.RegisterFlags(fs)
+	asJSON := jsonFlag(fs)
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -28,13 +31,23 @@ workload and failures through the naive generate-then-publish pattern, side by s
 	if err := cfg.Validate(); err != nil {
 		return usageErr("%v", err)
 	}
-	cfg.Progress = e.stderr
+	if isTerminal(e.stderr) {
+		cfg.Progress = e.stderr
+	}
 	cfg.Getenv = e.getenv
-	if _, err := bench.Run(ctx, cfg, e.stdout); err != nil {
+	text := e.stdout
+	if *asJSON {
+		text = io.Discard
+	}
+	rep, err := bench.Run(ctx, cfg, text)
+	if err != nil {
 		if errors.Is(err, bench.ErrConfig) {
 			return usageErr("%v", err)
 		}
 		return fmt.Errorf("bench: %w", err)
+	}
+	if *asJSON {
+		return printJSON(e.stdout, rep)
 	}
 	return nil
 }

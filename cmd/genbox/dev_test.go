@@ -23,15 +23,10 @@ import (
 // --ready-file; `genbox submit --wait` of a demo task exits 0 and the dev tenant's listener prints
 // the verified webhook; SIGTERM stops everything and leaves no emulator JVM it started running.
 func TestDevBinary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts its own emulator JVMs")
-	}
+	emulator.SkipWithoutJava(t) // it starts its own emulator JVMs
 	t.Parallel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "genbox")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := genboxBinary(t)
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
@@ -40,7 +35,7 @@ func TestDevBinary(t *testing.T) {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, "GOOGLE_CLOUD_PROJECT="+emulator.ProjectID(t))
+	env = append(env, "GOOGLE_CLOUD_PROJECT=t-dev-binary") // its own emulators: no other test's documents
 	ready := filepath.Join(dir, "ready.json")
 	dev := exec.Command(bin, "dev", "--addr", "127.0.0.1:0", "--dlq-addr", "127.0.0.1:0", "--slack-addr", "127.0.0.1:0",
 		"--webhook-addr", "127.0.0.1:0", "--gemini-addr", "127.0.0.1:0", "--ready-file", ready)
@@ -97,7 +92,7 @@ func TestDevBinary(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	submit := exec.CommandContext(ctx, bin, "submit", "--family", "summarize", "--input", "genbox runs Gemini tasks and never pays twice.", "--wait")
+	submit := exec.CommandContext(ctx, bin, "submit", "--family", "summarize", "--input", "genbox runs Gemini tasks and never pays twice.", "--wait", "--text")
 	submit.Env = append(env, envURL+"="+info.Publisher, envAPIKey+"="+info.APIKey, envCallbackURL+"="+info.WebhookURL)
 	out, err := submit.Output()
 	if err != nil {
@@ -107,13 +102,12 @@ func TestDevBinary(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	var v struct {
-		TaskID string `json:"task_id"`
+	first, _, _ := strings.Cut(string(out), "\n") // "task  <id>", as a person reads it
+	f := strings.Fields(first)
+	if len(f) != 2 || f[0] != "task" || !strings.Contains(string(out), "delivered") {
+		t.Fatalf("submit --wait printed %s", out)
 	}
-	if err := json.Unmarshal(out, &v); err != nil || v.TaskID == "" {
-		t.Fatalf("submit --wait printed %s (%v)", out, err)
-	}
-	want := "verified webhook-id=" + v.TaskID + ".task.succeeded.0"
+	want := "verified webhook-id=" + f[1] + ".task.succeeded.0"
 	for !strings.Contains(devOut.String(), want) {
 		if ctx.Err() != nil {
 			t.Fatalf("the listener did not print %q:\n%s", want, devOut.String())
@@ -195,4 +189,32 @@ func alive(pid int) bool {
 	s := string(stat)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// genbox dev on a machine whose Google Cloud CLI lacks the emulators says what is missing and the
+// one command that installs it there — here a CLI with its own component manager — instead of a
+// jar path, and exits 1 without starting anything.
+func TestDevWithoutEmulatorsSaysHowToInstall(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	config := filepath.Join(root, "lib", "googlecloudsdk", "core", "config.json")
+	if err := os.MkdirAll(filepath.Dir(config), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(config, []byte(`{"disable_updater": false}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, map[string]string{"CLOUDSDK_ROOT": root}, "", "dev", "--addr", "127.0.0.1:0", "--dlq-addr", "127.0.0.1:0",
+		"--slack-addr", "127.0.0.1:0", "--webhook-addr", "127.0.0.1:0", "--gemini-addr", "127.0.0.1:0")
+	if r.code != exitFailure {
+		t.Errorf("exit %d, want %d", r.code, exitFailure)
+	}
+	for _, want := range []string{"the Firestore emulator", "the Pub/Sub emulator", root, "\n  gcloud components install cloud-firestore-emulator pubsub-emulator"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, ".jar") || strings.Contains(r.stdout, readyLine) {
+		t.Errorf("a jar path, or a stack that started:\n%s\n%s", r.stdout, r.stderr)
+	}
 }

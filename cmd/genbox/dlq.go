@@ -26,7 +26,8 @@ for operators without Slack. A decision goes through the same transaction as a S
   regenerate  generation stage: the task runs again; its next webhook has a new webhook-id
   discard     either stage: generation — the task is discarded (a task.discarded webhook);
               delivery — the webhook is dropped
-A dead letter someone already decided is a conflict (exit 6) naming who decided and when.`
+A dead letter someone already decided is a conflict (exit 6) naming who decided and when. Every
+action prints its answer: a table for list, the dead letter otherwise (--json: as JSON).`
 
 // dlqAdminPath is the dlqnotifier's admin prefix (internal/dlqnotifier.AdminPrefix).
 const dlqAdminPath = "/admin/dead-letters"
@@ -38,7 +39,7 @@ func runDLQ(ctx context.Context, e env, args []string) error {
 	state := fs.String("state", string(store.DeadLetterOpen), "list: dead letters in this state (open, redelivered, regenerated, discarded, superseded)")
 	limit := fs.Int("limit", 100, "list: at most this many, oldest first")
 	operator := fs.String("operator", defaultOperator(e.getenv), "redeliver/regenerate/discard: who decides (recorded on the dead letter)")
-	asJSON := fs.Bool("json", false, "list: print JSON")
+	output := formatFlags(fs)
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -67,7 +68,7 @@ func runDLQ(ctx context.Context, e env, args []string) error {
 		if err != nil {
 			return fmt.Errorf("dlq list: %w", err)
 		}
-		if *asJSON {
+		if *output.json {
 			_, err := e.stdout.Write(raw)
 			return err
 		}
@@ -100,7 +101,11 @@ func runDLQ(ctx context.Context, e env, args []string) error {
 			_, err := e.stdout.Write(raw)
 			return err
 		}
-		return printJSON(e.stdout, v)
+		var dl store.DeadLetter
+		if output.asJSON(e.stdout) || json.Unmarshal(raw, &dl) != nil || dl.ID == "" {
+			return printJSON(e.stdout, v)
+		}
+		return showDeadLetter(e.stdout, false, &dl)
 	}
 	return usageErr("unknown dlq action %q: genbox dlq %s", action, dlqSynopsis)
 }

@@ -9,11 +9,20 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/genbox-dev/genbox/internal/emulator"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, interrupted := watchSignals(context.Background(), sigs, os.Stderr, func(code int) {
+		emulator.StopAll() // in their own process groups, they would outlive this process
+		os.Exit(code)
+	})
 	code := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
-	stop()
+	if interrupted() {
+		code = exitInterrupted
+	}
 	os.Exit(code)
 }

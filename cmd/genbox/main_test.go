@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,11 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
+func TestMain(m *testing.M) {
+	code := emulator.RunTests(m)
+	cliBuild.Remove()
+	os.Exit(code)
+}
 
 // result is one run of the command.
 type result struct {
@@ -66,6 +71,10 @@ func TestUsageAndExitCodes(t *testing.T) {
 		{"admin needs three words", noServer, "", []string{"admin", "tenant", "create"}, exitUsage, "", "admin takes an object"},
 		{"admin unknown action", noServer, "", []string{"admin", "tenant", "eat", "x"}, exitUsage, "", "unknown admin action"},
 		{"bench bad flag value", nil, "", []string{"bench", "--tasks", "0"}, exitUsage, "", "--tasks"},
+		{"version", nil, "", []string{"--version"}, exitOK, "genbox ", ""},
+		{"version names the Go release", nil, "", []string{"version"}, exitOK, runtime.Version(), ""},
+		{"help spells flags as the prose does", nil, "", []string{"submit", "--help"}, exitOK, "\n  --wait\n", ""},
+		{"help shows a flag's type and default", nil, "", []string{"submit", "--help"}, exitOK, "  --timeout duration\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -80,6 +89,23 @@ func TestUsageAndExitCodes(t *testing.T) {
 				t.Errorf("stderr lacks %q:\n%s", tc.stderr, r.stderr)
 			}
 		})
+	}
+}
+
+// Every verb's help spells its flags as the documentation does, --name, never -name.
+func TestHelpSpellsFlagsWithTwoDashes(t *testing.T) {
+	t.Parallel()
+	for _, v := range verbs() {
+		r := cli(t, nil, "", v.name, "--help")
+		if r.code != exitOK || !strings.Contains(r.stdout, "Flags:") {
+			t.Errorf("%s --help: exit %d\n%s%s", v.name, r.code, r.stdout, r.stderr)
+			continue
+		}
+		for line := range strings.Lines(r.stdout) {
+			if strings.HasPrefix(line, "  -") && !strings.HasPrefix(line, "  --") {
+				t.Errorf("%s --help spells a flag with one dash: %q", v.name, line)
+			}
+		}
 	}
 }
 
@@ -102,7 +128,7 @@ func TestTaskVerbs(t *testing.T) {
 	s := startStack(t)
 	env := cliEnv(s)
 
-	r := cli(t, env, "", "submit", "--family", "summarize", "--input", "genbox never pays twice.", "--label", "app=cli", "--wait")
+	r := cli(t, env, "", "submit", "--family", "summarize", "--input", "genbox never pays twice.", "--label", "app=cli", "--wait", "--json")
 	if r.code != exitOK {
 		t.Fatalf("submit --wait exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -138,7 +164,12 @@ func TestTaskVerbs(t *testing.T) {
 		stdout string
 		stderr string
 	}{
-		{"get", env, []string{"get", v.TaskID}, exitOK, `"state": "succeeded"`, ""},
+		{"get", env, []string{"get", "--text", v.TaskID}, exitOK, "state      succeeded", ""},
+		// Scripts read get through a pipe: without --text it is the JSON they always had.
+		{"get piped is json", env, []string{"get", v.TaskID}, exitOK, `"state": "succeeded"`, ""},
+		{"get text ends with the output", env, []string{"get", "--text", v.TaskID}, exitOK, "\n\n" + *v.Output + "\n", ""},
+		{"get json", env, []string{"get", "--json", v.TaskID}, exitOK, `"state": "succeeded"`, ""},
+		{"submit json", env, []string{"submit", "--family", "summarize", "--input", "as JSON", "--json"}, exitOK, `"status_url": "http`, ""},
 		{"get unknown", env, []string{"get", "nosuchtask"}, exitNotFound, "", "404"},
 		{"wrong key", map[string]string{envURL: env[envURL], envAPIKey: "gbx_wrong_0123456789abcdef"}, []string{"get", v.TaskID}, exitAuth, "", "check the key"},
 		{"list", env, []string{"list"}, exitOK, v.TaskID, ""},
@@ -179,17 +210,18 @@ func TestAdminVerbs(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	env := cliEnv(s)
-	r := cli(t, env, "", "admin", "tenant", "create", "acme", "--concurrency", "3")
-	if r.code != exitOK || !strings.Contains(r.stdout, "whsec_") || !strings.Contains(r.stdout, `"concurrency": 3`) {
+	r := cli(t, env, "", "admin", "tenant", "create", "acme", "--concurrency", "3", "--text")
+	if r.code != exitOK || !strings.Contains(r.stdout, "whsec_") || !strings.Contains(r.stdout, "(shown once: keep it)") ||
+		!strings.Contains(r.stdout, "concurrency 3, ") {
 		t.Fatalf("tenant create: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	if r = cli(t, env, "", "admin", "tenant", "create", "acme"); r.code != exitRejected {
 		t.Errorf("a second tenant create: exit %d, want %d\n%s", r.code, exitRejected, r.stderr)
 	}
-	if r = cli(t, env, "", "admin", "--submit-rate", "7", "tenant", "limits", "acme"); r.code != exitOK || !strings.Contains(r.stdout, `"submit_rate": 7`) {
+	if r = cli(t, env, "", "admin", "--submit-rate", "7", "tenant", "limits", "acme", "--json"); r.code != exitOK || !strings.Contains(r.stdout, `"submit_rate": 7`) {
 		t.Errorf("tenant limits: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	r = cli(t, env, "", "admin", "key", "create", "acme")
+	r = cli(t, env, "", "admin", "key", "create", "acme", "--json")
 	var key struct {
 		KeyID string `json:"key_id"`
 		Key   string `json:"key"`
@@ -201,7 +233,7 @@ func TestAdminVerbs(t *testing.T) {
 	if r = cli(t, acme, "", "list"); r.code != exitOK {
 		t.Errorf("list with the new key: exit %d\n%s", r.code, r.stderr)
 	}
-	if r = cli(t, env, "", "admin", "secret", "rotate", "acme"); r.code != exitOK || !strings.Contains(r.stdout, "previous_expire_at") {
+	if r = cli(t, env, "", "admin", "secret", "rotate", "acme", "--text"); r.code != exitOK || !strings.Contains(r.stdout, "earlier secrets sign until") {
 		t.Errorf("secret rotate: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	if r = cli(t, env, "", "admin", "key", "revoke", key.KeyID); r.code != exitOK {
@@ -222,7 +254,7 @@ func TestDLQVerbs(t *testing.T) {
 	s := startStack(t, "GENBOX_TASK_ATTEMPTS", "1", "GENBOX_MAX_ATTEMPTS", "1", "GENBOX_MODEL_CHAIN", "m-dlq")
 	env := cliEnv(s)
 	s.Fake.FailNext("m-dlq", 503)
-	r := cli(t, env, "", "submit", "--family", "summarize", "--input", "dies once", "--wait")
+	r := cli(t, env, "", "submit", "--family", "summarize", "--input", "dies once", "--wait", "--json")
 	if r.code != exitFailure || !strings.Contains(r.stderr, "ended dead") {
 		t.Fatalf("a task that dies: exit %d\n%s", r.code, r.stderr)
 	}
@@ -238,7 +270,10 @@ func TestDLQVerbs(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if r = cli(t, env, "", "dlq", "show", dl); r.code != exitOK || !strings.Contains(r.stdout, `"state": "open"`) {
+	if r = cli(t, env, "", "dlq", "show", dl, "--json"); r.code != exitOK || !strings.Contains(r.stdout, `"state": "open"`) {
+		t.Errorf("dlq show --json: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r = cli(t, env, "", "dlq", "show", dl, "--text"); r.code != exitOK || !strings.Contains(r.stdout, "state        open") {
 		t.Errorf("dlq show: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	if r = cli(t, env, "", "dlq", "redeliver", dl, "--operator", "ops"); r.code != exitRejected {

@@ -79,6 +79,7 @@ const exitCodesHelp = `Exit codes:
   5  unavailable: genbox could not be reached, or answered 5xx/429 after retries
   6  rejected: the request was refused (invalid, conflicting); the message says why
   7  timeout: --timeout passed before the task finished
+130  interrupted (Ctrl-C); a second Ctrl-C stops at once
 `
 
 func usage(w io.Writer) {
@@ -86,7 +87,7 @@ func usage(w io.Writer) {
 	for _, v := range verbs() {
 		fmt.Fprintf(w, "  %-11s %s\n", v.name, v.summary)
 	}
-	fmt.Fprintf(w, "\nRun \"genbox <verb> --help\" for a verb's flags.\n\nEnvironment:\n")
+	fmt.Fprintf(w, "\nRun \"genbox <verb> --help\" for a verb's flags, \"genbox --version\" for this build.\nVerbs that print data print text; --json prints JSON instead.\n\nEnvironment:\n")
 	for _, v := range [][2]string{
 		{envURL, "the publisher's base URL (default " + defaultURL + ")"},
 		{envAPIKey, "your tenant's API key (submit, get, list, cancel)"},
@@ -109,6 +110,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
+		return exitOK
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, version())
 		return exitOK
 	}
 	for _, v := range verbs() {
@@ -206,7 +210,7 @@ func newFlags(e env, name, synopsis, description string) *flag.FlagSet {
 		fs.VisitAll(func(*flag.Flag) { n++ })
 		if n > 0 {
 			fmt.Fprintln(w, "\nFlags:")
-			fs.PrintDefaults()
+			printFlags(w, fs)
 		}
 	}
 	return fs

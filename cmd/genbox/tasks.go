@@ -23,7 +23,9 @@ func runSubmit(ctx context.Context, e env, args []string) error {
 --file (- for stdin), or built from --family and --input; flags given with a file override its
 fields. Without --file and --family, the request is read from stdin.
 With --wait, follows the task (progress on stderr) until it ends and its webhook is settled,
-prints the task as JSON on stdout, and exits 0 if it succeeded, 1 otherwise, 7 on --timeout.`)
+prints the task on stdout, and exits 0 if it succeeded, 1 otherwise, 7 on --timeout. With
+--json, prints the answer to the submission (without --wait) as JSON; with --wait the task is
+printed as JSON when stdout is not a terminal (--json, --text choose).`)
 	var api apiFlags
 	api.register(fs, e, envAPIKey)
 	file := fs.String("file", "", "read the JSON request from this file (- for stdin)")
@@ -40,6 +42,7 @@ prints the task as JSON on stdout, and exits 0 if it succeeded, 1 otherwise, 7 o
 	wait := fs.Bool("wait", false, "follow the task until it ends; exit by its final state")
 	timeout := fs.Duration("timeout", 10*time.Minute, "with --wait: give up after this long (exit 7)")
 	interval := fs.Duration("interval", 250*time.Millisecond, "with --wait: how often to poll")
+	output := formatFlags(fs)
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -88,6 +91,9 @@ prints the task as JSON on stdout, and exits 0 if it succeeded, 1 otherwise, 7 o
 		return fmt.Errorf("submit: %w", err)
 	}
 	if !*wait {
+		if *output.json {
+			return printJSON(e.stdout, res)
+		}
 		fmt.Fprintln(e.stdout, res.TaskID)
 		return nil
 	}
@@ -96,7 +102,7 @@ prints the task as JSON on stdout, and exits 0 if it succeeded, 1 otherwise, 7 o
 		replayed = " (an earlier submission with this idempotency key)"
 	}
 	fmt.Fprintf(e.stderr, "task %s %s%s\n", res.TaskID, res.State, replayed)
-	return follow(ctx, e, c, res.TaskID, *timeout, *interval)
+	return follow(ctx, e, c, res.TaskID, *timeout, *interval, output.asJSON(e.stdout))
 }
 
 // buildRequest reads the request from file, or builds it from the flags, or reads it from stdin.
@@ -149,8 +155,9 @@ func buildRequest(e env, file, family, input, inputFile string) (task.Request, e
 }
 
 // follow polls a task until it ends and its webhook is settled, printing every change on
-// stderr, then prints the task on stdout and returns nil only if it succeeded.
-func follow(ctx context.Context, e env, c *client.Client, id string, timeout, interval time.Duration) error {
+// stderr, then prints the task on stdout (as JSON with asJSON) and returns nil only if it
+// succeeded.
+func follow(ctx context.Context, e env, c *client.Client, id string, timeout, interval time.Duration, asJSON bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
@@ -170,7 +177,7 @@ func follow(ctx context.Context, e env, c *client.Client, id string, timeout, in
 			last = s
 		}
 		if v.State.Finished() && v.Delivery.State != task.DeliveryPending {
-			if err := printJSON(e.stdout, v); err != nil {
+			if err := showTask(e.stdout, asJSON, v); err != nil {
 				return err
 			}
 			if v.State != task.StateSucceeded {
@@ -216,7 +223,7 @@ func progress(v *task.View) string {
 }
 
 func runGet(ctx context.Context, e env, args []string) error {
-	return taskVerb(ctx, e, args, "get", "Prints the task as the API shows it (JSON).", (*client.Client).Get)
+	return taskVerb(ctx, e, args, "get", "Prints the task as the API shows it: its fields, then its output; JSON, as the API answers, when stdout is not a terminal (--json, --text choose).", (*client.Client).Get)
 }
 
 // taskVerb is a verb that takes one task id, calls the API with it and prints the task.
@@ -225,6 +232,7 @@ func taskVerb(ctx context.Context, e env, args []string, name, description strin
 	fs := newFlags(e, name, "[flags] TASK_ID", description)
 	var api apiFlags
 	api.register(fs, e, envAPIKey)
+	output := formatFlags(fs)
 	pos, err := parse(e, fs, args)
 	if err != nil {
 		return err
@@ -241,7 +249,7 @@ func taskVerb(ctx context.Context, e env, args []string, name, description strin
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", name, id, err)
 	}
-	return printJSON(e.stdout, v)
+	return showTask(e.stdout, output.asJSON(e.stdout), v)
 }
 
 func runList(ctx context.Context, e env, args []string) error {

@@ -33,7 +33,7 @@ locals {
       OTEL_SERVICE_NAME = "publisher"
       # status_url is built from each request's Host unless a custom domain is configured.
       GENBOX_PUBLIC_URL = var.publisher_public_url
-      # Callback URLs must be https to public addresses (DESIGN §6).
+      # Callback URLs must be https to public addresses (docs/architecture.md §6).
       GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
     })
 
@@ -59,7 +59,7 @@ locals {
       GENBOX_CONSUMER             = "push"
       GENBOX_PUSH_AUDIENCE        = local.push_audience.resulthandler
       GENBOX_PUSH_SERVICE_ACCOUNT = google_service_account.push.email
-      # Callback URLs must be https to public addresses (the SSRF guard, DESIGN §6).
+      # Callback URLs must be https to public addresses (the SSRF guard, docs/architecture.md §6).
       GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
       # Cloud Run kills an instance 10 s after SIGTERM.
       GENBOX_SHUTDOWN_GRACE = "8s"
@@ -88,7 +88,7 @@ locals {
 }
 
 # The three request-driven services. Request-based billing (cpu_idle): nothing they do may rely
-# on CPU after the response, which DESIGN §7 already demands.
+# on CPU after the response, which docs/architecture.md §7 already demands.
 locals {
   http_services = {
     # The REST API; its own API keys authenticate every /v1 route.

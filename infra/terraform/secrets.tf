@@ -1,4 +1,4 @@
-# Secrets are created here empty; their values are added outside Terraform (README "Deploy",
+# Secrets are created here empty; their values are added outside Terraform (docs/deploy.md,
 # step 5) so that they never enter the state file:
 #   printf %s "$VALUE" | gcloud secrets versions add ID --data-file=-
 locals {

@@ -11,7 +11,7 @@ terraform {
     }
   }
 
-  # State lives in a GCS bucket created before the first apply (README "Deploy", step 3):
+  # State lives in a GCS bucket created before the first apply (docs/deploy.md, step 2):
   # terraform init -backend-config=bucket=<state bucket>
   backend "gcs" {
     prefix = "genbox"

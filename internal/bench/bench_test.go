@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"os"
@@ -15,8 +16,10 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
 
-// small is a workload short enough for CI with every kind of failure.
+// small is a workload short enough for CI with every kind of failure, on the run's emulators.
 func small(t testing.TB) Config {
+	t.Helper()
+	emulator.Require(t)
 	c := DefaultConfig()
 	c.Tasks, c.Concurrency, c.Latency, c.Distribution, c.InputBytes = 16, 4, 50*time.Millisecond, DistUniform, 1000
 	c.ModelErrors, c.ResultLoss, c.AckLoss, c.WebhookErrors = 0.1, 0.3, 0.2, 0.1
@@ -30,6 +33,7 @@ func small(t testing.TB) Config {
 // pays for a generation twice, while the naive baseline pays again for every lost result step;
 // the report prints the ratios it measured.
 func TestRunGenboxAgainstNaive(t *testing.T) {
+	t.Parallel()
 	cfg := small(t)
 	var out, bar bytes.Buffer
 	cfg.Progress = &bar
@@ -177,6 +181,7 @@ func TestConfigFlagsAndValidate(t *testing.T) {
 // failure mix with a 200 ms model, and reports the ratios `genbox bench` prints.
 // Run with e.g. -bench EndToEnd -benchtime 100x.
 func BenchmarkEndToEnd(b *testing.B) {
+	emulator.Require(b)
 	cfg := DefaultConfig()
 	cfg.Tasks, cfg.Concurrency, cfg.Latency = max(b.N, 8), 16, 200*time.Millisecond
 	cfg.Baseline = BaselineNaive
@@ -196,4 +201,45 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.ReportMetric(n.BilledRatio(), "naive-billed/needed")
 	b.ReportMetric(n.Efficiency(), "naive-throughput/bound")
 	b.ReportMetric(float64(g.PeakRSS)/(1<<20), "peak-rss-MiB")
+}
+
+// The --json report carries the workload and both systems' figures, durations in seconds, and
+// the ratios the table prints.
+func TestReportJSON(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.Progress, cfg.Getenv = &bytes.Buffer{}, func(string) string { return "" } // not part of the report
+	g := Result{System: "genbox", Tasks: 10, Completed: 10, Throughput: 4, Bound: 5, P99: 1500 * time.Millisecond,
+		BilledTokens: 300, NeededTokens: 300, Publishes: map[string]int{"gemini-tasks": 12}}
+	n := Result{System: "naive", Tasks: 10, Completed: 9, Lost: 1, BilledTokens: 450, NeededTokens: 270}
+	b, err := json.Marshal(Report{Config: cfg, Genbox: g, Naive: &n, Elapsed: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Workload struct {
+			Tasks    int                `json:"tasks"`
+			Latency  float64            `json:"latency_seconds"`
+			Failures map[string]float64 `json:"failures"`
+		} `json:"workload"`
+		Systems []map[string]any `json:"systems"`
+		Elapsed float64          `json:"elapsed_seconds"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("%v in %s", err, b)
+	}
+	if got.Workload.Tasks != cfg.Tasks || got.Workload.Latency != cfg.Latency.Seconds() || got.Workload.Failures[failModel] != cfg.ModelErrors || got.Elapsed != 3 {
+		t.Errorf("workload %+v elapsed %v, want the config's and 3 s", got.Workload, got.Elapsed)
+	}
+	if len(got.Systems) != 2 {
+		t.Fatalf("systems %v, want genbox and naive", got.Systems)
+	}
+	for key, want := range map[string]any{"system": "genbox", "efficiency": 0.8, "p99_seconds": 1.5, "billed_ratio": 1.0} {
+		if got.Systems[0][key] != want {
+			t.Errorf("genbox %s = %v, want %v", key, got.Systems[0][key], want)
+		}
+	}
+	if got.Systems[1]["system"] != "naive" || got.Systems[1]["lost"] != 1.0 {
+		t.Errorf("naive %v", got.Systems[1])
+	}
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
 
-// naiveWorker is the pattern genbox's outbox replaces (../shared/seeds/000_ec500285dfa31bd2.txt):
+// naiveWorker is the pattern genbox's outbox replaces (docs/architecture.md §4):
 // per message it reads the task, generates, publishes the result with the output in the
 // message, and acks. Whatever fails after the model answered — the publish, the process before
 // its ack — is retried by redelivery from scratch: the output lived only in memory, so it is
@@ -205,7 +205,7 @@ func (s *stack) startNaive(ctx context.Context, emu *emulator.Emulators, project
 		go func() {
 			defer close(done)
 			if err := bus.Pull(ctx, ps, subscription, bus.PullSettings{MaxOutstandingMessages: 2 * s.cfg.Concurrency, MaxExtension: 10 * time.Minute}, h); err != nil {
-				s.log.Error("pull ended", "subscription", subscription, "error", err)
+				s.log.ErrorContext(ctx, "pull ended", "subscription", subscription, "error", err)
 			}
 		}()
 		stopping = append(stopping, func() { cancel(); <-done })

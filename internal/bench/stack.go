@@ -232,7 +232,7 @@ func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, projec
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := st.Close(ctx); err != nil {
-			s.log.Error("close the genbox stack", "error", err)
+			s.log.ErrorContext(ctx, "close the genbox stack", "error", err)
 		}
 	})
 	s.store, s.fake, s.stopSystem = st.Store, st.Fake, st.StopServices

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Topics of DESIGN §1.
+// Topics of docs/architecture.md §1.
 const (
 	TopicTasks      = "gemini-tasks"
 	TopicResults    = "gemini-results"
@@ -22,7 +22,7 @@ const (
 	TopicAlerts     = "genbox-alerts"
 )
 
-// Subscriptions of DESIGN §1: one per consuming service and topic.
+// Subscriptions of docs/architecture.md §1: one per consuming service and topic.
 const (
 	SubWorker     = "gemini-tasks-worker"
 	SubResults    = "gemini-results-resulthandler"

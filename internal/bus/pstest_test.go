@@ -69,6 +69,8 @@ func (f *fake) pull(t *testing.T, sub string, h bus.Handler) (stop func()) {
 }
 
 // Not parallel: it sets the global propagator, as a service's telemetry setup does.
+//
+//nolint:paralleltest // it sets the global propagator
 func TestTraceContextCrossesPubSub(t *testing.T) {
 	prev := otel.GetTextMapPropagator()
 	otel.SetTextMapPropagator(propagation.TraceContext{})

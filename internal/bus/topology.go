@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 )
 
-// Topics lists every topic of DESIGN §1.
+// Topics lists every topic of docs/architecture.md §1.
 var Topics = []string{TopicTasks, TopicResults, TopicTasksDLQ, TopicResultsDLQ, TopicAlerts}
 
 // SubscriptionSpec describes one subscription: the topic it reads and, for subscriptions whose
@@ -26,7 +26,7 @@ type SubscriptionSpec struct {
 	DeadLetterTopic string // empty: no dead-letter policy
 }
 
-// Subscriptions lists every subscription of DESIGN §1. Bootstrap, `genbox dev` and the Terraform
+// Subscriptions lists every subscription of docs/architecture.md §1. Bootstrap, `genbox dev` and the Terraform
 // test all read this one list. The dlqnotifier's subscriptions have no dead-letter policy: there
 // is nowhere further to send what the last consumer cannot take.
 var Subscriptions = []SubscriptionSpec{
@@ -94,7 +94,7 @@ func (t Topology) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Bootstrap creates every topic and subscription of DESIGN §1 in c's project, and brings
+// Bootstrap creates every topic and subscription of docs/architecture.md §1 in c's project, and brings
 // subscriptions that already exist to t's settings. Running it again changes nothing.
 func Bootstrap(ctx context.Context, c *pubsub.Client, t Topology) error {
 	if err := t.Validate(); err != nil {

@@ -49,6 +49,8 @@ func ended(rec *tracetest.SpanRecorder, name string) sdktrace.ReadOnlySpan {
 
 // Publish makes a producer span under the caller's; Pull hands the message to the handler inside
 // a consumer span that is the producer's child: one trace across Pub/Sub.
+//
+//nolint:paralleltest // it installs the global tracer provider (useRecorder)
 func TestPublishAndPullSpans(t *testing.T) {
 	rec := useRecorder(t)
 	f := setupFake(t)
@@ -97,6 +99,8 @@ func TestPublishAndPullSpans(t *testing.T) {
 }
 
 // Push continues the message's trace in a consumer span named by the subscription's short name.
+//
+//nolint:paralleltest // it installs the global tracer provider (useRecorder)
 func TestPushSpan(t *testing.T) {
 	rec := useRecorder(t)
 	_, root := otel.Tracer("test").Start(t.Context(), "submit")

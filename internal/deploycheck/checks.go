@@ -297,7 +297,7 @@ func number(s Scope, attr string) (int64, error) {
 	}
 	n, err := convert.Convert(v, cty.Number)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %s: %v", s.Instance, attr, err)
+		return 0, fmt.Errorf("%s: %s: %w", s.Instance, attr, err)
 	}
 	i, _ := n.AsBigFloat().Int64()
 	return i, nil

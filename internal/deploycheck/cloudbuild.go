@@ -20,11 +20,11 @@ var ErrCloudBuild = errors.New("deploycheck: cloud build")
 func ParseCloudBuild(src []byte) (*cloudbuildpb.Build, error) {
 	js, err := yaml.YAMLToJSON(src)
 	if err != nil {
-		return nil, fmt.Errorf("%w: yaml: %v", ErrCloudBuild, err)
+		return nil, fmt.Errorf("%w: yaml: %w", ErrCloudBuild, err)
 	}
 	var b cloudbuildpb.Build
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(js, &b); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCloudBuild, err)
+		return nil, fmt.Errorf("%w: %w", ErrCloudBuild, err)
 	}
 	return &b, nil
 }

@@ -104,6 +104,7 @@ func noErrors(t *testing.T, errs []error) {
 }
 
 func TestVariableValidations(t *testing.T) {
+	t.Parallel()
 	noErrors(t, loadModule(t, terraformDir).CheckValidations())
 
 	t.Run("a value outside its validation fails", func(t *testing.T) {
@@ -153,6 +154,7 @@ func pubsubWant(m *deploycheck.Module) deploycheck.PubSubWant {
 }
 
 func TestPubSubMatchesBus(t *testing.T) {
+	t.Parallel()
 	m := loadModule(t, terraformDir)
 	noErrors(t, deploycheck.CheckPubSub(m, pubsubWant(m)))
 	if dlqnotifier.PushPath != pushPath {
@@ -207,6 +209,7 @@ func TestPubSubMatchesBus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			m := loadModule(t, brokenCopy(t, tt.edits))
 			wantErrors(t, deploycheck.CheckPubSub(m, pubsubWant(m)), tt.want...)
 		})
@@ -241,9 +244,11 @@ func firestoreWant(queries []store.Query) deploycheck.FirestoreWant {
 }
 
 func TestFirestoreMatchesStoreRegistry(t *testing.T) {
+	t.Parallel()
 	noErrors(t, deploycheck.CheckFirestore(loadModule(t, terraformDir), firestoreWant(store.Queries)))
 
 	t.Run("composite query without its index", func(t *testing.T) {
+		t.Parallel()
 		queries := append(slices.Clone(store.Queries), store.Query{
 			Name: "by-family", Collection: store.TasksCollection,
 			Fields: []store.IndexField{{Path: "family", Order: store.Asc}, {Path: "created_at", Order: store.Desc}},
@@ -252,6 +257,7 @@ func TestFirestoreMatchesStoreRegistry(t *testing.T) {
 			`query "by-family" on tasks needs a google_firestore_index`)
 	})
 	t.Run("index with other orders", func(t *testing.T) {
+		t.Parallel()
 		queries := append(slices.Clone(store.Queries), store.Query{
 			Name: "q", Collection: store.TasksCollection,
 			Fields: []store.IndexField{{Path: "family", Order: store.Asc}, {Path: "created_at", Order: store.Desc}},
@@ -275,14 +281,17 @@ locals {`}})
 			`query "q" on tasks needs a google_firestore_index`, "serves no query of the registry")
 	})
 	t.Run("exemption missing", func(t *testing.T) {
+		t.Parallel()
 		dir := brokenCopy(t, map[string][2]string{"firestore.tf": {`"tasks.input"        = { collection = "tasks", field = "input" }`, ""}})
 		wantErrors(t, deploycheck.CheckFirestore(loadModule(t, dir), firestoreWant(store.Queries)), "field tasks.input: the code exempts it")
 	})
 	t.Run("queried field exempted", func(t *testing.T) {
+		t.Parallel()
 		dir := brokenCopy(t, map[string][2]string{"firestore.tf": {`"tasks.input"        = { collection = "tasks", field = "input" }`, `"tasks.due_at" = { collection = "tasks", field = "due_at" }`}})
 		wantErrors(t, deploycheck.CheckFirestore(loadModule(t, dir), firestoreWant(store.Queries)), "field tasks.due_at", "a query filters or orders on it")
 	})
 	t.Run("TTL missing", func(t *testing.T) {
+		t.Parallel()
 		dir := brokenCopy(t, map[string][2]string{"firestore.tf": {"  ttl_config {}\n", ""}})
 		wantErrors(t, deploycheck.CheckFirestore(loadModule(t, dir), firestoreWant(store.Queries)), "no google_firestore_field with a ttl_config")
 	})
@@ -503,6 +512,7 @@ func checkEnv(svc string, load func(func(string) string) error, env map[string]s
 }
 
 func TestCloudRunEnvMatchesConfigLoaders(t *testing.T) {
+	t.Parallel()
 	m := loadModule(t, terraformDir)
 	for _, svc := range []string{"publisher", "worker", "resulthandler", "dlqnotifier"} {
 		t.Run(svc, func(t *testing.T) {
@@ -540,6 +550,7 @@ func TestCloudRunEnvMatchesConfigLoaders(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			env := publisherEnv(t, brokenCopy(t, map[string][2]string{"run.tf": tt.edit}))
 			wantErrors(t, checkEnv("publisher", services["publisher"].load, env), tt.want...)
 		})
@@ -584,6 +595,7 @@ func checkSameEverywhere(envs map[string]map[string]string) []error {
 }
 
 func TestSharedVariablesAgree(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string][]string{
 		"GENBOX_PROMPTS_DIR": {"dlqnotifier", "publisher", "worker"},
 		"GENBOX_MODEL_CHAIN": {"dlqnotifier", "worker"},
@@ -609,11 +621,13 @@ func TestSharedVariablesAgree(t *testing.T) {
 	noErrors(t, checkSameEverywhere(envsOf(t, terraformDir)))
 
 	t.Run("the dlqnotifier prices with another chain", func(t *testing.T) {
+		t.Parallel()
 		dir := brokenCopy(t, map[string][2]string{"run.tf": {"dlqnotifier = merge(local.common_env, local.pricing_env, {",
 			"dlqnotifier = merge(local.common_env, local.pricing_env, {\n      GENBOX_MODEL_CHAIN = \"gemini-2.5-flash-lite\""}})
 		wantErrors(t, checkSameEverywhere(envsOf(t, dir)), `GENBOX_MODEL_CHAIN: dlqnotifier has "gemini-2.5-flash-lite" but worker has`)
 	})
 	t.Run("a prompts directory on the publisher alone", func(t *testing.T) {
+		t.Parallel()
 		dir := brokenCopy(t, map[string][2]string{"run.tf": {`OTEL_SERVICE_NAME = "publisher"`,
 			`OTEL_SERVICE_NAME = "publisher"` + "\n      GENBOX_PROMPTS_DIR = \"/etc/genbox/prompts\""}})
 		wantErrors(t, checkSameEverywhere(envsOf(t, dir)), `GENBOX_PROMPTS_DIR: dlqnotifier has "" but publisher has "/etc/genbox/prompts"`)
@@ -621,6 +635,7 @@ func TestSharedVariablesAgree(t *testing.T) {
 }
 
 func TestSecretsComeFromSecretManager(t *testing.T) {
+	t.Parallel()
 	m := loadModule(t, terraformDir)
 	secretEnv := map[string]bool{"GEMINI_API_KEY": true, "GENBOX_ADMIN_KEY": true, "SLACK_BOT_TOKEN": true, "SLACK_SIGNING_SECRET": true}
 	for _, typ := range []string{"google_cloud_run_v2_service", "google_cloud_run_v2_worker_pool"} {
@@ -639,6 +654,7 @@ func TestSecretsComeFromSecretManager(t *testing.T) {
 }
 
 func TestMonitoringUsesObsMetricNames(t *testing.T) {
+	t.Parallel()
 	known := []string{
 		obs.MetricTasks, obs.MetricTaskE2ELatency, obs.MetricGenLatency, obs.MetricTokens, obs.MetricCost,
 		obs.MetricCacheHits, obs.MetricRetries, obs.MetricBreakerState, obs.MetricDeadLettersOpen,
@@ -660,7 +676,7 @@ func TestMonitoringUsesObsMetricNames(t *testing.T) {
 	}
 	noErrors(t, check(loadModule(t, terraformDir)))
 
-	// DESIGN §9: alerts on open dead letters, the age of the oldest pending work, the error
+	// docs/architecture.md §9: alerts on open dead letters, the age of the oldest pending work, the error
 	// rate and the cost.
 	alerted := func(m *deploycheck.Module) []error {
 		alerts := m.Locals["alerts"]
@@ -683,16 +699,19 @@ func TestMonitoringUsesObsMetricNames(t *testing.T) {
 	}
 	noErrors(t, alerted(loadModule(t, terraformDir)))
 	t.Run("an alert missing", func(t *testing.T) {
+		t.Parallel()
 		dir := brokenCopy(t, map[string][2]string{"monitoring.tf": {`query        = "sum(increase({__name__=\"${local.metric.cost}\"}[1d])) > ${var.alert_daily_cost_usd}"`, `query        = "vector(0) > 1"`}})
 		wantErrors(t, alerted(loadModule(t, dir)), "no alert policy queries "+obs.MetricCost)
 	})
 	t.Run("a renamed metric", func(t *testing.T) {
+		t.Parallel()
 		dir := brokenCopy(t, map[string][2]string{"monitoring.tf": {`"genbox.dead_letters.open"`, `"genbox.deadletters.open"`}})
 		wantErrors(t, check(loadModule(t, dir)), `"genbox.deadletters.open" is not a metric`)
 	})
 }
 
 func TestCloudBuildParsesAsBuildMessage(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile(filepath.Join(repoRoot, "cloudbuild.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -732,6 +751,7 @@ func TestCloudBuildParsesAsBuildMessage(t *testing.T) {
 	}
 
 	t.Run("a service built wrongly fails", func(t *testing.T) {
+		t.Parallel()
 		for _, tt := range []struct{ old, new, want string }{
 			{"SERVICE=publisher,", "SERVICE=worker,", "the step building …/publisher:$SHORT_SHA does not pass --build-arg SERVICE=publisher"},
 			{"build, --build-arg, SERVICE=worker,", "build, -f, services/worker/Dockerfile, --build-arg, SERVICE=worker,", "the step building …/worker:$SHORT_SHA builds another Dockerfile than the repository root's"},
@@ -748,6 +768,7 @@ func TestCloudBuildParsesAsBuildMessage(t *testing.T) {
 		}
 	})
 	t.Run("a misspelt field fails", func(t *testing.T) {
+		t.Parallel()
 		for _, src := range []string{
 			"steps:\n- name: golang\n  args: [go, test]\n  waitfor: [x]\n",
 			"stepz:\n- name: golang\n",
@@ -760,6 +781,7 @@ func TestCloudBuildParsesAsBuildMessage(t *testing.T) {
 		}
 	})
 	t.Run("an undeclared substitution fails", func(t *testing.T) {
+		t.Parallel()
 		b, err := deploycheck.ParseCloudBuild([]byte("substitutions:\n  _REGION: x\n  _UNUSED: unused\nsteps:\n- name: gcr.io/cloud-builders/docker\n  args: [push, \"${_REGION}/$_REPO:$SHORT_SHA\", \"$$HOME\"]\n"))
 		if err != nil {
 			t.Fatal(err)
@@ -795,12 +817,14 @@ func imageSteps(steps []string) []error {
 // TestDockerfile checks the one Dockerfile as built for each service, and that each
 // services/<service> it builds is a command.
 func TestDockerfile(t *testing.T) {
+	t.Parallel()
 	good, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, svc := range []string{"publisher", "worker", "resulthandler", "dlqnotifier"} {
 		t.Run(svc, func(t *testing.T) {
+			t.Parallel()
 			noErrors(t, deploycheck.CheckDockerfile(good, deploycheck.DockerfileWant{Service: svc, MinGoPatch: minGoPatch}))
 			pkg, err := build.ImportDir(filepath.Join(repoRoot, "services", svc), 0)
 			if err != nil {
@@ -840,6 +864,7 @@ func TestDockerfile(t *testing.T) {
 // TestTerraformFormatted is `terraform fmt -check` without the terraform binary: hclwrite.Format
 // is the formatter terraform fmt applies.
 func TestTerraformFormatted(t *testing.T) {
+	t.Parallel()
 	paths, err := filepath.Glob(filepath.Join(terraformDir, "*.tf"))
 	if err != nil {
 		t.Fatal(err)
@@ -859,8 +884,10 @@ func TestTerraformFormatted(t *testing.T) {
 }
 
 func TestGeminiBackendChoosesKeyOrVertexRole(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"gemini", "vertex"} {
 		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
 			vars := maps.Clone(testVars)
 			vars["gemini_backend"] = cty.StringVal(backend)
 			m, err := deploycheck.LoadModule(terraformDir, vars)
@@ -884,6 +911,7 @@ func TestGeminiBackendChoosesKeyOrVertexRole(t *testing.T) {
 }
 
 func TestEachServiceRunsAsItsOwnAccountWithNarrowRoles(t *testing.T) {
+	t.Parallel()
 	// Project-wide roles a genbox service may hold: Firestore has no narrower grant, telemetry
 	// is written per project, Vertex AI is called per project. Everything else is granted on
 	// the one topic, subscription or secret concerned.
@@ -917,16 +945,19 @@ func TestEachServiceRunsAsItsOwnAccountWithNarrowRoles(t *testing.T) {
 	}
 	noErrors(t, check(loadModule(t, terraformDir)))
 	t.Run("a broad role fails", func(t *testing.T) {
+		t.Parallel()
 		dir := brokenCopy(t, map[string][2]string{"iam.tf": {`"roles/datastore.user",`, `"roles/editor",`}})
 		wantErrors(t, check(loadModule(t, dir)), `grants "roles/editor" project-wide`)
 	})
 	t.Run("a shared account fails", func(t *testing.T) {
+		t.Parallel()
 		dir := brokenCopy(t, map[string][2]string{"run.tf": {`service_account = google_service_account.service["worker"].email`, `service_account = google_service_account.service["publisher"].email`}})
 		wantErrors(t, check(loadModule(t, dir)), `google_cloud_run_v2_worker_pool.worker does not run as google_service_account.service["worker"]`)
 	})
 }
 
 func TestWorkerRunsAFixedNumberOfInstances(t *testing.T) {
+	t.Parallel()
 	check := func(m *deploycheck.Module) error {
 		res := m.Resource("google_cloud_run_v2_worker_pool", "worker")
 		if res == nil {

@@ -37,12 +37,12 @@ func checkPushAudiences(t *testing.T, m *deploycheck.Module) []error {
 		seen[name] = true
 		push, ok, err := s.Block("push_config")
 		if err != nil || !ok {
-			errs = append(errs, fmt.Errorf("%s: no push_config (%v)", name, err))
+			errs = append(errs, fmt.Errorf("%s: no push_config (%w)", name, err))
 			continue
 		}
 		oidc, ok, err := push.Block("oidc_token")
 		if err != nil || !ok {
-			errs = append(errs, fmt.Errorf("%s: no oidc_token (%v)", name, err))
+			errs = append(errs, fmt.Errorf("%s: no oidc_token (%w)", name, err))
 			continue
 		}
 		aud, err := oidc.String("audience")
@@ -85,6 +85,7 @@ func checkPushAudiences(t *testing.T, m *deploycheck.Module) []error {
 }
 
 func TestPushAudiencesMatch(t *testing.T) {
+	t.Parallel()
 	noErrors(t, checkPushAudiences(t, loadModule(t, terraformDir)))
 	tests := []struct {
 		name  string
@@ -104,6 +105,7 @@ func TestPushAudiencesMatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			wantErrors(t, checkPushAudiences(t, loadModule(t, brokenCopy(t, tt.edits))), tt.want...)
 		})
 	}

@@ -73,7 +73,7 @@ type Instance struct {
 func LoadModule(dir string, vars map[string]cty.Value) (*Module, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.tf"))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrTerraform, err)
+		return nil, fmt.Errorf("%w: %w", ErrTerraform, err)
 	}
 	if len(paths) == 0 {
 		return nil, fmt.Errorf("%w: no .tf file in %s", ErrTerraform, dir)
@@ -86,7 +86,7 @@ func LoadModule(dir string, vars map[string]cty.Value) (*Module, error) {
 	for _, p := range paths {
 		src, err := os.ReadFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrTerraform, err)
+			return nil, fmt.Errorf("%w: %w", ErrTerraform, err)
 		}
 		f, diags := parser.ParseHCL(src, p)
 		if diags.HasErrors() {
@@ -244,7 +244,7 @@ func (m *Module) expand(r *Resource) error {
 			}
 			n, err := convert.Convert(v, cty.Number)
 			if err != nil {
-				return fmt.Errorf("%w: %s.%s count: %v", ErrTerraform, r.Type, r.Name, err)
+				return fmt.Errorf("%w: %s.%s count: %w", ErrTerraform, r.Type, r.Name, err)
 			}
 			count, _ := n.AsBigFloat().Int64()
 			for i := int64(0); i < count; i++ {
@@ -432,7 +432,7 @@ func (s Scope) String(name string) (string, error) {
 	}
 	sv, err := convert.Convert(v, cty.String)
 	if err != nil {
-		return "", fmt.Errorf("%w: %s: %s: %v", ErrTerraform, s.Instance, name, err)
+		return "", fmt.Errorf("%w: %s: %s: %w", ErrTerraform, s.Instance, name, err)
 	}
 	return sv.AsString(), nil
 }

@@ -503,7 +503,7 @@ func (s *Stack) ensureTenant(ctx context.Context) error {
 	if errors.Is(err, store.ErrExists) {
 		tenant, aerr := s.Store.Authenticate(ctx, s.cfg.APIKey)
 		if aerr != nil || tenant != DevTenant {
-			return fmt.Errorf("%s: the key exists but does not authenticate the dev tenant (%v): choose another key", EnvAPIKey, aerr)
+			return fmt.Errorf("%s: the key exists but does not authenticate the dev tenant (%w): choose another key", EnvAPIKey, aerr)
 		}
 		err = nil
 	}

@@ -112,7 +112,7 @@ func (s *Slack) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	s.calls.add(c)
-	s.Log.Info("slack double", "method", c.Method, "channel", c.Channel, "ts", c.TS)
+	s.Log.InfoContext(r.Context(), "slack double", "method", c.Method, "channel", c.Channel, "ts", c.TS)
 	writeSlack(w, map[string]any{"ok": true, "channel": c.Channel, "ts": c.TS})
 }
 

@@ -22,17 +22,20 @@ func TestFromEnv(t *testing.T) {
 		check   func(t *testing.T, c Config)
 	}{
 		{name: "defaults", check: func(t *testing.T, c Config) {
+			t.Helper()
 			if c.Port != "8080" || c.Consumer != ConsumerPush || c.SlackAPIURL != "http://127.0.0.1:9999" ||
 				!slices.Equal(c.Approvers, []string{"U1", "U2"}) || c.AlertCooldown != 30*time.Minute || c.Instance == "" {
 				t.Fatalf("%+v", c)
 			}
 		}},
 		{name: "durations", set: map[string]string{EnvAlertCooldown: "2m", EnvPostLease: "5s", EnvConsumer: "pull"}, check: func(t *testing.T, c Config) {
+			t.Helper()
 			if c.AlertCooldown != 2*time.Minute || c.PostLease != 5*time.Second || c.Consumer != ConsumerPull {
 				t.Fatalf("%+v", c)
 			}
 		}},
 		{name: "slack default", unset: []string{EnvSlackAPIURL}, check: func(t *testing.T, c Config) {
+			t.Helper()
 			if c.SlackAPIURL != "https://slack.com" {
 				t.Fatalf("%q", c.SlackAPIURL)
 			}
@@ -53,11 +56,13 @@ func TestFromEnv(t *testing.T) {
 			wantErr: []string{EnvPushAudience}},
 		{name: "push auth on Cloud Run", set: map[string]string{EnvCloudRunService: "genbox-dlqnotifier",
 			EnvPushAudience: "aud", EnvPushAccount: "push@p.iam.gserviceaccount.com"}, check: func(t *testing.T, c Config) {
+			t.Helper()
 			if a := c.PushAuth(); !a.Enabled() || a.Audience != "aud" || a.ServiceAccount != "push@p.iam.gserviceaccount.com" {
 				t.Fatalf("%+v", a)
 			}
 		}},
 		{name: "pull on Cloud Run", set: map[string]string{EnvCloudRunService: "genbox-dlqnotifier", EnvConsumer: "pull"}, check: func(t *testing.T, c Config) {
+			t.Helper()
 			if c.PushAuth().Enabled() {
 				t.Fatalf("%+v", c.PushAuth())
 			}

@@ -2,7 +2,6 @@ package dlqnotifier
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -50,7 +49,7 @@ func (e *env) pipeline(t *testing.T) *pipeline {
 		t.Fatal(err)
 	}
 	recv := testenv.NewReceiver(t, testenv.Tenant(t, e.st, testTenant))
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	render := fakeRenderer{RenderFunc: func(family, variant, input string, _ *task.GenConfig) (*prompts.Rendered, error) {
 		return &prompts.Rendered{Family: family, Variant: variant, Prompt: input, Models: []string{"m"}}, nil
 	}}
@@ -133,6 +132,9 @@ func TestRegenerate(t *testing.T) {
 	bills := len(p.gem.Ledger().Bills)
 
 	e.approve(t, ActionRegenerate, dl)
+	if n := len(p.gem.Ledger().Bills); n != bills {
+		t.Fatalf("the Regenerate decision billed %d generations; it only queues one", n-bills)
+	}
 	after := e.get(t, id)
 	if after.State != task.StateQueued || after.Replay != 1 || after.Attempts != 0 || after.Claims != 0 || !after.BypassCache ||
 		len(after.Previous) != 1 || after.Previous[0].State != task.StateDead || after.Error != nil || len(after.OpenDeadLetters) != 0 {

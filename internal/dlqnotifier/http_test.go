@@ -22,7 +22,7 @@ func TestInteractionRefusals(t *testing.T) {
 	const dl = "t-guard:delivery:0:0"
 	tests := []struct {
 		name      string
-		before    func(e *env, t *testing.T) // e.g. a first decision
+		before    func(t *testing.T, e *env) // e.g. a first decision
 		body      []byte
 		secret    string
 		ts        time.Time
@@ -40,14 +40,18 @@ func TestInteractionRefusals(t *testing.T) {
 		{name: "action of the other stage", body: interaction(testApprover, ActionRegenerate, dl), secret: testSecret, ts: time.Now(), wantCode: http.StatusOK, ephemeral: "does not apply"},
 		{name: "unknown dead letter", body: interaction(testApprover, ActionDiscard, "t-other:delivery:0:0"), secret: testSecret, ts: time.Now(), wantCode: http.StatusOK, ephemeral: "Nothing was changed"},
 		{
-			name:   "second click",
-			before: func(e *env, t *testing.T) { e.approve(t, ActionRedeliver, dl) },
-			body:   interaction(testApprover, ActionDiscard, dl), secret: testSecret, ts: time.Now(), wantCode: http.StatusOK,
+			name: "second click",
+			before: func(t *testing.T, e *env) {
+				t.Helper()
+				e.approve(t, ActionRedeliver, dl)
+			},
+			body: interaction(testApprover, ActionDiscard, dl), secret: testSecret, ts: time.Now(), wantCode: http.StatusOK,
 			ephemeral: "already decided by <@" + testApprover + "> at ",
 		},
 		{
 			name: "task moved on",
-			before: func(e *env, t *testing.T) {
+			before: func(t *testing.T, e *env) {
+				t.Helper()
 				if _, err := e.st.MutateTask(e.ctx, "t-guard", func(tk *store.Task, now time.Time) error {
 					tk.Delivery.State, tk.Delivery.DeliveredAt = task.DeliveryDelivered, &now
 					return nil
@@ -67,7 +71,7 @@ func TestInteractionRefusals(t *testing.T) {
 			tk := e.deliveryDeadTask(t, "t-guard")
 			e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
 			if tc.before != nil {
-				tc.before(e, t)
+				tc.before(t, e)
 			}
 			taskBefore, dlBefore := e.get(t, tk.ID), e.deadLetter(t, dl)
 			pubBefore, slackBefore := len(e.pub.On(bus.TopicResults)), len(e.slack.calls(""))
@@ -166,6 +170,7 @@ func TestAdmin(t *testing.T) {
 		{name: "wrong key", method: "GET", path: AdminPrefix, key: "nope", want: http.StatusUnauthorized},
 		{name: "list open", method: "GET", path: AdminPrefix + "?state=open", key: testAdminKey, want: http.StatusOK,
 			check: func(t *testing.T, out map[string]any) {
+				t.Helper()
 				l, _ := out["dead_letters"].([]any)
 				if len(l) != 2 || l[0].(map[string]any)["id"] != "t-admin-1:delivery:0:0" {
 					t.Fatalf("list %v", out)
@@ -173,6 +178,7 @@ func TestAdmin(t *testing.T) {
 			}},
 		{name: "show", method: "GET", path: AdminPrefix + "/t-admin-2:delivery:0:0", key: testAdminKey, want: http.StatusOK,
 			check: func(t *testing.T, out map[string]any) {
+				t.Helper()
 				if out["task_id"] != "t-admin-2" || out["state"] != "open" || out["slack_ts"] == "" {
 					t.Fatalf("show %v", out)
 				}
@@ -182,18 +188,21 @@ func TestAdmin(t *testing.T) {
 		{name: "wrong stage", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:regenerate", key: testAdminKey, body: `{"operator":"ops"}`, want: http.StatusBadRequest},
 		{name: "redeliver", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:redeliver", key: testAdminKey, body: `{"operator":"ops"}`, want: http.StatusOK,
 			check: func(t *testing.T, out map[string]any) {
+				t.Helper()
 				if out["state"] != "redelivered" || out["decided_by"] != "ops (admin)" {
 					t.Fatalf("decision %v", out)
 				}
 			}},
 		{name: "again", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:discard", key: testAdminKey, body: `{"operator":"ops2"}`, want: http.StatusConflict,
 			check: func(t *testing.T, out map[string]any) {
+				t.Helper()
 				if !strings.Contains(out["error"].(string), "already decided by ops (admin)") {
 					t.Fatalf("error %v", out)
 				}
 			}},
 		{name: "list open after", method: "GET", path: AdminPrefix, key: testAdminKey, want: http.StatusOK,
 			check: func(t *testing.T, out map[string]any) {
+				t.Helper()
 				if l, _ := out["dead_letters"].([]any); len(l) != 1 {
 					t.Fatalf("list %v", out)
 				}

@@ -2,7 +2,6 @@ package dlqnotifier
 
 import (
 	"errors"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -24,20 +23,26 @@ func TestNoticePostsOneMessage(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		make    func(e *env, t *testing.T) *store.Task
+		make    func(t *testing.T, e *env) *store.Task
 		dlID    string
 		buttons []string
 		texts   []string
 	}{
 		{
 			name: "generation", dlID: "t-gen:generation:0:0",
-			make:    func(e *env, t *testing.T) *store.Task { return e.deadTask(t, "t-gen") },
+			make: func(t *testing.T, e *env) *store.Task {
+				t.Helper()
+				return e.deadTask(t, "t-gen")
+			},
 			buttons: []string{"regenerate|Regenerate (~$0.0001)", "discard|Discard"},
 			texts:   []string{"`t-gen`", "acme", "summarize/default", "*Stage:* generation", "*Attempts:* 3", "300 tokens", "$0.000600", "transient: model overloaded"},
 		},
 		{
 			name: "delivery", dlID: "t-del:delivery:0:0",
-			make:    func(e *env, t *testing.T) *store.Task { return e.deliveryDeadTask(t, "t-del") },
+			make: func(t *testing.T, e *env) *store.Task {
+				t.Helper()
+				return e.deliveryDeadTask(t, "t-del")
+			},
 			buttons: []string{"redeliver|Redeliver (free)", "discard|Discard"},
 			texts:   []string{"`t-del`", "classify/default", "*Stage:* delivery", "task.failed", "t-del.task.failed.0", "*Attempts:* 4", "HTTP 410"},
 		},
@@ -46,7 +51,7 @@ func TestNoticePostsOneMessage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := setup(t)
-			tk := tc.make(e, t)
+			tk := tc.make(t, e)
 			if r := e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0])); r != bus.Ack {
 				t.Fatalf("result %v", r)
 			}
@@ -104,7 +109,7 @@ func TestNoticeTwiceOnePost(t *testing.T) {
 	// While the first post is in flight (held by the double), duplicates on this instance and
 	// on another find the notice's lease live and do not post.
 	tk2 := e.deadTask(t, "t-twice-concurrent")
-	other := New(e.cfg, e.st, NewSlackClient(e.cfg), e.pub, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	other := New(e.cfg, e.st, NewSlackClient(e.cfg), e.pub, nil, slog.New(slog.DiscardHandler))
 	other.cfg.Instance = "dn-2"
 	e.slack.mu.Lock()
 	e.slack.hold, e.slack.arrived = make(chan struct{}), make(chan struct{}, 1)
@@ -156,7 +161,7 @@ func TestSlack500RetriedBySweeper(t *testing.T) {
 	}
 
 	sweeperPub := &testenv.Publisher{}
-	sw := sweeper.New(e.st, sweeperPub, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), sweeper.Config{
+	sw := sweeper.New(e.st, sweeperPub, nil, slog.New(slog.DiscardHandler), sweeper.Config{
 		Interval: time.Second, Limit: 10, Pace: 1000, ReleaseRate: 10, LeaderTTL: 3 * time.Second,
 		BackoffBase: time.Second, BackoffMax: time.Second,
 	}, "sw")
@@ -248,7 +253,7 @@ func TestAlertCooldown(t *testing.T) {
 	alert := func(key string) *bus.Message {
 		return &bus.Message{ID: "a", Data: []byte("breaker open on m"), Attributes: map[string]string{task.AttrKind: KindAlert, task.AttrAlert: key}}
 	}
-	other := New(e.cfg, e.st, NewSlackClient(e.cfg), e.pub, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	other := New(e.cfg, e.st, NewSlackClient(e.cfg), e.pub, nil, slog.New(slog.DiscardHandler))
 	var wg sync.WaitGroup
 	for _, s := range []*Service{e.svc, other, e.svc, other} {
 		wg.Add(1)

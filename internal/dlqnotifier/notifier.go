@@ -1,4 +1,4 @@
-// Package dlqnotifier is genbox's human gate (DESIGN §7). It consumes the DLQ notices that the
+// Package dlqnotifier is genbox's human gate (docs/architecture.md §7). It consumes the DLQ notices that the
 // worker and the resulthandler keep as an outbox on a task, records each as a dead_letters
 // document, and posts one Slack Block Kit message per dead letter with the buttons that apply to
 // its stage: Redeliver (free) or Discard for a dead webhook delivery, Regenerate (~$estimate) or

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -19,13 +18,14 @@ import (
 // token before anything is handled: an alert that the unauthenticated route posts to Slack is
 // not posted when it arrives unsigned or with a forged token.
 func TestPushRefusesUnsignedRequests(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	cfg := e.cfg
 	cfg.PushAudience, cfg.PushAccount = "genbox-dlqnotifier-push-p", "genbox-push@p.iam.gserviceaccount.com"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	guarded := httptest.NewServer(New(cfg, e.st, NewSlackClient(cfg), e.pub, nil, slog.New(slog.NewTextHandler(io.Discard, nil))).Handler())
+	guarded := httptest.NewServer(New(cfg, e.st, NewSlackClient(cfg), e.pub, nil, slog.New(slog.DiscardHandler)).Handler())
 	defer guarded.Close()
 
 	body, err := json.Marshal(map[string]any{

@@ -57,6 +57,7 @@ type slackDouble struct {
 }
 
 func newSlackDouble(t testing.TB) *slackDouble {
+	t.Helper()
 	d := &slackDouble{}
 	d.srv = httptest.NewServer(http.HandlerFunc(d.serve))
 	t.Cleanup(d.srv.Close)
@@ -174,7 +175,7 @@ func setup(t testing.TB) *env {
 	cfg := testConfig(sd.srv.URL)
 	logs := &bytes.Buffer{}
 	e := &env{ctx: ctx, fs: fs, st: st, clock: c, slack: sd, pub: &testenv.Publisher{}, cfg: cfg, logs: logs}
-	e.svc = New(cfg, st, NewSlackClient(cfg), e.pub, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e.svc = New(cfg, st, NewSlackClient(cfg), e.pub, nil, slog.New(slog.DiscardHandler))
 	e.http = httptest.NewServer(e.svc.Handler())
 	t.Cleanup(e.http.Close)
 	return e

@@ -27,8 +27,8 @@ const (
 	PubSubHostEnv    = "PUBSUB_EMULATOR_HOST"
 )
 
-// ErrMissing means an emulator cannot be started because something is not installed; its message
-// names the package to install.
+// ErrMissing means an emulator cannot be started because something is not installed; the error
+// is a *MissingError, whose message says what and the command that installs it on this machine.
 var ErrMissing = errors.New("emulator: not installed")
 
 // Options say where to find the emulators.
@@ -47,6 +47,9 @@ type Options struct {
 	// PubSubPort is the port of a Pub/Sub emulator Start launches (0: a free one), so that a
 	// test can restart it empty on the same address.
 	PubSubPort int
+	// System is where /etc is read from to tell how this machine installs what is missing
+	// (os-release, apt's sources); empty: "/". Tests point it at a fake.
+	System string
 }
 
 // Emulators is a running (or reused) pair of emulators.
@@ -83,15 +86,25 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 	if java == "" {
 		java = "java"
 	}
+	jar := filepath.Join(root, "platform", "cloud-firestore-emulator", "cloud-firestore-emulator.jar")
+	bin := filepath.Join(root, "platform", "pubsub-emulator", "bin", "cloud-pubsub-emulator")
 	javaPath, err := exec.LookPath(java)
-	if err != nil {
-		return nil, fmt.Errorf("%w: no Java runtime (%q not found): install a JDK 17 or newer (Debian: openjdk-17-jre-headless)", ErrMissing, java)
+	missing := &MissingError{Java: err != nil, SDKRoot: root}
+	if _, err := os.Stat(jar); err != nil && e.FirestoreHost == "" {
+		missing.Firestore = true
+	}
+	if _, err := os.Stat(bin); err != nil && e.PubSubHost == "" {
+		missing.PubSub = true
+	}
+	if missing.Java || missing.Firestore || missing.PubSub {
+		sys := o.System
+		if sys == "" {
+			sys = "/"
+		}
+		missing.Install = missing.installSteps(sys)
+		return nil, missing
 	}
 	if e.FirestoreHost == "" {
-		jar := filepath.Join(root, "platform", "cloud-firestore-emulator", "cloud-firestore-emulator.jar")
-		if _, err := os.Stat(jar); err != nil {
-			return nil, fmt.Errorf("%w: Firestore emulator jar %s not found: install google-cloud-cli-firestore-emulator", ErrMissing, jar)
-		}
 		port, err := freePort()
 		if err != nil {
 			return nil, err
@@ -106,11 +119,6 @@ func Start(ctx context.Context, o Options) (*Emulators, error) {
 		e.FirestoreHost = host
 	}
 	if e.PubSubHost == "" {
-		bin := filepath.Join(root, "platform", "pubsub-emulator", "bin", "cloud-pubsub-emulator")
-		if _, err := os.Stat(bin); err != nil {
-			e.Stop()
-			return nil, fmt.Errorf("%w: Pub/Sub emulator %s not found: install google-cloud-cli-pubsub-emulator", ErrMissing, bin)
-		}
 		port, err := freePort()
 		if err != nil {
 			e.Stop()
@@ -149,9 +157,38 @@ func (e *Emulators) Stop() {
 	e.procs = nil
 	e.mu.Unlock()
 	for _, p := range procs {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.exited
+		p.kill()
 	}
+}
+
+// launched holds every emulator process this process started and has not stopped, for StopAll.
+var launched = struct {
+	sync.Mutex
+	procs map[*proc]bool
+}{procs: map[*proc]bool{}}
+
+// StopAll kills every emulator this process started and has not stopped, whoever started it: for
+// a process about to exit at once (a second Ctrl-C), whose emulators, each in its own process
+// group, would otherwise outlive it.
+func StopAll() {
+	launched.Lock()
+	procs := make([]*proc, 0, len(launched.procs))
+	for p := range launched.procs {
+		procs = append(procs, p)
+	}
+	launched.Unlock()
+	for _, p := range procs {
+		p.kill()
+	}
+}
+
+// kill ends p's process group and waits for p to exit.
+func (p *proc) kill() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.exited
+	launched.Lock()
+	delete(launched.procs, p)
+	launched.Unlock()
 }
 
 // run starts cmd in its own process group and waits until its output contains ready.
@@ -166,6 +203,9 @@ func (e *Emulators) run(ctx context.Context, cmd *exec.Cmd, ready string, o Opti
 	e.mu.Lock()
 	e.procs = append(e.procs, p)
 	e.mu.Unlock()
+	launched.Lock()
+	launched.procs[p] = true
+	launched.Unlock()
 	found := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(pr)
@@ -190,7 +230,10 @@ func (e *Emulators) run(ctx context.Context, cmd *exec.Cmd, ready string, o Opti
 	case <-found:
 		return nil
 	case <-p.exited:
-		return fmt.Errorf("%s exited before it was ready: %v", cmd.Path, waitErr)
+		if waitErr == nil {
+			return fmt.Errorf("%s exited before it was ready", cmd.Path)
+		}
+		return fmt.Errorf("%s exited before it was ready: %w", cmd.Path, waitErr)
 	case <-timer.C:
 		return fmt.Errorf("%s not ready after %s", cmd.Path, o.StartTimeout)
 	case <-ctx.Done():

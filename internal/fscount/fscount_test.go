@@ -2,6 +2,7 @@ package fscount
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestCountsReadsWritesAndCommits(t *testing.T) {
 		it := col.Documents(ctx)
 		defer it.Stop()
 		for {
-			if _, err := it.Next(); err == iterator.Done {
+			if _, err := it.Next(); errors.Is(err, iterator.Done) {
 				return nil
 			} else if err != nil {
 				return err

@@ -16,7 +16,7 @@ func TestReady(t *testing.T) {
 	slow := Check{Name: "slow", Probe: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }}
 	ok := Check{Name: "firestore", Probe: func(context.Context) error { return nil }}
 	down := Check{Name: "firestore", Probe: func(context.Context) error { return errors.New("unreachable") }}
-	for _, tc := range []struct {
+	for _, tc := range []struct { //nolint:paralleltest // the cases share one consumer flag, set per case
 		name   string
 		checks []Check
 		on     bool

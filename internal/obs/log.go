@@ -156,6 +156,7 @@ func (h *handler) contextAttrs(ctx context.Context) []slog.Attr {
 		if h.project != "" {
 			tr = "projects/" + h.project + "/traces/" + tr
 		}
+		//nolint:sloglint // Cloud Logging's own keys (logging.googleapis.com/trace, ...), not ours to name
 		top = append(top,
 			slog.String(KeyTrace, tr),
 			slog.String(KeySpanID, sc.SpanID().String()),

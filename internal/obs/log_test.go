@@ -150,6 +150,7 @@ type request struct{ Prompt, Model string }
 
 func logEverything(log *slog.Logger) {
 	ctx := WithTask(context.Background(), "t1")
+	//nolint:sloglint // keys as any code might spell them: the redaction must not depend on the spelling
 	log.InfoContext(ctx, "generate",
 		"prompt", prompt,
 		"system_instruction", prompt,
@@ -171,7 +172,7 @@ func logEverything(log *slog.Logger) {
 		"output_tokens", 34,
 		"model", "gemini-2.5-flash",
 	)
-	log.With("secret", secret).WithGroup("payload").Error("delivery failed", "data", output, "err", errors.New("boom"))
+	log.With("secret", secret).WithGroup("payload").ErrorContext(ctx, "delivery failed", "data", output, "error", errors.New("boom"))
 }
 
 func TestLoggerRedactsContentAndSecretsByDefault(t *testing.T) {

@@ -50,7 +50,7 @@ func key(s attribute.Set) string {
 		if out != "" {
 			out += ","
 		}
-		out += string(kv.Key) + "=" + kv.Value.Emit()
+		out += string(kv.Key) + "=" + kv.Value.String()
 	}
 	return out
 }

@@ -93,6 +93,7 @@ func TestConfigFromEnv(t *testing.T) {
 // resetGlobals leaves no-op global OpenTelemetry providers and an empty propagator after a test
 // that installs its own. Such tests do not call t.Parallel.
 func resetGlobals(t *testing.T) {
+	t.Helper()
 	t.Cleanup(func() {
 		otel.SetTracerProvider(tracenoop.NewTracerProvider())
 		otel.SetMeterProvider(metricnoop.NewMeterProvider())
@@ -100,6 +101,7 @@ func resetGlobals(t *testing.T) {
 	})
 }
 
+//nolint:paralleltest // it sets the global OpenTelemetry providers
 func TestSetupNoneInstallsPropagatorOnly(t *testing.T) {
 	resetGlobals(t)
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
@@ -123,6 +125,7 @@ func TestSetupNoneInstallsPropagatorOnly(t *testing.T) {
 	}
 }
 
+//nolint:paralleltest // it sets the global OpenTelemetry providers
 func TestSetupRejectsInvalidConfig(t *testing.T) {
 	resetGlobals(t)
 	if _, err := Setup(context.Background(), Config{ServiceName: "w", Exporter: "zipkin"}); err == nil {
@@ -130,6 +133,7 @@ func TestSetupRejectsInvalidConfig(t *testing.T) {
 	}
 }
 
+//nolint:paralleltest // it sets the global OpenTelemetry providers
 func TestSetupStdoutExportsSpans(t *testing.T) {
 	resetGlobals(t)
 	var buf syncBuffer
@@ -211,6 +215,7 @@ func (m metricsService) Export(_ context.Context, r *colmetricpb.ExportMetricsSe
 	return &colmetricpb.ExportMetricsServiceResponse{}, nil
 }
 
+//nolint:paralleltest // it sets the global OpenTelemetry providers and the process environment
 func TestSetupOTLPExportsToCollector(t *testing.T) {
 	resetGlobals(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -301,7 +306,7 @@ func TestSetupGCPWithCredentials(t *testing.T) {
 	span.End()
 	got := map[string]string{}
 	for _, kv := range ro.Resource().Attributes() {
-		got[string(kv.Key)] = kv.Value.Emit()
+		got[string(kv.Key)] = kv.Value.String()
 	}
 	if got["gcp.project_id"] != "p" || got["service.name"] != "worker" {
 		t.Errorf("resource = %v, want gcp.project_id p and service.name worker", got)
@@ -316,6 +321,8 @@ func TestSetupGCPWithCredentials(t *testing.T) {
 // One trace crosses services: an HTTP request into the publisher, a Pub/Sub message to the
 // worker, another to the result handler. Each hop carries the W3C context the way the bus does
 // (the global propagator injects into and extracts from the message attributes).
+//
+//nolint:paralleltest // it sets the global OpenTelemetry providers
 func TestTraceCrossesHTTPAndPubSubAttributes(t *testing.T) {
 	resetGlobals(t)
 	if _, err := Setup(context.Background(), Config{ServiceName: "test", Exporter: ExportNone}); err != nil {
@@ -408,6 +415,7 @@ func TestTraceCrossesHTTPAndPubSubAttributes(t *testing.T) {
 	}
 }
 
+//nolint:paralleltest // it sets the global OpenTelemetry providers
 func TestHandlerSpanNamesAndProbes(t *testing.T) {
 	resetGlobals(t)
 	exp := tracetest.NewInMemoryExporter()
@@ -438,6 +446,7 @@ func names(spans tracetest.SpanStubs) []string {
 	return out
 }
 
+//nolint:paralleltest // it sets the global OpenTelemetry providers
 func TestStartAndEndSpans(t *testing.T) {
 	resetGlobals(t)
 	exp := tracetest.NewInMemoryExporter()
@@ -456,7 +465,7 @@ func TestStartAndEndSpans(t *testing.T) {
 	attrs := func(s tracetest.SpanStub) map[string]string {
 		out := map[string]string{}
 		for _, kv := range s.Attributes {
-			out[string(kv.Key)] = kv.Value.Emit()
+			out[string(kv.Key)] = kv.Value.String()
 		}
 		return out
 	}

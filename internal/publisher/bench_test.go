@@ -106,6 +106,7 @@ type series struct {
 
 // run calls op n times on benchWorkers goroutines.
 func (s *series) run(b *testing.B, n int) {
+	b.Helper()
 	lat := make([]time.Duration, n)
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -147,6 +148,7 @@ func (s *series) pct(p int) time.Duration {
 }
 
 func (s *series) report(b *testing.B) {
+	b.Helper()
 	n := float64(len(s.lat))
 	b.ReportMetric(s.rate(), s.name+"-subs/s")
 	b.ReportMetric(float64(s.pct(50).Microseconds())/1000, s.name+"-p50-ms")

@@ -102,7 +102,7 @@ func (k *keys) watch(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		k.log.WarnContext(ctx, "API key revocation listener stopped; keys are read on every request until it is back", "err", err, "retry_in", wait)
+		k.log.WarnContext(ctx, "API key revocation listener stopped; keys are read on every request until it is back", "error", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():
 			return

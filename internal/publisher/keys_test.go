@@ -122,6 +122,7 @@ func TestStalledListenerTrustsAKeyForMaxAge(t *testing.T) {
 
 // counted makes the server's store count its Firestore operations in counter.
 func counted(t testing.TB, counter *fscount.Counter) option {
+	t.Helper()
 	return func(cfg *Config, d *Deps) {
 		fs, err := counter.EmulatorClient(context.Background(), os.Getenv(emulator.FirestoreHostEnv), cfg.ProjectID)
 		if err != nil {

@@ -13,6 +13,8 @@ import (
 
 // Not parallel: it installs global telemetry. A submitted task counts as queued by family, a
 // cancelled one as cancelled; the nudge's publish carries the task id.
+//
+//nolint:paralleltest // it installs global telemetry
 func TestSubmitAndCancelAreCounted(t *testing.T) {
 	tel := obstest.Install(t)
 	var mu sync.Mutex

@@ -42,8 +42,9 @@ func (l *limiters) forget(tenant string) {
 func (l *limiters) limiter(ctx context.Context, tenant string, now time.Time) (*rate.Limiter, error) {
 	l.mu.Lock()
 	tl := l.per[tenant]
+	fresh := tl != nil && now.Sub(tl.fetched) < l.ttl // fetched changes under mu
 	l.mu.Unlock()
-	if tl != nil && now.Sub(tl.fetched) < l.ttl {
+	if fresh {
 		return tl.lim, nil
 	}
 	t, err := l.st.GetTenant(ctx, tenant)

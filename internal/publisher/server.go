@@ -1,4 +1,4 @@
-// Package publisher is genbox's REST API (DESIGN §8): apps submit, read, list, cancel and erase
+// Package publisher is genbox's REST API (docs/architecture.md §8): apps submit, read, list, cancel and erase
 // tasks; admins manage tenants, API keys and webhook secrets. A submission is written to
 // Firestore first (due now + a grace, so the sweeper nudges it if the publish is lost) and then
 // nudged on gemini-tasks.

@@ -82,6 +82,7 @@ func setup(t testing.TB, opts ...option) *env {
 
 // watch runs srv's key revocation listener until the test ends.
 func watch(t testing.TB, srv *Server) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

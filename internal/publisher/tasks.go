@@ -139,7 +139,7 @@ func (s *Server) nudge(ctx context.Context, t *store.Task) {
 	ctx, cancel := context.WithTimeout(obs.WithTask(context.WithoutCancel(ctx), t.ID), s.cfg.PublishTimeout)
 	defer cancel()
 	if _, err := s.pub.Publish(ctx, bus.TopicTasks, nil, nudgeAttrs(t)); err != nil {
-		s.log.WarnContext(ctx, "nudge not published; the sweeper will nudge the task", "task_id", t.ID, "err", err)
+		s.log.WarnContext(ctx, "nudge not published; the sweeper will nudge the task", "task_id", t.ID, "error", err)
 	}
 }
 
@@ -245,7 +245,7 @@ func (s *Server) batchResult(r *http.Request, out *client.BatchResult, res submi
 	if err != nil {
 		p := problemFor(err)
 		if p.Status >= 500 {
-			s.log.ErrorContext(r.Context(), "batch item failed", "index", out.Index, "err", err)
+			s.log.ErrorContext(r.Context(), "batch item failed", "index", out.Index, "error", err)
 		}
 		out.Status, out.Problem = p.Status, p
 		return
@@ -380,7 +380,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant str
 		ctx, cancel := context.WithTimeout(obs.WithTask(context.WithoutCancel(r.Context()), t.ID), s.cfg.PublishTimeout)
 		defer cancel()
 		if _, err := s.pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant}); err != nil {
-			s.log.WarnContext(ctx, "cancel nudge not published; the sweeper will nudge the delivery", "task_id", t.ID, "err", err)
+			s.log.WarnContext(ctx, "cancel nudge not published; the sweeper will nudge the delivery", "task_id", t.ID, "error", err)
 		}
 	}
 	writeJSON(w, http.StatusOK, "application/json", t.View())

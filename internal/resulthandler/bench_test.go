@@ -77,6 +77,7 @@ func pendingTask(id, url string) store.Task {
 }
 
 func benchReceiver(b *testing.B) *testenv.Receiver {
+	b.Helper()
 	secret, _ := webhook.NewSecret()
 	return testenv.NewReceiver(b, secret)
 }
@@ -93,7 +94,7 @@ func BenchmarkDeliveryEmulator(b *testing.B) {
 			e := setup(b)
 			e.st.Now = time.Now
 			cs := &countingStore{Store: e.st, Secrets: e.st}
-			h, err := New(cs, cs, e.pub, benchClient(), slog.New(slog.NewTextHandler(io.Discard, nil)), e.policy)
+			h, err := New(cs, cs, e.pub, benchClient(), slog.New(slog.DiscardHandler), e.policy)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -144,7 +145,7 @@ func BenchmarkHandlerOverhead(b *testing.B) {
 			ids[i] = fmt.Sprintf("bench-%d", i)
 			ms.tasks[ids[i]] = pendingTask(ids[i], r.URL())
 		}
-		h, err := New(ms, staticSecrets{r.Secret}, &testenv.Publisher{}, benchClient(), slog.New(slog.NewTextHandler(io.Discard, nil)), testPolicy("b"))
+		h, err := New(ms, staticSecrets{r.Secret}, &testenv.Publisher{}, benchClient(), slog.New(slog.DiscardHandler), testPolicy("b"))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-// Package resulthandler delivers genbox's webhooks (DESIGN §6). It consumes gemini-results
+// Package resulthandler delivers genbox's webhooks (docs/architecture.md §6). It consumes gemini-results
 // nudges; for each, it claims the task's pending delivery in Firestore under a lease that
 // outlasts three HTTP timeouts (so two instances never POST the same event at once), POSTs the
 // payload frozen when the event was queued, signed per Standard Webhooks with every active

@@ -16,6 +16,8 @@ import (
 
 // Not parallel: it installs global telemetry. Each POST is a "webhook POST" span of its task and
 // an attempt metered by outcome; a retry is counted by class; every log line carries task_id.
+//
+//nolint:paralleltest // it installs global telemetry
 func TestWebhookAttemptsAreTracedAndMetered(t *testing.T) {
 	tel := obstest.Install(t)
 	e := setup(t)

@@ -3,7 +3,6 @@ package resulthandler
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -27,7 +26,7 @@ func TestPushHandlerVerifiesWhenConfigured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	secured := Config{PushAudience: "genbox-resulthandler-push-p", PushAccount: "genbox-push@p.iam.gserviceaccount.com"}
 	for _, tc := range []struct {
 		name          string

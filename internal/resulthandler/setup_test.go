@@ -2,7 +2,6 @@ package resulthandler
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"os"
 	"testing"
@@ -61,7 +60,7 @@ func setup(t testing.TB) *env {
 func (e *env) handler(t testing.TB, p Policy) *Handler {
 	t.Helper()
 	client := ssrf.NewClient(ssrf.Policy{AllowHTTP: true, AllowLoopback: true, Timeout: p.Timeout})
-	h, err := New(e.st, e.st, e.pub, client, slog.New(slog.NewTextHandler(io.Discard, nil)), p)
+	h, err := New(e.st, e.st, e.pub, client, slog.New(slog.DiscardHandler), p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -177,7 +177,7 @@ func CheckURL(raw string, allowInsecure bool) error {
 	if err != nil {
 		return nil // a name: judged after resolution, on every delivery
 	}
-	if r := Classify(a); r != "" && !(allowInsecure && r == ReasonLoopback) {
+	if r := Classify(a); r != "" && (!allowInsecure || r != ReasonLoopback) {
 		return &BlockedError{Addr: raw, Reason: r}
 	}
 	return nil
@@ -332,7 +332,7 @@ type guard struct {
 
 func (g *guard) RoundTrip(r *http.Request) (*http.Response, error) {
 	u := r.URL
-	if !(u.Scheme == "https" || (u.Scheme == "http" && g.p.AllowHTTP)) {
+	if u.Scheme != "https" && (u.Scheme != "http" || !g.p.AllowHTTP) {
 		return nil, &BlockedError{Addr: u.Redacted(), Reason: ReasonScheme + ": " + u.Scheme}
 	}
 	if u.User != nil {

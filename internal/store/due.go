@@ -6,7 +6,7 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-// DueAt is the one function that says when a task document next needs a nudge (DESIGN §0): the
+// DueAt is the one function that says when a task document next needs a nudge (docs/architecture.md §0): the
 // earliest deadline among what is still pending — the task's own lease expiry or backoff, the
 // delivery in flight, each DLQ notice, a decision whose nudges are unpublished, a Slack update —
 // floored by the sweeper's own backoff (nudge_at). ok is false when nothing is pending.

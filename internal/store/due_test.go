@@ -63,7 +63,7 @@ func randomTask(r *rand.Rand, now time.Time) *Task {
 	return t
 }
 
-// deadlines lists, straight from DESIGN §0, the deadline of everything still pending on t.
+// deadlines lists, straight from docs/architecture.md §0, the deadline of everything still pending on t.
 func deadlines(t *Task, now time.Time) []time.Time {
 	var out []time.Time
 	orNow := func(p *time.Time) time.Time {
@@ -189,6 +189,7 @@ func TestFinalizeExpiry(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			doc := tc.doc
 			Finalize(&doc, now, time.Hour)
 			if (doc.DueAt != nil) != tc.wantDue || (doc.ExpireAt != nil) != tc.wantExpire {

@@ -45,7 +45,7 @@ var Queries = []Query{
 	{Name: "revoked-api-keys", Collection: APIKeysCollection, Fields: []IndexField{{"revoked", Asc}}},
 }
 
-// Exemptions lists the single-field index exemptions of DESIGN §2.
+// Exemptions lists the single-field index exemptions of docs/architecture.md §2.
 var Exemptions = []Exemption{
 	{TasksCollection, "input"},
 	{TasksCollection, "output"},

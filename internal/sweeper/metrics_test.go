@@ -14,6 +14,8 @@ import (
 
 // Not parallel: it installs global telemetry. The leader reports the age of the oldest pending
 // task and the open dead letters by stage, as Firestore has them.
+//
+//nolint:paralleltest // it installs global telemetry
 func TestLeaderReportsBacklogGauges(t *testing.T) {
 	tel := obstest.Install(t)
 	s, pub := setup(t)

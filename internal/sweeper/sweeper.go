@@ -1,4 +1,4 @@
-// Package sweeper guarantees progress (DESIGN §0): one leader at a time finds every task
+// Package sweeper guarantees progress (docs/architecture.md §0): one leader at a time finds every task
 // document whose due_at has passed and nudges what is due on it — the task itself, its webhook
 // delivery, its DLQ notices, a decision's unpublished nudges, a Slack update — then records a
 // capped nudge backoff in a write guarded by the document's update time, so a backlog is never

@@ -36,8 +36,6 @@ func setup(t *testing.T) (*store.Store, *testenv.Publisher) {
 	return store.New(testenv.Firestore(t, emulator.ProjectID(t))), &testenv.Publisher{}
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // storeClock makes s's clock a settable one, starting now.
 func storeClock(s *store.Store) (advance func(time.Duration)) {
 	var mu sync.Mutex
@@ -198,7 +196,9 @@ func TestGuardedWriteNeverErasesAChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
-	sw.sweep(ctx, stale, map[string]bool{})
+	if _, err := sw.sweep(ctx, stale, map[string]bool{}); err != nil {
+		t.Fatal(err)
+	}
 	doc, _ := s.GetTask(ctx, "t")
 	if doc.State != task.StateCancelled || doc.Nudges != 0 || doc.DueAt != nil {
 		t.Errorf("guarded write applied over a change: state %s nudges %d due_at %v", doc.State, doc.Nudges, doc.DueAt)
@@ -235,6 +235,7 @@ func TestParkedTasksWaitForTheirBreakers(t *testing.T) {
 		recover func(t *testing.T, s *store.Store, advance func(time.Duration))
 	}{
 		{"closed", func(t *testing.T, s *store.Store, advance func(time.Duration)) {
+			t.Helper()
 			advance(time.Minute)
 			if err := s.SaveBreaker(context.Background(), gemini.BreakerChange{Model: "m2", From: gemini.BreakerHalfOpen, To: gemini.BreakerClosed, At: s.Now()}); err != nil {
 				t.Fatal(err)

@@ -6,7 +6,8 @@
 //
 // It is imported only from _test.go files (and from no package a service links): it calls
 // t.Fatal and holds no production code. Emulator addresses come from the environment
-// emulator.RunTests sets in TestMain; project ids come from emulator.ProjectID(t).
+// emulator.Require sets on a test's first use; project ids come from emulator.ProjectID(t), which
+// requires them.
 package testenv
 
 import (

@@ -38,6 +38,7 @@ func (p *countingPublisher) Publish(ctx context.Context, topic string, data []by
 // txCeiling measures the emulator's transaction ceiling: conc goroutines running read-modify-write
 // transactions (MutateTask) on distinct task documents for d. It returns transactions per second.
 func txCeiling(b *testing.B, st *store.Store, conc int, d time.Duration) float64 {
+	b.Helper()
 	ctx := context.Background()
 	for i := range conc {
 		if err := st.CreateTask(ctx, &store.Task{ID: fmt.Sprintf("ceiling-%d", i), State: task.StateSucceeded}); err != nil {

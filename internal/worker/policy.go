@@ -35,7 +35,7 @@ var (
 	_ TenantLimits = (*TenantCache)(nil)
 )
 
-// ModelPolicy is what the worker applies between the claim and the model call (DESIGN §4 step 2
+// ModelPolicy is what the worker applies between the claim and the model call (docs/architecture.md §4 step 2
 // and §5): the output cache, max_cost_usd against the estimate, the tenant's concurrency cap and
 // its daily budget. A nil part is not applied; the cache needs Estimator (the chain is part of the
 // key). The stale answer of an exhausted chain and the last good output need only the store.

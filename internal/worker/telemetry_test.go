@@ -14,6 +14,8 @@ import (
 
 // Not parallel: it installs global telemetry. Each model call is a span of its task with model,
 // attempt, tokens and error class; breaker changes reach the gauge.
+//
+//nolint:paralleltest // it installs global telemetry
 func TestAttemptSpansAndBreakerGauge(t *testing.T) {
 	tel := obstest.Install(t)
 	srv := geminitest.NewServer()

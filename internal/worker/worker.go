@@ -1,4 +1,4 @@
-// Package worker is the heart of genbox (DESIGN §4): per gemini-tasks nudge it claims the task in
+// Package worker is the heart of genbox (docs/architecture.md §4): per gemini-tasks nudge it claims the task in
 // Firestore under a fenced lease, calls the model while renewing the lease, persists the output
 // immediately (first output wins, never overwritten, a finished task never revived), nudges
 // gemini-results and only then acks. Every other outcome is written to the task (retry backoff,
@@ -246,7 +246,7 @@ type claimResult struct {
 	task    *store.Task
 }
 
-// claim runs step 1 of DESIGN §4 in one transaction. Contention (codes.Aborted) is "not claimed".
+// claim runs step 1 of docs/architecture.md §4 in one transaction. Contention (codes.Aborted) is "not claimed".
 func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 	var outcome claimOutcome
 	t, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
@@ -313,7 +313,7 @@ func (h *Handler) finish(t *store.Task, state task.State, now time.Time) {
 // errOutputStored cancels a model call whose task already has its output.
 var errOutputStored = errors.New("worker: the task already has its output")
 
-// run is steps 2–5 of DESIGN §4 for a claimed task.
+// run is steps 2–5 of docs/architecture.md §4 for a claimed task.
 func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 	epoch := t.Lease.Epoch
 	log = log.With("epoch", epoch)
@@ -503,7 +503,7 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 			return store.ErrNoChange
 		}
 		h.addSpend(t, epoch, res)
-		if t.Replay != claimed.Replay || t.HasOutput() || !(t.State == task.StateRunning || t.State == task.StateQueued || t.State == task.StateWaiting) {
+		if t.Replay != claimed.Replay || t.HasOutput() || t.State != task.StateRunning && t.State != task.StateQueued && t.State != task.StateWaiting {
 			outcome = persistAccount
 			return nil
 		}

@@ -482,6 +482,7 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			asked := map[string]bool{}
 			c, err := FromEnv(func(k string) string {
 				asked[k] = true

@@ -7,4 +7,4 @@ import (
 	"github.com/genbox-dev/genbox/internal/emulator"
 )
 
-func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
+func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m, "ExampleDoc")) }

@@ -11,7 +11,7 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-// Class is the class of a failed model call (DESIGN §5).
+// Class is the class of a failed model call (docs/architecture.md §5).
 type Class string
 
 // Error classes.

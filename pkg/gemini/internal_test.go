@@ -16,6 +16,7 @@ var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 // TestBucketGive pins the x/time/rate behaviour give relies on: a negative reservation returns
 // tokens, capped at the burst.
 func TestBucketGive(t *testing.T) {
+	t.Parallel()
 	b := newBucket(100, time.Second, 1, 0.8) // 80/s, burst 10
 	if b.lim.Burst() != 10 {
 		t.Fatalf("burst %d, want 10", b.lim.Burst())
@@ -37,6 +38,7 @@ func TestBucketGive(t *testing.T) {
 }
 
 func TestBucketTakesMoreThanBurstInParts(t *testing.T) {
+	t.Parallel()
 	b := newBucket(100, time.Second, 1, 0.8) // 80/s, burst 10
 	w, rs := b.take(t0, 35)
 	if len(rs) != 4 {
@@ -48,6 +50,7 @@ func TestBucketTakesMoreThanBurstInParts(t *testing.T) {
 }
 
 func TestAIMD(t *testing.T) {
+	t.Parallel()
 	l := &limiter{requests: newBucket(60, time.Minute, 1, 1)}
 	clk := &stepClock{now: t0}
 	full := l.requests.max
@@ -76,6 +79,7 @@ func TestAIMD(t *testing.T) {
 }
 
 func TestLimiterLogHoldsBunchedCalls(t *testing.T) {
+	t.Parallel()
 	b := newBucket(100, time.Second, 1, 0.98) // paced at 98/s, the log holds 98 a window
 	for i := range 98 {
 		b.record(t0.Add(time.Duration(i)*time.Millisecond), 1)
@@ -92,6 +96,7 @@ func TestLimiterLogHoldsBunchedCalls(t *testing.T) {
 }
 
 func TestLimiterWaitsForTheLog(t *testing.T) {
+	t.Parallel()
 	// Tokens: 1000 a second, paced at 900/s with a burst of 50, the log holds 900.
 	l := &limiter{tokens: newBucket(1000, time.Second, 1, 0.9)}
 	clk := &stepClock{now: t0}
@@ -126,6 +131,7 @@ func (c *stepClock) Sleep(ctx context.Context, d time.Duration) error {
 }
 
 func TestBreakerFailureRatio(t *testing.T) {
+	t.Parallel()
 	b := newBreaker("m", BreakerConfig{ConsecutiveFailures: 100, Window: time.Minute, FailureRatio: 0.5, MinVolume: 10, Cooldown: time.Second})
 	now := t0
 	// Alternate failure, failure, success: 2/3 failing, never 3 in a row.
@@ -158,6 +164,7 @@ func TestBreakerFailureRatio(t *testing.T) {
 }
 
 func TestNeutralOutcomeReleasesProbe(t *testing.T) {
+	t.Parallel()
 	b := newBreaker("m", BreakerConfig{ConsecutiveFailures: 1, Window: time.Minute, FailureRatio: 1, MinVolume: 1, Cooldown: time.Second})
 	b.record(t0, outcomeFailure)
 	now := t0.Add(2 * time.Second)
@@ -176,6 +183,7 @@ func TestNeutralOutcomeReleasesProbe(t *testing.T) {
 }
 
 func TestClassify(t *testing.T) {
+	t.Parallel()
 	retry := []map[string]any{{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "2.5s"}}
 	for _, tc := range []struct {
 		err   error
@@ -205,6 +213,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestBackoffIsFullJitter(t *testing.T) {
+	t.Parallel()
 	c := &Client{cfg: Config{BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second}}
 	for _, tc := range []struct {
 		r     float64
@@ -226,6 +235,7 @@ func TestBackoffIsFullJitter(t *testing.T) {
 }
 
 func TestStatusCodesNotRetriedBySDK(t *testing.T) {
+	t.Parallel()
 	// The one knob that could make the SDK retry is HTTPRetryOptions; New pins it to one attempt.
 	c, err := New(context.Background(), Config{
 		Backend: BackendGemini, BaseURL: "http://127.0.0.1:1", Pricing: Pricing{Models: []string{"m"}}, MaxAttempts: 1, ModelAttempts: 1,

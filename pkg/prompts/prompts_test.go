@@ -94,7 +94,7 @@ func TestRenderRejects(t *testing.T) {
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
 		}
-		if err != nil && tc.want == prompts.ErrInvalidConfig && !strings.Contains(err.Error(), tc.family+"/default") {
+		if err != nil && errors.Is(tc.want, prompts.ErrInvalidConfig) && !strings.Contains(err.Error(), tc.family+"/default") {
 			t.Errorf("%s: %v does not name the family/variant", tc.name, err)
 		}
 	}

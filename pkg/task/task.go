@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// State is where a task is in its life (DESIGN §3).
+// State is where a task is in its life (docs/architecture.md §3).
 type State string
 
 // Task states.
@@ -192,7 +192,7 @@ type View struct {
 	CompletedAt *time.Time        `json:"completed_at,omitempty"`
 }
 
-// Event is a webhook payload: {"type", "timestamp", "data"} per DESIGN §6.
+// Event is a webhook payload: {"type", "timestamp", "data"} per docs/architecture.md §6.
 type Event struct {
 	Type      EventType `json:"type"`
 	Timestamp time.Time `json:"timestamp"`

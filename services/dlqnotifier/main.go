@@ -1,4 +1,4 @@
-// Command dlqnotifier is genbox's human gate (DESIGN §7): it posts dead letters and alerts to
+// Command dlqnotifier is genbox's human gate (docs/architecture.md §7): it posts dead letters and alerts to
 // Slack, takes approvers' decisions at /slack/interactions and operators' at /admin/dead-letters,
 // and consumes gemini-tasks-dlq, gemini-results-dlq and genbox-alerts by push (Cloud Run) or pull.
 // Configuration comes from the environment (see internal/dlqnotifier.FromEnv).

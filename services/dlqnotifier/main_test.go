@@ -28,12 +28,16 @@ func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
 // gemini-tasks-dlq becomes a Slack post, a signed Discard click updates it, an alert on
 // genbox-alerts is posted, and cancelling ctx shuts it down cleanly.
 func TestRun(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{dlqnotifier.ConsumerPush, dlqnotifier.ConsumerPull} {
-		t.Run(mode, func(t *testing.T) { testRun(t, mode) })
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testRun(t, mode)
+		})
 	}
 }
 
-func testRun(t *testing.T, mode string) {
+func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRun's subtests: a failure names its own line
 	ctx := context.Background()
 	project := emulator.ProjectID(t)
 	top := bus.DefaultTopology()
@@ -150,6 +154,7 @@ func testRun(t *testing.T, mode string) {
 }
 
 func TestRunConfigError(t *testing.T) {
+	t.Parallel()
 	valid := map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s",
 		"GENBOX_SLACK_CHANNEL": "C1", "GENBOX_SLACK_APPROVERS": "U1"}
 	for _, c := range []struct{ name, value string }{

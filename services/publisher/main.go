@@ -1,4 +1,4 @@
-// Command publisher is genbox's REST API service (DESIGN §8): apps submit, read, list, cancel and
+// Command publisher is genbox's REST API service (docs/architecture.md §8): apps submit, read, list, cancel and
 // erase tasks; admins manage tenants, API keys and webhook secrets. Configuration comes from the
 // environment (see internal/publisher.FromEnv).
 package main

@@ -21,6 +21,7 @@ func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
 // emulators: admin sets up a tenant, a task is submitted and its nudge arrives, SIGTERM (ctx)
 // ends run cleanly.
 func TestRunServesAndShutsDown(t *testing.T) {
+	t.Parallel()
 	project := emulator.ProjectID(t)
 	topo := bus.DefaultTopology()
 	topo.AckDeadline = 10 * time.Second
@@ -78,6 +79,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 }
 
 func TestRunRefusesBadConfig(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		env  map[string]string
 		name string

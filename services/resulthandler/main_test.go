@@ -28,12 +28,16 @@ func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
 // POST that the official library verifies; a 400 dead-letters the delivery with a notice on
 // gemini-results-dlq; SIGTERM (ctx) shuts it down cleanly.
 func TestRun(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{resulthandler.ConsumerPush, resulthandler.ConsumerPull} {
-		t.Run(mode, func(t *testing.T) { testRun(t, mode) })
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testRun(t, mode)
+		})
 	}
 }
 
-func testRun(t *testing.T, mode string) {
+func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRun's subtests: a failure names its own line
 	ctx := context.Background()
 	project := emulator.ProjectID(t)
 	top := bus.DefaultTopology()
@@ -140,6 +144,7 @@ func testRun(t *testing.T, mode string) {
 }
 
 func TestRunConfigError(t *testing.T) {
+	t.Parallel()
 	err := run(testenv.Ended(), func(k string) string {
 		return map[string]string{"GENBOX_CONSUMER": "poll"}[k]
 	}, io.Discard)

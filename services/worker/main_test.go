@@ -26,7 +26,11 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
+func TestMain(m *testing.M) {
+	code := emulator.RunTests(m)
+	crashBuild.Remove()
+	os.Exit(code)
+}
 
 // stack is one test's project: Firestore, Pub/Sub with the topology bootstrapped, a fake Gemini.
 type stack struct {
@@ -217,31 +221,16 @@ func TestShutdownReleasesWhatCannotFinish(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
+// crashBuild is this service with its crash points compiled in (genbox_crashpoints).
+var crashBuild = testenv.NewBuild("genbox-worker-crash", func(dir string) error {
+	return testenv.GoBuild("", "-tags", "genbox_crashpoints", "-o", filepath.Join(dir, "worker"), ".")
+})
 
-// crashBinary builds this service with its crash points compiled in (genbox_crashpoints).
+// crashBinary builds the crash binary once for the run.
 func crashBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "genbox-worker-crash")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binary = filepath.Join(dir, "worker")
-		out, err := exec.Command("go", "build", "-tags", "genbox_crashpoints", "-o", binary, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
+	emulator.Require(t) // it runs only against the emulators: no build where they are unavailable
+	return filepath.Join(crashBuild.Dir(t), "worker")
 }
 
 // proc is a worker subprocess.
@@ -265,9 +254,9 @@ func spawn(t *testing.T, env map[string]string) *proc {
 	go func() { p.done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-p.done
+		exit := <-p.done
 		if t.Failed() {
-			t.Logf("worker pid %d output:\n%s", cmd.Process.Pid, p.out.String())
+			t.Logf("worker pid %d (%v) output:\n%s", cmd.Process.Pid, exit, p.out.String())
 		}
 	})
 	return p

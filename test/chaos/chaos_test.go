@@ -117,6 +117,7 @@ func TestWebhookReceiverDown(t *testing.T) {
 // every task to its webhook, and no generation is paid twice.
 func TestPubSubRestartedEmpty(t *testing.T) {
 	t.Parallel()
+	emulator.Require(t) // this test's own Pub/Sub emulator needs Java too
 	port, err := strconv.Atoi(freePort(t))
 	if err != nil {
 		t.Fatal(err)

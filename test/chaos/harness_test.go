@@ -40,7 +40,9 @@ func scale[T any](short, long T) T {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	os.Exit(emulator.RunTests(m))
+	code := emulator.RunTests(m)
+	services.Remove()
+	os.Exit(code)
 }
 
 // Services, as built into binaries.
@@ -51,47 +53,37 @@ const (
 	svcDLQNotifier   = "dlqnotifier"
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// binaries builds the four services once per run: the worker with its crash points compiled in;
+// services are the four services as binaries: the worker with its crash points compiled in;
 // without symbol tables (-s -w), which halves the link time that dominates the suite on 2 cores.
+var services = testenv.NewBuild("genbox-chaos-bin", func(dir string) error {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return fmt.Errorf("module root: %w", err)
+	}
+	mod := strings.TrimSpace(string(root))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs error
+	build := func(args ...string) {
+		defer wg.Done()
+		if err := testenv.GoBuild(mod, args...); err != nil {
+			mu.Lock()
+			errs = errors.Join(errs, err)
+			mu.Unlock()
+		}
+	}
+	wg.Add(2)
+	go build("-ldflags=-s -w", "-tags", "genbox_crashpoints", "-o", filepath.Join(dir, svcWorker), "./services/worker")
+	go build("-ldflags=-s -w", "-o", dir+string(filepath.Separator), "./services/publisher", "./services/resulthandler", "./services/dlqnotifier")
+	wg.Wait()
+	return errs
+})
+
+// binaries builds the four services once per run and returns their directory.
 func binaries(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "genbox-chaos-bin"); buildErr != nil {
-			return
-		}
-		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-		if err != nil {
-			buildErr = fmt.Errorf("module root: %w", err)
-			return
-		}
-		dir := strings.TrimSpace(string(root))
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		build := func(args ...string) {
-			defer wg.Done()
-			cmd := exec.Command("go", append([]string{"build"}, args...)...)
-			cmd.Dir = dir
-			if out, err := cmd.CombinedOutput(); err != nil {
-				mu.Lock()
-				buildErr = errors.Join(buildErr, fmt.Errorf("go build %v: %w\n%s", args, err, out))
-				mu.Unlock()
-			}
-		}
-		wg.Add(2)
-		go build("-ldflags=-s -w", "-tags", "genbox_crashpoints", "-o", filepath.Join(binDir, svcWorker), "./services/worker")
-		go build("-ldflags=-s -w", "-o", binDir+string(filepath.Separator), "./services/publisher", "./services/resulthandler", "./services/dlqnotifier")
-		wg.Wait()
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
+	emulator.Require(t) // they run only against the emulators: no build where they are unavailable
+	return services.Dir(t)
 }
 
 // proc is one service process. When supervised, it is started again whenever it exits on its
@@ -459,7 +451,7 @@ func newStack(t *testing.T, latency geminitest.Latency, psHost string) *stack {
 			p.stop()
 		}
 		if t.Failed() {
-			dir, err := os.MkdirTemp("", "genbox-chaos-logs-")
+			dir, err := os.MkdirTemp("", "genbox-chaos-logs-") //nolint:usetesting // kept after the run, for a human to read
 			for name, p := range s.procs {
 				t.Logf("=== %s output (tail):\n%s", name, tail(p.out.String(), 3000))
 				if err == nil {

@@ -16,6 +16,8 @@ import (
 // Not parallel (global telemetry). A generation that dies is counted dead with its retries by
 // class; the approver's Regenerate counts it queued again (dlqnotifier); the regenerated run
 // counts running and succeeded; the open dead letter shows in the gauge until decided.
+//
+//nolint:paralleltest // it installs global telemetry
 func TestDeadAndRegeneratedAreCounted(t *testing.T) {
 	r := start(t, "GENBOX_TASK_ATTEMPTS", "1", "GENBOX_MAX_ATTEMPTS", "1", "GENBOX_MODEL_CHAIN", "m-obs")
 	s := r.stack

@@ -116,6 +116,8 @@ func spansNamed(spans []sdktrace.ReadOnlySpan, prefix string) []sdktrace.ReadOnl
 }
 
 // Not parallel (global telemetry); one stack serves the three checks.
+//
+//nolint:paralleltest // it installs global telemetry; its subtests check one run
 func TestOneTaskRun(t *testing.T) {
 	r := fullRun(t)
 	t.Run("one trace per task", r.checkTraces)

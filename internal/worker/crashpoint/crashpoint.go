@@ -3,7 +3,7 @@
 // compiled only with the genbox_crashpoints build tag, which only the tests use.
 package crashpoint
 
-// Point names a place in the worker protocol (DESIGN §4).
+// Point names a place in the worker protocol (docs/architecture.md §4).
 type Point string
 
 // The crash points of the crash matrix, in protocol order.

@@ -305,7 +305,7 @@ func bounds(s map[string]any, integer bool) (lo, hi float64) {
 	lo, hasLo := number(s["minimum"])
 	hi, hasHi := number(s["maximum"])
 	if x, ok := number(s["exclusiveMinimum"]); ok {
-		lo, hasLo = x, true
+		hasLo = true
 		if integer {
 			lo = math.Floor(x) + 1
 		} else {
@@ -313,7 +313,7 @@ func bounds(s map[string]any, integer bool) (lo, hi float64) {
 		}
 	}
 	if x, ok := number(s["exclusiveMaximum"]); ok {
-		hi, hasHi = x, true
+		hasHi = true
 		if integer {
 			hi = math.Ceil(x) - 1
 		} else {

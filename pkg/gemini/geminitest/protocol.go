@@ -85,7 +85,7 @@ func decodeRequest(model, method string, body []byte) (Request, error) {
 	var w wireRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&w); err != nil {
-		return Request{}, fmt.Errorf("%w: Invalid JSON payload received. %v", errBadRequest, err)
+		return Request{}, fmt.Errorf("%w: Invalid JSON payload received. %w", errBadRequest, err)
 	}
 	if dec.More() {
 		return Request{}, fmt.Errorf("%w: Invalid JSON payload received. Unexpected data after the request object", errBadRequest)
@@ -100,10 +100,10 @@ func decodeRequest(model, method string, body []byte) (Request, error) {
 	var texts []string
 	for i, c := range w.Contents {
 		if c.Role != "" && c.Role != "user" && c.Role != "model" {
-			return Request{}, fmt.Errorf("%w: * GenerateContentRequest.contents[%d].role: Please use a valid role: user, model.", errBadRequest, i)
+			return Request{}, fmt.Errorf("%w: * GenerateContentRequest.contents[%d].role: Please use a valid role: user, model.", errBadRequest, i) //nolint:staticcheck // ST1005: the real API's message, word for word
 		}
 		if len(c.Parts) == 0 {
-			return Request{}, fmt.Errorf("%w: * GenerateContentRequest.contents[%d].parts: contents.parts must not be empty.", errBadRequest, i)
+			return Request{}, fmt.Errorf("%w: * GenerateContentRequest.contents[%d].parts: contents.parts must not be empty.", errBadRequest, i) //nolint:staticcheck // ST1005: the real API's message, word for word
 		}
 		texts = append(texts, c.text())
 	}
@@ -137,7 +137,7 @@ func decodeRequest(model, method string, body []byte) (Request, error) {
 				return Request{}, fmt.Errorf("%w: * GenerateContentRequest.generation_config.response_mime_type: a response schema needs response_mime_type application/json or text/x.enum", errBadRequest)
 			}
 			if err := json.Unmarshal(raw, &r.ResponseSchema); err != nil {
-				return Request{}, fmt.Errorf("%w: * GenerateContentRequest.generation_config.response_schema: %v", errBadRequest, err)
+				return Request{}, fmt.Errorf("%w: * GenerateContentRequest.generation_config.response_schema: %w", errBadRequest, err)
 			}
 			if _, ok := r.ResponseSchema.(map[string]any); !ok {
 				return Request{}, fmt.Errorf("%w: * GenerateContentRequest.generation_config.response_schema: must be an object", errBadRequest)

@@ -61,7 +61,7 @@ func Serve(ctx context.Context, addr string, log *slog.Logger, opts ...Option) e
 	}
 	f := New(append([]Option{WithLogger(log)}, opts...)...)
 	srv := &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
-	log.Info("fake gemini listening", "addr", ln.Addr().String(), "base_url", "http://"+ln.Addr().String())
+	log.InfoContext(ctx, "fake gemini listening", "addr", ln.Addr().String(), "base_url", "http://"+ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// reportJSON is the report as `genbox bench --json` prints it.
+type reportJSON struct {
+	Workload       workloadJSON `json:"workload"`
+	Systems        []resultJSON `json:"systems"` // genbox, then the baseline when it ran
+	ElapsedSeconds float64      `json:"elapsed_seconds"`
+}
+
+type workloadJSON struct {
+	Tasks          int                `json:"tasks"`
+	Concurrency    int                `json:"concurrency"`
+	LatencySeconds float64            `json:"latency_seconds"`
+	Distribution   string             `json:"latency_dist"`
+	InputBytes     int                `json:"input_bytes"`
+	Failures       map[string]float64 `json:"failures"` // rate per failure kind
+	Seed           uint64             `json:"seed"`
+}
+
+type resultJSON struct {
+	System             string         `json:"system"`
+	Tasks              int            `json:"tasks"`
+	Completed          int            `json:"completed"`
+	Lost               int            `json:"lost"`
+	WallSeconds        float64        `json:"wall_seconds"`
+	Throughput         float64        `json:"throughput"` // completed tasks per second
+	Bound              float64        `json:"bound"`      // Little's law, tasks per second
+	Efficiency         float64        `json:"efficiency"` // throughput ÷ bound
+	ModelMeanSeconds   float64        `json:"model_mean_seconds"`
+	P50Seconds         float64        `json:"p50_seconds"`
+	P99Seconds         float64        `json:"p99_seconds"`
+	OverheadP50Seconds float64        `json:"overhead_p50_seconds"`
+	OverheadP99Seconds float64        `json:"overhead_p99_seconds"`
+	FirestoreReads     int64          `json:"firestore_reads"`
+	FirestoreWrites    int64          `json:"firestore_writes"`
+	FirestoreCommits   int64          `json:"firestore_commits"`
+	Publishes          map[string]int `json:"publishes"` // per topic
+	ModelCalls         int            `json:"model_calls"`
+	Generations        int            `json:"generations"`
+	BilledTokens       int64          `json:"billed_tokens"`
+	NeededTokens       int64          `json:"needed_tokens"`
+	BilledRatio        float64        `json:"billed_ratio"`
+	Webhooks           int            `json:"webhooks"`
+	Duplicates         int            `json:"duplicates"`
+	Injected           map[string]int `json:"injected"` // failures injected, per kind
+	PeakRSSBytes       int64          `json:"peak_rss_bytes"`
+}
+
+// MarshalJSON writes the report for scripts: the workload and its failure mix, then each
+// system's figures as the table has them, durations in seconds.
+func (r Report) MarshalJSON() ([]byte, error) {
+	c := r.Config
+	out := reportJSON{
+		Workload: workloadJSON{
+			Tasks: c.Tasks, Concurrency: c.Concurrency, LatencySeconds: c.Latency.Seconds(),
+			Distribution: c.Distribution, InputBytes: c.InputBytes, Seed: c.Seed,
+			Failures: map[string]float64{failModel: c.ModelErrors, failPublish: c.ResultLoss, failAck: c.AckLoss, failWebhook: c.WebhookErrors},
+		},
+		ElapsedSeconds: r.Elapsed.Seconds(),
+	}
+	results := []Result{r.Genbox}
+	if r.Naive != nil {
+		results = append(results, *r.Naive)
+	}
+	for _, res := range results {
+		out.Systems = append(out.Systems, res.json())
+	}
+	return json.Marshal(out)
+}
+
+func (r Result) json() resultJSON {
+	s := func(d time.Duration) float64 { return d.Seconds() }
+	return resultJSON{
+		System: r.System, Tasks: r.Tasks, Completed: r.Completed, Lost: r.Lost, WallSeconds: s(r.Wall),
+		Throughput: r.Throughput, Bound: r.Bound, Efficiency: r.Efficiency(), ModelMeanSeconds: s(r.ModelMean),
+		P50Seconds: s(r.P50), P99Seconds: s(r.P99), OverheadP50Seconds: s(r.OverheadP50), OverheadP99Seconds: s(r.OverheadP99),
+		FirestoreReads: r.FirestoreReads, FirestoreWrites: r.FirestoreWrites, FirestoreCommits: r.FirestoreCommits,
+		Publishes: r.Publishes, ModelCalls: r.ModelCalls, Generations: r.Generations, BilledTokens: r.BilledTokens,
+		NeededTokens: r.NeededTokens, BilledRatio: r.BilledRatio(), Webhooks: r.Webhooks, Duplicates: r.Duplicates,
+		Injected: r.Injected, PeakRSSBytes: r.PeakRSS,
+	}
+}
