@@ -59,6 +59,7 @@ func TestLeaseRenew(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			l := tc.lease()
 			before := l
 			err := l.Renew(tc.owner, tc.epoch, tc.at, ttl)
