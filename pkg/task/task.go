@@ -146,16 +146,19 @@ type Request struct {
 	MaxCostUSD  *float64          `json:"max_cost_usd,omitempty"`
 }
 
-// Usage counts tokens.
+// Usage counts tokens. CachedTokens are the part of PromptTokens served from a context cache
+// (explicit or implicit), billed at the cached rate.
 type Usage struct {
 	PromptTokens int64 `json:"prompt_tokens" firestore:"prompt_tokens"`
 	OutputTokens int64 `json:"output_tokens" firestore:"output_tokens"`
 	TotalTokens  int64 `json:"total_tokens" firestore:"total_tokens"`
+	CachedTokens int64 `json:"cached_tokens,omitempty" firestore:"cached_tokens,omitempty"`
 }
 
 // Add returns the sum of two usages.
 func (u Usage) Add(o Usage) Usage {
-	return Usage{PromptTokens: u.PromptTokens + o.PromptTokens, OutputTokens: u.OutputTokens + o.OutputTokens, TotalTokens: u.TotalTokens + o.TotalTokens}
+	return Usage{PromptTokens: u.PromptTokens + o.PromptTokens, OutputTokens: u.OutputTokens + o.OutputTokens,
+		TotalTokens: u.TotalTokens + o.TotalTokens, CachedTokens: u.CachedTokens + o.CachedTokens}
 }
 
 // ErrorView is a task's last error as the API shows it.

@@ -2,6 +2,7 @@ package geminitest
 
 import (
 	"strings"
+	"time"
 
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -18,6 +19,10 @@ type Tally struct {
 	Abandoned int
 	// CountTokens is the countTokens calls (free, and outside every limit).
 	CountTokens int
+	// Shed is the flex calls the flex tier shed (answered 503, counted in Failed too).
+	Shed int
+	// Batched is the generations run inside batch jobs (counted in Calls and Generations too).
+	Batched int
 	// Billed is the tokens billed: the usageMetadata of every finished generation.
 	Billed task.Usage
 }
@@ -28,6 +33,8 @@ func (t *Tally) add(o Tally) {
 	t.Failed += o.Failed
 	t.Abandoned += o.Abandoned
 	t.CountTokens += o.CountTokens
+	t.Shed += o.Shed
+	t.Batched += o.Batched
 	t.Billed = t.Billed.Add(o.Billed)
 }
 
@@ -35,6 +42,8 @@ func (t *Tally) add(o Tally) {
 type Bill struct {
 	Request Request
 	Usage   task.Usage
+	// Tier is the tier that served it, and so its price: TierStandard, TierFlex or TierBatch.
+	Tier string
 	// Abandoned means the client had gone (its request context was done) before the end.
 	Abandoned bool
 }
@@ -45,6 +54,42 @@ type Ledger struct {
 	PerModel map[string]Tally
 	// Bills lists every billed generation in the order they finished.
 	Bills []Bill
+	// Caches lists every cachedContents resource ever created, with its storage so far.
+	Caches []CacheBill
+	// Batches lists every batch job ever created, in creation order.
+	Batches []BatchRecord
+}
+
+// CacheBill is the storage a cachedContents resource was billed for: its tokens from its
+// creation until it expired or was deleted (until the snapshot while it lives).
+type CacheBill struct {
+	Name, Model string
+	Tokens      int64
+	Start, End  time.Time
+}
+
+// Hours is how long the cache was stored.
+func (c CacheBill) Hours() float64 { return c.End.Sub(c.Start).Hours() }
+
+// BatchRecord is a batch job as the fake ran it.
+type BatchRecord struct {
+	Name, DisplayName, Model string
+	// State is the job's batch state (BatchSucceeded, BatchFailed, ...).
+	State string
+	// Requests is the number of requests of the job; Failed is how many answered an error.
+	Requests, Failed int
+}
+
+// BatchesNamed returns the batch jobs created with displayName: more than one means a batch was
+// submitted twice.
+func (l Ledger) BatchesNamed(displayName string) []BatchRecord {
+	var out []BatchRecord
+	for _, b := range l.Batches {
+		if b.DisplayName == displayName {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // Model returns the tally of one model (zero when it was never called).
