@@ -42,7 +42,7 @@ const (
 	AttrFamily  = "family"
 	AttrModel   = "model"
 	AttrTenant  = "tenant"
-	AttrKind    = "kind" // tokens: prompt or output
+	AttrKind    = "kind" // tokens: prompt, output or cached
 	AttrClass   = "class"
 	AttrStage   = "stage"
 	AttrOutcome = "outcome"
@@ -52,6 +52,8 @@ const (
 const (
 	TokensPrompt = "prompt"
 	TokensOutput = "output"
+	// TokensCached counts the prompt tokens a context cache served (a part of prompt's).
+	TokensCached = "cached"
 )
 
 // Breaker gauge values of genbox.breaker.state, by the breaker state names of pkg/gemini.
@@ -166,6 +168,9 @@ func (m *Metrics) Generation(ctx context.Context, model, tenant string, usage ta
 	}
 	if usage.OutputTokens > 0 {
 		m.tokens.Add(ctx, usage.OutputTokens, metric.WithAttributes(mt, tn, attribute.String(AttrKind, TokensOutput)))
+	}
+	if usage.CachedTokens > 0 {
+		m.tokens.Add(ctx, usage.CachedTokens, metric.WithAttributes(mt, tn, attribute.String(AttrKind, TokensCached)))
 	}
 	if costUSD > 0 {
 		m.cost.Add(ctx, costUSD, metric.WithAttributes(mt, tn))

@@ -129,6 +129,7 @@ func fieldRanges(c schemas) {
 	set("TaskRequest", "run_before", "format", "date-time", "description", "RFC 3339, in the future: not worth generating after this.")
 	set("TaskRequest", "max_cost_usd", "exclusiveMinimum", 0)
 	set("BatchRequest", "tasks", "minItems", 1, "maxItems", client.MaxBatch)
+	set("Usage", "cached_tokens", "description", "The part of prompt_tokens a context cache served (explicit or implicit), billed at the cached rate.")
 }
 
 // openAPI builds the document from the route table.

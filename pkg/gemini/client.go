@@ -329,7 +329,8 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 	}
 	u := usageOf(resp)
 	res.Usage = res.Usage.Add(u)
-	res.CostUSD += c.cfg.price(model).Cost(u.PromptTokens, u.OutputTokens)
+	res.Tier = servedTier(resp.UsageMetadata)
+	res.CostUSD += c.cfg.price(model).Bill(u, res.Tier)
 	lim.settle(c.clock, resv, u.PromptTokens)
 	lim.succeeded(c.clock)
 	if berr := blocked(resp); berr != nil {
@@ -352,7 +353,8 @@ func usageOf(resp *genai.GenerateContentResponse) task.Usage {
 		return task.Usage{}
 	}
 	out := int64(m.CandidatesTokenCount) + int64(m.ThoughtsTokenCount)
-	u := task.Usage{PromptTokens: int64(m.PromptTokenCount), OutputTokens: out, TotalTokens: int64(m.TotalTokenCount)}
+	u := task.Usage{PromptTokens: int64(m.PromptTokenCount), OutputTokens: out, TotalTokens: int64(m.TotalTokenCount),
+		CachedTokens: int64(m.CachedContentTokenCount)}
 	if u.TotalTokens == 0 {
 		u.TotalTokens = u.PromptTokens + u.OutputTokens
 	}
@@ -366,6 +368,9 @@ func (c *Client) genaiConfig(req Request, cfg task.GenConfig) *genai.GenerateCon
 		AutomaticContinuation: &off,
 		ResponseMIMEType:      req.ResponseMIMEType,
 		ResponseJsonSchema:    req.ResponseJSONSchema,
+	}
+	if req.Tier == TierFlex {
+		gc.ServiceTier = genai.ServiceTierFlex
 	}
 	if req.SystemInstruction != "" {
 		gc.SystemInstruction = genai.NewContentFromText(req.SystemInstruction, genai.RoleUser)

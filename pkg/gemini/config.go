@@ -21,24 +21,6 @@ const (
 // DefaultModelChain is the fallback chain used when neither the request nor the family names one.
 var DefaultModelChain = []string{"gemini-2.5-flash", "gemini-2.5-flash-lite"}
 
-// DefaultPrices is the price table used for models GENBOX_PRICES does not name (USD per 1M tokens).
-var DefaultPrices = map[string]Price{
-	"gemini-2.5-flash":      {InputPerM: 0.30, OutputPerM: 2.50},
-	"gemini-2.5-flash-lite": {InputPerM: 0.10, OutputPerM: 0.40},
-	"gemini-2.5-pro":        {InputPerM: 1.25, OutputPerM: 10.00},
-}
-
-// Price is what a model costs, in USD per million tokens.
-type Price struct {
-	InputPerM  float64
-	OutputPerM float64
-}
-
-// Cost returns the cost in USD of u at price p.
-func (p Price) Cost(promptTokens, outputTokens int64) float64 {
-	return (float64(promptTokens)*p.InputPerM + float64(outputTokens)*p.OutputPerM) / 1e6
-}
-
 // BreakerConfig sets when a model's circuit breaker opens and how it probes recovery.
 type BreakerConfig struct {
 	// ConsecutiveFailures opens the breaker after that many failures in a row.
@@ -243,36 +225,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("GENBOX_BREAKER_COOLDOWN: %s, want > 0", c.Breaker.Cooldown)
 	}
 	return nil
-}
-
-// price returns model's price: the configured one, else the default table's, else zero.
-func (p Pricing) price(model string) Price {
-	if pr, ok := p.Prices[model]; ok {
-		return pr
-	}
-	return DefaultPrices[model]
-}
-
-// ParsePrices parses "model=in/out,..." (USD per million input and output tokens).
-func ParsePrices(s string) (map[string]Price, error) {
-	out := map[string]Price{}
-	for _, item := range splitList(s) {
-		model, val, ok := strings.Cut(item, "=")
-		in, outp, ok2 := strings.Cut(val, "/")
-		if !ok || !ok2 || strings.TrimSpace(model) == "" {
-			return nil, fmt.Errorf("%q: want model=in/out", item)
-		}
-		pi, err1 := strconv.ParseFloat(strings.TrimSpace(in), 64)
-		po, err2 := strconv.ParseFloat(strings.TrimSpace(outp), 64)
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("%q: %w", item, err)
-		}
-		if !(pi >= 0 && po >= 0) || math.IsInf(pi, 0) || math.IsInf(po, 0) {
-			return nil, fmt.Errorf("%q: want finite prices >= 0", item)
-		}
-		out[strings.TrimSpace(model)] = Price{InputPerM: pi, OutputPerM: po}
-	}
-	return out, nil
 }
 
 // parseRates parses "model=n,..." into positive per-minute rates.

@@ -75,6 +75,8 @@ type Request struct {
 	QualityRetry func(task.GenConfig) task.GenConfig
 	// MaxCostUSD refuses calls whose estimate exceeds it; 0 means no limit.
 	MaxCostUSD float64
+	// Tier is the service tier asked for: TierStandard ("" too) or TierFlex.
+	Tier Tier
 }
 
 // Result is what Generate spent and, on success, produced. It is returned with errors too, so that
@@ -87,4 +89,6 @@ type Result struct {
 	InDoubt  task.Usage // estimated tokens of calls that ended in a network error
 	Calls    int        // model calls made
 	CostUSD  float64
+	// Tier is the tier that served the last answered call (usageMetadata.trafficType).
+	Tier Tier
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -141,4 +142,29 @@ func (l *ledger) snapshot() Ledger {
 		s.Total.add(*t)
 	}
 	return s
+}
+
+// CostUSD is what the bill cost at p's prices: its prompt and output at its tier's rates, its
+// cached prompt tokens at the cached rate.
+func (b Bill) CostUSD(p gemini.Pricing) float64 {
+	return p.Price(b.Request.Model).Bill(b.Usage, gemini.Tier(b.Tier))
+}
+
+// CostUSD is the invoice at p's prices: every bill at its tier, with cached tokens at the cached
+// rate, and every cache's storage.
+func (l Ledger) CostUSD(p gemini.Pricing) float64 {
+	var usd float64
+	for _, b := range l.Bills {
+		usd += b.CostUSD(p)
+	}
+	return usd + l.StorageUSD(p)
+}
+
+// StorageUSD is what the caches' storage cost at p's prices.
+func (l Ledger) StorageUSD(p gemini.Pricing) float64 {
+	var usd float64
+	for _, c := range l.Caches {
+		usd += p.Price(c.Model).Storage(c.Tokens, c.Hours())
+	}
+	return usd
 }

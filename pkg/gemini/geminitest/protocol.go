@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/genbox-dev/genbox/pkg/gemini"
 )
 
 // errBadRequest is wrapped by every error of decodeRequest: the body is not a request Gemini
@@ -207,11 +209,11 @@ const (
 	methodBatch       = "batchGenerateContent"
 )
 
-// Service tiers, as Request.Tier and Bill.Tier name them.
+// Service tiers, as Request.Tier and Bill.Tier name them: gemini.Tier's values.
 const (
-	TierStandard = "standard"
-	TierFlex     = "flex"
-	TierBatch    = "batch"
+	TierStandard = string(gemini.TierStandard)
+	TierFlex     = string(gemini.TierFlex)
+	TierBatch    = string(gemini.TierBatch)
 )
 
 // Traffic types of usageMetadata.trafficType: which tier served a call.
