@@ -424,6 +424,8 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_BACKOFF_MAX":           tuning,
 		"GENBOX_MAX_RETRY_WAIT":        tuning,
 		"GENBOX_CALL_TIMEOUT":          tuning,
+		"GENBOX_FLEX_CALL_TIMEOUT":     tuning,
+		"GENBOX_FLEX_MARGIN":           tuning,
 		"GENBOX_RATE_HEADROOM":         tuning,
 		"GENBOX_RATE_WINDOW":           "a minute, the period of Gemini's quotas; shorter only in tests",
 		"GENBOX_BREAKER_FAILURES":      tuning,

@@ -115,9 +115,21 @@ func (s *Server) newTask(id, tenant, key, hash string, req *task.Request, varian
 		Cache: req.Cache, RunBefore: req.RunBefore, MaxCostUSD: req.MaxCostUSD,
 		IdempotencyKey: key, RequestHash: hash, State: task.StateQueued,
 		Delivery:      store.Delivery{State: task.DeliveryNone},
-		PromptVersion: variant.Version, ModelChain: variant.Models,
+		PromptVersion: variant.Version, ModelChain: variant.Models, Mode: effectiveMode(req.Mode, variant.Mode),
 		CreatedAt: now, NudgeAt: &grace,
 	}
+}
+
+// effectiveMode is the request's mode, else its family's default; standard is stored as "".
+func effectiveMode(asked, family task.Mode) task.Mode {
+	m := asked
+	if m == "" {
+		m = family
+	}
+	if m == task.ModeStandard {
+		return ""
+	}
+	return m
 }
 
 // replay answers a repeated Idempotency-Key: the same request gets the same task.

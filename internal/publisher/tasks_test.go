@@ -239,6 +239,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"max_cost zero", withReq(func(r map[string]any) { r["max_cost_usd"] = 0 }), "", 400, "max_cost_usd"},
 		{"max_cost negative", withReq(func(r map[string]any) { r["max_cost_usd"] = -1 }), "", 400, "max_cost_usd"},
 		{"subject_key too long", withReq(func(r map[string]any) { r["subject_key"] = strings.Repeat("s", 513) }), "", 400, "subject_key"},
+		{"mode unknown", withReq(func(r map[string]any) { r["mode"] = "eventually" }), "", 400, "mode"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -41,6 +41,7 @@ type Config struct {
 	TenantRefresh time.Duration       // GENBOX_TENANT_REFRESH: tenant limits and spend totals re-read, spend flushed
 	SlotRetry     time.Duration       // GENBOX_TENANT_SLOT_RETRY: not_before (jittered up to twice) of a task over its tenant's cap
 	CacheTTL      time.Duration       // GENBOX_CACHE_TTL: how long a cached output is served
+	FlexMargin    time.Duration       // GENBOX_FLEX_MARGIN: a flex task closer than this to run_before is called on the standard tier
 
 	Sweep  sweeper.Config
 	Gemini gemini.Config
@@ -71,6 +72,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		TenantRefresh: 10 * time.Second,
 		SlotRetry:     2 * time.Second,
 		CacheTTL:      24 * time.Hour,
+		FlexMargin:    15 * time.Minute,
 		BudgetPolicy:  gemini.BudgetWait,
 	}
 	r := envconfig.New(getenv)
@@ -97,6 +99,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration("GENBOX_TENANT_REFRESH", &c.TenantRefresh)
 	r.Duration("GENBOX_TENANT_SLOT_RETRY", &c.SlotRetry)
 	r.Duration("GENBOX_CACHE_TTL", &c.CacheTTL)
+	r.Duration("GENBOX_FLEX_MARGIN", &c.FlexMargin)
 	r.Int("GENBOX_CONCURRENCY", &c.Concurrency)
 	r.Int("GENBOX_TASK_ATTEMPTS", &c.MaxAttempts)
 	r.Int("GENBOX_CLAIM_CAP", &c.ClaimCap)
@@ -160,7 +163,7 @@ func (c Config) Validate() error {
 		d    time.Duration
 	}{
 		{"GENBOX_BUDGET_RETRY", c.BudgetRetry}, {"GENBOX_TENANT_REFRESH", c.TenantRefresh},
-		{"GENBOX_TENANT_SLOT_RETRY", c.SlotRetry}, {"GENBOX_CACHE_TTL", c.CacheTTL},
+		{"GENBOX_TENANT_SLOT_RETRY", c.SlotRetry}, {"GENBOX_CACHE_TTL", c.CacheTTL}, {"GENBOX_FLEX_MARGIN", c.FlexMargin},
 	} {
 		if v.d <= 0 {
 			bad(v.name, "must be positive")
@@ -178,7 +181,7 @@ func (c Config) Policy() Policy {
 		Owner: c.Instance, LeaseTTL: c.LeaseTTL, RenewEvery: c.RenewEvery,
 		MaxAttempts: c.MaxAttempts, ClaimCap: c.ClaimCap,
 		RetryBase: c.RetryBase, RetryMax: c.RetryMax, ParkBase: c.ParkBase, ParkMax: c.ParkMax,
-		NudgeGrace: c.NudgeGrace, CommitRetry: c.CommitRetry,
+		NudgeGrace: c.NudgeGrace, CommitRetry: c.CommitRetry, FlexMargin: c.FlexMargin,
 	}
 }
 

@@ -65,6 +65,7 @@ type Policy struct {
 	ParkMax     time.Duration
 	NudgeGrace  time.Duration // the sweeper holds off this long after the worker's own nudge
 	CommitRetry time.Duration // how long a commit with an unknown outcome is retried
+	FlexMargin  time.Duration // a flex task closer than this to run_before is called on the standard tier
 }
 
 // Handler handles gemini-tasks messages. It is safe for concurrent use.
@@ -121,7 +122,7 @@ func (h *Handler) Abort() { h.cancel() }
 // Stats counts what the handler did; read it with Snapshot.
 type Stats struct {
 	claimed, notClaimed, stored, lost, released, parked, failed, dead, refused atomic.Int64
-	deferred, cacheHits, stale                                                 atomic.Int64
+	deferred, cacheHits, stale, shed                                           atomic.Int64
 	mu                                                                         sync.Mutex
 	windows                                                                    []time.Duration
 }
@@ -130,8 +131,8 @@ type Stats struct {
 type StatsSnapshot struct {
 	Claimed, NotClaimed, Stored, Lost, Released, Parked, Failed, Dead, Refused int64
 	// Deferred counts tasks handed back before a call (tenant cap, unreadable limits); CacheHits
-	// and Stale count outputs stored without a call.
-	Deferred, CacheHits, Stale int64
+	// and Stale count outputs stored without a call; Shed counts flex calls shed and handed back.
+	Deferred, CacheHits, Stale, Shed int64
 	// PaidWindows are the durations from the start of each stored output's model call to its
 	// commit: the only window in which a crash costs a second generation.
 	PaidWindows []time.Duration
@@ -146,7 +147,7 @@ func (h *Handler) Stats() StatsSnapshot {
 	return StatsSnapshot{
 		Claimed: s.claimed.Load(), NotClaimed: s.notClaimed.Load(), Stored: s.stored.Load(), Lost: s.lost.Load(),
 		Released: s.released.Load(), Parked: s.parked.Load(), Failed: s.failed.Load(), Dead: s.dead.Load(),
-		Refused: s.refused.Load(), Deferred: s.deferred.Load(), CacheHits: s.cacheHits.Load(), Stale: s.stale.Load(),
+		Refused: s.refused.Load(), Deferred: s.deferred.Load(), CacheHits: s.cacheHits.Load(), Stale: s.stale.Load(), Shed: s.shed.Load(),
 		PaidWindows: w,
 	}
 }
@@ -313,7 +314,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		h.renew(callCtx, cancel, log, t.ID, epoch)
 	}()
 	start := time.Now()
-	res, err := h.gen.Generate(callCtx, req)
+	res, err := h.generate(callCtx, log, t, req)
 	cause := context.Cause(callCtx)
 	cancel(nil)
 	<-renewed
@@ -339,6 +340,8 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		switch gemini.ClassOf(err) {
 		case gemini.Permanent, gemini.Quality, gemini.Budget:
 			h.fail(ctx, log, t.ID, epoch, res, taskError(err))
+		case gemini.Shed:
+			h.shed(ctx, log, t.ID, epoch, res)
 		default: // transient, network, or unclassified: retried later, counted — unless it opened the last breaker
 			if h.exhausted(req) {
 				h.unavailable(ctx, log, t, r, res)

@@ -207,7 +207,8 @@ func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
 // Generate runs req under the policy: one attempt budget across the chain; per model, retries of
 // transient and network failures with full-jitter backoff honouring RetryInfo; then the next model
 // (Degraded). A model whose breaker is open is skipped; when every one is, Generate returns
-// ErrUnavailable without a call. An output the validator rejects is retried with changed
+// ErrUnavailable without a call. A flex request the Flex tier shed ends at once in a Shed error,
+// the breaker untouched. An output the validator rejects is retried with changed
 // conditions (QualityRetry, else a lower temperature) and ends in a Quality error. A permanent
 // failure ends after one call. When ctx ends, Generate returns ctx.Err(). The Result counts what
 // was spent in every case.
@@ -272,7 +273,7 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 				return res, nil
 			}
 			last = &Error{Class: f.class, Code: f.code, Model: model, RetryAfter: f.retryAfter, Err: f.err}
-			if f.class == Permanent {
+			if f.class == Permanent || f.class == Shed {
 				c.report(ctx, br.record(c.clock.Now(), outcomeNeutral))
 				return res, last
 			}
@@ -306,7 +307,11 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 	if err != nil {
 		return "", nil, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	timeout := c.cfg.CallTimeout
+	if req.Tier == TierFlex {
+		timeout = c.cfg.FlexCallTimeout
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res.Calls++
 	resp, err := c.models.GenerateContent(callCtx, model, genai.Text(req.Prompt), c.genaiConfig(req, cfg))
@@ -316,6 +321,9 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 			return "", nil, ctx.Err()
 		}
 		f := classify(err)
+		if req.Tier == TierFlex && f.code == http.StatusServiceUnavailable {
+			f.class = Shed
+		}
 		switch {
 		case f.class == Network:
 			c.spendInDoubt(model, prompt, cfg, res)

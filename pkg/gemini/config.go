@@ -103,6 +103,8 @@ type Config struct {
 	MaxRetryWait time.Duration
 	// CallTimeout bounds one model call; hitting it is a network error (the call may be billed).
 	CallTimeout time.Duration
+	// FlexCallTimeout bounds one flex call instead: the Flex tier's latency target is minutes.
+	FlexCallTimeout time.Duration
 
 	// RPM and TPM are each model's requests and input tokens per minute (Gemini's quotas count
 	// prompt tokens) for the whole deployment; a model absent from a map is not limited.
@@ -127,7 +129,7 @@ type Config struct {
 // GEMINI_API_KEY, GOOGLE_GEMINI_BASE_URL, GENBOX_GEMINI_BACKEND (gemini|vertex),
 // GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (vertex), GENBOX_MODEL_CHAIN ("a,b"),
 // GENBOX_MAX_ATTEMPTS, GENBOX_MODEL_ATTEMPTS, GENBOX_QUALITY_ATTEMPTS, GENBOX_BACKOFF_BASE,
-// GENBOX_BACKOFF_MAX, GENBOX_MAX_RETRY_WAIT, GENBOX_CALL_TIMEOUT, GENBOX_RPM and GENBOX_TPM
+// GENBOX_BACKOFF_MAX, GENBOX_MAX_RETRY_WAIT, GENBOX_CALL_TIMEOUT, GENBOX_FLEX_CALL_TIMEOUT, GENBOX_RPM and GENBOX_TPM
 // ("model=n,..."), GENBOX_RATE_WINDOW, GENBOX_INSTANCE_SHARE, GENBOX_RATE_HEADROOM,
 // GENBOX_PRICES ("model=in/out,..." USD per 1M tokens), GENBOX_BREAKER_FAILURES,
 // GENBOX_BREAKER_WINDOW, GENBOX_BREAKER_FAILURE_RATIO, GENBOX_BREAKER_MIN_VOLUME and
@@ -143,6 +145,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		BackoffMax:           20 * time.Second,
 		MaxRetryWait:         30 * time.Second,
 		CallTimeout:          2 * time.Minute,
+		FlexCallTimeout:      15 * time.Minute,
 		RateWindow:           time.Minute,
 		InstanceShare:        1,
 		RateHeadroom:         0.97,
@@ -171,6 +174,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	r.Duration("GENBOX_BACKOFF_MAX", &c.BackoffMax)
 	r.Duration("GENBOX_MAX_RETRY_WAIT", &c.MaxRetryWait)
 	r.Duration("GENBOX_CALL_TIMEOUT", &c.CallTimeout)
+	r.Duration("GENBOX_FLEX_CALL_TIMEOUT", &c.FlexCallTimeout)
 	r.Duration("GENBOX_RATE_WINDOW", &c.RateWindow)
 	r.Duration("GENBOX_BREAKER_WINDOW", &c.Breaker.Window)
 	r.Duration("GENBOX_BREAKER_COOLDOWN", &c.Breaker.Cooldown)
@@ -209,6 +213,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("GENBOX_MAX_RETRY_WAIT: %s is negative", c.MaxRetryWait)
 	case c.CallTimeout <= 0:
 		return fmt.Errorf("GENBOX_CALL_TIMEOUT: %s, want > 0", c.CallTimeout)
+	case c.FlexCallTimeout <= 0:
+		return fmt.Errorf("GENBOX_FLEX_CALL_TIMEOUT: %s, want > 0", c.FlexCallTimeout)
 	case c.RateWindow <= 0:
 		return fmt.Errorf("GENBOX_RATE_WINDOW: %s, want > 0", c.RateWindow)
 	case !(c.InstanceShare > 0 && c.InstanceShare <= 1):

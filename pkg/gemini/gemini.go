@@ -26,6 +26,10 @@ const (
 	Quality Class = "quality"
 	// Budget: the estimate exceeds max_cost_usd or the tenant's budget; no call was made.
 	Budget Class = "budget"
+	// Shed: the Flex tier had no capacity for a flex request (503 UNAVAILABLE). Not a failure of
+	// the model: it neither trips the breaker nor falls back; the caller retries it later, or on
+	// the standard tier.
+	Shed Class = "shed"
 )
 
 // ErrUnavailable means every model of the chain has an open circuit breaker: the task should be

@@ -92,3 +92,29 @@ func TestCostIsTheServedTierWithCachedTokens(t *testing.T) {
 		t.Errorf("a cache hit cost %g, the same tokens uncached %g", results[1].CostUSD, full)
 	}
 }
+
+// A shed flex call ends Generate at once: no fallback to the next model (it would be shed as
+// well, and degrade the answer), no breaker change.
+func TestShedFlexCallIsItsOwnClass(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.srv.SetShedding("", geminitest.Shedding{Fraction: 1})
+	req := request("f")
+	req.Tier = gemini.TierFlex
+	for range 10 {
+		res, err := b.client.Generate(context.Background(), req)
+		if gemini.ClassOf(err) != gemini.Shed || res.Calls != 1 {
+			t.Fatalf("err %v after %d calls, want a shed error after one", err, res.Calls)
+		}
+	}
+	if l := b.srv.Ledger(); l.Model(fallback).Calls != 0 || l.Total.Shed != 10 {
+		t.Errorf("ledger %+v, want ten shed calls on the primary, none on the fallback", l.PerModel)
+	}
+	if w := b.store.writes(); len(w) != 0 {
+		t.Errorf("breaker changes %+v after sheds, want none", w)
+	}
+	req.Tier = gemini.TierStandard
+	if _, err := b.client.Generate(context.Background(), req); err != nil {
+		t.Errorf("the standard tier: %v", err)
+	}
+}

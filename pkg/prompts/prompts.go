@@ -73,6 +73,7 @@ type spec struct {
 	Models               []string         `json:"models,omitempty"`
 	CacheAllowed         *bool            `json:"cache_allowed,omitempty"`
 	OnExhausted          string           `json:"on_exhausted,omitempty"`
+	Mode                 task.Mode        `json:"mode,omitempty"`
 	Config               *task.GenConfig  `json:"config,omitempty"`
 	MaxOutputTokensLimit int32            `json:"max_output_tokens_limit,omitempty"`
 	System               string           `json:"system,omitempty"`
@@ -89,13 +90,15 @@ type Variant struct {
 	Models                []string
 	CacheAllowed          bool
 	OnExhausted           string
-	Config                task.GenConfig
-	MaxOutputTokensLimit  int32
-	System                string
-	ResponseMIMEType      string
-	ResponseSchema        any
-	Checks                Checks
-	tmpl                  *template.Template
+	// Mode is the variant's default mode (standard unless the family says flex or batch).
+	Mode                 task.Mode
+	Config               task.GenConfig
+	MaxOutputTokensLimit int32
+	System               string
+	ResponseMIMEType     string
+	ResponseSchema       any
+	Checks               Checks
+	tmpl                 *template.Template
 }
 
 // Registry holds the known families. It is read-only after loading and safe for concurrent use.
@@ -202,6 +205,7 @@ func resolve(f *spec, name string, o *spec) (*Variant, error) {
 		Models:               f.Models,
 		CacheAllowed:         f.CacheAllowed != nil && *f.CacheAllowed,
 		OnExhausted:          pick(o.OnExhausted, f.OnExhausted, OnExhaustedPark),
+		Mode:                 task.Mode(pick(string(o.Mode), string(f.Mode), string(task.ModeStandard))),
 		MaxOutputTokensLimit: f.MaxOutputTokensLimit,
 		System:               pick(o.System, f.System),
 		ResponseMIMEType:     pick(o.ResponseMIMEType, f.ResponseMIMEType),
@@ -239,6 +243,8 @@ func resolve(f *spec, name string, o *spec) (*Variant, error) {
 		return nil, errors.New("no version")
 	case v.OnExhausted != OnExhaustedPark && v.OnExhausted != OnExhaustedStale:
 		return nil, fmt.Errorf("on_exhausted %q: want %q or %q", v.OnExhausted, OnExhaustedPark, OnExhaustedStale)
+	case !v.Mode.Valid():
+		return nil, fmt.Errorf("mode %q: want one of %v", v.Mode, task.Modes)
 	case v.ResponseSchema != nil && v.ResponseMIMEType != MIMEJSON:
 		return nil, fmt.Errorf("a response_schema needs response_mime_type %s", MIMEJSON)
 	case v.Checks.MinChars < 0 || v.Checks.MaxChars < 0 || (v.Checks.MaxChars > 0 && v.Checks.MaxChars < v.Checks.MinChars):
