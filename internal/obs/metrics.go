@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -75,6 +76,10 @@ type Metrics struct {
 	webhookAttempts metric.Int64Counter
 	webhookLatency  metric.Float64Histogram
 	meter           metric.Meter
+
+	batchOnce sync.Once
+	batchInst *batchInstruments
+	batchErr  error
 }
 
 // NewMetrics creates every instrument on mp (otel.GetMeterProvider() after Setup; a

@@ -370,8 +370,8 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant str
 		if t.Tenant != tenant {
 			return store.ErrNotFound
 		}
-		if t.State != task.StateQueued && t.State != task.StateWaiting {
-			return conflict(t, "only a queued or waiting task can be cancelled")
+		if t.State != task.StateQueued && t.State != task.StateWaiting && !t.InBatchJob() {
+			return conflict(t, "only a queued or waiting task, or one running in a batch job, can be cancelled")
 		}
 		t.Finish(task.StateCancelled, now)
 		if t.Delivery.State == task.DeliveryPending {

@@ -364,17 +364,19 @@ func TestCancel(t *testing.T) {
 	if msgs := e.pub.On(bus.TopicResults); len(msgs) != 1 || msgs[0].Attrs[task.AttrTaskID] != hooked.TaskID {
 		t.Fatalf("results nudges %+v", msgs)
 	}
-	// Waiting can be cancelled; running cannot.
+	// Waiting can be cancelled; running cannot, unless in a batch job (its answer will only
+	// record its cost).
 	for _, c := range []struct {
 		state task.State
+		owner string
 		code  int
-	}{{task.StateWaiting, 200}, {task.StateRunning, 409}, {task.StateSucceeded, 409}} {
+	}{{task.StateWaiting, "", 200}, {task.StateRunning, "w1", 409}, {task.StateRunning, store.BatchOwner("bj1"), 200}, {task.StateSucceeded, "", 409}} {
 		r := e.submit(validRequest())
 		if _, err := e.st.MutateTask(ctx, r.TaskID, func(t *store.Task, now time.Time) error {
 			t.State = c.state
 			if c.state == task.StateRunning {
 				exp := now.Add(time.Minute)
-				t.Lease.Owner, t.Lease.ExpiresAt = "w1", &exp
+				t.Lease.Owner, t.Lease.ExpiresAt = c.owner, &exp
 			}
 			return nil
 		}); err != nil {

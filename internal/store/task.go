@@ -61,6 +61,9 @@ type Task struct {
 	// BatchJob names the batch_jobs document it runs in (running under the job's lease) or ran in.
 	BatchModel string `firestore:"batch_model,omitempty"`
 	BatchJob   string `firestore:"batch_job,omitempty"`
+	// BatchOnline sends a batch task online: a batch could not serve it (its job was refused, or
+	// its output failed the validator under conditions another batch would repeat).
+	BatchOnline bool `firestore:"batch_online,omitempty"`
 
 	// Scheduling. DueAt is derived by Finalize, never set by hand.
 	DueAt        *time.Time `firestore:"due_at,omitempty"`

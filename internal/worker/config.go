@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -44,6 +45,7 @@ type Config struct {
 	FlexMargin    time.Duration       // GENBOX_FLEX_MARGIN: a flex task closer than this to run_before is called on the standard tier
 
 	Sweep  sweeper.Config
+	Batch  batcher.Config
 	Gemini gemini.Config
 }
 
@@ -110,6 +112,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	var err error
 	if c.Sweep, err = sweeper.FromEnv(getenv); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Batch, err = batcher.FromEnv(getenv); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Gemini, err = gemini.ConfigFromEnv(getenv); err != nil {

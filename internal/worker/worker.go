@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -77,6 +78,7 @@ type Handler struct {
 	log    *slog.Logger
 	pol    Policy
 	mp     ModelPolicy
+	batch  batcher.Config // zero: batch-mode tasks run online
 
 	abort   context.Context // cancelled by Abort: in-flight calls give up and release their lease
 	cancel  context.CancelFunc
@@ -235,7 +237,7 @@ func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 				return store.ErrNoChange
 			}
 		case task.StateRunning:
-			if t.Lease.Live(now) {
+			if t.Lease.Live(now) || t.InBatchJob() {
 				return store.ErrNoChange
 			}
 			t.Claims++
@@ -299,6 +301,9 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 	if err != nil {
 		log.ErrorContext(ctx, "cannot render the task's prompt; failed", "error", err)
 		h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
+		return
+	}
+	if h.holdForBatch(ctx, log, t, r, req) {
 		return
 	}
 	fp := h.cacheKey(t, r, req)

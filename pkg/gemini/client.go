@@ -66,6 +66,8 @@ func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.httpClie
 type Client struct {
 	cfg          Config
 	models       *genai.Models
+	batches      *genai.Batches
+	caches       *genai.Caches
 	breakerStore BreakerStore
 	alert        func(ctx context.Context, key, msg string)
 	clock        Clock
@@ -114,7 +116,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gemini client: %w", err)
 	}
-	c.models = g.Models
+	c.models, c.batches, c.caches = g.Models, g.Batches, g.Caches
 	return c, nil
 }
 

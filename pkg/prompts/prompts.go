@@ -45,6 +45,14 @@ const (
 	OnExhaustedStale = "stale"
 )
 
+// What a batch task does when a batch can no longer meet its deadline.
+const (
+	// BatchFallbackOnline runs it online (the standard path) before its deadline.
+	BatchFallbackOnline = "online"
+	// BatchFallbackNone keeps it for batches until its deadline, then fails it as expired.
+	BatchFallbackNone = "none"
+)
+
 // MIMEJSON asks the model for JSON output.
 const MIMEJSON = "application/json"
 
@@ -74,6 +82,7 @@ type spec struct {
 	CacheAllowed         *bool            `json:"cache_allowed,omitempty"`
 	OnExhausted          string           `json:"on_exhausted,omitempty"`
 	Mode                 task.Mode        `json:"mode,omitempty"`
+	BatchFallback        string           `json:"batch_fallback,omitempty"`
 	Config               *task.GenConfig  `json:"config,omitempty"`
 	MaxOutputTokensLimit int32            `json:"max_output_tokens_limit,omitempty"`
 	System               string           `json:"system,omitempty"`
@@ -91,7 +100,10 @@ type Variant struct {
 	CacheAllowed          bool
 	OnExhausted           string
 	// Mode is the variant's default mode (standard unless the family says flex or batch).
-	Mode                 task.Mode
+	Mode task.Mode
+	// BatchFallback is what a batch task does when a batch can no longer meet its deadline:
+	// BatchFallbackOnline (run it online) or BatchFallbackNone (keep waiting for a batch).
+	BatchFallback        string
 	Config               task.GenConfig
 	MaxOutputTokensLimit int32
 	System               string
@@ -206,6 +218,7 @@ func resolve(f *spec, name string, o *spec) (*Variant, error) {
 		CacheAllowed:         f.CacheAllowed != nil && *f.CacheAllowed,
 		OnExhausted:          pick(o.OnExhausted, f.OnExhausted, OnExhaustedPark),
 		Mode:                 task.Mode(pick(string(o.Mode), string(f.Mode), string(task.ModeStandard))),
+		BatchFallback:        pick(o.BatchFallback, f.BatchFallback, BatchFallbackOnline),
 		MaxOutputTokensLimit: f.MaxOutputTokensLimit,
 		System:               pick(o.System, f.System),
 		ResponseMIMEType:     pick(o.ResponseMIMEType, f.ResponseMIMEType),
@@ -245,6 +258,8 @@ func resolve(f *spec, name string, o *spec) (*Variant, error) {
 		return nil, fmt.Errorf("on_exhausted %q: want %q or %q", v.OnExhausted, OnExhaustedPark, OnExhaustedStale)
 	case !v.Mode.Valid():
 		return nil, fmt.Errorf("mode %q: want one of %v", v.Mode, task.Modes)
+	case v.BatchFallback != BatchFallbackOnline && v.BatchFallback != BatchFallbackNone:
+		return nil, fmt.Errorf("batch_fallback %q: want %q or %q", v.BatchFallback, BatchFallbackOnline, BatchFallbackNone)
 	case v.ResponseSchema != nil && v.ResponseMIMEType != MIMEJSON:
 		return nil, fmt.Errorf("a response_schema needs response_mime_type %s", MIMEJSON)
 	case v.Checks.MinChars < 0 || v.Checks.MaxChars < 0 || (v.Checks.MaxChars > 0 && v.Checks.MaxChars < v.Checks.MinChars):
@@ -346,6 +361,9 @@ type Rendered struct {
 	CacheAllowed bool
 	// OnExhausted is OnExhaustedPark (default) or OnExhaustedStale.
 	OnExhausted string
+	// Mode is the family's default mode; BatchFallback its batch fallback.
+	Mode          task.Mode
+	BatchFallback string
 	// QualityRetry changes the config after a rejected output: LowerTemperature.
 	QualityRetry func(task.GenConfig) task.GenConfig
 }
@@ -381,6 +399,8 @@ func (r *Registry) Render(family, variant, input string, overrides *task.GenConf
 		Models:             slices.Clone(v.Models),
 		CacheAllowed:       v.CacheAllowed,
 		OnExhausted:        v.OnExhausted,
+		Mode:               v.Mode,
+		BatchFallback:      v.BatchFallback,
 		QualityRetry:       LowerTemperature,
 	}, nil
 }
