@@ -428,6 +428,7 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_CALL_TIMEOUT":          tuning,
 		"GENBOX_FLEX_CALL_TIMEOUT":     tuning,
 		"GENBOX_FLEX_MARGIN":           tuning,
+		"GENBOX_CONTEXT_CACHE_TTL":     tuning,
 		"GENBOX_BATCH_INTERVAL":        tuning,
 		"GENBOX_BATCH_MAX_TASKS":       tuning,
 		"GENBOX_BATCH_WAIT":            tuning,

@@ -77,6 +77,9 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 		return nil, err
 	}
 	mp := cfg.ModelPolicy(in.Store, gen)
+	if cfg.ContextTTL > 0 {
+		mp.ContextCaches = NewContextCaches(in.Store, gen, cfg.Gemini.Pricing, cfg.ContextTTL, cfg.Gemini.InstanceShare, cfg.Instance, in.Metrics, mp.Budgets)
+	}
 	h := New(in.Store, gen, s.prompts, in.Publisher, log, cfg.Policy(), WithModelPolicy(mp), WithMetrics(in.Metrics), WithBatch(cfg.Batch))
 	bt := batcher.New(in.Store, gen, h, s.prompts.PrimaryModels(cfg.Gemini.Models), cfg.Batch, cfg.Instance, log.With("component", "batcher"), in.Metrics)
 	swPub := in.SweeperPublisher

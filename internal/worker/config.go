@@ -43,6 +43,7 @@ type Config struct {
 	SlotRetry     time.Duration       // GENBOX_TENANT_SLOT_RETRY: not_before (jittered up to twice) of a task over its tenant's cap
 	CacheTTL      time.Duration       // GENBOX_CACHE_TTL: how long a cached output is served
 	FlexMargin    time.Duration       // GENBOX_FLEX_MARGIN: a flex task closer than this to run_before is called on the standard tier
+	ContextTTL    time.Duration       // GENBOX_CONTEXT_CACHE_TTL: an explicit context cache's TTL, extended while in use; 0 creates none
 
 	Sweep  sweeper.Config
 	Batch  batcher.Config
@@ -75,6 +76,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		SlotRetry:     2 * time.Second,
 		CacheTTL:      24 * time.Hour,
 		FlexMargin:    15 * time.Minute,
+		ContextTTL:    time.Hour,
 		BudgetPolicy:  gemini.BudgetWait,
 	}
 	r := envconfig.New(getenv)
@@ -102,6 +104,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration("GENBOX_TENANT_SLOT_RETRY", &c.SlotRetry)
 	r.Duration("GENBOX_CACHE_TTL", &c.CacheTTL)
 	r.Duration("GENBOX_FLEX_MARGIN", &c.FlexMargin)
+	r.Duration("GENBOX_CONTEXT_CACHE_TTL", &c.ContextTTL)
 	r.Int("GENBOX_CONCURRENCY", &c.Concurrency)
 	r.Int("GENBOX_TASK_ATTEMPTS", &c.MaxAttempts)
 	r.Int("GENBOX_CLAIM_CAP", &c.ClaimCap)
@@ -173,6 +176,9 @@ func (c Config) Validate() error {
 		if v.d <= 0 {
 			bad(v.name, "must be positive")
 		}
+	}
+	if c.ContextTTL < 0 {
+		bad("GENBOX_CONTEXT_CACHE_TTL", "must not be negative")
 	}
 	if c.ShutdownGrace < 0 {
 		bad("GENBOX_SHUTDOWN_GRACE", "must not be negative")

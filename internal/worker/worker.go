@@ -312,6 +312,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		return
 	}
 
+	req, observe := h.contextCache(ctx, log, t, r, req)
 	callCtx, cancel := context.WithCancelCause(ctx)
 	renewed := make(chan struct{})
 	go func() {
@@ -324,6 +325,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 	cancel(nil)
 	<-renewed
 	tk.done(res)
+	observe(res)
 	if spent(res) {
 		h.metrics.Generation(ctx, generationModel(res, err), t.Tenant, res.Usage, res.CostUSD, time.Since(start))
 	}

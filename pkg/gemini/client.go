@@ -316,7 +316,11 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res.Calls++
-	resp, err := c.models.GenerateContent(callCtx, model, genai.Text(req.Prompt), c.genaiConfig(req, cfg))
+	gc, cached := c.genaiConfig(req, cfg), req.CachedContent != "" && model == req.CacheModel && !res.CacheLost
+	if cached {
+		gc.CachedContent, gc.SystemInstruction = req.CachedContent, nil
+	}
+	resp, err := c.models.GenerateContent(callCtx, model, genai.Text(req.Prompt), gc)
 	if err != nil {
 		if ctx.Err() != nil {
 			c.spendInDoubt(model, prompt, cfg, res)
@@ -334,6 +338,11 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 			lim.settle(c.clock, resv, 0)
 		default:
 			lim.settle(c.clock, resv, 0)
+		}
+		if cached && (f.code == http.StatusForbidden || f.code == http.StatusNotFound) {
+			// The context cache expired or was deleted: the same call goes again with the whole prompt.
+			res.CacheLost = true
+			return c.call(ctx, model, req, cfg, res)
 		}
 		return "", &f, nil
 	}

@@ -81,6 +81,10 @@ type Request struct {
 	MaxCostUSD float64
 	// Tier is the service tier asked for: TierStandard ("" too) or TierFlex.
 	Tier Tier
+	// CachedContent names an explicit context cache of SystemInstruction made for CacheModel:
+	// a call to that model sends the cache instead of the system instruction; a call to any
+	// other model of the chain (a fallback) sends the whole prompt.
+	CachedContent, CacheModel string
 }
 
 // Result is what Generate spent and, on success, produced. It is returned with errors too, so that
@@ -95,4 +99,7 @@ type Result struct {
 	CostUSD  float64
 	// Tier is the tier that served the last answered call (usageMetadata.trafficType).
 	Tier Tier
+	// CacheLost means the request's context cache was gone (expired or deleted): the calls went
+	// with the whole prompt.
+	CacheLost bool
 }

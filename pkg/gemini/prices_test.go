@@ -118,3 +118,43 @@ func TestShedFlexCallIsItsOwnClass(t *testing.T) {
 		t.Errorf("the standard tier: %v", err)
 	}
 }
+
+// One attempt is one billed request: a response ending with a continuation token is returned as
+// it is, never resent by the SDK's automatic continuation (which would sum a second request's
+// usage into the answer without asking).
+func TestAutomaticContinuationStaysOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, geminitest.WithResponder(func(r geminitest.Request) geminitest.Reply {
+		if r.Continuation != "" {
+			return geminitest.Reply{Text: " and the rest"}
+		}
+		return geminitest.Reply{Text: "the first part", ContinuationToken: "more"}
+	}))
+	res, err := b.client.Generate(context.Background(), request("cont"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := b.srv.Ledger()
+	if l.Total.Calls != 1 || res.Calls != 1 || res.Text != "the first part" || res.Usage != l.Bills[0].Usage {
+		t.Errorf("%d calls reached the fake, %d counted, text %q usage %+v: want one request, answered as it came", l.Total.Calls, res.Calls, res.Text, res.Usage)
+	}
+}
+
+func TestCacheBreakEven(t *testing.T) {
+	t.Parallel()
+	flash := gemini.DefaultPrices["gemini-2.5-flash"]
+	if got, want := flash.CacheBreakEven(1), (0.30+1.00)/(0.30-0.03); math.Abs(got-want) > 1e-12 {
+		t.Errorf("N* = %g, want %g (about 5 reuses per hour of TTL)", got, want)
+	}
+	for _, tc := range []struct {
+		n, h float64
+		pays bool
+	}{{4, 0, false}, {5, 0, true}, {8, 0.5, false}, {10, 0.5, true}} {
+		if got := flash.CachePays(tc.n, tc.h, 1); got != tc.pays {
+			t.Errorf("CachePays(%g reuses, implicit %g) = %v", tc.n, tc.h, got)
+		}
+	}
+	if noStorage := (gemini.Price{InputPerM: 1, CachedInputPerM: 0.1}); noStorage.CachePays(1e9, 0, 1) {
+		t.Error("a model without a storage price is cached")
+	}
+}

@@ -83,6 +83,7 @@ type spec struct {
 	OnExhausted          string           `json:"on_exhausted,omitempty"`
 	Mode                 task.Mode        `json:"mode,omitempty"`
 	BatchFallback        string           `json:"batch_fallback,omitempty"`
+	ContextCache         *bool            `json:"context_cache,omitempty"`
 	Config               *task.GenConfig  `json:"config,omitempty"`
 	MaxOutputTokensLimit int32            `json:"max_output_tokens_limit,omitempty"`
 	System               string           `json:"system,omitempty"`
@@ -103,7 +104,10 @@ type Variant struct {
 	Mode task.Mode
 	// BatchFallback is what a batch task does when a batch can no longer meet its deadline:
 	// BatchFallbackOnline (run it online) or BatchFallbackNone (keep waiting for a batch).
-	BatchFallback        string
+	BatchFallback string
+	// ContextCache marks the system instruction (with any fixed documents it holds) as a
+	// prefix shared by the family's tasks, worth an explicit context cache when reused enough.
+	ContextCache         bool
 	Config               task.GenConfig
 	MaxOutputTokensLimit int32
 	System               string
@@ -219,6 +223,7 @@ func resolve(f *spec, name string, o *spec) (*Variant, error) {
 		OnExhausted:          pick(o.OnExhausted, f.OnExhausted, OnExhaustedPark),
 		Mode:                 task.Mode(pick(string(o.Mode), string(f.Mode), string(task.ModeStandard))),
 		BatchFallback:        pick(o.BatchFallback, f.BatchFallback, BatchFallbackOnline),
+		ContextCache:         f.ContextCache != nil && *f.ContextCache,
 		MaxOutputTokensLimit: f.MaxOutputTokensLimit,
 		System:               pick(o.System, f.System),
 		ResponseMIMEType:     pick(o.ResponseMIMEType, f.ResponseMIMEType),
@@ -229,6 +234,9 @@ func resolve(f *spec, name string, o *spec) (*Variant, error) {
 	}
 	if o.CacheAllowed != nil {
 		v.CacheAllowed = *o.CacheAllowed
+	}
+	if o.ContextCache != nil {
+		v.ContextCache = *o.ContextCache
 	}
 	if o.MaxOutputTokensLimit > 0 {
 		v.MaxOutputTokensLimit = o.MaxOutputTokensLimit
@@ -364,6 +372,8 @@ type Rendered struct {
 	// Mode is the family's default mode; BatchFallback its batch fallback.
 	Mode          task.Mode
 	BatchFallback string
+	// ContextCache: the system instruction is a shared prefix, cacheable (Variant.ContextCache).
+	ContextCache bool
 	// QualityRetry changes the config after a rejected output: LowerTemperature.
 	QualityRetry func(task.GenConfig) task.GenConfig
 }
@@ -401,6 +411,7 @@ func (r *Registry) Render(family, variant, input string, overrides *task.GenConf
 		OnExhausted:        v.OnExhausted,
 		Mode:               v.Mode,
 		BatchFallback:      v.BatchFallback,
+		ContextCache:       v.ContextCache,
 		QualityRetry:       LowerTemperature,
 	}, nil
 }

@@ -34,16 +34,13 @@ func (c *cache) name() string { return "cachedContents/" + c.id }
 // live reports whether the cache can serve a request at now.
 func (c *cache) live(now time.Time) bool { return c.deleted == nil && now.Before(c.expire) }
 
-// bill is the storage of c as of now.
-func (c *cache) bill(now time.Time) CacheBill {
+// bill is what c is billed for: its creation, and its storage until it expires or is deleted.
+func (c *cache) bill() CacheBill {
 	end := c.expire
 	if c.deleted != nil && c.deleted.Before(end) {
 		end = *c.deleted
 	}
-	if now.Before(end) {
-		end = now
-	}
-	return CacheBill{Name: c.name(), Model: c.model, Tokens: c.tokens, Start: c.created, End: end}
+	return CacheBill{Name: c.name(), DisplayName: c.displayName, Model: c.model, Tokens: c.tokens, Start: c.created, End: end}
 }
 
 // wireCachedContent is a cachedContents resource on the wire.

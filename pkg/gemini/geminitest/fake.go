@@ -218,9 +218,8 @@ func (f *Fake) Ledger() Ledger {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l := f.ledger.snapshot()
-	now := time.Now()
 	for _, c := range f.caches {
-		l.Caches = append(l.Caches, c.bill(now))
+		l.Caches = append(l.Caches, c.bill())
 	}
 	for _, b := range f.batches {
 		l.Batches = append(l.Batches, b.record())

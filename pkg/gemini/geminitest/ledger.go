@@ -61,12 +61,13 @@ type Ledger struct {
 	Batches []BatchRecord
 }
 
-// CacheBill is the storage a cachedContents resource was billed for: its tokens from its
-// creation until it expired or was deleted (until the snapshot while it lives).
+// CacheBill is what a cachedContents resource is billed for: its tokens once at the input price
+// when created, and their storage from its creation until it expires or is deleted (a live
+// cache's current expiry: what the invoice will show unless it is extended or deleted).
 type CacheBill struct {
-	Name, Model string
-	Tokens      int64
-	Start, End  time.Time
+	Name, DisplayName, Model string
+	Tokens                   int64
+	Start, End               time.Time
 }
 
 // Hours is how long the cache was stored.
@@ -151,20 +152,21 @@ func (b Bill) CostUSD(p gemini.Pricing) float64 {
 }
 
 // CostUSD is the invoice at p's prices: every bill at its tier, with cached tokens at the cached
-// rate, and every cache's storage.
+// rate, and every cache's creation and storage.
 func (l Ledger) CostUSD(p gemini.Pricing) float64 {
 	var usd float64
 	for _, b := range l.Bills {
 		usd += b.CostUSD(p)
 	}
-	return usd + l.StorageUSD(p)
-}
-
-// StorageUSD is what the caches' storage cost at p's prices.
-func (l Ledger) StorageUSD(p gemini.Pricing) float64 {
-	var usd float64
 	for _, c := range l.Caches {
-		usd += p.Price(c.Model).Storage(c.Tokens, c.Hours())
+		usd += c.CostUSD(p)
 	}
 	return usd
+}
+
+// CostUSD is what the cache costs at p's prices: its tokens once at the input price, and their
+// storage.
+func (c CacheBill) CostUSD(p gemini.Pricing) float64 {
+	price := p.Price(c.Model)
+	return price.Cost(c.Tokens, 0) + price.Storage(c.Tokens, c.Hours())
 }
