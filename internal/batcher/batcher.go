@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genai"
@@ -139,8 +140,7 @@ func (b *Batcher) lead(ctx context.Context, model string) {
 		switch {
 		case err == nil:
 			epoch = l.Epoch
-			leading := func(ctx context.Context) bool { _, err := leader.Renew(ctx, epoch); return err == nil }
-			b.pass(ctx, log, model, leading)
+			b.leadPass(ctx, log, model, leader, epoch)
 		case errors.Is(err, claim.ErrHeld):
 			epoch = 0
 			b.mu.Lock()
@@ -155,6 +155,36 @@ func (b *Batcher) lead(ctx context.Context, model string) {
 		case <-tick.C:
 		}
 	}
+}
+
+// leadPass runs one pass while renewing the leadership every third of its TTL: a pass that
+// settles a large job takes longer than the lease. A lost renewal ends the pass.
+func (b *Batcher) leadPass(ctx context.Context, log *slog.Logger, model string, leader *claim.Doc, epoch int64) {
+	passCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lost atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(b.cfg.LeaderTTL / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-passCtx.Done():
+				return
+			case <-tick.C:
+			}
+			if _, err := leader.Renew(passCtx, epoch); err != nil && passCtx.Err() == nil {
+				lost.Store(true)
+				log.WarnContext(ctx, "batcher leadership lost during a pass; pass ended", "error", err)
+				cancel()
+				return
+			}
+		}
+	}()
+	b.pass(passCtx, log, model, func(context.Context) bool { return !lost.Load() && passCtx.Err() == nil })
+	cancel()
+	<-done
 }
 
 // pass advances model's open jobs, then gathers waiting tasks into a new one.
@@ -383,22 +413,15 @@ func (b *Batcher) renew(ctx context.Context, j *store.BatchJob, now time.Time) e
 	if j.LeaseUntil.Sub(now) > b.cfg.LeaseTTL/2 {
 		return nil
 	}
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
-	for _, m := range j.Members {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if _, err := b.tasks.RenewBatch(ctx, j.ID, m, b.cfg.LeaseTTL); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	b.each(j, func(m store.BatchMember) {
+		if _, err := b.tasks.RenewBatch(ctx, j.ID, m, b.cfg.LeaseTTL); err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	})
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("renew the batch lease: %w", err)
 	}
@@ -500,24 +523,22 @@ func (b *Batcher) settle(ctx context.Context, log *slog.Logger, j *store.BatchJo
 			results[r.Key] = r
 		}
 	}
-	settled, first := true, true
-	for _, m := range j.Members {
+	var unsettled atomic.Int64
+	var once sync.Once
+	b.each(j, func(m store.BatchMember) {
 		o := Outcome{Lost: true, Online: j.CreateFailed}
 		if r, ok := results[m.TaskID]; ok {
 			o = Outcome{Result: r.Result, Err: r.Err, Fingerprint: fps[m.TaskID]}
 		}
 		ok, err := b.tasks.SettleBatch(ctx, j, m, o)
 		if err != nil || !ok {
-			settled = false
+			unsettled.Add(1)
 			log.WarnContext(ctx, "batch task not settled; next pass", "task_id", m.TaskID, "error", err)
 		}
-		if first {
-			crashpoint.Hit(crashpoint.BatchPersisting)
-			first = false
-		}
-	}
-	if !settled {
-		return errors.New("some tasks of the job are not settled")
+		once.Do(func() { crashpoint.Hit(crashpoint.BatchPersisting) })
+	})
+	if n := unsettled.Load(); n > 0 {
+		return fmt.Errorf("%d tasks of the job are not settled", n)
 	}
 	return b.finish(ctx, log, j)
 }
@@ -552,6 +573,23 @@ func (b *Batcher) finish(ctx context.Context, log *slog.Logger, j *store.BatchJo
 		log.InfoContext(ctx, "settled batch job not deleted from Gemini", "error", err)
 	}
 	return nil
+}
+
+// memberWorkers bounds the tasks of a job written at once.
+const memberWorkers = 8
+
+// each runs fn for every member of j, memberWorkers at a time.
+func (b *Batcher) each(j *store.BatchJob, fn func(m store.BatchMember)) {
+	sem := make(chan struct{}, memberWorkers)
+	var wg sync.WaitGroup
+	for _, m := range j.Members {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			fn(m)
+		})
+	}
+	wg.Wait()
 }
 
 func memberIDs(j *store.BatchJob) []string {

@@ -288,3 +288,24 @@ func TestBatchCrashMatrix(t *testing.T) {
 		})
 	}
 }
+
+// A pass that settles a large job outlasts the leadership lease; the batcher renews it during
+// the pass, so it never loses its model to a lapse (which would hold a job it was creating for
+// the reconcile grace, a minute by default). One instance: the lease's epoch never moves.
+func TestBatchLeaderKeepsItsLeaseThroughALongPass(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 0)
+	tasks := ids("long", 150)
+	for _, id := range tasks {
+		s.submitBatch(t, id, 0)
+	}
+	startRun(t, s.batchEnv("GENBOX_BATCH_LEADER_TTL", "1s"))
+	s.waitState(t, 2*time.Minute, task.StateSucceeded, tasks...)
+	snap, err := s.store.FS.Collection(store.LeadersCollection).Doc("batcher-m").Get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if epoch, _ := snap.DataAt("epoch"); epoch != int64(1) {
+		t.Errorf("the batcher's leadership epoch is %v after one instance's run, want 1: it lapsed and was taken again", epoch)
+	}
+}
