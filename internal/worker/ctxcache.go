@@ -63,6 +63,9 @@ type prefixUse struct {
 	cache     gemini.Cache // the live cache, when known
 	refused   bool         // Gemini refused to cache the prefix
 	extending bool
+	// obtaining: a call of this instance is finding or creating the cache. The creation lease
+	// keeps other instances out; this keeps out the calls of this one, which share its owner.
+	obtaining bool
 }
 
 // NewContextCaches returns the context caches of an instance that takes share of the traffic,
@@ -126,8 +129,11 @@ func (cc *ContextCaches) use(ctx context.Context, log *slog.Logger, id, tenant, 
 	if p.sent > 0 {
 		rate = float64(p.hit) / float64(p.sent)
 	}
-	pays := !p.refused && gemini.EstimateTokens(prefix) >= minCachedPrefix &&
+	pays := !live && !p.refused && !p.obtaining && gemini.EstimateTokens(prefix) >= minCachedPrefix &&
 		price.CachePays(float64(len(p.uses))/cc.share, rate, cc.ttl.Hours())
+	if pays {
+		p.obtaining = true
+	}
 	cache := p.cache
 	cc.mu.Unlock()
 	switch {
@@ -139,6 +145,11 @@ func (cc *ContextCaches) use(ctx context.Context, log *slog.Logger, id, tenant, 
 	case !pays:
 		return ""
 	}
+	defer func() {
+		cc.mu.Lock()
+		cc.prefix(id, time.Now()).obtaining = false
+		cc.mu.Unlock()
+	}()
 	return cc.obtain(ctx, log, id, tenant, model, prefix)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -196,5 +197,48 @@ func TestContextCacheExtendedAndReplaced(t *testing.T) {
 	}
 	if len(l.Caches) != 2 || l.BillsFor("gone-1")[0].Request.CachedContent != l.Caches[1].Name {
 		t.Errorf("caches %+v: want the deleted one replaced and used", l.Caches)
+	}
+}
+
+// slowCaches delays every cache creation, so that calls of one instance pile up behind it.
+type slowCaches struct{ next http.RoundTripper }
+
+func (s slowCaches) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/cachedContents") {
+		time.Sleep(300 * time.Millisecond)
+	}
+	return s.next.RoundTrip(r)
+}
+
+// The calls of one instance share its lease owner: while one of them creates the cache, the
+// others go uncached instead of creating another (they would renew the same owner's lease).
+func TestContextCacheCreationIsSingleFlightInAnInstance(t *testing.T) {
+	t.Parallel()
+	c := setupCaches(t, time.Hour)
+	cfg, err := gemini.ConfigFromEnv(func(k string) string {
+		return map[string]string{"GOOGLE_GEMINI_BASE_URL": c.srv.URL, "GENBOX_MODEL_CHAIN": "m", "GENBOX_PRICES": flashLike}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, err := gemini.New(context.Background(), cfg, gemini.WithHTTPClient(&http.Client{Transport: slowCaches{http.DefaultTransport}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := NewContextCaches(c.store, slow, c.pricing, time.Hour, 1, "w1", nil, nil)
+	id := store.ContextCacheID("tenant-a", "m", sharedPrefix)
+	for range 5 {
+		cc.use(context.Background(), c.log, id, "tenant-a", "m", "x")
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 30 * time.Millisecond) // arriving while the first creates it
+			cc.use(context.Background(), c.log, id, "tenant-a", "m", sharedPrefix)
+		})
+	}
+	wg.Wait()
+	if n := len(c.srv.Ledger().Caches); n != 1 {
+		t.Errorf("%d caches created by eight calls of one instance during a creation, want one", n)
 	}
 }
