@@ -80,7 +80,13 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	if cfg.ContextTTL > 0 {
 		mp.ContextCaches = NewContextCaches(in.Store, gen, cfg.Gemini.Pricing, cfg.ContextTTL, cfg.Gemini.InstanceShare, cfg.Instance, in.Metrics, mp.Budgets)
 	}
-	h := New(in.Store, gen, s.prompts, in.Publisher, log, cfg.Policy(), WithModelPolicy(mp), WithMetrics(in.Metrics), WithBatch(cfg.Batch))
+	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics)}
+	if cfg.Gemini.Backend == gemini.BackendGemini {
+		opts = append(opts, WithBatch(cfg.Batch)) // Vertex AI's batch jobs read Cloud Storage or BigQuery, not inlined requests
+	} else {
+		log.InfoContext(ctx, "batch-mode tasks run online: batch jobs of inlined requests need the Gemini API backend")
+	}
+	h := New(in.Store, gen, s.prompts, in.Publisher, log, cfg.Policy(), opts...)
 	bt := batcher.New(in.Store, gen, h, s.prompts.PrimaryModels(cfg.Gemini.Models), cfg.Batch, cfg.Instance, log.With("component", "batcher"), in.Metrics)
 	swPub := in.SweeperPublisher
 	if swPub == nil {
