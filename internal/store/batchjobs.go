@@ -192,14 +192,23 @@ func (s *Store) GetTasks(ctx context.Context, ids []string) ([]*Task, error) {
 
 // GetBatchJob reads one batch job.
 func (s *Store) GetBatchJob(ctx context.Context, id string) (*BatchJob, error) {
-	snap, err := s.batchJobs().Doc(id).Get(ctx)
-	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("get batch job %s: %w", id, ErrNotFound)
-	}
+	snap, err := getDoc(ctx, s.batchJobs().Doc(id), "batch job")
 	if err != nil {
-		return nil, fmt.Errorf("get batch job %s: %w", id, err)
+		return nil, err
 	}
 	return decodeBatchJob(snap)
+}
+
+// getDoc reads the document at ref, what it is named in errors: ErrNotFound when it is missing.
+func getDoc(ctx context.Context, ref *firestore.DocumentRef, what string) (*firestore.DocumentSnapshot, error) {
+	snap, err := ref.Get(ctx)
+	if status.Code(err) == codes.NotFound {
+		return nil, fmt.Errorf("get %s %s: %w", what, ref.ID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s %s: %w", what, ref.ID, err)
+	}
+	return snap, nil
 }
 
 func decodeBatchJob(snap *firestore.DocumentSnapshot) (*BatchJob, error) {

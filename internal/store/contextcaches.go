@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // ContextCachesCollection holds the context_caches documents.
@@ -50,12 +48,9 @@ func (s *Store) ContextCacheRef(id string) *firestore.DocumentRef {
 
 // GetContextCache reads the cache document of id.
 func (s *Store) GetContextCache(ctx context.Context, id string) (*ContextCache, error) {
-	snap, err := s.ContextCacheRef(id).Get(ctx)
-	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("get context cache %s: %w", id, ErrNotFound)
-	}
+	snap, err := getDoc(ctx, s.ContextCacheRef(id), "context cache")
 	if err != nil {
-		return nil, fmt.Errorf("get context cache %s: %w", id, err)
+		return nil, err
 	}
 	var c ContextCache
 	if err := snap.DataTo(&c); err != nil {

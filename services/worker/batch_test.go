@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/firestore"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
@@ -88,26 +90,52 @@ func (s *stack) checkBilledOnce(t *testing.T, tier string, ids ...string) {
 	}
 }
 
-// batchJobs returns the batch_jobs documents of the stack, and checks each was created at Gemini
-// once (one job per batch).
+// batchJobs waits until every batch_jobs document of the stack is settled and returns them in
+// creation order, checking the one-job-per-batch rule: each was created at Gemini exactly once
+// (by display name, its id), and every Gemini job has its document.
 func (s *stack) batchJobs(t *testing.T) []*store.BatchJob {
 	t.Helper()
-	l := s.fake.Ledger()
-	var out []*store.BatchJob
-	seen := map[string]bool{}
-	for _, b := range l.Batches {
-		if seen[b.DisplayName] {
-			continue
-		}
-		seen[b.DisplayName] = true
-		if n := len(l.BatchesNamed(b.DisplayName)); n != 1 {
-			t.Errorf("batch %s was created %d times at Gemini", b.DisplayName, n)
-		}
-		j, err := s.store.GetBatchJob(context.Background(), b.DisplayName)
+	ctx := context.Background()
+	var jobs []*store.BatchJob
+	waitFor(t, "every batch job settled", 30*time.Second, func() bool {
+		snaps, err := s.store.FS.Collection(store.BatchJobsCollection).OrderBy("created_at", firestore.Asc).Documents(ctx).GetAll()
 		if err != nil {
-			t.Fatalf("Gemini job %s (%s) has no batch_jobs document: %v", b.Name, b.DisplayName, err)
+			t.Fatal(err)
 		}
-		out = append(out, j)
+		jobs = jobs[:0]
+		for _, snap := range snaps {
+			j, err := s.store.GetBatchJob(ctx, snap.Ref.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.State != store.BatchDone {
+				return false
+			}
+			jobs = append(jobs, j)
+		}
+		return true
+	})
+	l := s.fake.Ledger()
+	for _, j := range jobs {
+		if n := len(l.BatchesNamed(j.ID)); n != 1 {
+			t.Errorf("batch job %s was created %d times at Gemini", j.ID, n)
+		}
+	}
+	if len(l.Batches) != len(jobs) {
+		t.Errorf("Gemini ran %d batch jobs for %d batch_jobs documents", len(l.Batches), len(jobs))
+	}
+	return jobs
+}
+
+// jobsOf returns the jobs task id ran in.
+func jobsOf(jobs []*store.BatchJob, id string) []*store.BatchJob {
+	var out []*store.BatchJob
+	for _, j := range jobs {
+		for _, m := range j.Members {
+			if m.TaskID == id {
+				out = append(out, j)
+			}
+		}
 	}
 	return out
 }
@@ -124,16 +152,14 @@ func TestBatchTasksRunThroughOneJob(t *testing.T) {
 	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
 	s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
 	jobs := s.batchJobs(t)
-	if len(jobs) != 1 || len(jobs[0].Members) != 5 {
-		t.Fatalf("batch jobs %+v, want one of the five tasks", jobs)
-	}
-	waitFor(t, "the job settled", 10*time.Second, func() bool {
-		j, err := s.store.GetBatchJob(context.Background(), jobs[0].ID)
-		return err == nil && j.State == store.BatchDone
-	})
 	for _, id := range tasks {
 		got := s.get(t, id)
-		if v := got.View(); v.Mode != task.ModeBatch || v.BatchJob != jobs[0].ID || got.Attempts != 0 || got.Delivery.State != task.DeliveryPending && got.Delivery.State != task.DeliveryDelivered {
+		in := jobsOf(jobs, id)
+		if len(in) != 1 || in[0].GeminiState != gemini.BatchSucceeded {
+			t.Errorf("%s ran in %d jobs, want one that succeeded", id, len(in))
+			continue
+		}
+		if v := got.View(); v.Mode != task.ModeBatch || v.BatchJob != in[0].ID || got.Attempts != 0 || got.Delivery.State != task.DeliveryPending && got.Delivery.State != task.DeliveryDelivered {
 			t.Errorf("%s: view mode %s batch_job %s, attempts %d, delivery %s", id, v.Mode, v.BatchJob, got.Attempts, got.Delivery.State)
 		}
 	}
@@ -156,8 +182,15 @@ func TestBatchJobThatFailsOrExpiresGoesToTheNextJob(t *testing.T) {
 			startRun(t, s.batchEnv())
 			s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
 			s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
-			if jobs := s.batchJobs(t); len(jobs) != 2 || jobs[0].GeminiState == gemini.BatchSucceeded {
-				t.Errorf("batch jobs %+v, want the %s one and the next", jobs, outcome)
+			jobs := s.batchJobs(t)
+			if jobs[0].GeminiState == gemini.BatchSucceeded {
+				t.Fatalf("the first job %s succeeded, want it %s", jobs[0].ID, outcome)
+			}
+			for _, m := range jobs[0].Members {
+				in := jobsOf(jobs, m.TaskID)
+				if len(in) != 2 || in[1].GeminiState != gemini.BatchSucceeded {
+					t.Errorf("%s ran in %d jobs, want the lost one and a later one that succeeded", m.TaskID, len(in))
+				}
 			}
 			for _, id := range tasks {
 				if got := s.get(t, id); got.Attempts != 0 {
@@ -192,8 +225,14 @@ func TestBatchRequestFailingInsideAJob(t *testing.T) {
 	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
 	s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
 	jobs := s.batchJobs(t)
-	if len(jobs) != 2 || len(jobs[1].Members) != 1 || jobs[1].Members[0].TaskID != "one-bad" {
-		t.Errorf("batch jobs %+v, want the first job and one for the failed request", jobs)
+	for _, id := range tasks {
+		want := 1
+		if id == "one-bad" {
+			want = 2
+		}
+		if in := jobsOf(jobs, id); len(in) != want {
+			t.Errorf("%s ran in %d jobs, want %d", id, len(in), want)
+		}
 	}
 	if got := s.get(t, "one-bad"); got.Attempts != 1 {
 		t.Errorf("the failed request's task has %d attempts, want 1", got.Attempts)
@@ -247,9 +286,10 @@ func TestBatchJobPastItsDeadlineGoesOnline(t *testing.T) {
 	startRun(t, s.batchEnv("GENBOX_BATCH_MARGIN", "3500ms"))
 	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
 	s.checkBilledOnce(t, geminitest.TierStandard, tasks...)
-	l := s.fake.Ledger()
-	if len(l.Batches) != 1 || l.Batches[0].State != geminitest.BatchCancelled {
-		t.Errorf("batches %+v, want the one job cancelled", l.Batches)
+	for _, j := range s.batchJobs(t) {
+		if j.GeminiState != gemini.BatchCancelled {
+			t.Errorf("batch job %s ended %s, want cancelled at its deadline", j.ID, j.GeminiState)
+		}
 	}
 }
 
@@ -282,8 +322,10 @@ func TestBatchCrashMatrix(t *testing.T) {
 			spawn(t, s.batchEnv("GENBOX_INSTANCE_ID", "fresh"))
 			s.waitState(t, crashRecovery, task.StateSucceeded, tasks...)
 			s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
-			if jobs := s.batchJobs(t); len(jobs) != 1 {
-				t.Errorf("%d batch jobs, want the one the crash interrupted", len(jobs))
+			for _, id := range tasks {
+				if in := jobsOf(s.batchJobs(t), id); len(in) != 1 {
+					t.Errorf("%s ran in %d jobs, want one", id, len(in))
+				}
 			}
 		})
 	}
@@ -295,11 +337,11 @@ func TestBatchCrashMatrix(t *testing.T) {
 func TestBatchLeaderKeepsItsLeaseThroughALongPass(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, 0)
-	tasks := ids("long", 150)
+	tasks := ids("long", 300)
 	for _, id := range tasks {
 		s.submitBatch(t, id, 0)
 	}
-	startRun(t, s.batchEnv("GENBOX_BATCH_LEADER_TTL", "1s"))
+	startRun(t, s.batchEnv("GENBOX_BATCH_LEADER_TTL", "3s"))
 	s.waitState(t, 2*time.Minute, task.StateSucceeded, tasks...)
 	snap, err := s.store.FS.Collection(store.LeadersCollection).Doc("batcher-m").Get(context.Background())
 	if err != nil {

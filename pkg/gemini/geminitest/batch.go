@@ -349,18 +349,13 @@ func (f *Fake) lookupBatch(id string) (*batchJob, *apiFailure) {
 }
 
 func (f *Fake) getBatch(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	b, fail := f.lookupBatch(r.PathValue("id"))
-	var out wireBatchOperation
-	if b != nil {
-		out = b.wire()
-	}
-	f.mu.Unlock()
-	if fail != nil {
-		f.writeError(w, *fail)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
+	f.answer(w, func() (any, *apiFailure) {
+		b, fail := f.lookupBatch(r.PathValue("id"))
+		if fail != nil {
+			return nil, fail
+		}
+		return b.wire(), nil
+	})
 }
 
 // listBatches lists the jobs, newest first.
@@ -392,39 +387,32 @@ func (f *Fake) cancelBatch(w http.ResponseWriter, r *http.Request) {
 		f.writeError(w, apiFailure{code: http.StatusNotFound, message: "The requested URL " + r.URL.Path + " was not found on this server."})
 		return
 	}
-	f.mu.Lock()
-	b, fail := f.lookupBatch(id)
-	switch {
-	case fail != nil:
-	case b.done() || b.finishing:
-		fail = &apiFailure{code: http.StatusBadRequest, message: fmt.Sprintf("Batch %s is %s and can no longer be cancelled.", b.name(), b.state)}
-	default:
+	f.answer(w, func() (any, *apiFailure) {
+		b, fail := f.lookupBatch(id)
+		switch {
+		case fail != nil:
+			return nil, fail
+		case b.done() || b.finishing:
+			return nil, &apiFailure{code: http.StatusBadRequest, message: fmt.Sprintf("Batch %s is %s and can no longer be cancelled.", b.name(), b.state)}
+		}
 		b.end(BatchCancelled, time.Now())
-	}
-	f.mu.Unlock()
-	if fail != nil {
-		f.writeError(w, *fail)
-		return
-	}
-	writeJSON(w, http.StatusOK, struct{}{})
+		return struct{}{}, nil
+	})
 }
 
 // deleteBatch serves DELETE batches/{id}: the job is gone; one not yet done ends unbilled.
 func (f *Fake) deleteBatch(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	b, fail := f.lookupBatch(r.PathValue("id"))
-	if fail == nil {
+	f.answer(w, func() (any, *apiFailure) {
+		b, fail := f.lookupBatch(r.PathValue("id"))
+		if fail != nil {
+			return nil, fail
+		}
 		if !b.done() && !b.finishing {
 			b.end(BatchCancelled, time.Now())
 		}
 		b.deleted = true
-	}
-	f.mu.Unlock()
-	if fail != nil {
-		f.writeError(w, *fail)
-		return
-	}
-	writeJSON(w, http.StatusOK, struct{}{})
+		return struct{}{}, nil
+	})
 }
 
 // stopBatches stops every job's timers: the fake is closing.

@@ -206,18 +206,13 @@ func (f *Fake) lookupCache(id string, now time.Time) (*cache, *apiFailure) {
 }
 
 func (f *Fake) getCache(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	c, fail := f.lookupCache(r.PathValue("id"), time.Now())
-	var out wireCachedContent
-	if c != nil {
-		out = c.wire()
-	}
-	f.mu.Unlock()
-	if fail != nil {
-		f.writeError(w, *fail)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
+	f.answer(w, func() (any, *apiFailure) {
+		c, fail := f.lookupCache(r.PathValue("id"), time.Now())
+		if fail != nil {
+			return nil, fail
+		}
+		return c.wire(), nil
+	})
 }
 
 func (f *Fake) patchCache(w http.ResponseWriter, r *http.Request) {
@@ -225,40 +220,43 @@ func (f *Fake) patchCache(w http.ResponseWriter, r *http.Request) {
 	if !f.readJSON(w, r, &in) {
 		return
 	}
-	now := time.Now()
-	f.mu.Lock()
-	c, fail := f.lookupCache(r.PathValue("id"), now)
-	if fail == nil {
-		var expire time.Time
-		if expire, fail = expiry(in, now, c.expire); fail == nil {
-			c.expire, c.updated = expire, now
+	f.answer(w, func() (any, *apiFailure) {
+		now := time.Now()
+		c, fail := f.lookupCache(r.PathValue("id"), now)
+		if fail != nil {
+			return nil, fail
 		}
-	}
-	var out wireCachedContent
-	if fail == nil {
-		out = c.wire()
-	}
+		expire, fail := expiry(in, now, c.expire)
+		if fail != nil {
+			return nil, fail
+		}
+		c.expire, c.updated = expire, now
+		return c.wire(), nil
+	})
+}
+
+func (f *Fake) deleteCache(w http.ResponseWriter, r *http.Request) {
+	f.answer(w, func() (any, *apiFailure) {
+		now := time.Now()
+		c, fail := f.lookupCache(r.PathValue("id"), now)
+		if fail != nil {
+			return nil, fail
+		}
+		c.deleted = &now
+		return struct{}{}, nil
+	})
+}
+
+// answer runs fn under the lock and answers with what it returns, or with its failure.
+func (f *Fake) answer(w http.ResponseWriter, fn func() (any, *apiFailure)) {
+	f.mu.Lock()
+	out, fail := fn()
 	f.mu.Unlock()
 	if fail != nil {
 		f.writeError(w, *fail)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func (f *Fake) deleteCache(w http.ResponseWriter, r *http.Request) {
-	now := time.Now()
-	f.mu.Lock()
-	c, fail := f.lookupCache(r.PathValue("id"), now)
-	if fail == nil {
-		c.deleted = &now
-	}
-	f.mu.Unlock()
-	if fail != nil {
-		f.writeError(w, *fail)
-		return
-	}
-	writeJSON(w, http.StatusOK, struct{}{})
 }
 
 func (f *Fake) listCaches(w http.ResponseWriter, r *http.Request) {
