@@ -17,7 +17,11 @@ mix, and prints throughput and its ratio to the Little's-law bound, end-to-end l
 and the overhead above the model's latency, Firestore operations and publishes per task, billed
 ÷ needed tokens and the peak RSS (--json: the report as JSON); a progress bar runs on stderr when
 it is a terminal. --baseline naive runs the same workload and failures through the naive
-generate-then-publish pattern, side by side.`)
+generate-then-publish pattern, side by side.
+--mode batch|flex (--shed F: the fraction of flex requests shed) runs the workload on the
+standard tier, then in that mode, and prints cost per task ÷ the standard run's; --context-cache
+runs seed 000's shape (a 9k-token shared prefix) with context caching off, then on, and prints
+the cost ratio with storage beside the break-even rule's prediction.`)
 	cfg := bench.DefaultConfig()
 	cfg.RegisterFlags(fs)
 	asJSON := jsonFlag(fs)

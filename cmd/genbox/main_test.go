@@ -65,6 +65,7 @@ func TestUsageAndExitCodes(t *testing.T) {
 		{"request not JSON", noServer, "{nope", []string{"submit"}, exitUsage, "", "not a valid task request"},
 		{"unknown request field", noServer, `{"family":"summarize","input":"x","colour":1}`, []string{"submit"}, exitUsage, "", "colour"},
 		{"bad state", noServer, "", []string{"list", "--state", "sleeping"}, exitUsage, "", "is not one of"},
+		{"bad mode", noServer, "", []string{"submit", "--family", "summarize", "--input", "x", "--mode", "eventually"}, exitUsage, "", "--mode"},
 		{"bad url", map[string]string{envAPIKey: "k-0123456789abcdef", envURL: "ftp://x"}, "", []string{"get", "t1"}, exitUsage, "", "not an http(s) URL"},
 		{"unreachable", noServer, "", []string{"get", "t1"}, exitUnavailable, "", "is the server running?"},
 		{"dlq unreachable", noServer, "", []string{"dlq", "show", "t:generation:0:0"}, exitUnavailable, "", "is the server running?"},

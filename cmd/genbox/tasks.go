@@ -36,6 +36,7 @@ printed as JSON when stdout is not a terminal (--json, --text choose).`)
 	callback := fs.String("callback-url", e.getenv(envCallbackURL), "where the signed webhook goes ("+envCallbackURL+")")
 	subject := fs.String("subject-key", "", "what a stale fallback is keyed by")
 	cache := fs.Bool("cache", false, "reuse an identical earlier generation of your tenant")
+	mode := fs.String("mode", "", "standard (at once), flex (Flex tier: about half the price, minutes) or batch (Batch API: about half the price, within 24 h); default the family's")
 	labels := labelsFlag{}
 	fs.Var(labels, "label", "a label key=value (repeatable)")
 	idemKey := fs.String("idempotency-key", "", "the intent's key: submitting again with it returns the same task (default: a fresh key)")
@@ -69,6 +70,12 @@ printed as JSON when stdout is not a terminal (--json, --text choose).`)
 	}
 	if set["cache"] {
 		req.Cache = *cache
+	}
+	if *mode != "" {
+		req.Mode = task.Mode(*mode)
+		if !req.Mode.Valid() {
+			return usageErr("--mode %q: want one of %v", *mode, task.Modes)
+		}
 	}
 	for k, v := range labels {
 		if req.Labels == nil {
@@ -126,7 +133,7 @@ func buildRequest(e env, file, family, input, inputFile string) (task.Request, e
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return req, usageErr("the request is not a valid task request: %v (fields: family, variant, input, subject_key, callback_url, config, labels, cache, run_before, max_cost_usd)", err)
+			return req, usageErr("the request is not a valid task request: %v (fields: family, variant, input, subject_key, callback_url, config, labels, cache, run_before, max_cost_usd, mode)", err)
 		}
 	}
 	if family != "" {
@@ -204,6 +211,12 @@ func follow(ctx context.Context, e env, c *client.Client, id string, timeout, in
 func progress(v *task.View) string {
 	var b strings.Builder
 	b.WriteString(string(v.State))
+	if v.Mode != "" && v.Mode != task.ModeStandard {
+		b.WriteString(" mode=" + string(v.Mode))
+	}
+	if v.BatchJob != "" {
+		b.WriteString(" batch_job=" + v.BatchJob)
+	}
 	if v.Model != "" {
 		b.WriteString(" model=" + v.Model)
 	}

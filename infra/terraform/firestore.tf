@@ -70,6 +70,44 @@ resource "google_firestore_index" "dead_letters_by_state" {
   }
 }
 
+# store.Queries "batch-candidates": the tasks waiting for a batch of a model, oldest first (the
+# batcher's gathering).
+resource "google_firestore_index" "batch_candidates" {
+  project    = var.project_id
+  database   = google_firestore_database.default.name
+  collection = "tasks"
+
+  fields {
+    field_path = "batch_model"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "created_at"
+    order      = "ASCENDING"
+  }
+}
+
+# store.Queries "open-batch-jobs": a model's batch jobs not yet done (the batcher's polling and
+# recovery after a crash).
+resource "google_firestore_index" "open_batch_jobs" {
+  project    = var.project_id
+  database   = google_firestore_database.default.name
+  collection = "batch_jobs"
+
+  fields {
+    field_path = "model"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "open"
+    order      = "ASCENDING"
+  }
+}
+
 locals {
   # store.Exemptions: large values nobody queries, and timestamps nobody filters on (a
   # monotonically rising indexed value caps a collection near 500 writes/s).
@@ -93,13 +131,15 @@ locals {
     "tasks.created_at"   = { collection = "tasks", field = "created_at" }
     "tasks.erased_at"    = { collection = "tasks", field = "erased_at" }
     "outputs.payload"    = { collection = "outputs", field = "payload" }
+    "batch_jobs.members" = { collection = "batch_jobs", field = "members" }
   }
 
   # TTL policies. expire_at is also exempt from indexing (store.Exemptions): a field carries one
   # google_firestore_field, so both settings live in the TTL resource.
   ttl_fields = {
-    "tasks.expire_at"   = { collection = "tasks", field = "expire_at" }
-    "outputs.expire_at" = { collection = "outputs", field = "expire_at" }
+    "tasks.expire_at"      = { collection = "tasks", field = "expire_at" }
+    "outputs.expire_at"    = { collection = "outputs", field = "expire_at" }
+    "batch_jobs.expire_at" = { collection = "batch_jobs", field = "expire_at" }
   }
 }
 

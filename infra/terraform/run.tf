@@ -25,7 +25,13 @@ locals {
   # dlqnotifier's Regenerate estimate, which must agree.
   pricing_env = {
     GENBOX_MODEL_CHAIN = join(",", var.model_chain)
-    GENBOX_PRICES      = join(",", [for m, p in var.model_prices : "${m}=${p.input_per_m}/${p.output_per_m}"])
+    GENBOX_PRICES = join(",", [for m, p in var.model_prices : join(";", compact([
+      "${m}=${p.input_per_m}/${p.output_per_m}",
+      p.flex_input_per_m == null ? "" : "flex=${p.flex_input_per_m}/${p.flex_output_per_m}",
+      p.batch_input_per_m == null ? "" : "batch=${p.batch_input_per_m}/${p.batch_output_per_m}",
+      p.cached_input_per_m == null ? "" : "cached=${p.cached_input_per_m}",
+      p.storage_per_m_hour == null ? "" : "storage=${p.storage_per_m_hour}",
+    ]))])
   }
 
   env = {

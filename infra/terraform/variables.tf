@@ -251,16 +251,29 @@ variable "publisher_public_url" {
 }
 
 variable "model_prices" {
-  description = "Price overrides in USD per million tokens, per model, for the cost genbox records and alerts on. Models not named keep the built-in prices (pkg/gemini.DefaultPrices)."
+  description = "Price overrides in USD per million tokens, per model, for the cost genbox records and alerts on (docs/cost.md): standard input and output; optionally the flex and batch tiers (default half the standard), cached input (default a tenth of the input) and cache storage per million tokens per hour (default the built-in table's; 0: no explicit cache). Models not named keep the built-in prices (pkg/gemini.DefaultPrices)."
   type = map(object({
-    input_per_m  = number
-    output_per_m = number
+    input_per_m        = number
+    output_per_m       = number
+    flex_input_per_m   = optional(number)
+    flex_output_per_m  = optional(number)
+    batch_input_per_m  = optional(number)
+    batch_output_per_m = optional(number)
+    cached_input_per_m = optional(number)
+    storage_per_m_hour = optional(number)
   }))
   default = {}
 
   validation {
-    condition     = alltrue([for p in values(var.model_prices) : p.input_per_m >= 0 && p.output_per_m >= 0])
+    condition = alltrue([for p in values(var.model_prices) : alltrue([for v in [p.input_per_m, p.output_per_m, p.flex_input_per_m, p.flex_output_per_m,
+    p.batch_input_per_m, p.batch_output_per_m, p.cached_input_per_m, p.storage_per_m_hour] : v == null ? true : v >= 0])])
     error_message = "model_prices must not be negative."
+  }
+
+  validation {
+    condition = alltrue([for p in values(var.model_prices) : (p.flex_input_per_m == null) == (p.flex_output_per_m == null) &&
+    (p.batch_input_per_m == null) == (p.batch_output_per_m == null)])
+    error_message = "model_prices: set a tier's input and output together."
   }
 }
 

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 )
 
 // Latency distributions of the fake model.
@@ -54,10 +55,19 @@ type Config struct {
 	AckLoss       float64 // --fail-ack: acks of the worker lost (the message is delivered again)
 	WebhookErrors float64 // --fail-webhook: webhook POSTs answered 503
 
-	Baseline string        // --baseline: "" or naive (run it too, side by side)
-	Seed     uint64        // --seed: the failure decisions
-	Timeout  time.Duration // --timeout: a task not done by then is counted lost
-	Project  string        // --project: the project id prefix on the emulators
+	Baseline string // --baseline: "" or naive (run it too, side by side)
+	// Mode, when set, runs the workload online on the standard tier and then in this mode
+	// (flex or batch; standard compares standard with itself), and reports cost per task ÷ the
+	// standard run's.
+	Mode string  // --mode
+	Shed float64 // --shed: the fraction of flex requests the fake's Flex tier sheds
+	// ContextCache runs seed 000's shape (about 9k tokens of shared family prefix, 2k of input,
+	// 3.5k of output; Tasks of one family and a few of a cold one) with explicit context caching
+	// off, then on, and reports the cost ratio against the break-even rule's prediction.
+	ContextCache bool          // --context-cache
+	Seed         uint64        // --seed: the failure decisions
+	Timeout      time.Duration // --timeout: a task not done by then is counted lost
+	Project      string        // --project: the project id prefix on the emulators
 
 	// Progress receives the progress bar (nil: none); Log the services' logs (nil: discarded).
 	Progress io.Writer
@@ -65,6 +75,8 @@ type Config struct {
 	// Getenv names the emulators (FIRESTORE_EMULATOR_HOST, PUBSUB_EMULATOR_HOST); os.Getenv when
 	// nil. Emulators not named are started for the run and stopped after it.
 	Getenv func(string) string
+
+	run runKnobs // what a savings run changes (savings.go)
 }
 
 // DefaultConfig is the workload of a plain `genbox bench`.
@@ -88,6 +100,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.AckLoss, "fail-ack", c.AckLoss, "probability a worker's ack is lost (the message comes back)")
 	fs.Float64Var(&c.WebhookErrors, "fail-webhook", c.WebhookErrors, "probability a webhook POST is answered 503")
 	fs.StringVar(&c.Baseline, "baseline", c.Baseline, "also run a baseline under the same failures: naive")
+	fs.StringVar(&c.Mode, "mode", c.Mode, "run the workload on the standard tier, then as flex or batch tasks, and compare cost per task")
+	fs.Float64Var(&c.Shed, "shed", c.Shed, "with --mode flex: the fraction of flex requests the fake sheds")
+	fs.BoolVar(&c.ContextCache, "context-cache", c.ContextCache, "run seed 000's shape (9k-token shared prefix) with context caching off, then on, and compare cost")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the failure decisions")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "a task not finished by then is counted lost")
 	fs.StringVar(&c.Project, "project", c.Project, "project id prefix on the emulators")
@@ -121,6 +136,20 @@ func (c Config) Validate() error {
 	}
 	if c.Baseline != BaselineNone && c.Baseline != BaselineNaive {
 		bad("baseline", fmt.Sprintf("%q is not naive", c.Baseline))
+	}
+	switch c.Mode {
+	case ModeNone, ModeStandard, ModeFlex, ModeBatch:
+	default:
+		bad("mode", fmt.Sprintf("%q is not standard, flex or batch", c.Mode))
+	}
+	if !(c.Shed >= 0 && c.Shed < 1) || c.Shed > 0 && c.Mode != ModeFlex {
+		bad("shed", "is a probability in [0, 1), with --mode flex")
+	}
+	if (c.Mode != ModeNone || c.ContextCache) && c.Baseline != BaselineNone {
+		bad("baseline", "compares the plain workload; --mode and --context-cache bring their own baseline")
+	}
+	if c.Mode != ModeNone && c.ContextCache {
+		bad("context-cache", "runs its own workload; pass it without --mode")
 	}
 	if c.Timeout <= 0 {
 		bad("timeout", "must be positive")
@@ -159,6 +188,12 @@ type Result struct {
 	Duplicates int // deliveries beyond the first of a webhook-id
 	Injected   map[string]int
 	PeakRSS    int64 // bytes: VmHWM of this process, reset before the run (the stack runs in it)
+
+	// CostUSD is the fake's invoice at the bench's prices (2.5 Flash's list prices): every bill
+	// at the tier that served it, cached tokens at the cached rate, caches' creation and storage.
+	CostUSD   float64
+	BatchJobs int                    // batch jobs the fake ran
+	Caches    []geminitest.CacheBill // context caches the fake stored
 }
 
 // PerTask divides n by the completed tasks.
@@ -194,11 +229,13 @@ func (r Result) TotalPublishes() int64 {
 	return n
 }
 
-// Report is the outcome of Run: genbox, and the baseline when one was asked for.
+// Report is the outcome of Run: genbox, and the baseline when one was asked for; or, for
+// --mode and --context-cache, the savings comparison.
 type Report struct {
 	Config  Config
 	Genbox  Result
 	Naive   *Result
+	Savings *Savings
 	Elapsed time.Duration
 }
 
@@ -222,6 +259,14 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 	defer emu.Stop()
 	rep := Report{Config: cfg}
 	suffix := fmt.Sprintf("-%d", time.Now().UnixNano()%1e9)
+	if cfg.Mode != ModeNone || cfg.ContextCache {
+		if rep.Savings, err = runSavings(ctx, cfg, emu, suffix); err != nil {
+			return rep, err
+		}
+		rep.Elapsed = time.Since(start)
+		rep.Savings.print(out, cfg)
+		return rep, nil
+	}
 	if rep.Genbox, err = runSystem(ctx, cfg, emu, systemGenbox, cfg.Project+"-genbox"+suffix); err != nil {
 		return rep, fmt.Errorf("genbox: %w", err)
 	}

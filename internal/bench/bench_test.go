@@ -160,6 +160,14 @@ func TestConfigFlagsAndValidate(t *testing.T) {
 		{[]string{"-baseline", "smart"}, "--baseline"},
 		{[]string{"-input-bytes", "0"}, "--input-bytes"},
 		{[]string{"-timeout", "0s"}, "--timeout"},
+		{[]string{"-mode", "batch"}, ""},
+		{[]string{"-mode", "flex", "-shed", "0.2"}, ""},
+		{[]string{"-context-cache"}, ""},
+		{[]string{"-mode", "later"}, "--mode"},
+		{[]string{"-shed", "0.2"}, "--shed"},
+		{[]string{"-mode", "flex", "-shed", "1"}, "--shed"},
+		{[]string{"-mode", "batch", "-baseline", "naive"}, "--baseline"},
+		{[]string{"-mode", "flex", "-context-cache"}, "--context-cache"},
 	} {
 		cfg := DefaultConfig()
 		fs := flag.NewFlagSet("bench", flag.ContinueOnError)

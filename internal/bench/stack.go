@@ -74,6 +74,7 @@ func env(emu *emulator.Emulators, concurrency int, more map[string]string) func(
 		"GENBOX_DELIVERY_BACKOFF_MIN":     "100ms",
 		"GENBOX_DELIVERY_BACKOFF_MAX":     "1s",
 		"GENBOX_NOTICE_GRACE":             "1s",
+		"GENBOX_PRICES":                   benchPrices,
 	}
 	maps.Copy(m, more)
 	return func(k string) string { return m[k] }
@@ -181,7 +182,7 @@ func (s *stack) fakeOptions() []geminitest.Option {
 			if s.in.fail(failModel, taskIDRE.FindString(r.Prompt), s.cfg.ModelErrors) {
 				return geminitest.Reply{Code: http.StatusServiceUnavailable, Message: "The model is overloaded. Please try again later."}
 			}
-			return geminitest.DefaultReply(r)
+			return s.reply(r)
 		}),
 	}
 }
@@ -203,7 +204,7 @@ func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, projec
 	st, err := devstack.Start(ctx, devstack.Config{
 		Project:       project,
 		PublisherAddr: loopback, DLQAddr: loopback, SlackAddr: loopback, WebhookAddr: loopback, GeminiAddr: loopback,
-		Getenv:        env(emu, s.cfg.Concurrency, nil),
+		Getenv:        env(emu, s.cfg.Concurrency, s.cfg.run.env),
 		Log:           s.log,
 		Topology:      topology(),
 		Fake:          s.fakeOptions(),
@@ -245,8 +246,8 @@ func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, projec
 // its own nudge), then nudge gemini-tasks.
 func (s *stack) submit(ctx context.Context, id string) error {
 	grace := time.Now().Add(nudgeGrace)
-	doc := &store.Task{ID: id, Tenant: benchTenant, Family: "summarize", Variant: "default",
-		Input: input(id, s.cfg.InputBytes), State: task.StateQueued, CallbackURL: s.recvURL, NudgeAt: &grace}
+	doc := &store.Task{ID: id, Tenant: benchTenant, Family: s.familyOf(id), Variant: "default",
+		Input: input(id, s.cfg.InputBytes), State: task.StateQueued, CallbackURL: s.recvURL, NudgeAt: &grace, Mode: s.cfg.run.mode}
 	if err := s.store.CreateTask(ctx, doc); err != nil {
 		return err
 	}
@@ -290,6 +291,9 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 	}
 	if err != nil {
 		return Result{}, err
+	}
+	if cfg.run.setup != nil {
+		cfg.run.setup(s.fake)
 	}
 	resetPeakRSS()
 	ops0 := s.counter.Counts()
@@ -387,6 +391,7 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 	r.ModelCalls, r.Generations = led.Total.Calls, led.Total.Generations
 	r.BilledTokens = led.Total.Billed.TotalTokens
 	r.NeededTokens = neededTokens(led)
+	r.CostUSD, r.BatchJobs, r.Caches = led.CostUSD(benchPricing), len(led.Batches), led.Caches
 	r.Webhooks, r.Duplicates, _ = s.recv.tally()
 	return r, nil
 }

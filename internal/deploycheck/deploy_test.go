@@ -235,10 +235,12 @@ func firestoreWant(queries []store.Query) deploycheck.FirestoreWant {
 	for _, e := range store.Exemptions {
 		w.Exempt = append(w.Exempt, deploycheck.Field{Collection: e.Collection, Path: e.Field})
 	}
-	// expire_at drives Firestore's TTL deletion of finished tasks and cached outputs.
+	// expire_at drives Firestore's TTL deletion of finished tasks, cached outputs and done
+	// batch jobs.
 	w.TTL = []deploycheck.Field{
 		{Collection: store.TasksCollection, Path: "expire_at"},
 		{Collection: store.OutputsCollection, Path: "expire_at"},
+		{Collection: store.BatchJobsCollection, Path: "expire_at"},
 	}
 	return w
 }
@@ -433,6 +435,18 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_BACKOFF_MAX":           tuning,
 		"GENBOX_MAX_RETRY_WAIT":        tuning,
 		"GENBOX_CALL_TIMEOUT":          tuning,
+		"GENBOX_FLEX_CALL_TIMEOUT":     tuning,
+		"GENBOX_FLEX_MARGIN":           tuning,
+		"GENBOX_CONTEXT_CACHE_TTL":     tuning,
+		"GENBOX_BATCH_INTERVAL":        tuning,
+		"GENBOX_BATCH_MAX_TASKS":       tuning,
+		"GENBOX_BATCH_WAIT":            tuning,
+		"GENBOX_BATCH_POLL_MAX":        tuning,
+		"GENBOX_BATCH_LEASE_TTL":       tuning,
+		"GENBOX_BATCH_LEADER_TTL":      tuning,
+		"GENBOX_BATCH_DEADLINE":        tuning,
+		"GENBOX_BATCH_MARGIN":          tuning,
+		"GENBOX_BATCH_CALL_TIMEOUT":    tuning,
 		"GENBOX_RATE_HEADROOM":         tuning,
 		"GENBOX_RATE_WINDOW":           "a minute, the period of Gemini's quotas; shorter only in tests",
 		"GENBOX_BREAKER_FAILURES":      tuning,

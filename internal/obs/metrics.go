@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -42,7 +43,7 @@ const (
 	AttrFamily  = "family"
 	AttrModel   = "model"
 	AttrTenant  = "tenant"
-	AttrKind    = "kind" // tokens: prompt or output
+	AttrKind    = "kind" // tokens: prompt, output or cached
 	AttrClass   = "class"
 	AttrStage   = "stage"
 	AttrOutcome = "outcome"
@@ -52,6 +53,8 @@ const (
 const (
 	TokensPrompt = "prompt"
 	TokensOutput = "output"
+	// TokensCached counts the prompt tokens a context cache served (a part of prompt's).
+	TokensCached = "cached"
 )
 
 // Breaker gauge values of genbox.breaker.state, by the breaker state names of pkg/gemini.
@@ -73,6 +76,10 @@ type Metrics struct {
 	webhookAttempts metric.Int64Counter
 	webhookLatency  metric.Float64Histogram
 	meter           metric.Meter
+
+	batchOnce sync.Once
+	batchInst *batchInstruments
+	batchErr  error
 }
 
 // NewMetrics creates every instrument on mp (otel.GetMeterProvider() after Setup; a
@@ -166,6 +173,9 @@ func (m *Metrics) Generation(ctx context.Context, model, tenant string, usage ta
 	}
 	if usage.OutputTokens > 0 {
 		m.tokens.Add(ctx, usage.OutputTokens, metric.WithAttributes(mt, tn, attribute.String(AttrKind, TokensOutput)))
+	}
+	if usage.CachedTokens > 0 {
+		m.tokens.Add(ctx, usage.CachedTokens, metric.WithAttributes(mt, tn, attribute.String(AttrKind, TokensCached)))
 	}
 	if costUSD > 0 {
 		m.cost.Add(ctx, costUSD, metric.WithAttributes(mt, tn))

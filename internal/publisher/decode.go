@@ -223,6 +223,9 @@ func (v validator) validate(req *task.Request) (variant *prompts.Variant, err er
 	if m := req.MaxCostUSD; m != nil && (!(*m > 0) || math.IsInf(*m, 0)) {
 		bad("max_cost_usd", "must be greater than 0")
 	}
+	if req.Mode != "" && !req.Mode.Valid() {
+		bad("mode", "must be one of %v", task.Modes)
+	}
 	if len(fs) == 0 {
 		return variant, nil
 	}

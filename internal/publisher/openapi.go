@@ -30,6 +30,7 @@ var enums = map[reflect.Type][]string{
 	reflect.TypeFor[task.DeliveryState](): {"none", "pending", "delivered", "dead", "discarded"},
 	reflect.TypeFor[task.EventType]():     {"task.succeeded", "task.failed", "task.dead", "task.cancelled", "task.discarded"},
 	reflect.TypeFor[task.ErrorKind]():     {"permanent", "transient", "network", "quality", "expired", "budget", "crash"},
+	reflect.TypeFor[task.Mode]():          strs(task.Modes),
 }
 
 func strs[T ~string](in []T) []string {
@@ -129,6 +130,9 @@ func fieldRanges(c schemas) {
 	set("TaskRequest", "run_before", "format", "date-time", "description", "RFC 3339, in the future: not worth generating after this.")
 	set("TaskRequest", "max_cost_usd", "exclusiveMinimum", 0)
 	set("BatchRequest", "tasks", "minItems", 1, "maxItems", client.MaxBatch)
+	set("TaskRequest", "mode", "description", "standard (at once), flex (the Flex tier: about half the price, minutes) or batch (the Batch API: about half the price, within 24 h or run_before); default the family's mode.")
+	set("Task", "batch_job", "description", "The batch job (batch_jobs id) the task runs or ran in.")
+	set("Usage", "cached_tokens", "description", "The part of prompt_tokens a context cache served (explicit or implicit), billed at the cached rate.")
 }
 
 // openAPI builds the document from the route table.

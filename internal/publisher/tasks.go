@@ -115,9 +115,21 @@ func (s *Server) newTask(id, tenant, key, hash string, req *task.Request, varian
 		Cache: req.Cache, RunBefore: req.RunBefore, MaxCostUSD: req.MaxCostUSD,
 		IdempotencyKey: key, RequestHash: hash, State: task.StateQueued,
 		Delivery:      store.Delivery{State: task.DeliveryNone},
-		PromptVersion: variant.Version, ModelChain: variant.Models,
+		PromptVersion: variant.Version, ModelChain: variant.Models, Mode: effectiveMode(req.Mode, variant.Mode),
 		CreatedAt: now, NudgeAt: &grace,
 	}
+}
+
+// effectiveMode is the request's mode, else its family's default; standard is stored as "".
+func effectiveMode(asked, family task.Mode) task.Mode {
+	m := asked
+	if m == "" {
+		m = family
+	}
+	if m == task.ModeStandard {
+		return ""
+	}
+	return m
 }
 
 // replay answers a repeated Idempotency-Key: the same request gets the same task.
@@ -358,8 +370,8 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant str
 		if t.Tenant != tenant {
 			return store.ErrNotFound
 		}
-		if t.State != task.StateQueued && t.State != task.StateWaiting {
-			return conflict(t, "only a queued or waiting task can be cancelled")
+		if t.State != task.StateQueued && t.State != task.StateWaiting && !t.InBatchJob() {
+			return conflict(t, "only a queued or waiting task, or one running in a batch job, can be cancelled")
 		}
 		t.Finish(task.StateCancelled, now)
 		if t.Delivery.State == task.DeliveryPending {

@@ -239,6 +239,7 @@ func TestSubmitValidation(t *testing.T) {
 		{"max_cost zero", withReq(func(r map[string]any) { r["max_cost_usd"] = 0 }), "", 400, "max_cost_usd"},
 		{"max_cost negative", withReq(func(r map[string]any) { r["max_cost_usd"] = -1 }), "", 400, "max_cost_usd"},
 		{"subject_key too long", withReq(func(r map[string]any) { r["subject_key"] = strings.Repeat("s", 513) }), "", 400, "subject_key"},
+		{"mode unknown", withReq(func(r map[string]any) { r["mode"] = "eventually" }), "", 400, "mode"},
 	}
 	for _, c := range cases { //nolint:paralleltest // the check after the loop counts the nudges every case published
 		t.Run(c.name, func(t *testing.T) {
@@ -363,17 +364,19 @@ func TestCancel(t *testing.T) {
 	if msgs := e.pub.On(bus.TopicResults); len(msgs) != 1 || msgs[0].Attrs[task.AttrTaskID] != hooked.TaskID {
 		t.Fatalf("results nudges %+v", msgs)
 	}
-	// Waiting can be cancelled; running cannot.
+	// Waiting can be cancelled; running cannot, unless in a batch job (its answer will only
+	// record its cost).
 	for _, c := range []struct {
 		state task.State
+		owner string
 		code  int
-	}{{task.StateWaiting, 200}, {task.StateRunning, 409}, {task.StateSucceeded, 409}} {
+	}{{task.StateWaiting, "", 200}, {task.StateRunning, "w1", 409}, {task.StateRunning, store.BatchOwner("bj1"), 200}, {task.StateSucceeded, "", 409}} {
 		r := e.submit(validRequest())
 		if _, err := e.st.MutateTask(ctx, r.TaskID, func(t *store.Task, now time.Time) error {
 			t.State = c.state
 			if c.state == task.StateRunning {
 				exp := now.Add(time.Minute)
-				t.Lease.Owner, t.Lease.ExpiresAt = "w1", &exp
+				t.Lease.Owner, t.Lease.ExpiresAt = c.owner, &exp
 			}
 			return nil
 		}); err != nil {

@@ -43,6 +43,8 @@ var Queries = []Query{
 	{Name: "oldest-pending", Collection: TasksCollection, Fields: []IndexField{{"pending_since", Asc}}},
 	{Name: "open-dead-letters", Collection: DeadLettersCollection, Fields: []IndexField{{"state", Asc}}},
 	{Name: "revoked-api-keys", Collection: APIKeysCollection, Fields: []IndexField{{"revoked", Asc}}},
+	{Name: "batch-candidates", Collection: TasksCollection, Fields: []IndexField{{"batch_model", Asc}, {"state", Asc}, {"created_at", Asc}}},
+	{Name: "open-batch-jobs", Collection: BatchJobsCollection, Fields: []IndexField{{"model", Asc}, {"open", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of docs/architecture.md §2.
@@ -66,6 +68,8 @@ var Exemptions = []Exemption{
 	{TasksCollection, "expire_at"},
 	{TasksCollection, "created_at"},
 	{TasksCollection, "erased_at"},
+	{BatchJobsCollection, "members"},
+	{BatchJobsCollection, "expire_at"},
 	{OutputsCollection, "payload"},
 	{OutputsCollection, "expire_at"},
 }

@@ -46,13 +46,24 @@ type Task struct {
 	IdempotencyKey string            `firestore:"idempotency_key,omitempty"`
 	RequestHash    string            `firestore:"request_hash,omitempty"`
 	Fingerprint    string            `firestore:"fingerprint,omitempty"`
+	// Mode is the task's effective mode (the request's, else its family's); "" is standard.
+	Mode task.Mode `firestore:"mode,omitempty"`
 
 	State    task.State  `firestore:"state"`
-	Attempts int         `firestore:"attempts"` // failed generation attempts of this replay
-	Claims   int         `firestore:"claims"`   // takeovers of an expired lease since the last clean release
-	Replay   int         `firestore:"replay"`   // bumped by Regenerate
-	Parks    int         `firestore:"parks"`    // consecutive parks (every model unavailable); sizes the park backoff
+	Attempts int         `firestore:"attempts"`        // failed generation attempts of this replay
+	Claims   int         `firestore:"claims"`          // takeovers of an expired lease since the last clean release
+	Replay   int         `firestore:"replay"`          // bumped by Regenerate
+	Parks    int         `firestore:"parks"`           // consecutive parks (every model unavailable); sizes the park backoff
+	Sheds    int         `firestore:"sheds,omitempty"` // consecutive flex sheds; sizes the shed backoff
 	Lease    claim.Lease `firestore:"lease"`
+
+	// Batch mode: BatchModel is set while the task waits for a batch of that model (queued);
+	// BatchJob names the batch_jobs document it runs in (running under the job's lease) or ran in.
+	BatchModel string `firestore:"batch_model,omitempty"`
+	BatchJob   string `firestore:"batch_job,omitempty"`
+	// BatchOnline sends a batch task online: a batch could not serve it (its job was refused, or
+	// its output failed the validator under conditions another batch would repeat).
+	BatchOnline bool `firestore:"batch_online,omitempty"`
 
 	// Scheduling. DueAt is derived by Finalize, never set by hand.
 	DueAt        *time.Time `firestore:"due_at,omitempty"`
@@ -193,12 +204,15 @@ func (t *Task) View() task.View {
 	v := task.View{
 		TaskID: t.ID, State: t.State, Family: t.Family, Variant: t.Variant, Labels: t.Labels,
 		Usage: t.Usage, CostUSD: t.CostUSD, Model: t.Model, Degraded: t.Degraded, Stale: t.Stale,
-		CacheHit: t.CacheHit, Replay: t.Replay,
+		CacheHit: t.CacheHit, Replay: t.Replay, Mode: t.Mode, BatchJob: t.BatchJob,
 		Delivery:  task.DeliveryView{State: t.Delivery.State, Attempts: t.Delivery.Attempts},
 		CreatedAt: t.CreatedAt, CompletedAt: t.CompletedAt,
 	}
 	if v.Delivery.State == "" {
 		v.Delivery.State = task.DeliveryNone
+	}
+	if v.Mode == "" {
+		v.Mode = task.ModeStandard
 	}
 	if t.HasOutput() {
 		out := t.Output

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -54,14 +55,15 @@ type Assembly struct {
 	Handler      *Handler
 	Subscription string
 	Pull         bus.PullSettings
-	// Background are the sweeper and the spend flush; the flush writes once more when its
+	// Background are the sweeper, the batcher and the spend flush; the flush writes once more when its
 	// context ends, so the spend of the calls that finished during the grace is counted.
 	Background []func(ctx context.Context)
 }
 
 // Assemble builds the worker of s over in: the model client (its breakers metered and stored,
 // each attempt a span, its alerts published to the alerts topic), the model policy, the message
-// handler, the sweeper and the spend flush. The model client outlives ctx.
+// handler, the sweeper, the batcher (one leader per primary model of the families and the
+// default chain) and the spend flush. The model client outlives ctx.
 func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	cfg, log := s.Config, in.Log
 	gen, err := gemini.New(context.WithoutCancel(ctx), cfg.Gemini, gemini.WithLogger(log),
@@ -75,7 +77,17 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 		return nil, err
 	}
 	mp := cfg.ModelPolicy(in.Store, gen)
-	h := New(in.Store, gen, s.prompts, in.Publisher, log, cfg.Policy(), WithModelPolicy(mp), WithMetrics(in.Metrics))
+	if cfg.ContextTTL > 0 {
+		mp.ContextCaches = NewContextCaches(in.Store, gen, cfg.Gemini.Pricing, cfg.ContextTTL, cfg.Gemini.InstanceShare, cfg.Instance, in.Metrics, mp.Budgets)
+	}
+	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics)}
+	if cfg.Gemini.Backend == gemini.BackendGemini {
+		opts = append(opts, WithBatch(cfg.Batch)) // Vertex AI's batch jobs read Cloud Storage or BigQuery, not inlined requests
+	} else {
+		log.InfoContext(ctx, "batch-mode tasks run online: batch jobs of inlined requests need the Gemini API backend")
+	}
+	h := New(in.Store, gen, s.prompts, in.Publisher, log, cfg.Policy(), opts...)
+	bt := batcher.New(in.Store, gen, h, s.prompts.PrimaryModels(cfg.Gemini.Models), cfg.Batch, cfg.Instance, log.With("component", "batcher"), in.Metrics)
 	swPub := in.SweeperPublisher
 	if swPub == nil {
 		swPub = in.Publisher
@@ -87,6 +99,7 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 		Pull:         bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension},
 		Background: []func(context.Context){
 			func(ctx context.Context) { _ = sw.Run(ctx) },
+			bt.Run,
 			func(ctx context.Context) { FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) },
 		},
 	}, nil

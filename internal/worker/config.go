@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -41,8 +42,11 @@ type Config struct {
 	TenantRefresh time.Duration       // GENBOX_TENANT_REFRESH: tenant limits and spend totals re-read, spend flushed
 	SlotRetry     time.Duration       // GENBOX_TENANT_SLOT_RETRY: not_before (jittered up to twice) of a task over its tenant's cap
 	CacheTTL      time.Duration       // GENBOX_CACHE_TTL: how long a cached output is served
+	FlexMargin    time.Duration       // GENBOX_FLEX_MARGIN: a flex task closer than this to run_before is called on the standard tier
+	ContextTTL    time.Duration       // GENBOX_CONTEXT_CACHE_TTL: an explicit context cache's TTL, extended while in use; 0 creates none
 
 	Sweep  sweeper.Config
+	Batch  batcher.Config
 	Gemini gemini.Config
 }
 
@@ -70,6 +74,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		TenantRefresh: 10 * time.Second,
 		SlotRetry:     2 * time.Second,
 		CacheTTL:      24 * time.Hour,
+		FlexMargin:    15 * time.Minute,
+		ContextTTL:    time.Hour,
 		BudgetPolicy:  gemini.BudgetWait,
 	}
 	r := envconfig.New(getenv)
@@ -96,6 +102,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration("GENBOX_TENANT_REFRESH", &c.TenantRefresh)
 	r.Duration("GENBOX_TENANT_SLOT_RETRY", &c.SlotRetry)
 	r.Duration("GENBOX_CACHE_TTL", &c.CacheTTL)
+	r.Duration("GENBOX_FLEX_MARGIN", &c.FlexMargin)
+	r.Duration("GENBOX_CONTEXT_CACHE_TTL", &c.ContextTTL)
 	r.Int("GENBOX_CONCURRENCY", &c.Concurrency)
 	r.Int("GENBOX_TASK_ATTEMPTS", &c.MaxAttempts)
 	r.Int("GENBOX_CLAIM_CAP", &c.ClaimCap)
@@ -106,6 +114,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	var err error
 	if c.Sweep, err = sweeper.FromEnv(getenv); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Batch, err = batcher.FromEnv(getenv); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Gemini, err = gemini.ConfigFromEnv(getenv); err != nil {
@@ -173,11 +184,14 @@ func (c Config) Validate() error {
 		d    time.Duration
 	}{
 		{"GENBOX_BUDGET_RETRY", c.BudgetRetry}, {"GENBOX_TENANT_REFRESH", c.TenantRefresh},
-		{"GENBOX_TENANT_SLOT_RETRY", c.SlotRetry}, {"GENBOX_CACHE_TTL", c.CacheTTL},
+		{"GENBOX_TENANT_SLOT_RETRY", c.SlotRetry}, {"GENBOX_CACHE_TTL", c.CacheTTL}, {"GENBOX_FLEX_MARGIN", c.FlexMargin},
 	} {
 		if v.d <= 0 {
 			bad(v.name, "must be positive")
 		}
+	}
+	if c.ContextTTL < 0 {
+		bad("GENBOX_CONTEXT_CACHE_TTL", "must not be negative")
 	}
 	if c.ShutdownGrace < 0 {
 		bad("GENBOX_SHUTDOWN_GRACE", "must not be negative")
@@ -191,7 +205,7 @@ func (c Config) Policy() Policy {
 		Owner: c.Instance, LeaseTTL: c.LeaseTTL, RenewEvery: c.RenewEvery,
 		MaxAttempts: c.MaxAttempts, ClaimCap: c.ClaimCap,
 		RetryBase: c.RetryBase, RetryMax: c.RetryMax, ParkBase: c.ParkBase, ParkMax: c.ParkMax,
-		NudgeGrace: c.NudgeGrace, CommitRetry: c.CommitRetry,
+		NudgeGrace: c.NudgeGrace, CommitRetry: c.CommitRetry, FlexMargin: c.FlexMargin,
 	}
 }
 

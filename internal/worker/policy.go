@@ -53,6 +53,8 @@ type ModelPolicy struct {
 	BudgetRetry time.Duration
 	// CacheTTL is how long a cached output is served (store.DefaultOutputTTL when 0).
 	CacheTTL time.Duration
+	// ContextCaches caches the shared prefix of context_cache families; nil caches none.
+	ContextCaches *ContextCaches
 }
 
 // WithModelPolicy applies p before every model call.

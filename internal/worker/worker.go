@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -66,6 +67,7 @@ type Policy struct {
 	ParkMax     time.Duration
 	NudgeGrace  time.Duration // the sweeper holds off this long after the worker's own nudge
 	CommitRetry time.Duration // how long a failed commit (of an output, of spend) is retried
+	FlexMargin  time.Duration // a flex task closer than this to run_before is called on the standard tier
 }
 
 // Handler handles gemini-tasks messages. It is safe for concurrent use.
@@ -77,6 +79,7 @@ type Handler struct {
 	log    *slog.Logger
 	pol    Policy
 	mp     ModelPolicy
+	batch  batcher.Config // zero: batch-mode tasks run online
 
 	abort   context.Context // cancelled by Abort: in-flight calls give up and release their lease
 	cancel  context.CancelFunc
@@ -126,7 +129,7 @@ const windowSample = 1024
 // Stats counts what the handler did; read it with Snapshot.
 type Stats struct {
 	claimed, notClaimed, stored, lost, released, parked, failed, dead, refused atomic.Int64
-	deferred, cacheHits, stale                                                 atomic.Int64
+	deferred, cacheHits, stale, shed                                           atomic.Int64
 
 	mu      sync.Mutex
 	windows []time.Duration // a reservoir sample of at most windowSample
@@ -152,8 +155,8 @@ func (s *Stats) window(d time.Duration) {
 type StatsSnapshot struct {
 	Claimed, NotClaimed, Stored, Lost, Released, Parked, Failed, Dead, Refused int64
 	// Deferred counts tasks handed back before a call (tenant cap, unreadable limits); CacheHits
-	// and Stale count outputs stored without a call.
-	Deferred, CacheHits, Stale int64
+	// and Stale count outputs stored without a call; Shed counts flex calls shed and handed back.
+	Deferred, CacheHits, Stale, Shed int64
 	// PaidWindows are durations from the start of a stored output's model call to its commit:
 	// the only window in which a crash costs a second generation. A uniform sample of at most
 	// 1024 of them, in no particular order.
@@ -169,7 +172,7 @@ func (h *Handler) Stats() StatsSnapshot {
 	return StatsSnapshot{
 		Claimed: s.claimed.Load(), NotClaimed: s.notClaimed.Load(), Stored: s.stored.Load(), Lost: s.lost.Load(),
 		Released: s.released.Load(), Parked: s.parked.Load(), Failed: s.failed.Load(), Dead: s.dead.Load(),
-		Refused: s.refused.Load(), Deferred: s.deferred.Load(), CacheHits: s.cacheHits.Load(), Stale: s.stale.Load(),
+		Refused: s.refused.Load(), Deferred: s.deferred.Load(), CacheHits: s.cacheHits.Load(), Stale: s.stale.Load(), Shed: s.shed.Load(),
 		PaidWindows: w,
 	}
 }
@@ -257,7 +260,7 @@ func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 				return store.ErrNoChange
 			}
 		case task.StateRunning:
-			if t.Lease.Live(now) {
+			if t.Lease.Live(now) || t.InBatchJob() {
 				return store.ErrNoChange
 			}
 			t.Claims++
@@ -323,6 +326,9 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return
 	}
+	if h.holdForBatch(ctx, log, t, r, req) {
+		return
+	}
 	fp := h.cacheKey(t, r, req)
 	// The lease is renewed from the claim on — through the policy's reads, the call and the
 	// commit of its output — so that a slow step never lets it lapse while this process still
@@ -336,10 +342,12 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		return
 	}
 
+	req, observe := h.contextCache(ctx, log, t, r, req)
 	start := time.Now()
-	res, err := h.gen.Generate(callCtx, req)
+	res, err := h.generate(callCtx, log, t, req)
 	cause := context.Cause(callCtx)
 	tk.done(res)
+	observe(res)
 	if spent(res) {
 		h.metrics.Generation(ctx, generationModel(res, err), t.Tenant, res.Usage, res.CostUSD, time.Since(start))
 	}
@@ -364,6 +372,8 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		switch gemini.ClassOf(err) {
 		case gemini.Permanent, gemini.Quality, gemini.Budget:
 			h.fail(ctx, log, t.ID, epoch, res, taskError(err))
+		case gemini.Shed:
+			h.shed(ctx, log, t.ID, epoch, res)
 		default: // transient, network, or unclassified: retried later, counted — unless it opened the last breaker
 			if h.exhausted(req) {
 				h.unavailable(ctx, log, t, r, res)

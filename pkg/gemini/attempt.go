@@ -44,6 +44,7 @@ func (c *Client) attempt(ctx context.Context, number int, model string, req Requ
 		PromptTokens: res.Usage.PromptTokens - before.Usage.PromptTokens,
 		OutputTokens: res.Usage.OutputTokens - before.Usage.OutputTokens,
 		TotalTokens:  res.Usage.TotalTokens - before.Usage.TotalTokens,
+		CachedTokens: res.Usage.CachedTokens - before.Usage.CachedTokens,
 	}
 	a.CostUSD = res.CostUSD - before.CostUSD
 	switch {

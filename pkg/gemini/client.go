@@ -66,6 +66,8 @@ func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.httpClie
 type Client struct {
 	cfg          Config
 	models       *genai.Models
+	batches      *genai.Batches
+	caches       *genai.Caches
 	breakerStore BreakerStore
 	alert        func(ctx context.Context, key, msg string)
 	clock        Clock
@@ -114,7 +116,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gemini client: %w", err)
 	}
-	c.models = g.Models
+	c.models, c.batches, c.caches = g.Models, g.Batches, g.Caches
 	return c, nil
 }
 
@@ -223,7 +225,8 @@ func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
 // Generate runs req under the policy: one attempt budget across the chain; per model, retries of
 // transient and network failures with full-jitter backoff honouring RetryInfo; then the next model
 // (Degraded). A model whose breaker is open is skipped; when every one is, Generate returns
-// ErrUnavailable without a call. An output the validator rejects is retried with changed
+// ErrUnavailable without a call. A flex request the Flex tier shed ends at once in a Shed error,
+// the breaker untouched. An output the validator rejects is retried with changed
 // conditions (QualityRetry, else a lower temperature) and ends in a Quality error. A permanent
 // failure ends after one call. When ctx ends, Generate returns ctx.Err(). The Result counts what
 // was spent in every case.
@@ -293,7 +296,7 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 			}
 			last = &Error{Class: f.class, Code: f.code, Model: model, RetryAfter: f.retryAfter, Err: f.err}
 			waits.failed(c.clock.Now(), f)
-			if f.class == Permanent {
+			if f.class == Permanent || f.class == Shed {
 				c.report(ctx, br.record(c.clock.Now(), outcomeNeutral))
 				return res, last
 			}
@@ -355,16 +358,27 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 	if err != nil {
 		return "", nil, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	timeout := c.cfg.CallTimeout
+	if req.Tier == TierFlex {
+		timeout = c.cfg.FlexCallTimeout
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	res.Calls++
-	resp, err := c.models.GenerateContent(callCtx, model, genai.Text(req.Prompt), c.genaiConfig(req, cfg))
+	gc, cached := c.genaiConfig(req, cfg), req.CachedContent != "" && model == req.CacheModel && !res.CacheLost
+	if cached {
+		gc.CachedContent, gc.SystemInstruction = req.CachedContent, nil
+	}
+	resp, err := c.models.GenerateContent(callCtx, model, genai.Text(req.Prompt), gc)
 	if err != nil {
 		if ctx.Err() != nil {
 			c.spendInDoubt(model, prompt, cfg, res)
 			return "", nil, ctx.Err()
 		}
 		f := classify(err)
+		if req.Tier == TierFlex && f.code == http.StatusServiceUnavailable {
+			f.class = Shed
+		}
 		switch {
 		case f.class == Network:
 			c.spendInDoubt(model, prompt, cfg, res)
@@ -374,11 +388,17 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 		default:
 			lim.settle(c.clock, resv, 0)
 		}
+		if cached && (f.code == http.StatusForbidden || f.code == http.StatusNotFound) {
+			// The context cache expired or was deleted: the same call goes again with the whole prompt.
+			res.CacheLost = true
+			return c.call(ctx, model, req, cfg, res)
+		}
 		return "", &f, nil
 	}
 	u := usageOf(resp)
 	res.Usage = res.Usage.Add(u)
-	res.CostUSD += c.cfg.price(model).Cost(u.PromptTokens, u.OutputTokens)
+	res.Tier = servedTier(resp.UsageMetadata)
+	res.CostUSD += c.cfg.price(model).Bill(u, res.Tier)
 	lim.settle(c.clock, resv, u.PromptTokens)
 	lim.succeeded(c.clock)
 	if berr := blocked(resp); berr != nil {
@@ -401,7 +421,8 @@ func usageOf(resp *genai.GenerateContentResponse) task.Usage {
 		return task.Usage{}
 	}
 	out := int64(m.CandidatesTokenCount) + int64(m.ThoughtsTokenCount)
-	u := task.Usage{PromptTokens: int64(m.PromptTokenCount), OutputTokens: out, TotalTokens: int64(m.TotalTokenCount)}
+	u := task.Usage{PromptTokens: int64(m.PromptTokenCount), OutputTokens: out, TotalTokens: int64(m.TotalTokenCount),
+		CachedTokens: int64(m.CachedContentTokenCount)}
 	if u.TotalTokens == 0 {
 		u.TotalTokens = u.PromptTokens + u.OutputTokens
 	}
@@ -415,6 +436,9 @@ func (c *Client) genaiConfig(req Request, cfg task.GenConfig) *genai.GenerateCon
 		AutomaticContinuation: &off,
 		ResponseMIMEType:      req.ResponseMIMEType,
 		ResponseJsonSchema:    req.ResponseJSONSchema,
+	}
+	if req.Tier == TierFlex {
+		gc.ServiceTier = genai.ServiceTierFlex
 	}
 	if req.SystemInstruction != "" {
 		gc.SystemInstruction = genai.NewContentFromText(req.SystemInstruction, genai.RoleUser)

@@ -21,24 +21,6 @@ const (
 // DefaultModelChain is the fallback chain used when neither the request nor the family names one.
 var DefaultModelChain = []string{"gemini-2.5-flash", "gemini-2.5-flash-lite"}
 
-// DefaultPrices is the price table used for models GENBOX_PRICES does not name (USD per 1M tokens).
-var DefaultPrices = map[string]Price{
-	"gemini-2.5-flash":      {InputPerM: 0.30, OutputPerM: 2.50},
-	"gemini-2.5-flash-lite": {InputPerM: 0.10, OutputPerM: 0.40},
-	"gemini-2.5-pro":        {InputPerM: 1.25, OutputPerM: 10.00},
-}
-
-// Price is what a model costs, in USD per million tokens.
-type Price struct {
-	InputPerM  float64
-	OutputPerM float64
-}
-
-// Cost returns the cost in USD of u at price p.
-func (p Price) Cost(promptTokens, outputTokens int64) float64 {
-	return (float64(promptTokens)*p.InputPerM + float64(outputTokens)*p.OutputPerM) / 1e6
-}
-
 // BreakerConfig sets when a model's circuit breaker opens and how it probes recovery.
 type BreakerConfig struct {
 	// ConsecutiveFailures opens the breaker after that many failures in a row.
@@ -121,6 +103,8 @@ type Config struct {
 	MaxRetryWait time.Duration
 	// CallTimeout bounds one model call; hitting it is a network error (the call may be billed).
 	CallTimeout time.Duration
+	// FlexCallTimeout bounds one flex call instead: the Flex tier's latency target is minutes.
+	FlexCallTimeout time.Duration
 
 	// RPM and TPM are each model's requests and input tokens per minute (Gemini's quotas count
 	// prompt tokens) for the whole deployment; a model absent from a map is not limited.
@@ -145,7 +129,7 @@ type Config struct {
 // GEMINI_API_KEY, GOOGLE_GEMINI_BASE_URL, GENBOX_GEMINI_BACKEND (gemini|vertex),
 // GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (vertex), GENBOX_MODEL_CHAIN ("a,b"),
 // GENBOX_MAX_ATTEMPTS, GENBOX_MODEL_ATTEMPTS, GENBOX_QUALITY_ATTEMPTS, GENBOX_BACKOFF_BASE,
-// GENBOX_BACKOFF_MAX, GENBOX_MAX_RETRY_WAIT, GENBOX_CALL_TIMEOUT, GENBOX_RPM and GENBOX_TPM
+// GENBOX_BACKOFF_MAX, GENBOX_MAX_RETRY_WAIT, GENBOX_CALL_TIMEOUT, GENBOX_FLEX_CALL_TIMEOUT, GENBOX_RPM and GENBOX_TPM
 // ("model=n,..."), GENBOX_RATE_WINDOW, GENBOX_INSTANCE_SHARE, GENBOX_RATE_HEADROOM,
 // GENBOX_PRICES ("model=in/out,..." USD per 1M tokens), GENBOX_BREAKER_FAILURES,
 // GENBOX_BREAKER_WINDOW, GENBOX_BREAKER_FAILURE_RATIO, GENBOX_BREAKER_MIN_VOLUME and
@@ -161,6 +145,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		BackoffMax:           20 * time.Second,
 		MaxRetryWait:         30 * time.Second,
 		CallTimeout:          2 * time.Minute,
+		FlexCallTimeout:      15 * time.Minute,
 		RateWindow:           time.Minute,
 		InstanceShare:        1,
 		RateHeadroom:         0.97,
@@ -189,6 +174,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	r.Duration("GENBOX_BACKOFF_MAX", &c.BackoffMax)
 	r.Duration("GENBOX_MAX_RETRY_WAIT", &c.MaxRetryWait)
 	r.Duration("GENBOX_CALL_TIMEOUT", &c.CallTimeout)
+	r.Duration("GENBOX_FLEX_CALL_TIMEOUT", &c.FlexCallTimeout)
 	r.Duration("GENBOX_RATE_WINDOW", &c.RateWindow)
 	r.Duration("GENBOX_BREAKER_WINDOW", &c.Breaker.Window)
 	r.Duration("GENBOX_BREAKER_COOLDOWN", &c.Breaker.Cooldown)
@@ -227,6 +213,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("GENBOX_MAX_RETRY_WAIT: %s is negative", c.MaxRetryWait)
 	case c.CallTimeout <= 0:
 		return fmt.Errorf("GENBOX_CALL_TIMEOUT: %s, want > 0", c.CallTimeout)
+	case c.FlexCallTimeout <= 0:
+		return fmt.Errorf("GENBOX_FLEX_CALL_TIMEOUT: %s, want > 0", c.FlexCallTimeout)
 	case c.RateWindow <= 0:
 		return fmt.Errorf("GENBOX_RATE_WINDOW: %s, want > 0", c.RateWindow)
 	case !(c.InstanceShare > 0 && c.InstanceShare <= 1):
@@ -252,36 +240,6 @@ func (c Config) Validate() error {
 func (c Config) LongestGenerate() time.Duration {
 	n := time.Duration(c.MaxAttempts)
 	return n*c.CallTimeout + (n-1)*max(c.BackoffMax, c.MaxRetryWait)
-}
-
-// price returns model's price: the configured one, else the default table's, else zero.
-func (p Pricing) price(model string) Price {
-	if pr, ok := p.Prices[model]; ok {
-		return pr
-	}
-	return DefaultPrices[model]
-}
-
-// ParsePrices parses "model=in/out,..." (USD per million input and output tokens).
-func ParsePrices(s string) (map[string]Price, error) {
-	out := map[string]Price{}
-	for _, item := range splitList(s) {
-		model, val, ok := strings.Cut(item, "=")
-		in, outp, ok2 := strings.Cut(val, "/")
-		if !ok || !ok2 || strings.TrimSpace(model) == "" {
-			return nil, fmt.Errorf("%q: want model=in/out", item)
-		}
-		pi, err1 := strconv.ParseFloat(strings.TrimSpace(in), 64)
-		po, err2 := strconv.ParseFloat(strings.TrimSpace(outp), 64)
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("%q: %w", item, err)
-		}
-		if !(pi >= 0 && po >= 0) || math.IsInf(pi, 0) || math.IsInf(po, 0) {
-			return nil, fmt.Errorf("%q: want finite prices >= 0", item)
-		}
-		out[strings.TrimSpace(model)] = Price{InputPerM: pi, OutputPerM: po}
-	}
-	return out, nil
 }
 
 // parseRates parses "model=n,..." into positive per-minute rates.

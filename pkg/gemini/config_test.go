@@ -128,6 +128,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 
 func FuzzParsePrices(f *testing.F) {
 	f.Add("gemini-2.5-flash=0.3/2.5,m=1/2")
+	f.Add("m=1/2;flex=0.5/1;batch=0.5/1;cached=0.1;storage=1")
 	f.Add("=/")
 	f.Fuzz(func(t *testing.T, s string) {
 		p, err := gemini.ParsePrices(s)
@@ -135,7 +136,12 @@ func FuzzParsePrices(f *testing.F) {
 			return
 		}
 		for m, v := range p {
-			if m == "" || !(v.InputPerM >= 0 && v.OutputPerM >= 0) || math.IsInf(v.InputPerM+v.OutputPerM, 0) {
+			all := []float64{v.InputPerM, v.OutputPerM, v.FlexInputPerM, v.FlexOutputPerM, v.BatchInputPerM, v.BatchOutputPerM, v.CachedInputPerM, v.StoragePerMHour}
+			bad := m == ""
+			for _, x := range all {
+				bad = bad || !(x >= 0) || math.IsInf(x, 0)
+			}
+			if bad {
 				t.Fatalf("accepted %q: %q %+v", s, m, v)
 			}
 		}

@@ -26,6 +26,10 @@ const (
 	Quality Class = "quality"
 	// Budget: the estimate exceeds max_cost_usd or the tenant's budget; no call was made.
 	Budget Class = "budget"
+	// Shed: the Flex tier had no capacity for a flex request (503 UNAVAILABLE). Not a failure of
+	// the model: it neither trips the breaker nor falls back; the caller retries it later, or on
+	// the standard tier.
+	Shed Class = "shed"
 )
 
 // ErrUnavailable means every model of the chain has an open circuit breaker: the task should be
@@ -83,6 +87,12 @@ type Request struct {
 	QualityRetry func(task.GenConfig) task.GenConfig
 	// MaxCostUSD refuses calls whose estimate exceeds it; 0 means no limit.
 	MaxCostUSD float64
+	// Tier is the service tier asked for: TierStandard ("" too) or TierFlex.
+	Tier Tier
+	// CachedContent names an explicit context cache of SystemInstruction made for CacheModel:
+	// a call to that model sends the cache instead of the system instruction; a call to any
+	// other model of the chain (a fallback) sends the whole prompt.
+	CachedContent, CacheModel string
 }
 
 // Result is what Generate spent and, on success, produced. It is returned with errors too, so that
@@ -95,4 +105,9 @@ type Result struct {
 	InDoubt  task.Usage // estimated tokens of calls that ended in a network error
 	Calls    int        // model calls made
 	CostUSD  float64
+	// Tier is the tier that served the last answered call (usageMetadata.trafficType).
+	Tier Tier
+	// CacheLost means the request's context cache was gone (expired or deleted): the calls went
+	// with the whole prompt.
+	CacheLost bool
 }

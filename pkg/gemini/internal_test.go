@@ -239,7 +239,7 @@ func TestStatusCodesNotRetriedBySDK(t *testing.T) {
 	// The one knob that could make the SDK retry is HTTPRetryOptions; New pins it to one attempt.
 	c, err := New(context.Background(), Config{
 		Backend: BackendGemini, BaseURL: "http://127.0.0.1:1", Pricing: Pricing{Models: []string{"m"}}, MaxAttempts: 1, ModelAttempts: 1,
-		QualityAttempts: 1, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond, CallTimeout: time.Second,
+		QualityAttempts: 1, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond, CallTimeout: time.Second, FlexCallTimeout: time.Second,
 		RateWindow: time.Minute, InstanceShare: 1, RateHeadroom: 1,
 		Breaker: BreakerConfig{ConsecutiveFailures: 5, Window: time.Minute, FailureRatio: 0.5, Cooldown: time.Second},
 	}, WithHTTPClient(&http.Client{}))

@@ -45,6 +45,14 @@ const (
 	OnExhaustedStale = "stale"
 )
 
+// What a batch task does when a batch can no longer meet its deadline.
+const (
+	// BatchFallbackOnline runs it online (the standard path) before its deadline.
+	BatchFallbackOnline = "online"
+	// BatchFallbackNone keeps it for batches until its deadline, then fails it as expired.
+	BatchFallbackNone = "none"
+)
+
 // MIMEJSON asks the model for JSON output.
 const MIMEJSON = "application/json"
 
@@ -73,6 +81,9 @@ type spec struct {
 	Models               []string         `json:"models,omitempty"`
 	CacheAllowed         *bool            `json:"cache_allowed,omitempty"`
 	OnExhausted          string           `json:"on_exhausted,omitempty"`
+	Mode                 task.Mode        `json:"mode,omitempty"`
+	BatchFallback        string           `json:"batch_fallback,omitempty"`
+	ContextCache         *bool            `json:"context_cache,omitempty"`
 	Config               *task.GenConfig  `json:"config,omitempty"`
 	MaxOutputTokensLimit int32            `json:"max_output_tokens_limit,omitempty"`
 	System               string           `json:"system,omitempty"`
@@ -89,13 +100,21 @@ type Variant struct {
 	Models                []string
 	CacheAllowed          bool
 	OnExhausted           string
-	Config                task.GenConfig
-	MaxOutputTokensLimit  int32
-	System                string
-	ResponseMIMEType      string
-	ResponseSchema        any
-	Checks                Checks
-	tmpl                  *template.Template
+	// Mode is the variant's default mode (standard unless the family says flex or batch).
+	Mode task.Mode
+	// BatchFallback is what a batch task does when a batch can no longer meet its deadline:
+	// BatchFallbackOnline (run it online) or BatchFallbackNone (keep waiting for a batch).
+	BatchFallback string
+	// ContextCache marks the system instruction (with any fixed documents it holds) as a
+	// prefix shared by the family's tasks, worth an explicit context cache when reused enough.
+	ContextCache         bool
+	Config               task.GenConfig
+	MaxOutputTokensLimit int32
+	System               string
+	ResponseMIMEType     string
+	ResponseSchema       any
+	Checks               Checks
+	tmpl                 *template.Template
 }
 
 // Registry holds the known families. It is read-only after loading and safe for concurrent use.
@@ -202,6 +221,9 @@ func resolve(f *spec, name string, o *spec) (*Variant, error) {
 		Models:               f.Models,
 		CacheAllowed:         f.CacheAllowed != nil && *f.CacheAllowed,
 		OnExhausted:          pick(o.OnExhausted, f.OnExhausted, OnExhaustedPark),
+		Mode:                 task.Mode(pick(string(o.Mode), string(f.Mode), string(task.ModeStandard))),
+		BatchFallback:        pick(o.BatchFallback, f.BatchFallback, BatchFallbackOnline),
+		ContextCache:         f.ContextCache != nil && *f.ContextCache,
 		MaxOutputTokensLimit: f.MaxOutputTokensLimit,
 		System:               pick(o.System, f.System),
 		ResponseMIMEType:     pick(o.ResponseMIMEType, f.ResponseMIMEType),
@@ -212,6 +234,9 @@ func resolve(f *spec, name string, o *spec) (*Variant, error) {
 	}
 	if o.CacheAllowed != nil {
 		v.CacheAllowed = *o.CacheAllowed
+	}
+	if o.ContextCache != nil {
+		v.ContextCache = *o.ContextCache
 	}
 	if o.MaxOutputTokensLimit > 0 {
 		v.MaxOutputTokensLimit = o.MaxOutputTokensLimit
@@ -239,6 +264,10 @@ func resolve(f *spec, name string, o *spec) (*Variant, error) {
 		return nil, errors.New("no version")
 	case v.OnExhausted != OnExhaustedPark && v.OnExhausted != OnExhaustedStale:
 		return nil, fmt.Errorf("on_exhausted %q: want %q or %q", v.OnExhausted, OnExhaustedPark, OnExhaustedStale)
+	case !v.Mode.Valid():
+		return nil, fmt.Errorf("mode %q: want one of %v", v.Mode, task.Modes)
+	case v.BatchFallback != BatchFallbackOnline && v.BatchFallback != BatchFallbackNone:
+		return nil, fmt.Errorf("batch_fallback %q: want %q or %q", v.BatchFallback, BatchFallbackOnline, BatchFallbackNone)
 	case v.ResponseSchema != nil && v.ResponseMIMEType != MIMEJSON:
 		return nil, fmt.Errorf("a response_schema needs response_mime_type %s", MIMEJSON)
 	case v.Checks.MinChars < 0 || v.Checks.MaxChars < 0 || (v.Checks.MaxChars > 0 && v.Checks.MaxChars < v.Checks.MinChars):
@@ -340,6 +369,11 @@ type Rendered struct {
 	CacheAllowed bool
 	// OnExhausted is OnExhaustedPark (default) or OnExhaustedStale.
 	OnExhausted string
+	// Mode is the family's default mode; BatchFallback its batch fallback.
+	Mode          task.Mode
+	BatchFallback string
+	// ContextCache: the system instruction is a shared prefix, cacheable (Variant.ContextCache).
+	ContextCache bool
 	// QualityRetry changes the config after a rejected output: LowerTemperature.
 	QualityRetry func(task.GenConfig) task.GenConfig
 }
@@ -375,6 +409,9 @@ func (r *Registry) Render(family, variant, input string, overrides *task.GenConf
 		Models:             slices.Clone(v.Models),
 		CacheAllowed:       v.CacheAllowed,
 		OnExhausted:        v.OnExhausted,
+		Mode:               v.Mode,
+		BatchFallback:      v.BatchFallback,
+		ContextCache:       v.ContextCache,
 		QualityRetry:       LowerTemperature,
 	}, nil
 }

@@ -284,3 +284,22 @@ func TestLoadDirectoryOverridesAndDuplicates(t *testing.T) {
 		t.Errorf("a missing directory: %v, want an error naming %s", err, prompts.EnvDir)
 	}
 }
+
+func TestFamilySavingsSettings(t *testing.T) {
+	t.Parallel()
+	vs, err := prompts.Parse([]byte("family: nightly\nversion: \"1\"\nmode: batch\nbatch_fallback: none\ncontext_cache: true\nsystem: shared\ntemplate: \"{{.Input}}\"\nvariants:\n  default: {}\n  quick: {mode: flex, context_cache: false}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := vs["default"]; d.Mode != task.ModeBatch || d.BatchFallback != prompts.BatchFallbackNone || !d.ContextCache {
+		t.Errorf("default variant %+v", d)
+	}
+	if q := vs["quick"]; q.Mode != task.ModeFlex || q.ContextCache {
+		t.Errorf("quick variant %+v", q)
+	}
+	for _, bad := range []string{"mode: eventually", "batch_fallback: sometimes"} {
+		if _, err := prompts.Parse([]byte("family: x\nversion: \"1\"\n" + bad + "\ntemplate: t\nvariants:\n  default: {}\n")); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}

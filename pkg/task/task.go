@@ -63,6 +63,34 @@ func (s State) Event() EventType {
 	return ""
 }
 
+// Mode is how a task's generation may be served: at once, within minutes, or within hours.
+type Mode string
+
+// Modes.
+const (
+	// ModeStandard calls the model at once on the standard tier, at the full price.
+	ModeStandard Mode = "standard"
+	// ModeFlex calls the model on the Flex tier: about half the price, a latency of minutes,
+	// retried with backoff when shed and moved to the standard tier when run_before is near.
+	ModeFlex Mode = "flex"
+	// ModeBatch runs the task through the Batch API: about half the price, within 24 h (or its
+	// run_before, if sooner), online when that deadline nears.
+	ModeBatch Mode = "batch"
+)
+
+// Modes lists every mode.
+var Modes = []Mode{ModeStandard, ModeFlex, ModeBatch}
+
+// Valid reports whether m is a known mode ("" is not; it means the family's default).
+func (m Mode) Valid() bool {
+	for _, v := range Modes {
+		if m == v {
+			return true
+		}
+	}
+	return false
+}
+
 // DeliveryState is the state of a finished task's webhook delivery.
 type DeliveryState string
 
@@ -145,18 +173,23 @@ type Request struct {
 	Cache       bool              `json:"cache,omitempty"`
 	RunBefore   *time.Time        `json:"run_before,omitempty"`
 	MaxCostUSD  *float64          `json:"max_cost_usd,omitempty"`
+	// Mode is standard, flex or batch; empty takes the family's default mode.
+	Mode Mode `json:"mode,omitempty"`
 }
 
-// Usage counts tokens.
+// Usage counts tokens. CachedTokens are the part of PromptTokens served from a context cache
+// (explicit or implicit), billed at the cached rate.
 type Usage struct {
 	PromptTokens int64 `json:"prompt_tokens" firestore:"prompt_tokens"`
 	OutputTokens int64 `json:"output_tokens" firestore:"output_tokens"`
 	TotalTokens  int64 `json:"total_tokens" firestore:"total_tokens"`
+	CachedTokens int64 `json:"cached_tokens,omitempty" firestore:"cached_tokens,omitempty"`
 }
 
 // Add returns the sum of two usages.
 func (u Usage) Add(o Usage) Usage {
-	return Usage{PromptTokens: u.PromptTokens + o.PromptTokens, OutputTokens: u.OutputTokens + o.OutputTokens, TotalTokens: u.TotalTokens + o.TotalTokens}
+	return Usage{PromptTokens: u.PromptTokens + o.PromptTokens, OutputTokens: u.OutputTokens + o.OutputTokens,
+		TotalTokens: u.TotalTokens + o.TotalTokens, CachedTokens: u.CachedTokens + o.CachedTokens}
 }
 
 // ErrorView is a task's last error as the API shows it.
@@ -173,23 +206,26 @@ type DeliveryView struct {
 
 // View is the task as GET /v1/tasks/{id} shows it and as webhook payloads carry it in "data".
 type View struct {
-	TaskID      string            `json:"task_id"`
-	State       State             `json:"state"`
-	Family      string            `json:"family"`
-	Variant     string            `json:"variant"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Output      *string           `json:"output,omitempty"`
-	Usage       Usage             `json:"usage"`
-	CostUSD     float64           `json:"cost_usd"`
-	Model       string            `json:"model,omitempty"`
-	Degraded    bool              `json:"degraded"`
-	Stale       bool              `json:"stale"`
-	CacheHit    bool              `json:"cache_hit"`
-	Replay      int               `json:"replay"`
-	Delivery    DeliveryView      `json:"delivery"`
-	Error       *ErrorView        `json:"error,omitempty"`
-	CreatedAt   time.Time         `json:"created_at"`
-	CompletedAt *time.Time        `json:"completed_at,omitempty"`
+	TaskID   string            `json:"task_id"`
+	State    State             `json:"state"`
+	Family   string            `json:"family"`
+	Variant  string            `json:"variant"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Output   *string           `json:"output,omitempty"`
+	Usage    Usage             `json:"usage"`
+	CostUSD  float64           `json:"cost_usd"`
+	Model    string            `json:"model,omitempty"`
+	Degraded bool              `json:"degraded"`
+	Stale    bool              `json:"stale"`
+	CacheHit bool              `json:"cache_hit"`
+	Replay   int               `json:"replay"`
+	Mode     Mode              `json:"mode"`
+	// BatchJob is the batch job the task runs, or ran, in (its batch_jobs id), when it has one.
+	BatchJob    string       `json:"batch_job,omitempty"`
+	Delivery    DeliveryView `json:"delivery"`
+	Error       *ErrorView   `json:"error,omitempty"`
+	CreatedAt   time.Time    `json:"created_at"`
+	CompletedAt *time.Time   `json:"completed_at,omitempty"`
 }
 
 // Event is a webhook payload: {"type", "timestamp", "data"} per docs/architecture.md §6.

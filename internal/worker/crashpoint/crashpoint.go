@@ -16,8 +16,20 @@ const (
 	AfterPublish Point = "after_publish" // the result nudge is published; the message not acked
 )
 
-// Points lists every crash point.
+// Points lists every crash point of the online protocol.
 var Points = []Point{BeforeClaim, AfterClaim, MidGenerate, Answered, AfterCommit, AfterPublish}
+
+// The crash points of the batcher (internal/batcher), in the order a batch job meets them.
+const (
+	BatchClaimed    Point = "batch_claimed"    // batch_jobs/{id} and its tasks' claims written; batches.create not called
+	BatchCreated    Point = "batch_created"    // batches.create answered; its job name not recorded
+	BatchRecorded   Point = "batch_recorded"   // the job name recorded; not yet polled
+	BatchMidPoll    Point = "batch_mid_poll"   // a poll answered; what it said not recorded
+	BatchPersisting Point = "batch_persisting" // the first response of a done job persisted; the others not
+)
+
+// BatchPoints lists every crash point of the batcher.
+var BatchPoints = []Point{BatchClaimed, BatchCreated, BatchRecorded, BatchMidPoll, BatchPersisting}
 
 // armed is set only by the genbox_crashpoints build (arm.go); it stays nil in production.
 var armed func(Point)

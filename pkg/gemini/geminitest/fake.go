@@ -1,9 +1,14 @@
 // Package geminitest is a fake Gemini API server that speaks the real REST protocol
 // (generateContent, streamGenerateContent?alt=sse, countTokens, usageMetadata and Google error
-// JSON), so that the real google.golang.org/genai client runs unchanged against it. Its answers
-// are deterministic functions of the request; tests script outputs (Responder), latency, failure
-// schedules, outages, RPM/TPM limits and held calls, and read a Ledger of calls and billed tokens
-// that bills every generation that finished, even when its client had gone — as an invoice would.
+// JSON; the flex service tier with its shedding and trafficType; batches of inlined requests
+// through models/{model}:batchGenerateContent and batches/{id} get, list, cancel and delete;
+// cachedContents create, get, list, patch and delete, with the minimum-token rule and
+// cachedContentTokenCount; implicit caching; continuation tokens), so that the real
+// google.golang.org/genai client runs unchanged against it. Its answers are deterministic
+// functions of the request; tests script outputs (Responder), latency, failure schedules,
+// outages, RPM/TPM limits, held calls, flex shedding and batch turnarounds and outcomes, and read
+// a Ledger of calls, billed tokens by tier, cache storage and batch jobs that bills every
+// generation that finished, even when its client had gone — as an invoice would.
 //
 // In tests:
 //
@@ -55,6 +60,17 @@ type Fake struct {
 	calls     int
 	inflight  int
 	ledger    ledger
+
+	shedding map[string]Shedding        // flex shedding per model
+	implicit map[string]ImplicitCaching // implicit caching per model
+	seen     map[string]time.Time       // implicit caching: when each model+system prefix was last seen
+	caches   []*cache                   // every cachedContents resource, in creation order
+	cacheMin map[string]int64           // the minimum tokens of a cache, per model
+	batches  []*batchJob                // every batch job, in creation order
+	plans    map[string]BatchPlan       // how each model's batch jobs run
+	// batchScript holds each model's scripted batch outcomes (FailBatchesNext).
+	batchScript map[string][]string
+	ids         int // resource ids handed out (caches, batches)
 }
 
 var _ http.Handler = (*Fake)(nil)
@@ -101,23 +117,31 @@ func WithRetryDelay(d time.Duration) Option { return func(f *Fake) { f.retryDela
 // New returns a Fake; Close it to end held and in-flight generations.
 func New(opts ...Option) *Fake {
 	f := &Fake{
-		log:        slog.New(slog.DiscardHandler),
-		retryDelay: time.Second,
-		done:       make(chan struct{}),
-		responder:  DefaultReply,
-		latency:    make(map[string]Latency),
-		limits:     make(map[string]Limits),
-		windows:    make(map[string][]admitted),
-		failures:   make(map[string][]int),
-		outages:    make(map[string]time.Time),
-		gates:      make(map[string]*Gate),
-		rng:        rand.New(rand.NewPCG(1, 2)),
+		log:         slog.New(slog.DiscardHandler),
+		retryDelay:  time.Second,
+		done:        make(chan struct{}),
+		responder:   DefaultReply,
+		latency:     make(map[string]Latency),
+		limits:      make(map[string]Limits),
+		windows:     make(map[string][]admitted),
+		failures:    make(map[string][]int),
+		outages:     make(map[string]time.Time),
+		gates:       make(map[string]*Gate),
+		rng:         rand.New(rand.NewPCG(1, 2)),
+		shedding:    make(map[string]Shedding),
+		implicit:    make(map[string]ImplicitCaching),
+		seen:        make(map[string]time.Time),
+		cacheMin:    make(map[string]int64),
+		plans:       make(map[string]BatchPlan),
+		batchScript: make(map[string][]string),
 	}
 	for _, o := range opts {
 		o(f)
 	}
 	f.mux = http.NewServeMux()
 	f.mux.HandleFunc("POST /{version}/models/{call}", f.serveModel)
+	f.routeBatches()
+	f.routeCaches()
 	f.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		f.writeError(w, apiFailure{code: http.StatusNotFound, message: "The requested URL " + r.URL.Path + " was not found on this server."})
 	})
@@ -188,11 +212,19 @@ func (f *Fake) Block(model string) *Gate {
 	return g
 }
 
-// Ledger returns a snapshot of the calls and billed tokens so far.
+// Ledger returns a snapshot of the calls and billed tokens so far, the storage of every cache and
+// the batch jobs.
 func (f *Fake) Ledger() Ledger {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.ledger.snapshot()
+	l := f.ledger.snapshot()
+	for _, c := range f.caches {
+		l.Caches = append(l.Caches, c.bill())
+	}
+	for _, b := range f.batches {
+		l.Batches = append(l.Batches, b.record())
+	}
+	return l
 }
 
 // InFlight is the number of generations admitted and not yet finished (held, generating or
@@ -218,9 +250,15 @@ func (f *Fake) WaitIdle(ctx context.Context) error {
 	return nil
 }
 
-// Close ends held and in-flight generations without billing them (they answer 503), so that an
-// HTTP server in front of the fake can shut down. It is idempotent.
-func (f *Fake) Close() { f.closeOnce.Do(func() { close(f.done) }) }
+// Close ends held and in-flight generations without billing them (they answer 503), and stops
+// the batch jobs still running (they stay as they are, unbilled), so that an HTTP server in
+// front of the fake can shut down. It is idempotent.
+func (f *Fake) Close() {
+	f.closeOnce.Do(func() {
+		close(f.done)
+		f.stopBatches()
+	})
+}
 
 // ServeHTTP serves the Gemini API routes under /{version}/models/.
 func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.mux.ServeHTTP(w, r) }
@@ -239,7 +277,7 @@ func (f *Fake) serveModel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch method {
-	case methodGenerate, methodStream, methodCountTokens:
+	case methodGenerate, methodStream, methodCountTokens, methodBatch:
 	default:
 		f.writeError(w, apiFailure{code: http.StatusNotFound, message: fmt.Sprintf("Method %q of models/%s is not found.", method, model)})
 		return
@@ -257,9 +295,17 @@ func (f *Fake) serveModel(w http.ResponseWriter, r *http.Request) {
 		f.writeError(w, apiFailure{code: http.StatusBadRequest, message: "Request payload could not be read: " + err.Error()})
 		return
 	}
+	if method == methodBatch {
+		f.createBatch(w, model, body)
+		return
+	}
 	req, err := decodeRequest(model, method, body)
 	if err != nil {
-		f.writeError(w, apiFailure{code: http.StatusBadRequest, message: strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")})
+		f.writeError(w, badRequest(err))
+		return
+	}
+	if fail := f.prefix(&req, time.Now()); fail != nil {
+		f.writeError(w, *fail)
 		return
 	}
 	if method == methodCountTokens {
@@ -344,6 +390,11 @@ func (f *Fake) admit(req *Request, now time.Time) (fail *apiFailure, responder R
 				message: fmt.Sprintf("You exceeded your current quota, please check your plan and billing details. Quota exceeded for metric: generativelanguage.googleapis.com/%s, model: %s. Please retry in %s.", quota, req.Model, formatDuration(wait))}, nil, nil, Latency{}
 		}
 	}
+	if shed := f.shed(*req); shed != nil {
+		t.Shed++
+		return shed, nil, nil, Latency{}
+	}
+	f.implicitHit(req, now)
 	latency, _ = pick(f.latency, req.Model)
 	gate, _ = pick(f.gates, req.Model)
 	f.inflight++
@@ -382,14 +433,8 @@ func (f *Fake) generate(w http.ResponseWriter, r *http.Request, req Request) {
 			return
 		}
 	}
-	if reply.FinishReason == "" {
-		reply.FinishReason = "STOP"
-	}
-	if reply.BlockReason != "" {
-		reply.Text = ""
-	}
-	usage := task.Usage{PromptTokens: req.PromptTokens(), OutputTokens: tokens(reply.Text)}
-	usage.TotalTokens = usage.PromptTokens + usage.OutputTokens
+	reply = reply.finalize()
+	usage := usageOf(req, reply)
 	chunks := []string{reply.Text}
 	if req.Method == methodStream {
 		chunks = split(reply.Text, 3)
@@ -421,13 +466,11 @@ func (f *Fake) generate(w http.ResponseWriter, r *http.Request, req Request) {
 		if i == len(chunks)-1 {
 			if resp.Candidates != nil {
 				resp.Candidates[0].FinishReason = reply.FinishReason
+				if reply.ContinuationToken != "" {
+					resp.Candidates[0].ContinuationToken = []byte(reply.ContinuationToken)
+				}
 			}
-			resp.UsageMetadata = &wireUsage{
-				PromptTokenCount:     usage.PromptTokens,
-				CandidatesTokenCount: usage.OutputTokens,
-				TotalTokenCount:      usage.TotalTokens,
-				PromptTokensDetails:  []wireModalityUsed{{Modality: "TEXT", TokenCount: usage.PromptTokens}},
-			}
+			resp.UsageMetadata = wireUsageOf(usage, req.Tier)
 			f.bill(req, usage, r.Context().Err() != nil)
 		}
 		if req.Method != methodStream {
@@ -477,7 +520,7 @@ func (f *Fake) bill(req Request, u task.Usage, abandoned bool) {
 	if abandoned {
 		t.Abandoned++
 	}
-	f.ledger.bills = append(f.ledger.bills, Bill{Request: req, Usage: u, Abandoned: abandoned})
+	f.ledger.bills = append(f.ledger.bills, Bill{Request: req, Usage: u, Tier: req.Tier, Abandoned: abandoned})
 	f.mu.Unlock()
 	f.logCall(req, http.StatusOK, u)
 }

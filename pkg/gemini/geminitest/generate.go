@@ -29,6 +29,10 @@ type Reply struct {
 	Code       int
 	Message    string
 	RetryDelay time.Duration
+	// ContinuationToken, when set, ends the answer early as a resumable one: the response carries
+	// it with finishReason CONTINUATION, which an SDK with automatic continuation would follow by
+	// sending the request again (another billed call).
+	ContinuationToken string
 }
 
 // Responder scripts the output of generation calls, e.g. invalid JSON on call 0 and

@@ -2,7 +2,9 @@ package geminitest
 
 import (
 	"strings"
+	"time"
 
+	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -18,6 +20,10 @@ type Tally struct {
 	Abandoned int
 	// CountTokens is the countTokens calls (free, and outside every limit).
 	CountTokens int
+	// Shed is the flex calls the flex tier shed (answered 503, counted in Failed too).
+	Shed int
+	// Batched is the generations run inside batch jobs (counted in Calls and Generations too).
+	Batched int
 	// Billed is the tokens billed: the usageMetadata of every finished generation.
 	Billed task.Usage
 }
@@ -28,6 +34,8 @@ func (t *Tally) add(o Tally) {
 	t.Failed += o.Failed
 	t.Abandoned += o.Abandoned
 	t.CountTokens += o.CountTokens
+	t.Shed += o.Shed
+	t.Batched += o.Batched
 	t.Billed = t.Billed.Add(o.Billed)
 }
 
@@ -35,6 +43,8 @@ func (t *Tally) add(o Tally) {
 type Bill struct {
 	Request Request
 	Usage   task.Usage
+	// Tier is the tier that served it, and so its price: TierStandard, TierFlex or TierBatch.
+	Tier string
 	// Abandoned means the client had gone (its request context was done) before the end.
 	Abandoned bool
 }
@@ -45,6 +55,43 @@ type Ledger struct {
 	PerModel map[string]Tally
 	// Bills lists every billed generation in the order they finished.
 	Bills []Bill
+	// Caches lists every cachedContents resource ever created, with its storage so far.
+	Caches []CacheBill
+	// Batches lists every batch job ever created, in creation order.
+	Batches []BatchRecord
+}
+
+// CacheBill is what a cachedContents resource is billed for: its tokens once at the input price
+// when created, and their storage from its creation until it expires or is deleted (a live
+// cache's current expiry: what the invoice will show unless it is extended or deleted).
+type CacheBill struct {
+	Name, DisplayName, Model string
+	Tokens                   int64
+	Start, End               time.Time
+}
+
+// Hours is how long the cache was stored.
+func (c CacheBill) Hours() float64 { return c.End.Sub(c.Start).Hours() }
+
+// BatchRecord is a batch job as the fake ran it.
+type BatchRecord struct {
+	Name, DisplayName, Model string
+	// State is the job's batch state (BatchSucceeded, BatchFailed, ...).
+	State string
+	// Requests is the number of requests of the job; Failed is how many answered an error.
+	Requests, Failed int
+}
+
+// BatchesNamed returns the batch jobs created with displayName: more than one means a batch was
+// submitted twice.
+func (l Ledger) BatchesNamed(displayName string) []BatchRecord {
+	var out []BatchRecord
+	for _, b := range l.Batches {
+		if b.DisplayName == displayName {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // Model returns the tally of one model (zero when it was never called).
@@ -96,4 +143,30 @@ func (l *ledger) snapshot() Ledger {
 		s.Total.add(*t)
 	}
 	return s
+}
+
+// CostUSD is what the bill cost at p's prices: its prompt and output at its tier's rates, its
+// cached prompt tokens at the cached rate.
+func (b Bill) CostUSD(p gemini.Pricing) float64 {
+	return p.Price(b.Request.Model).Bill(b.Usage, gemini.Tier(b.Tier))
+}
+
+// CostUSD is the invoice at p's prices: every bill at its tier, with cached tokens at the cached
+// rate, and every cache's creation and storage.
+func (l Ledger) CostUSD(p gemini.Pricing) float64 {
+	var usd float64
+	for _, b := range l.Bills {
+		usd += b.CostUSD(p)
+	}
+	for _, c := range l.Caches {
+		usd += c.CostUSD(p)
+	}
+	return usd
+}
+
+// CostUSD is what the cache costs at p's prices: its tokens once at the input price, and their
+// storage.
+func (c CacheBill) CostUSD(p gemini.Pricing) float64 {
+	price := p.Price(c.Model)
+	return price.Cost(c.Tokens, 0) + price.Storage(c.Tokens, c.Hours())
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/genbox-dev/genbox/pkg/gemini"
 )
 
 // errBadRequest is wrapped by every error of decodeRequest: the body is not a request Gemini
@@ -22,6 +24,13 @@ type wireRequest struct {
 	Contents          []wireContent  `json:"contents"`
 	SystemInstruction *wireContent   `json:"systemInstruction"`
 	GenerationConfig  *wireGenConfig `json:"generationConfig"`
+	// ServiceTier is "flex", "standard" or "priority" (any case; absent is standard). The SDK
+	// sends GenerateContentConfig.ServiceTier here, beside generationConfig.
+	ServiceTier string `json:"serviceTier"`
+	// CachedContent names a cachedContents resource whose content prefixes this request's.
+	CachedContent string `json:"cachedContent"`
+	// ContinuationToken resumes an answer that ended with finishReason CONTINUATION.
+	ContinuationToken []byte `json:"continuationToken"`
 	// GenerateContentRequest is countTokens' alternative form: a whole generate request.
 	GenerateContentRequest *wireRequest `json:"generateContentRequest"`
 }
@@ -48,7 +57,8 @@ type wireGenConfig struct {
 type Request struct {
 	// Model is the model id from the URL, without the "models/" prefix.
 	Model string
-	// Method is "generateContent", "streamGenerateContent" or "countTokens".
+	// Method is "generateContent", "streamGenerateContent", "countTokens", or
+	// "batchGenerateContent" for a request of a batch job.
 	Method string
 	// Call is the 0-based index of this generation call among all generation calls the fake
 	// received, in arrival order (countTokens calls are not numbered and get -1).
@@ -63,10 +73,30 @@ type Request struct {
 	ResponseMIMEType string
 	// ResponseSchema is the decoded responseJsonSchema, or else responseSchema; nil when absent.
 	ResponseSchema any
+	// Tier is the service tier asked for: TierStandard or TierFlex (batch requests: TierBatch).
+	Tier string
+	// CachedContent is the cachedContents resource the request named, "" when none. Its system
+	// instruction and contents are part of SystemInstruction and Prompt: a request answers the
+	// same with its prefix cached or sent whole.
+	CachedContent string
+	// CachedTokens is the part of PromptTokens served from a cache: the explicit cache's tokens,
+	// or an implicit cache hit on the system instruction.
+	CachedTokens int64
+	// Batch is the batches/{id} job the request ran in, "" for an online call.
+	Batch string
+	// Continuation is the continuation token the request resumes from, "" for a first request.
+	Continuation string
+
+	// own is the token count of the request's own content, without its cached prefix.
+	own int64
 }
 
-// PromptTokens is the prompt's token count as the fake reports and bills it.
+// PromptTokens is the prompt's token count as the fake reports and bills it; with a cached
+// prefix, the cache's tokens plus the request's own.
 func (r Request) PromptTokens() int64 {
+	if r.CachedContent != "" {
+		return r.CachedTokens + r.own
+	}
 	return tokens(r.SystemInstruction) + tokens(r.Prompt)
 }
 
@@ -93,7 +123,15 @@ func decodeRequest(model, method string, body []byte) (Request, error) {
 	if method == methodCountTokens && w.GenerateContentRequest != nil {
 		w = *w.GenerateContentRequest
 	}
-	r := Request{Model: model, Method: method, Call: -1}
+	r := Request{Model: model, Method: method, Call: -1, CachedContent: w.CachedContent, Continuation: string(w.ContinuationToken)}
+	tier, err := decodeTier(w.ServiceTier)
+	if err != nil {
+		return Request{}, err
+	}
+	r.Tier = tier
+	if w.CachedContent != "" && w.SystemInstruction != nil {
+		return Request{}, fmt.Errorf("%w: CachedContent can not be used with GenerateContent request setting system_instruction, tools or tool_config.\n\nProposed fix: move those values to CachedContent from GenerateContent request.", errBadRequest) //nolint:staticcheck // ST1005: the real API's message, word for word
+	}
 	if len(w.Contents) == 0 {
 		return Request{}, fmt.Errorf("%w: * GenerateContentRequest.contents: contents is not specified", errBadRequest)
 	}
@@ -111,6 +149,7 @@ func decodeRequest(model, method string, body []byte) (Request, error) {
 	if w.SystemInstruction != nil {
 		r.SystemInstruction = w.SystemInstruction.text()
 	}
+	r.own = tokens(r.SystemInstruction) + tokens(r.Prompt)
 	if g := w.GenerationConfig; g != nil {
 		if g.Temperature != nil && (*g.Temperature < 0 || *g.Temperature > 2 || math.IsNaN(*g.Temperature)) {
 			return Request{}, fmt.Errorf("%w: * GenerateContentRequest.generation_config.temperature: must be in [0.0, 2.0]", errBadRequest)
@@ -167,10 +206,34 @@ const (
 	methodGenerate    = "generateContent"
 	methodStream      = "streamGenerateContent"
 	methodCountTokens = "countTokens"
+	methodBatch       = "batchGenerateContent"
 )
 
-// wireResponse is a GenerateContentResponse, whole or one SSE chunk of it. It never carries a
-// continuationToken.
+// Service tiers, as Request.Tier and Bill.Tier name them: gemini.Tier's values.
+const (
+	TierStandard = string(gemini.TierStandard)
+	TierFlex     = string(gemini.TierFlex)
+	TierBatch    = string(gemini.TierBatch)
+)
+
+// Traffic types of usageMetadata.trafficType: which tier served a call.
+const (
+	trafficOnDemand = "ON_DEMAND"
+	trafficFlex     = "ON_DEMAND_FLEX"
+)
+
+// decodeTier reads a request's serviceTier. Priority is served as standard.
+func decodeTier(s string) (string, error) {
+	switch strings.ToLower(s) {
+	case "", "unspecified", "standard", "priority":
+		return TierStandard, nil
+	case "flex":
+		return TierFlex, nil
+	}
+	return "", fmt.Errorf("%w: * GenerateContentRequest.service_tier: unknown service tier %q", errBadRequest, s)
+}
+
+// wireResponse is a GenerateContentResponse, whole or one SSE chunk of it.
 type wireResponse struct {
 	Candidates     []wireCandidate     `json:"candidates,omitempty"`
 	PromptFeedback *wirePromptFeedback `json:"promptFeedback,omitempty"`
@@ -187,13 +250,19 @@ type wireCandidate struct {
 	Content      wireContent `json:"content"`
 	FinishReason string      `json:"finishReason,omitempty"`
 	Index        int         `json:"index"`
+	// ContinuationToken, with finishReason CONTINUATION, says the answer stopped early and a
+	// request carrying the token would resume it (Reply.ContinuationToken).
+	ContinuationToken []byte `json:"continuationToken,omitempty"`
 }
 
 type wireUsage struct {
-	PromptTokenCount     int64              `json:"promptTokenCount"`
-	CandidatesTokenCount int64              `json:"candidatesTokenCount"`
-	TotalTokenCount      int64              `json:"totalTokenCount"`
-	PromptTokensDetails  []wireModalityUsed `json:"promptTokensDetails,omitempty"`
+	PromptTokenCount        int64              `json:"promptTokenCount"`
+	CachedContentTokenCount int64              `json:"cachedContentTokenCount,omitempty"`
+	CandidatesTokenCount    int64              `json:"candidatesTokenCount"`
+	TotalTokenCount         int64              `json:"totalTokenCount"`
+	PromptTokensDetails     []wireModalityUsed `json:"promptTokensDetails,omitempty"`
+	CacheTokensDetails      []wireModalityUsed `json:"cacheTokensDetails,omitempty"`
+	TrafficType             string             `json:"trafficType,omitempty"`
 }
 
 type wireModalityUsed struct {

@@ -1,0 +1,608 @@
+// Package batcher runs batch-mode tasks through the Gemini Batch API at the batch price (DESIGN
+// §12). One leader per model, elected with a lease document like the sweeper's, gathers the
+// tasks waiting for a batch of its model and claims them under the job's lease in the same
+// transaction that writes batch_jobs/{id}; only then does it call batches.create, with that id
+// as the job's display name, so a crash between the create and recording its answer finds the
+// job again by display name instead of creating a second one. It polls each job with a bounded
+// backoff, renews its tasks' lease, and once the job is done settles every task by its key under
+// the outbox's rules (Tasks.SettleBatch: first output wins, never overwritten, a cancelled task
+// never revived, usage always recorded). A job that failed, expired or was cancelled, and a
+// request that failed inside it, send their tasks back: to the next job, or online when their
+// deadline nears; a job still running when its first task must leave batching is cancelled.
+package batcher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/genai"
+
+	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
+	"github.com/genbox-dev/genbox/pkg/claim"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// Gemini is the Batch API (gemini.Client).
+type Gemini interface {
+	CreateBatch(ctx context.Context, model, displayName string, reqs []gemini.Request) (gemini.BatchJob, error)
+	GetBatch(ctx context.Context, name string, reqs map[string]gemini.Request) (gemini.BatchJob, error)
+	FindBatch(ctx context.Context, displayName string) (gemini.BatchJob, error)
+	CancelBatch(ctx context.Context, name string) error
+	DeleteBatch(ctx context.Context, name string) error
+}
+
+var _ Gemini = (*gemini.Client)(nil)
+
+// Outcome is how one task's request in a batch job ended.
+type Outcome struct {
+	// Result is what the request spent (at the batch price) and, when Err is nil, its answer.
+	Result gemini.Result
+	// Err is the request's classified error (a *gemini.Error), nil with an answer.
+	Err error
+	// Lost means the job ended without answering the task (it failed, expired or was
+	// cancelled): not the task's failure, so no attempt is counted.
+	Lost bool
+	// Online sends the task to run online rather than in the next job.
+	Online bool
+	// Fingerprint is the task's output cache key, when it may be cached.
+	Fingerprint string
+}
+
+// Tasks is the task side of batching (worker.Handler): it renders a task's request, and settles
+// or renews a member of a job under the job's lease.
+type Tasks interface {
+	BatchRequest(t *store.Task) (req gemini.Request, fingerprint string, err error)
+	// SettleBatch applies o to member m of job j and reports whether m is settled: out of the
+	// job's lease, what it spent recorded.
+	SettleBatch(ctx context.Context, j *store.BatchJob, m store.BatchMember, o Outcome) (bool, error)
+	// RenewBatch extends the lease of member m of job id; false means m no longer runs in it.
+	RenewBatch(ctx context.Context, id string, m store.BatchMember, ttl time.Duration) (bool, error)
+}
+
+// LeaderDoc is the leaders/{id} document of model's batcher.
+func LeaderDoc(model string) string { return "batcher-" + strings.ReplaceAll(model, "/", "~") }
+
+// Batcher runs the batch jobs of its models. Run it in every worker instance: only each model's
+// leader works.
+type Batcher struct {
+	store   *store.Store
+	gem     Gemini
+	tasks   Tasks
+	models  []string
+	cfg     Config
+	owner   string
+	log     *slog.Logger
+	metrics *obs.Metrics
+
+	mu   sync.Mutex
+	open map[string]obs.BatchJobs // by model, as the last pass of its leader saw it
+}
+
+// New returns a Batcher for models, leading as owner.
+func New(s *store.Store, gem Gemini, tasks Tasks, models []string, cfg Config, owner string, log *slog.Logger, metrics *obs.Metrics) *Batcher {
+	return &Batcher{store: s, gem: gem, tasks: tasks, models: models, cfg: cfg, owner: owner, log: log, metrics: metrics, open: map[string]obs.BatchJobs{}}
+}
+
+// Run leads every model it can until ctx ends, then gives its leaderships up.
+func (b *Batcher) Run(ctx context.Context) {
+	unregister, err := b.metrics.ObserveBatchJobs(b.observe)
+	if err != nil {
+		b.log.WarnContext(ctx, "batch job gauges not registered", "error", err)
+	} else {
+		defer func() { _ = unregister() }()
+	}
+	var wg sync.WaitGroup
+	for _, m := range b.models {
+		wg.Go(func() { b.lead(ctx, m) })
+	}
+	wg.Wait()
+}
+
+// observe reports the open jobs of the models this instance leads.
+func (b *Batcher) observe() []obs.BatchJobs {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]obs.BatchJobs, 0, len(b.open))
+	for _, j := range b.open {
+		out = append(out, j)
+	}
+	return out
+}
+
+// lead runs model's passes while this instance holds its leadership.
+func (b *Batcher) lead(ctx context.Context, model string) {
+	log := b.log.With("model", model)
+	leader := &claim.Doc{FS: b.store.FS, Ref: b.store.FS.Collection(store.LeadersCollection).Doc(LeaderDoc(model)),
+		Owner: b.owner, TTL: b.cfg.LeaderTTL, Now: b.store.Now}
+	tick := time.NewTicker(b.cfg.Interval)
+	defer tick.Stop()
+	var epoch int64
+	defer func() {
+		if epoch > 0 {
+			_ = leader.Release(context.WithoutCancel(ctx), epoch)
+		}
+	}()
+	for {
+		l, err := leader.Acquire(ctx)
+		switch {
+		case err == nil:
+			epoch = l.Epoch
+			b.leadPass(ctx, log, model, leader, epoch)
+		case errors.Is(err, claim.ErrHeld):
+			epoch = 0
+			b.mu.Lock()
+			delete(b.open, model)
+			b.mu.Unlock()
+		case ctx.Err() == nil:
+			log.WarnContext(ctx, "batcher leadership", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// leadPass runs one pass while renewing the leadership every third of its TTL: a pass that
+// settles a large job takes longer than the lease. A lost renewal ends the pass.
+func (b *Batcher) leadPass(ctx context.Context, log *slog.Logger, model string, leader *claim.Doc, epoch int64) {
+	passCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lost atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(b.cfg.LeaderTTL / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-passCtx.Done():
+				return
+			case <-tick.C:
+			}
+			if _, err := leader.Renew(passCtx, epoch); err != nil && passCtx.Err() == nil {
+				lost.Store(true)
+				log.WarnContext(ctx, "batcher leadership lost during a pass; pass ended", "error", err)
+				cancel()
+				return
+			}
+		}
+	}()
+	b.pass(passCtx, log, model, func(context.Context) bool { return !lost.Load() && passCtx.Err() == nil })
+	cancel()
+	<-done
+}
+
+// pass advances model's open jobs, then gathers waiting tasks into a new one.
+func (b *Batcher) pass(ctx context.Context, log *slog.Logger, model string, leading func(context.Context) bool) {
+	jobs, err := b.store.OpenBatchJobs(ctx, model)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.WarnContext(ctx, "open batch jobs unreadable", "error", err)
+		}
+		return
+	}
+	seen := obs.BatchJobs{Model: model, Open: int64(len(jobs))}
+	if len(jobs) > 0 {
+		seen.OldestAge = b.store.Now().Sub(jobs[0].CreatedAt)
+	}
+	b.mu.Lock()
+	b.open[model] = seen
+	b.mu.Unlock()
+	for _, j := range jobs {
+		if err := b.advance(ctx, log.With("batch_job", j.ID), j, leading); err != nil && ctx.Err() == nil {
+			log.WarnContext(ctx, "batch job not advanced; next pass", "batch_job", j.ID, "state", j.State, "error", err)
+		}
+	}
+	if err := b.gather(ctx, log, model, leading); err != nil && ctx.Err() == nil {
+		log.WarnContext(ctx, "batch not gathered; next pass", "error", err)
+	}
+}
+
+// advance moves one open job on by its state.
+func (b *Batcher) advance(ctx context.Context, log *slog.Logger, j *store.BatchJob, leading func(context.Context) bool) error {
+	now := b.store.Now()
+	if j.State != store.BatchSettling {
+		if err := b.renew(ctx, j, now); err != nil {
+			return err
+		}
+	}
+	switch j.State {
+	case store.BatchCreating:
+		return b.reconcile(ctx, log, j, now, leading)
+	case store.BatchSubmitted:
+		if !j.CancelRequested && !now.Before(j.Deadline) {
+			return b.cancel(ctx, log, j)
+		}
+		if j.NextPollAt != nil && now.Before(*j.NextPollAt) {
+			return nil
+		}
+		return b.poll(ctx, log, j)
+	case store.BatchSettling:
+		return b.settle(ctx, log, j)
+	}
+	return nil
+}
+
+// gather creates a job of the tasks waiting for model: when a full job's worth waits, or the
+// oldest has waited Wait.
+func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, leading func(context.Context) bool) error {
+	cands, err := b.store.BatchCandidates(ctx, model, b.cfg.MaxTasks)
+	if err != nil {
+		return err
+	}
+	now := b.store.Now()
+	var ids []string
+	var oldest time.Time
+	for _, c := range cands {
+		if c.NotBefore == nil || !now.Before(*c.NotBefore) {
+			continue // its time in batches is over: the worker runs it online when it is due
+		}
+		ids = append(ids, c.ID)
+		if oldest.IsZero() || c.CreatedAt.Before(oldest) {
+			oldest = c.CreatedAt
+		}
+	}
+	if len(ids) == 0 || len(ids) < b.cfg.MaxTasks && now.Sub(oldest) < b.cfg.Wait {
+		return nil
+	}
+	j := &store.BatchJob{ID: newJobID(), Model: model, State: store.BatchCreating, LeaseUntil: now.Add(b.cfg.LeaseTTL)}
+	owner := store.BatchOwner(j.ID)
+	tasks, err := b.store.CreateBatchJob(ctx, j, ids, func(t *store.Task, now time.Time) bool {
+		if t.State != task.StateQueued || t.BatchModel != model || t.HasOutput() || t.NotBefore == nil || !now.Before(*t.NotBefore) ||
+			t.RunBefore != nil && !now.Before(*t.RunBefore) {
+			return false
+		}
+		if err := t.Lease.Take(owner, now, b.cfg.LeaseTTL); err != nil {
+			return false
+		}
+		t.State, t.BatchJob, t.BatchModel, t.Claims = task.StateRunning, j.ID, "", 0
+		return true
+	})
+	if errors.Is(err, store.ErrNoChange) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	crashpoint.Hit(crashpoint.BatchClaimed)
+	b.metrics.BatchJobCreated(ctx, model, len(tasks))
+	log.InfoContext(ctx, "batch job claimed its tasks", "batch_job", j.ID, "tasks", len(tasks), "deadline", j.Deadline)
+	return b.create(ctx, log.With("batch_job", j.ID), j, tasks, leading)
+}
+
+// creatingGrace is how long a job found creating is left to the leader that may still be
+// calling batches.create for it: a leadership and a call.
+func (b *Batcher) creatingGrace() time.Duration { return b.cfg.LeaderTTL + b.cfg.CallTimeout }
+
+// reconcile finishes a job found creating: the job its creator may have made is looked up by
+// display name (the document's id); only when there is none, and its creator can no longer be
+// calling, is it created.
+func (b *Batcher) reconcile(ctx context.Context, log *slog.Logger, j *store.BatchJob, now time.Time, leading func(context.Context) bool) error {
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+	defer cancel()
+	found, err := b.gem.FindBatch(cctx, j.ID)
+	switch {
+	case err == nil:
+		log.InfoContext(ctx, "batch job found by display name; recorded, not created again", "gemini_name", found.Name)
+		return b.submitted(ctx, j.ID, found.Name)
+	case !errors.Is(err, gemini.ErrBatchNotFound):
+		return err
+	}
+	last := j.CreatedAt
+	if j.LastAttemptAt != nil {
+		last = *j.LastAttemptAt
+	}
+	if now.Sub(last) < b.creatingGrace() {
+		return nil
+	}
+	tasks, err := b.store.GetTasks(ctx, memberIDs(j))
+	if err != nil {
+		return err
+	}
+	return b.create(ctx, log, j, tasks, leading)
+}
+
+// maxCreateAttempts bounds the batches.create calls of a job that fails transiently.
+const maxCreateAttempts = 5
+
+// create renders the job's requests and calls batches.create, then records the job's name. A
+// task whose request cannot be rendered fails at once. A refused create sends the tasks online.
+func (b *Batcher) create(ctx context.Context, log *slog.Logger, j *store.BatchJob, tasks []*store.Task, leading func(context.Context) bool) error {
+	reqs, _, err := b.requests(ctx, log, j, tasks)
+	if err != nil {
+		return err
+	}
+	if len(reqs) == 0 {
+		return b.finish(ctx, log, j)
+	}
+	if !leading(ctx) {
+		return errors.New("no longer leading; the next leader reconciles the job")
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+	defer cancel()
+	job, err := b.gem.CreateBatch(cctx, j.Model, j.ID, reqs)
+	if err != nil {
+		refused := permanent(err)
+		_, merr := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
+			if j.State != store.BatchCreating {
+				return store.ErrNoChange
+			}
+			j.Attempts++
+			j.LastAttemptAt = &now
+			if refused || j.Attempts >= maxCreateAttempts {
+				j.State, j.CreateFailed = store.BatchSettling, true
+			}
+			return nil
+		})
+		return errors.Join(err, merr)
+	}
+	crashpoint.Hit(crashpoint.BatchCreated)
+	if err := b.submitted(ctx, j.ID, job.Name); err != nil {
+		return err
+	}
+	crashpoint.Hit(crashpoint.BatchRecorded)
+	log.InfoContext(ctx, "batch job created", "gemini_name", job.Name, "requests", len(reqs))
+	return nil
+}
+
+// permanent reports whether Gemini refused a call outright (a 4xx other than 408 and 429).
+func permanent(err error) bool {
+	var apiErr genai.APIError
+	return errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 &&
+		apiErr.Code != http.StatusRequestTimeout && apiErr.Code != http.StatusTooManyRequests
+}
+
+// requests renders the request of every member still in the job, keyed by task id, with its
+// cache fingerprint. A member whose request cannot be rendered is failed (settled) now.
+func (b *Batcher) requests(ctx context.Context, log *slog.Logger, j *store.BatchJob, tasks []*store.Task) ([]gemini.Request, map[string]string, error) {
+	byID := map[string]*store.Task{}
+	for _, t := range tasks {
+		byID[t.ID] = t
+	}
+	var reqs []gemini.Request
+	fps := map[string]string{}
+	for _, m := range j.Members {
+		t, ok := byID[m.TaskID]
+		if !ok {
+			continue
+		}
+		req, fp, err := b.tasks.BatchRequest(t)
+		if err != nil {
+			log.ErrorContext(ctx, "cannot render a batch task's request; failed", "task_id", t.ID, "error", err)
+			if _, serr := b.tasks.SettleBatch(ctx, j, m, Outcome{Err: &gemini.Error{Class: gemini.Permanent, Err: err}}); serr != nil {
+				return nil, nil, serr
+			}
+			continue
+		}
+		reqs = append(reqs, req)
+		fps[t.ID] = fp
+	}
+	return reqs, fps, nil
+}
+
+// submitted records the Gemini name of a job that was creating.
+func (b *Batcher) submitted(ctx context.Context, id, name string) error {
+	_, err := b.store.MutateBatchJob(ctx, id, func(j *store.BatchJob, now time.Time) error {
+		if j.State != store.BatchCreating {
+			return store.ErrNoChange
+		}
+		next := now.Add(b.cfg.Interval)
+		j.State, j.GeminiName, j.SubmittedAt, j.NextPollAt, j.Polls = store.BatchSubmitted, name, &now, &next, 0
+		return nil
+	})
+	return err
+}
+
+// renew extends the batch lease of the job's tasks once half of it is spent.
+func (b *Batcher) renew(ctx context.Context, j *store.BatchJob, now time.Time) error {
+	if j.LeaseUntil.Sub(now) > b.cfg.LeaseTTL/2 {
+		return nil
+	}
+	var mu sync.Mutex
+	var errs []error
+	b.each(j, func(m store.BatchMember) {
+		if _, err := b.tasks.RenewBatch(ctx, j.ID, m, b.cfg.LeaseTTL); err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("renew the batch lease: %w", err)
+	}
+	_, err := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
+		j.LeaseUntil = now.Add(b.cfg.LeaseTTL)
+		return nil
+	})
+	return err
+}
+
+// cancel asks Gemini to cancel a job still running when its first task must leave batching.
+func (b *Batcher) cancel(ctx context.Context, log *slog.Logger, j *store.BatchJob) error {
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+	defer cancel()
+	if err := b.gem.CancelBatch(cctx, j.GeminiName); err != nil && !permanent(err) {
+		return err
+	}
+	log.WarnContext(ctx, "batch job past its deadline; cancelled so its tasks can run online", "deadline", j.Deadline)
+	_, err := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
+		j.CancelRequested, j.NextPollAt = true, &now
+		return nil
+	})
+	return err
+}
+
+// poll reads the job from Gemini and records what it says, backing off while it runs; a done
+// job is settled at once.
+func (b *Batcher) poll(ctx context.Context, log *slog.Logger, j *store.BatchJob) error {
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+	defer cancel()
+	job, err := b.gem.GetBatch(cctx, j.GeminiName, nil)
+	if errors.Is(err, gemini.ErrBatchNotFound) {
+		job, err = gemini.BatchJob{Name: j.GeminiName, State: gemini.BatchCancelled}, nil
+	}
+	if err != nil {
+		return err
+	}
+	crashpoint.Hit(crashpoint.BatchMidPoll)
+	updated, err := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
+		if j.State != store.BatchSubmitted {
+			return store.ErrNoChange
+		}
+		j.Polls++
+		j.PolledAt, j.GeminiState = &now, job.State
+		if job.Done() {
+			j.State = store.BatchSettling
+			return nil
+		}
+		next := now.Add(b.pollBackoff(j.Polls))
+		j.NextPollAt = &next
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if updated.State != store.BatchSettling {
+		return nil
+	}
+	log.InfoContext(ctx, "batch job done", "gemini_state", job.State, "polls", updated.Polls)
+	return b.settle(ctx, log, updated)
+}
+
+// pollBackoff is the wait after poll n: doubling from Interval, capped at PollMax.
+func (b *Batcher) pollBackoff(n int) time.Duration {
+	d := float64(b.cfg.Interval) * math.Pow(2, float64(max(n-1, 0)))
+	return time.Duration(min(d, float64(b.cfg.PollMax)))
+}
+
+// settle applies the done job to each of its tasks, then marks it done and deletes the Gemini
+// job. A task it could not settle keeps the job settling for the next pass: every step is
+// idempotent (a persisted output is recognised by its epoch, a sent-back task is no longer
+// under the job's lease).
+func (b *Batcher) settle(ctx context.Context, log *slog.Logger, j *store.BatchJob) error {
+	tasks, err := b.store.GetTasks(ctx, memberIDs(j))
+	if err != nil {
+		return err
+	}
+	reqs := map[string]gemini.Request{}
+	fps := map[string]string{}
+	if j.GeminiState == gemini.BatchSucceeded {
+		list, f, err := b.requests(ctx, log, j, live(tasks, j))
+		if err != nil {
+			return err
+		}
+		for _, r := range list {
+			reqs[r.TaskID] = r
+		}
+		fps = f
+	}
+	results := map[string]gemini.BatchResult{}
+	if j.GeminiState == gemini.BatchSucceeded {
+		cctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+		job, err := b.gem.GetBatch(cctx, j.GeminiName, reqs)
+		cancel()
+		if err != nil && !errors.Is(err, gemini.ErrBatchNotFound) {
+			return err
+		}
+		for _, r := range job.Results {
+			results[r.Key] = r
+		}
+	}
+	var unsettled atomic.Int64
+	var once sync.Once
+	b.each(j, func(m store.BatchMember) {
+		o := Outcome{Lost: true, Online: j.CreateFailed}
+		if r, ok := results[m.TaskID]; ok {
+			o = Outcome{Result: r.Result, Err: r.Err, Fingerprint: fps[m.TaskID]}
+		}
+		ok, err := b.tasks.SettleBatch(ctx, j, m, o)
+		if err != nil || !ok {
+			unsettled.Add(1)
+			log.WarnContext(ctx, "batch task not settled; next pass", "task_id", m.TaskID, "error", err)
+		}
+		once.Do(func() { crashpoint.Hit(crashpoint.BatchPersisting) })
+	})
+	if n := unsettled.Load(); n > 0 {
+		return fmt.Errorf("%d tasks of the job are not settled", n)
+	}
+	return b.finish(ctx, log, j)
+}
+
+// live returns the tasks still running in the job: the ones whose results are still wanted
+// for rendering their validators.
+func live(tasks []*store.Task, j *store.BatchJob) []*store.Task {
+	out := make([]*store.Task, 0, len(tasks))
+	for _, t := range tasks {
+		if t.BatchJob == j.ID {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// finish marks the job done and deletes the Gemini job (its results are no longer needed).
+func (b *Batcher) finish(ctx context.Context, log *slog.Logger, j *store.BatchJob) error {
+	if _, err := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
+		j.State, j.FinishedAt = store.BatchDone, &now
+		return nil
+	}); err != nil {
+		return err
+	}
+	log.InfoContext(ctx, "batch job settled", "tasks", len(j.Members), "gemini_state", j.GeminiState)
+	if j.GeminiName == "" {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+	defer cancel()
+	if err := b.gem.DeleteBatch(cctx, j.GeminiName); err != nil {
+		log.InfoContext(ctx, "settled batch job not deleted from Gemini", "error", err)
+	}
+	return nil
+}
+
+// memberWorkers bounds the tasks of a job written at once.
+const memberWorkers = 8
+
+// each runs fn for every member of j, memberWorkers at a time.
+func (b *Batcher) each(j *store.BatchJob, fn func(m store.BatchMember)) {
+	sem := make(chan struct{}, memberWorkers)
+	var wg sync.WaitGroup
+	for _, m := range j.Members {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			fn(m)
+		})
+	}
+	wg.Wait()
+}
+
+func memberIDs(j *store.BatchJob) []string {
+	ids := make([]string, len(j.Members))
+	for i, m := range j.Members {
+		ids[i] = m.TaskID
+	}
+	return ids
+}
+
+// newJobID is a batch job id of 96 random bits, and the Gemini job's display name.
+func newJobID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return "bj" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,320 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"google.golang.org/api/iterator"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// BatchJobsCollection holds the batch_jobs/{id} documents.
+const BatchJobsCollection = "batch_jobs"
+
+// States of a batch_jobs document.
+const (
+	// BatchCreating: the document and its tasks' claims are written; batches.create may or may
+	// not have been called. Whoever finds it so looks the job up by display name (the id) before
+	// creating it, so a crash never makes a second job.
+	BatchCreating = "creating"
+	// BatchSubmitted: the Gemini job is known (gemini_name) and polled.
+	BatchSubmitted = "submitted"
+	// BatchSettling: the Gemini job is done; its responses are being persisted to their tasks,
+	// or its tasks sent back.
+	BatchSettling = "settling"
+	// BatchDone: every task of the job is settled.
+	BatchDone = "done"
+)
+
+// BatchJob is the batch_jobs/{id} document of one Gemini batch job (DESIGN §12): written, with
+// its tasks' claims, before batches.create is called with the id as display name.
+type BatchJob struct {
+	ID         string    `firestore:"-"`
+	UpdateTime time.Time `firestore:"-"`
+
+	Model string `firestore:"model"`
+	State string `firestore:"state"`
+	// Open is true until the job is done: what the batcher's pass looks for.
+	Open bool `firestore:"open"`
+	// Members are the tasks of the job, each claimed at Epoch under the job's lease; the job's
+	// request key of each is its task id.
+	Members     []BatchMember `firestore:"members"`
+	GeminiName  string        `firestore:"gemini_name,omitempty"`
+	GeminiState string        `firestore:"gemini_state,omitempty"`
+	// Deadline is when the job is cancelled if it has not ended, so that its tasks can still run
+	// online before their own deadlines.
+	Deadline time.Time `firestore:"deadline"`
+	// LeaseUntil is when the members' batch lease expires unless renewed.
+	LeaseUntil time.Time `firestore:"lease_until"`
+	// Attempts counts failed batches.create calls; LastAttemptAt is the last one's time.
+	Attempts      int        `firestore:"attempts,omitempty"`
+	LastAttemptAt *time.Time `firestore:"last_attempt_at,omitempty"`
+	// CreateFailed: batches.create refused the job; its tasks run online.
+	CreateFailed    bool       `firestore:"create_failed,omitempty"`
+	Polls           int        `firestore:"polls"`
+	NextPollAt      *time.Time `firestore:"next_poll_at,omitempty"`
+	CancelRequested bool       `firestore:"cancel_requested,omitempty"`
+	CreatedAt       time.Time  `firestore:"created_at"`
+	SubmittedAt     *time.Time `firestore:"submitted_at,omitempty"`
+	PolledAt        *time.Time `firestore:"polled_at,omitempty"`
+	FinishedAt      *time.Time `firestore:"finished_at,omitempty"`
+	ExpireAt        *time.Time `firestore:"expire_at,omitempty"` // TTL, once done
+}
+
+// BatchMember is one task of a batch job.
+type BatchMember struct {
+	TaskID string `firestore:"task_id"`
+	Tenant string `firestore:"tenant"`
+	Replay int    `firestore:"replay"`
+	Epoch  int64  `firestore:"epoch"`
+}
+
+// BatchOwner is the lease owner of the tasks of batch job id: the job, not a process, so that
+// any batcher leading its model renews and settles them at their claim epoch.
+func BatchOwner(id string) string { return BatchOwnerPrefix + id }
+
+// BatchOwnerPrefix starts the lease owner of a task inside a batch job.
+const BatchOwnerPrefix = "batch:"
+
+// InBatchJob reports whether a running task is held by a batch job's lease: only the batcher
+// that leads its model settles it (a worker never takes it over), and it may be cancelled while
+// the job runs (the job's answer then records its cost and delivers nothing).
+func (t *Task) InBatchJob() bool {
+	return t.State == task.StateRunning && strings.HasPrefix(t.Lease.Owner, BatchOwnerPrefix)
+}
+
+func (s *Store) batchJobs() *firestore.CollectionRef { return s.FS.Collection(BatchJobsCollection) }
+
+// ClaimFunc decides, inside CreateBatchJob's transaction, whether a task joins the job; it claims
+// it (changing t) when it does.
+type ClaimFunc func(t *Task, now time.Time) bool
+
+// CreateBatchJob writes job with the candidate tasks that claim accepts as its members, in one
+// transaction: a task is never in a job without the job's document, nor claimed twice. The
+// job's Deadline is its members' earliest not_before: when the first of them must leave
+// batching. It returns the claimed tasks as written, or ErrNoChange when no candidate joined
+// (nothing is written).
+func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []string, claim ClaimFunc) ([]*Task, error) {
+	refs := make([]*firestore.DocumentRef, len(candidates))
+	for i, id := range candidates {
+		refs[i] = s.Tasks().Doc(id)
+	}
+	jobRef := s.batchJobs().Doc(job.ID)
+	var claimed []*Task
+	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		job.Members, job.Deadline, claimed = nil, time.Time{}, nil
+		snaps, err := tx.GetAll(refs)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		type write struct {
+			ref *firestore.DocumentRef
+			t   *Task
+		}
+		var writes []write
+		for _, snap := range snaps {
+			if !snap.Exists() {
+				continue
+			}
+			t, changed, closed, err := s.applyTask(snap, now, func(t *Task, now time.Time) error {
+				if !claim(t, now) {
+					return ErrNoChange
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if err := s.writeSuperseded(tx, closed, "", now); err != nil {
+				return err
+			}
+			if changed {
+				writes = append(writes, write{snap.Ref, t})
+				claimed = append(claimed, t)
+				job.Members = append(job.Members, BatchMember{TaskID: t.ID, Tenant: t.Tenant, Replay: t.Replay, Epoch: t.Lease.Epoch})
+				if t.NotBefore != nil && (job.Deadline.IsZero() || t.NotBefore.Before(job.Deadline)) {
+					job.Deadline = *t.NotBefore
+				}
+			}
+		}
+		if len(writes) == 0 {
+			return ErrNoChange
+		}
+		job.CreatedAt, job.Open = now, true
+		if err := tx.Create(jobRef, job); err != nil {
+			return err
+		}
+		for _, w := range writes {
+			if err := tx.Set(w.ref, w.t); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, s.txOptions()...)
+	if errors.Is(err, ErrNoChange) {
+		return nil, ErrNoChange
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create batch job %s: %w", job.ID, err)
+	}
+	return claimed, nil
+}
+
+// GetTasks reads tasks by id, in order; a missing one is absent from the result.
+func (s *Store) GetTasks(ctx context.Context, ids []string) ([]*Task, error) {
+	refs := make([]*firestore.DocumentRef, len(ids))
+	for i, id := range ids {
+		refs[i] = s.Tasks().Doc(id)
+	}
+	snaps, err := s.FS.GetAll(ctx, refs)
+	if err != nil {
+		return nil, fmt.Errorf("get %d tasks: %w", len(ids), err)
+	}
+	out := make([]*Task, 0, len(snaps))
+	for _, snap := range snaps {
+		if !snap.Exists() {
+			continue
+		}
+		t, err := DecodeTask(snap)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// GetBatchJob reads one batch job.
+func (s *Store) GetBatchJob(ctx context.Context, id string) (*BatchJob, error) {
+	snap, err := getDoc(ctx, s.batchJobs().Doc(id), "batch job")
+	if err != nil {
+		return nil, err
+	}
+	return decodeBatchJob(snap)
+}
+
+// getDoc reads the document at ref, what it is named in errors: ErrNotFound when it is missing.
+func getDoc(ctx context.Context, ref *firestore.DocumentRef, what string) (*firestore.DocumentSnapshot, error) {
+	snap, err := ref.Get(ctx)
+	if status.Code(err) == codes.NotFound {
+		return nil, fmt.Errorf("get %s %s: %w", what, ref.ID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s %s: %w", what, ref.ID, err)
+	}
+	return snap, nil
+}
+
+func decodeBatchJob(snap *firestore.DocumentSnapshot) (*BatchJob, error) {
+	var j BatchJob
+	if err := snap.DataTo(&j); err != nil {
+		return nil, fmt.Errorf("decode batch job %s: %w", snap.Ref.ID, err)
+	}
+	j.ID, j.UpdateTime = snap.Ref.ID, snap.UpdateTime
+	return &j, nil
+}
+
+// OpenBatchJobs returns model's batch jobs that are not done, oldest first (store.Queries
+// "open-batch-jobs").
+func (s *Store) OpenBatchJobs(ctx context.Context, model string) ([]*BatchJob, error) {
+	it := s.batchJobs().Where("model", "==", model).Where("open", "==", true).Documents(ctx)
+	defer it.Stop()
+	var out []*BatchJob
+	for {
+		snap, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("open batch jobs of %s: %w", model, err)
+		}
+		j, err := decodeBatchJob(snap)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	slices.SortFunc(out, func(a, b *BatchJob) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
+}
+
+// MutateBatchJob reads batch job id in a transaction, applies fn (ErrNoChange writes nothing)
+// and writes it back; a done job gets its TTL. It returns the job as written.
+func (s *Store) MutateBatchJob(ctx context.Context, id string, fn func(j *BatchJob, now time.Time) error) (*BatchJob, error) {
+	ref := s.batchJobs().Doc(id)
+	var out *BatchJob
+	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		snap, err := tx.Get(ref)
+		if status.Code(err) == codes.NotFound {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		j, err := decodeBatchJob(snap)
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		if err := fn(j, now); err != nil {
+			out = j
+			return err
+		}
+		j.Open = j.State != BatchDone
+		if !j.Open && j.ExpireAt == nil {
+			exp := now.Add(s.Retention)
+			j.ExpireAt = &exp
+		}
+		out = j
+		return tx.Set(ref, j)
+	}, s.txOptions()...)
+	if errors.Is(err, ErrNoChange) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mutate batch job %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// BatchCandidate is a task waiting for a batch of its model, as the batcher's query reads it.
+type BatchCandidate struct {
+	ID        string
+	CreatedAt time.Time
+	NotBefore *time.Time
+}
+
+// BatchCandidates returns up to limit tasks waiting for a batch of model, oldest first
+// (store.Queries "batch-candidates"), reading only what the gathering needs.
+func (s *Store) BatchCandidates(ctx context.Context, model string, limit int) ([]BatchCandidate, error) {
+	it := s.Tasks().Where("batch_model", "==", model).Where("state", "==", string(task.StateQueued)).
+		OrderBy("created_at", firestore.Asc).Limit(limit).Select("created_at", "not_before").Documents(ctx)
+	defer it.Stop()
+	var out []BatchCandidate
+	for {
+		snap, err := it.Next()
+		if errors.Is(err, iterator.Done) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("batch candidates of %s: %w", model, err)
+		}
+		var c struct {
+			CreatedAt time.Time  `firestore:"created_at"`
+			NotBefore *time.Time `firestore:"not_before"`
+		}
+		if err := snap.DataTo(&c); err != nil {
+			return nil, fmt.Errorf("decode batch candidate %s: %w", snap.Ref.ID, err)
+		}
+		out = append(out, BatchCandidate{ID: snap.Ref.ID, CreatedAt: c.CreatedAt, NotBefore: c.NotBefore})
+	}
+}

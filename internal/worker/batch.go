@@ -1,0 +1,210 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/batcher"
+	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/prompts"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+var _ batcher.Tasks = (*Handler)(nil)
+
+// WithBatch makes batch-mode tasks wait for the batcher (cfg's Deadline and Margin) instead of
+// running online; without it they run online as standard tasks.
+func WithBatch(cfg batcher.Config) Option { return func(h *Handler) { h.batch = cfg } }
+
+// batchTimes are a batch task's deadline (its run_before, or Deadline after its creation,
+// whichever is sooner) and the time it must leave batching to run online before it.
+func (h *Handler) batchTimes(t *store.Task) (deadline, online time.Time) {
+	deadline = t.CreatedAt.Add(h.batch.Deadline)
+	if t.RunBefore != nil && t.RunBefore.Before(deadline) {
+		deadline = *t.RunBefore
+	}
+	return deadline, deadline.Add(-h.batch.Margin)
+}
+
+// holdForBatch hands a claimed batch-mode task to the batcher: it waits (queued, batch_model
+// set) until a job takes it, or until it must leave batching, when the sweeper brings it back
+// here to run online (or, for a family whose batch_fallback is none, to wait for batches until
+// its deadline, then fail as expired). It reports whether it took the task; false runs it online.
+func (h *Handler) holdForBatch(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered, req gemini.Request) bool {
+	if t.Mode != task.ModeBatch || t.BatchOnline || h.batch.Deadline <= 0 {
+		return false
+	}
+	if h.mp.Estimator != nil && req.MaxCostUSD > 0 {
+		if _, est := h.mp.Estimator.Estimate(req); est > req.MaxCostUSD {
+			return false // the online path refuses it with its reason
+		}
+	}
+	models := req.Models
+	if h.mp.Estimator != nil {
+		models = h.mp.Estimator.Chain(req)
+	}
+	if len(models) == 0 {
+		return false
+	}
+	now := time.Now()
+	deadline, until := h.batchTimes(t)
+	if r.BatchFallback == prompts.BatchFallbackNone {
+		until = deadline
+	}
+	if !now.Before(until) {
+		if r.BatchFallback == prompts.BatchFallbackOnline {
+			// Out of the batcher's reach for good: a retry's backoff must not look like a wait for a batch.
+			_, ok := h.fencedWrite(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, "batch fallback", func(t *store.Task, _ time.Time) {
+				t.BatchModel, t.BatchOnline = "", true
+			})
+			log.InfoContext(ctx, "a batch can no longer meet the task's deadline; running online", "deadline", deadline)
+			return !ok
+		}
+		h.fail(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, &store.TaskError{Kind: task.KindExpired, Message: "its batch deadline passed before a batch ran it (batch_fallback: none)"})
+		return true
+	}
+	if _, ok := h.fencedWrite(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, "batch hold", func(t *store.Task, _ time.Time) {
+		t.State, t.BatchModel, t.NotBefore, t.Claims = task.StateQueued, models[0], &until, 0
+		_ = t.Lease.Release(h.pol.Owner, t.Lease.Epoch)
+	}); ok {
+		log.InfoContext(ctx, "waiting for a batch", "model", models[0], "until", until)
+	}
+	return true
+}
+
+// BatchRequest renders the model request of a task joining a batch job, and its output cache
+// key when it may be cached.
+func (h *Handler) BatchRequest(t *store.Task) (gemini.Request, string, error) {
+	r, req, err := h.request(t)
+	if err != nil {
+		return gemini.Request{}, "", err
+	}
+	return req, h.cacheKey(t, r, req), nil
+}
+
+// asBatch is a handler acting as the lease owner of batch job id: its writes to the job's tasks
+// are fenced by the job's lease and their claim epochs, and the spend it records is keyed by the
+// job, the same in every instance that settles it.
+func (h *Handler) asBatch(id string) *Handler {
+	pol := h.pol
+	pol.Owner = store.BatchOwner(id)
+	return &Handler{store: h.store, gen: h.gen, render: h.render, pub: h.pub, log: h.log, pol: pol, mp: h.mp,
+		abort: h.abort, cancel: h.cancel, metrics: h.metrics, batch: h.batch}
+}
+
+// SettleBatch applies one request's outcome to its task, as the job's lease owner and under the
+// outbox's rules (DESIGN §4 step 4): an answer is persisted (first output wins; a cancelled,
+// discarded or expired task records the spend and keeps its state); a permanent error fails
+// the task; any other error sends it back with an attempt counted (online after a quality
+// failure: another batch would repeat the same conditions); a lost job sends it back with none.
+// It reports whether the task is settled: out of the job, its spend recorded.
+func (h *Handler) SettleBatch(ctx context.Context, j *store.BatchJob, m store.BatchMember, o batcher.Outcome) (bool, error) {
+	ctx = context.WithoutCancel(ctx)
+	bh := h.asBatch(j.ID)
+	log := h.log.With("task_id", m.TaskID, "batch_job", j.ID, "epoch", m.Epoch)
+	if spent(o.Result) {
+		h.metrics.Generation(ctx, o.Result.Model, m.Tenant, o.Result.Usage, o.Result.CostUSD, 0)
+		if h.mp.Budgets != nil {
+			if hold, err := h.mp.Budgets.Reserve(ctx, m.Tenant, 0, 0); err == nil {
+				hold.Settle(o.Result.CostUSD)
+			}
+		}
+	}
+	switch class := gemini.ClassOf(o.Err); {
+	case o.Lost:
+		bh.sendBack(ctx, log, j.Model, m.TaskID, m.Epoch, o.Result, nil, o.Online)
+	case o.Err == nil:
+		bh.persist(ctx, log, &store.Task{ID: m.TaskID, Replay: m.Replay}, m.Epoch, answer{res: o.Result, fingerprint: o.Fingerprint})
+	case class == gemini.Permanent || class == gemini.Budget:
+		bh.fail(ctx, log, m.TaskID, m.Epoch, o.Result, taskError(o.Err))
+	default:
+		bh.sendBack(ctx, log, j.Model, m.TaskID, m.Epoch, o.Result, taskError(o.Err), class == gemini.Quality)
+	}
+	t, err := h.store.GetTask(ctx, m.TaskID)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	key := bh.pol.Owner + ":" + strconv.FormatInt(m.Epoch, 10)
+	held := t.State == task.StateRunning && t.Lease.Owner == bh.pol.Owner && t.Lease.Epoch == m.Epoch
+	return !held && (!spent(o.Result) || slices.Contains(t.SpentBy, key)), nil
+}
+
+// sendBack releases a task of a batch job, fenced by the job's lease: with the request's error
+// counted as an attempt (dead past the cap), or, for a lost job, none. It waits for the next job
+// while its time in batches lasts; otherwise, or when online is set, it is due now and nudged,
+// and the worker runs it online (or, for a batch_fallback none family, holds it again).
+func (h *Handler) sendBack(ctx context.Context, log *slog.Logger, model, id string, epoch int64, res gemini.Result, e *store.TaskError, online bool) {
+	dead, due := false, false
+	t, ok := h.fencedWrite(ctx, log, id, epoch, res, "send back", func(t *store.Task, now time.Time) {
+		if e != nil {
+			t.Attempts++
+			t.Error = e
+			if dead = t.Attempts >= h.pol.MaxAttempts; dead {
+				h.kill(t, now)
+				return
+			}
+		}
+		t.State, t.Claims = task.StateQueued, 0
+		_ = t.Lease.Release(h.pol.Owner, epoch)
+		if !online && t.NotBefore != nil && now.Before(*t.NotBefore) {
+			t.BatchModel = model
+			return
+		}
+		due = true
+		t.BatchModel, t.BatchOnline, t.NotBefore = "", online, &now
+	})
+	switch {
+	case !ok:
+	case dead:
+		h.stats.dead.Add(1)
+		h.finished(ctx, t)
+		log.ErrorContext(ctx, "batch attempts exhausted; dead", "attempts", t.Attempts, "error", e.Message)
+		h.nudgeResult(ctx, log, t)
+		h.publishNotices(ctx, log, t)
+	case due:
+		log.InfoContext(ctx, "batch task sent back to run online", "online", online, "error", errMessage(e))
+		if _, err := h.pub.Publish(ctx, bus.TopicTasks, nil, map[string]string{task.AttrTaskID: id}); err != nil {
+			log.WarnContext(ctx, "nudge not published; the sweeper will", "error", err)
+		}
+	default:
+		log.InfoContext(ctx, "batch task sent back to the next batch", "error", errMessage(e))
+	}
+}
+
+func errMessage(e *store.TaskError) string {
+	if e == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s: %s", e.Kind, e.Message)
+}
+
+// RenewBatch extends the lease of a task of batch job id, fenced by the job's lease and the
+// task's claim epoch; an expired lease is extended all the same (nobody else may take a task of
+// a job). false means the task no longer runs in the job (it was cancelled, or settled).
+func (h *Handler) RenewBatch(ctx context.Context, id string, m store.BatchMember, ttl time.Duration) (bool, error) {
+	owner := store.BatchOwner(id)
+	held := false
+	_, err := h.store.MutateTask(ctx, m.TaskID, func(t *store.Task, now time.Time) error {
+		if t.State != task.StateRunning || t.HasOutput() || t.Lease.Owner != owner || t.Lease.Epoch != m.Epoch {
+			return store.ErrNoChange
+		}
+		held = true
+		exp := now.Add(ttl)
+		t.Lease.ExpiresAt = &exp
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	return held, err
+}

@@ -1,0 +1,67 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// tier is the service tier of t's call at now: flex for a flex task while its run_before, if it
+// has one, is more than FlexMargin away (the Flex tier's latency target is minutes); standard
+// otherwise.
+func (h *Handler) tier(t *store.Task, now time.Time) gemini.Tier {
+	if t.Mode == task.ModeFlex && (t.RunBefore == nil || now.Add(h.pol.FlexMargin).Before(*t.RunBefore)) {
+		return gemini.TierFlex
+	}
+	return gemini.TierStandard
+}
+
+// flexCanWait reports whether a shed flex task may wait out its next shed backoff and still be
+// called on the Flex tier before run_before.
+func (h *Handler) flexCanWait(t *store.Task, now time.Time) bool {
+	worst := ceiling(h.pol.RetryBase, h.pol.RetryMax, t.Sheds+1)
+	return t.RunBefore == nil || now.Add(worst+h.pol.FlexMargin).Before(*t.RunBefore)
+}
+
+// generate makes t's call on its tier. A flex call the Flex tier shed, when waiting for a retry
+// could miss run_before, is made again at once on the standard tier; what both calls spent is
+// summed.
+func (h *Handler) generate(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request) (gemini.Result, error) {
+	req.Tier = h.tier(t, time.Now())
+	res, err := h.gen.Generate(ctx, req)
+	if req.Tier != gemini.TierFlex || gemini.ClassOf(err) != gemini.Shed || h.flexCanWait(t, time.Now()) {
+		return res, err
+	}
+	log.InfoContext(ctx, "flex call shed and run_before is near; calling on the standard tier", "run_before", t.RunBefore)
+	req.Tier = gemini.TierStandard
+	more, err := h.gen.Generate(ctx, req)
+	return sumResults(res, more), err
+}
+
+// sumResults is what two Generate calls of one attempt spent, with the second's answer.
+func sumResults(a, b gemini.Result) gemini.Result {
+	b.Usage = a.Usage.Add(b.Usage)
+	b.InDoubt = a.InDoubt.Add(b.InDoubt)
+	b.Calls += a.Calls
+	b.CostUSD += a.CostUSD
+	return b
+}
+
+// shed hands back a task whose flex call was shed, with a jittered backoff that grows with its
+// consecutive sheds: not a model failure, so no attempt is counted and no breaker moved.
+func (h *Handler) shed(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
+	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "shed", func(t *store.Task, now time.Time) {
+		t.Sheds++
+		nb := now.Add(fullJitter(h.pol.RetryBase, h.pol.RetryMax, t.Sheds))
+		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
+		_ = t.Lease.Release(h.pol.Owner, epoch)
+	}); ok {
+		h.stats.shed.Add(1)
+		h.metrics.Retry(ctx, string(gemini.Shed))
+		log.InfoContext(ctx, "flex call shed; retry scheduled", "sheds", t.Sheds, "not_before", t.NotBefore)
+	}
+}

@@ -1,0 +1,77 @@
+package gemini_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
+)
+
+func TestBatchRoundTrip(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	good, picky := request("good"), request("picky")
+	picky.Validate = func(string) error { return errors.New("not what I wanted") }
+	reqs := map[string]gemini.Request{good.TaskID: good, picky.TaskID: picky}
+	job, err := b.client.CreateBatch(ctx, primary, "job-1", []gemini.Request{good, picky})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.DisplayName != "job-1" || job.Name == "" {
+		t.Fatalf("created %+v", job)
+	}
+	found, err := b.client.FindBatch(ctx, "job-1")
+	if err != nil || found.Name != job.Name {
+		t.Fatalf("FindBatch = %+v, %v; want %s", found, err, job.Name)
+	}
+	if _, err := b.client.FindBatch(ctx, "job-2"); !errors.Is(err, gemini.ErrBatchNotFound) {
+		t.Errorf("FindBatch of an unknown name: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !job.Done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("job still %s", job.State)
+		}
+		if job, err = b.client.GetBatch(ctx, job.Name, reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if job.State != gemini.BatchSucceeded || len(job.Results) != 2 {
+		t.Fatalf("job %+v", job)
+	}
+	pricing := testConfig(t, b.srv).Pricing
+	l := b.srv.Ledger()
+	for i, r := range job.Results {
+		if r.Key != []string{"good", "picky"}[i] || r.Result.Tier != gemini.TierBatch || r.Result.Calls != 1 {
+			t.Errorf("result %d = %+v", i, r)
+		}
+		if want := l.Bills[i].CostUSD(pricing); want == 0 || math.Abs(r.Result.CostUSD-want) > 1e-15 {
+			t.Errorf("result %d costs %g, the invoice %g", i, r.Result.CostUSD, want)
+		}
+	}
+	if job.Results[0].Err != nil || job.Results[0].Result.Text == "" || gemini.ClassOf(job.Results[1].Err) != gemini.Quality {
+		t.Errorf("results %+v, want the good one answered and the picky one a quality failure", job.Results)
+	}
+	if err := b.client.DeleteBatch(ctx, job.Name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.GetBatch(ctx, job.Name, nil); !errors.Is(err, gemini.ErrBatchNotFound) {
+		t.Errorf("GetBatch after delete: %v", err)
+	}
+	b.srv.SetBatchPlan(primary, geminitest.BatchPlan{Pending: time.Hour})
+	held, err := b.client.CreateBatch(ctx, primary, "job-3", []gemini.Request{good})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.CancelBatch(ctx, held.Name); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.client.GetBatch(ctx, held.Name, nil); err != nil || got.State != gemini.BatchCancelled || len(got.Results) != 0 {
+		t.Errorf("cancelled job %+v, %v", got, err)
+	}
+}
