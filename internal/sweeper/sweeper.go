@@ -36,6 +36,20 @@ type Publisher interface {
 
 var _ Publisher = (*bus.Publisher)(nil)
 
+// Local takes a due task's nudge in this instance, as a gemini-tasks message would be taken
+// (the worker's Local). Offer reports whether it was taken: false when there is no room.
+type Local interface {
+	Offer(taskID string) bool
+}
+
+// WithLocal hands the due tasks a pass finds to l first, and publishes only those it has no room
+// for. A published nudge is only as good as its consumer: one handed to a process that dies
+// waits out its ack deadline, and the Pub/Sub emulator keeps routing new messages to the streams
+// of a killed subscriber, so after a crash the nudges of a live leader could all be lost while
+// each doubled the task's nudge backoff. A task taken here is claimed by the leader's own
+// instance within the pass that found it due.
+func WithLocal(l Local) Option { return func(s *Sweeper) { s.local = l } }
+
 // Config is the sweeper's configuration.
 type Config struct {
 	Interval    time.Duration // GENBOX_SWEEP_INTERVAL: time between passes
@@ -119,6 +133,7 @@ type Sweeper struct {
 	pace    *rate.Limiter
 	release *rate.Limiter
 	gauges  *gauges // nil without WithMetrics
+	local   Local   // nil without WithLocal
 
 	mu         sync.Mutex
 	unrecorded map[string]unrecorded // by task id: nudges whose backoff write failed
@@ -253,11 +268,12 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, chains map[string]bo
 		nudged = true
 	}
 	idAttr := map[string]string{task.AttrTaskID: t.ID}
-	held := false // a parked task left alone: looked at again soon, without growing the backoff
+	held := false  // a parked task left alone: looked at again soon, without growing the backoff
+	nudge := false // the task itself is nudged, once its backoff is recorded
 	if taskDue(t, now) {
 		parked := t.State == task.StateWaiting && !s.chainAvailable(ctx, chains, t.ModelChain, now)
 		if !parked && (t.State != task.StateWaiting || s.release.Allow()) {
-			publish(bus.TopicTasks, idAttr)
+			nudge = true
 		} else {
 			held = true
 		}
@@ -294,6 +310,15 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, chains map[string]bo
 		publish(bus.TopicTasksDLQ, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: "slack_update"})
 	}
 	s.backoff(ctx, log, t, now, held && !nudged, decided)
+	// The task's nudge comes after its backoff is written: a claim taken here at once would
+	// otherwise race that write for the document.
+	if nudge {
+		if s.local != nil && s.local.Offer(t.ID) {
+			nudged = true
+		} else {
+			publish(bus.TopicTasks, idAttr)
+		}
+	}
 	return nudged, failed
 }
 

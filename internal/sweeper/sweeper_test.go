@@ -538,3 +538,58 @@ func TestLosingLeadershipForgetsUnrecordedBackoffs(t *testing.T) {
 		}
 	}
 }
+
+// offers is a Local that takes the first n offers and records what was offered.
+type offers struct {
+	mu    sync.Mutex
+	room  int
+	taken []string
+	seen  []*store.Task // the document as the offer found it
+	s     *store.Store
+}
+
+func (o *offers) Offer(id string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.room == 0 {
+		return false
+	}
+	o.room--
+	o.taken = append(o.taken, id)
+	if doc, err := o.s.GetTask(context.Background(), id); err == nil {
+		o.seen = append(o.seen, doc)
+	}
+	return true
+}
+
+// A due task goes to the leader's own instance when it has room, after its backoff is recorded
+// (a claim taken at once would otherwise race that write); only what it has no room for is
+// published. Other nudges are published as before.
+func TestDueTasksGoToTheLeadersInstanceFirst(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	past := time.Now().UTC().Add(-time.Minute)
+	create(t, s, "a", func(*store.Task) {})
+	create(t, s, "b", func(d *store.Task) { d.CreatedAt = past })
+	create(t, s, "delivery", func(d *store.Task) {
+		d.State, d.Delivery = task.StateSucceeded, store.Delivery{State: task.DeliveryPending, NextAttemptAt: &past}
+	})
+	local := &offers{room: 1, s: s}
+	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me", WithLocal(local))
+	if _, err := sw.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(local.taken) != 1 || local.taken[0] != "b" {
+		t.Fatalf("offered %v, want the oldest due task taken", local.taken)
+	}
+	if d := local.seen[0]; d.Nudges != 1 || d.NudgeAt == nil {
+		t.Errorf("the task was offered before its backoff was recorded: nudges %d nudge_at %v", d.Nudges, d.NudgeAt)
+	}
+	got := map[string]string{}
+	for _, m := range pub.Take() {
+		got[m.Attrs[task.AttrTaskID]] = m.Topic
+	}
+	if want := map[string]string{"a": bus.TopicTasks, "delivery": bus.TopicResults}; !maps.Equal(got, want) {
+		t.Errorf("published %v, want %v", got, want)
+	}
+}

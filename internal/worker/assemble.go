@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"cloud.google.com/go/pubsub/v2"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -54,9 +56,21 @@ type Assembly struct {
 	Handler      *Handler
 	Subscription string
 	Pull         bus.PullSettings
+	// Local takes the due tasks this instance's sweeper finds while Consume runs.
+	Local *Local
 	// Background are the sweeper and the spend flush; the flush writes once more when its
 	// context ends, so the spend of the calls that finished during the grace is counted.
 	Background []func(ctx context.Context)
+}
+
+// Consume pulls Subscription into h (Handler, or a wrapper of it) and runs Local beside it until
+// ctx ends, then returns once both have finished what they took.
+func (a *Assembly) Consume(ctx context.Context, ps *pubsub.Client, h bus.Handler) error {
+	done := make(chan struct{})
+	go func() { defer close(done); a.Local.Run(ctx) }()
+	err := bus.Pull(ctx, ps, a.Subscription, a.Pull, h)
+	<-done
+	return err
 }
 
 // Assemble builds the worker of s over in: the model client (its breakers metered and stored,
@@ -80,11 +94,14 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	if swPub == nil {
 		swPub = in.Publisher
 	}
-	sw := sweeper.New(in.Store, swPub, cfg.Gemini.Models, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance, sweeper.WithMetrics(in.Metrics))
+	local := NewLocal(h, cfg.Concurrency)
+	sw := sweeper.New(in.Store, swPub, cfg.Gemini.Models, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance,
+		sweeper.WithMetrics(in.Metrics), sweeper.WithLocal(local))
 	return &Assembly{
 		Handler:      h,
 		Subscription: cfg.Subscription,
 		Pull:         bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension},
+		Local:        local,
 		Background: []func(context.Context){
 			func(ctx context.Context) { _ = sw.Run(ctx) },
 			func(ctx context.Context) { FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) },

@@ -375,6 +375,12 @@ func topology() bus.Topology {
 // receiver, and the services' environment. psHost is the Pub/Sub emulator ("" for the shared one).
 func newStack(t *testing.T, latency geminitest.Latency, psHost string) *stack {
 	t.Helper()
+	return newStackOn(t, latency, psHost, topology())
+}
+
+// newStackOn is newStack with the Pub/Sub topology top.
+func newStackOn(t *testing.T, latency geminitest.Latency, psHost string, top bus.Topology) *stack {
+	t.Helper()
 	bin := binaries(t)
 	ctx := context.Background()
 	if psHost == "" {
@@ -382,7 +388,7 @@ func newStack(t *testing.T, latency geminitest.Latency, psHost string) *stack {
 	}
 	s := &stack{t: t, project: emulator.ProjectID(t), psHost: psHost, procs: map[string]*proc{}, slack: &slackStub{calls: map[string]int{}}, began: time.Now()}
 	s.store = store.New(testenv.Firestore(t, s.project))
-	testenv.BusAt(t, s.project, psHost, topology())
+	testenv.BusAt(t, s.project, psHost, top)
 
 	s.fake = geminitest.NewServer(geminitest.WithLatency("", latency))
 	t.Cleanup(s.fake.Close)

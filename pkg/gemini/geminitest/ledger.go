@@ -2,6 +2,7 @@ package geminitest
 
 import (
 	"strings"
+	"time"
 
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -37,6 +38,8 @@ type Bill struct {
 	Usage   task.Usage
 	// Abandoned means the client had gone (its request context was done) before the end.
 	Abandoned bool
+	// Started is when the call reached the fake.
+	Started time.Time
 }
 
 // Ledger is a snapshot of what the fake served and billed: what a real invoice would show.
