@@ -198,7 +198,7 @@ func TestGuardedWriteNeverErasesAChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
-	sw.sweep(ctx, stale, map[string]bool{})
+	sw.sweep(ctx, stale, chainViews{}, false)
 	doc, _ := s.GetTask(ctx, "t")
 	if doc.State != task.StateCancelled || doc.Nudges != 0 || doc.DueAt != nil {
 		t.Errorf("guarded write applied over a change: state %s nudges %d due_at %v", doc.State, doc.Nudges, doc.DueAt)
@@ -227,7 +227,8 @@ func heldBack(t *testing.T, s *store.Store, ids ...string) {
 
 // Parked tasks are left alone while the breakers/{model} documents say every model of their
 // chain is open — though this process never saw the outage: another instance's breakers opened —
-// then released at the paced rate once a model closes or its retry time passes.
+// and are not looked at again each pass. Once a model closes every one is released, at the
+// paced rate; once a retry time passes, one is released, as the probe.
 func TestParkedTasksWaitForTheirBreakers(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -236,7 +237,7 @@ func TestParkedTasksWaitForTheirBreakers(t *testing.T) {
 	}{
 		{"closed", func(t *testing.T, s *store.Store, advance func(time.Duration)) {
 			advance(time.Minute)
-			if err := s.SaveBreaker(context.Background(), gemini.BreakerChange{Model: "m2", From: gemini.BreakerHalfOpen, To: gemini.BreakerClosed, At: s.Now()}); err != nil {
+			if err := s.SaveBreaker(context.Background(), gemini.BreakerChange{Model: "m2", From: gemini.BreakerHalfOpen, To: gemini.BreakerClosed, At: s.Now(), Generation: 2}); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -251,7 +252,7 @@ func TestParkedTasksWaitForTheirBreakers(t *testing.T) {
 			parkedTasks(t, s, chain, "p1", "p2")
 			parkedTasks(t, s, nil, "default-chain")
 			for _, m := range chain {
-				if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: m, From: gemini.BreakerClosed, To: gemini.BreakerOpen, At: s.Now(), RetryAt: s.Now().Add(time.Hour)}); err != nil {
+				if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: m, From: gemini.BreakerClosed, To: gemini.BreakerOpen, At: s.Now(), RetryAt: s.Now().Add(time.Hour), Generation: 1}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -265,16 +266,38 @@ func TestParkedTasksWaitForTheirBreakers(t *testing.T) {
 				t.Fatalf("parked tasks nudged while their chain is open: %+v", n)
 			}
 			heldBack(t, s, "p1", "p2", "default-chain")
-
-			tc.recover(t, s, advance) // and the held-back delay has passed: due again
+			before := updateTimes(t, s, "p1", "p2", "default-chain")
+			advance(cfg.BackoffBase)
 			if _, err := sw.Pass(ctx); err != nil {
 				t.Fatal(err)
 			}
+			if after := updateTimes(t, s, "p1", "p2", "default-chain"); !maps.Equal(before, after) {
+				t.Errorf("held tasks written again a backoff later: %v, then %v", before, after)
+			}
+
+			tc.recover(t, s, advance)
+			if _, err := sw.releaseParked(ctx, false); err != nil {
+				t.Fatal(err)
+			}
 			if n := pub.Take(); len(n) != 1 || n[0].Topic != bus.TopicTasks {
-				t.Errorf("released %+v, want one paced release", n)
+				t.Errorf("released %+v, want one: the paced release, or the probe", n)
 			}
 		})
 	}
+}
+
+// updateTimes reads the update time of each task of ids.
+func updateTimes(t *testing.T, s *store.Store, ids ...string) map[string]time.Time {
+	t.Helper()
+	out := map[string]time.Time{}
+	for _, id := range ids {
+		doc, err := s.GetTask(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[id] = doc.UpdateTime
+	}
+	return out
 }
 
 // A parked task that names no chain, under a sweeper that knows no default one, has no breaker
