@@ -58,8 +58,9 @@ type Assembly struct {
 	Pull         bus.PullSettings
 	// Local takes the due tasks this instance's sweeper finds while Consume runs.
 	Local *Local
-	// Background are the sweeper and the spend flush; the flush writes once more when its
-	// context ends, so the spend of the calls that finished during the grace is counted.
+	// Background are the breaker listener, the sweeper and the spend flush; the flush writes once
+	// more when its context ends, so the spend of the calls that finished during the grace is
+	// counted.
 	Background []func(ctx context.Context)
 }
 
@@ -95,14 +96,20 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 		swPub = in.Publisher
 	}
 	local := NewLocal(h, cfg.Concurrency)
+	// One snapshot listener on breakers/{model} serves the model client (an outage, probe or
+	// recovery one instance saw is every instance's) and the sweeper (a recovery releases the
+	// tasks parked on the chain at once).
+	breakers := in.Store.WatchBreakers(log.With("component", "breakers"))
+	breakers.Observe(gen.ObserveBreaker)
 	sw := sweeper.New(in.Store, swPub, cfg.Gemini.Models, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance,
-		sweeper.WithMetrics(in.Metrics), sweeper.WithLocal(local))
+		sweeper.WithMetrics(in.Metrics), sweeper.WithLocal(local), sweeper.WithBreakers(breakers))
 	return &Assembly{
 		Handler:      h,
 		Subscription: cfg.Subscription,
 		Pull:         bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension},
 		Local:        local,
 		Background: []func(context.Context){
+			breakers.Run,
 			func(ctx context.Context) { _ = sw.Run(ctx) },
 			func(ctx context.Context) { FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) },
 		},

@@ -230,7 +230,8 @@ func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 		outcome = claimNot
 		switch t.State {
 		case task.StateQueued, task.StateWaiting:
-			if t.NotBefore != nil && now.Before(*t.NotBefore) {
+			expired := t.RunBefore != nil && !now.Before(*t.RunBefore) // past it a backoff no longer holds
+			if !expired && t.NotBefore != nil && now.Before(*t.NotBefore) {
 				return store.ErrNoChange
 			}
 		case task.StateRunning:
@@ -334,14 +335,14 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		log.WarnContext(ctx, "shutting down before the model answered; lease released")
 		h.release(ctx, log, t.ID, epoch, res)
 	case errors.Is(err, gemini.ErrUnavailable):
-		h.unavailable(ctx, log, t, r, res)
+		h.unavailable(ctx, log, t, r, req, res)
 	default:
 		switch gemini.ClassOf(err) {
 		case gemini.Permanent, gemini.Quality, gemini.Budget:
 			h.fail(ctx, log, t.ID, epoch, res, taskError(err))
 		default: // transient, network, or unclassified: retried later, counted — unless it opened the last breaker
 			if h.exhausted(req) {
-				h.unavailable(ctx, log, t, r, res)
+				h.unavailable(ctx, log, t, r, req, res)
 				return
 			}
 			h.retry(ctx, log, t.ID, epoch, res, taskError(err))
@@ -590,7 +591,10 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 			return
 		}
 		nb := now.Add(fullJitter(h.pol.RetryBase, h.pol.RetryMax, t.Attempts))
-		t.State, t.NotBefore, t.Claims, t.Parks = task.StateQueued, &nb, 0, 0 // a model answered: the chain is open again
+		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
+		if e.Kind != task.KindNetwork {
+			t.Parks = 0 // a model answered: the chain takes calls again
+		}
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	})
 	switch {
@@ -609,11 +613,17 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 }
 
 // park moves the task to waiting when every model of its chain is unavailable: its own backoff,
-// no attempt counted.
-func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
+// no attempt counted, but no later than the chain may take a call again (a probe), so that the
+// sweeper sees the task then whatever its backoff has grown to. chain is what the call ran on.
+func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch int64, chain []string, res gemini.Result) {
 	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "park", func(t *store.Task, now time.Time) {
 		t.Parks++
 		nb := now.Add(parkBackoff(h.pol.ParkBase, h.pol.ParkMax, t.Parks))
+		if h.mp.Estimator != nil {
+			if at := h.mp.Estimator.NextCall(chain); at.Before(nb) {
+				nb = maxTime(at, now)
+			}
+		}
 		t.State, t.NotBefore, t.Claims = task.StateWaiting, &nb, 0
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	}); ok {
