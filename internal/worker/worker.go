@@ -203,6 +203,7 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		return bus.Ack
 	}
 	h.stats.claimed.Add(1)
+	log.DebugContext(ctx, "claimed", "due_lag_ms", c.late.Milliseconds())
 	h.metrics.TaskState(ctx, c.task.Family, task.StateRunning)
 	crashpoint.Hit(crashpoint.AfterClaim)
 	h.run(work, log, c.task)
@@ -221,13 +222,20 @@ const (
 type claimResult struct {
 	outcome claimOutcome
 	task    *store.Task
+	// late is how long the task had been due (its due_at passed) when it was claimed: what
+	// liveness bounds, whoever crashed or whatever held a nudge.
+	late time.Duration
 }
 
 // claim runs step 1 of DESIGN §4 in one transaction. Contention (codes.Aborted) is "not claimed".
 func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 	var outcome claimOutcome
+	var late time.Duration
 	t, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
-		outcome = claimNot
+		outcome, late = claimNot, 0
+		if t.DueAt != nil && now.After(*t.DueAt) {
+			late = now.Sub(*t.DueAt)
+		}
 		switch t.State {
 		case task.StateQueued, task.StateWaiting:
 			expired := t.RunBefore != nil && !now.Before(*t.RunBefore) // past it a backoff no longer holds
@@ -267,7 +275,7 @@ func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 	case err != nil:
 		return claimResult{}, err
 	}
-	return claimResult{outcome: outcome, task: t}, nil
+	return claimResult{outcome: outcome, task: t, late: late}, nil
 }
 
 // kill moves t to dead (stage generation) with a DLQ notice kept as an outbox on the task; the
