@@ -58,9 +58,9 @@ type Assembly struct {
 	Pull         bus.PullSettings
 	// Local takes the due tasks this instance's sweeper finds while Consume runs.
 	Local *Local
-	// Background are the breaker listener, the sweeper and the spend flush; the flush writes once
-	// more when its context ends, so the spend of the calls that finished during the grace is
-	// counted.
+	// Background are the breaker listener, the sweeper, the spend flush and, when configured, the
+	// fallback drill; the flush writes once more when its context ends, so the spend of the calls
+	// that finished during the grace is counted.
 	Background []func(ctx context.Context)
 }
 
@@ -103,7 +103,7 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	breakers.Observe(gen.ObserveBreaker)
 	sw := sweeper.New(in.Store, swPub, cfg.Gemini.Models, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance,
 		sweeper.WithMetrics(in.Metrics), sweeper.WithLocal(local), sweeper.WithBreakers(breakers))
-	return &Assembly{
+	a := &Assembly{
 		Handler:      h,
 		Subscription: cfg.Subscription,
 		Pull:         bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension},
@@ -113,5 +113,11 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 			func(ctx context.Context) { _ = sw.Run(ctx) },
 			func(ctx context.Context) { FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) },
 		},
-	}, nil
+	}
+	if cfg.DrillEvery > 0 {
+		d := &Drill{Store: in.Store, Models: gen, Catalog: s.prompts, Pub: in.Publisher, Log: log.With("component", "fallback-drill"),
+			Metrics: in.Metrics, Every: cfg.DrillEvery}
+		a.Background = append(a.Background, d.Run)
+	}
+	return a, nil
 }

@@ -41,6 +41,7 @@ type Config struct {
 	TenantRefresh time.Duration       // GENBOX_TENANT_REFRESH: tenant limits and spend totals re-read, spend flushed
 	SlotRetry     time.Duration       // GENBOX_TENANT_SLOT_RETRY: not_before (jittered up to twice) of a task over its tenant's cap
 	CacheTTL      time.Duration       // GENBOX_CACHE_TTL: how long a cached output is served
+	DrillEvery    time.Duration       // GENBOX_FALLBACK_DRILL_INTERVAL: time between fallback drills; 0: none
 
 	Sweep  sweeper.Config
 	Gemini gemini.Config
@@ -97,6 +98,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration("GENBOX_TENANT_REFRESH", &c.TenantRefresh)
 	r.Duration("GENBOX_TENANT_SLOT_RETRY", &c.SlotRetry)
 	r.Duration("GENBOX_CACHE_TTL", &c.CacheTTL)
+	r.Duration("GENBOX_FALLBACK_DRILL_INTERVAL", &c.DrillEvery)
 	r.Int("GENBOX_CONCURRENCY", &c.Concurrency)
 	r.Int("GENBOX_TASK_ATTEMPTS", &c.MaxAttempts)
 	r.Int("GENBOX_CLAIM_CAP", &c.ClaimCap)
@@ -168,6 +170,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		bad("GENBOX_SHUTDOWN_GRACE", "must not be negative")
+	}
+	if c.DrillEvery < 0 {
+		bad("GENBOX_FALLBACK_DRILL_INTERVAL", "must not be negative (0: no drill)")
 	}
 	return errors.Join(errs...)
 }
