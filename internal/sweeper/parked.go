@@ -160,7 +160,8 @@ func (s *Sweeper) hold(key string, models []string) {
 // nothing to wait for).
 func (s *Sweeper) releaseParked(ctx context.Context, full bool) (time.Time, error) {
 	now := s.store.Now().UTC()
-	views := chainViews{}
+	rd := newRound()
+	views := rd.chains
 	s.mu.Lock()
 	held := make(map[string][]string, len(s.held))
 	for k, m := range s.held {
@@ -231,9 +232,7 @@ func (s *Sweeper) releaseParked(ctx context.Context, full bool) (time.Time, erro
 			return next, nil
 		case <-time.After(d):
 		}
-		if _, err := s.sweep(ctx, t, views, true); err != nil {
-			return next, err
-		}
+		s.sweep(ctx, t, rd, true)
 		released++
 	}
 	if !complete {
@@ -252,5 +251,5 @@ func (s *Sweeper) releaseParked(ctx context.Context, full bool) (time.Time, erro
 	if released > 0 {
 		s.log.InfoContext(ctx, "parked tasks released", "released", released)
 	}
-	return next, nil
+	return next, rd.unpublished
 }

@@ -241,12 +241,12 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 	defer it.Stop()
 	n, docs := 0, 0
 	seen := map[string]bool{}
-	chains := chainViews{}
+	r := newRound()
 	for {
 		snap, err := it.Next()
 		if errors.Is(err, iterator.Done) {
 			s.forgetUnseen(seen, docs < s.cfg.Limit, now)
-			return n, nil
+			return n, r.unpublished
 		}
 		if err != nil {
 			return n, fmt.Errorf("sweep query: %w", err)
@@ -264,42 +264,50 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 		if err := s.pace.Wait(ctx); err != nil {
 			return n, nil
 		}
-		nudged, err := s.sweep(ctx, t, chains, false)
-		if nudged {
+		if s.sweep(ctx, t, r, false) {
 			n++
-		}
-		if err != nil {
-			return n, err
 		}
 	}
 }
 
-// sweep nudges what is due on t and records the nudge. It reports whether it nudged anything,
-// and an error when a nudge could not be published: Pub/Sub is then unreachable, and the pass
-// ends rather than wait out a publish timeout for every due document; the next pass tries again.
-// chains holds what the pass learnt of each chain's breakers. A released task (releaseParked) is
-// nudged whatever its own backoff says, and that backoff is cleared.
-func (s *Sweeper) sweep(ctx context.Context, t *store.Task, chains chainViews, released bool) (bool, error) {
+// round is what one pass, or one release of parked tasks, keeps across its documents: what it
+// learnt of each chain's breakers, and the first publish that failed. Pub/Sub is then taken as
+// unreachable for the rest of the round: nothing more is published (each try would wait out the
+// publish timeout), a document with nothing else to do is left due for the next round, and due
+// tasks still go to the leader's own instance.
+type round struct {
+	chains      chainViews
+	unpublished error
+}
+
+func newRound() *round { return &round{chains: chainViews{}} }
+
+// sweep nudges what is due on t and records the nudge, and reports whether it nudged anything.
+// A released task (releaseParked) is nudged whatever its own backoff says, and that backoff is
+// cleared.
+func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released bool) bool {
 	log := s.log.With("task_id", t.ID)
 	now := s.store.Now().UTC()
-	nudged := false
-	var failed error
-	publish := func(topic string, attrs map[string]string) {
-		if failed != nil {
-			return
+	nudged, skipped := false, false
+	publish := func(topic string, attrs map[string]string) bool {
+		if r.unpublished != nil {
+			skipped = true
+			return false
 		}
 		if err := s.publish(ctx, topic, attrs); err != nil {
-			log.WarnContext(ctx, "nudge not published; pass ended", "topic", topic, "error", err)
-			failed = err
-			return
+			log.WarnContext(ctx, "nudge not published; nothing more is published this pass", "topic", topic, "error", err)
+			r.unpublished = err
+			skipped = true
+			return false
 		}
 		nudged = true
+		return true
 	}
 	idAttr := map[string]string{task.AttrTaskID: t.ID}
 	var hold time.Time // a parked task left alone until then, without growing the backoff
 	nudge := released  // the task itself is nudged, once its backoff is recorded
 	if !released && taskDue(t, now) {
-		if hold = s.parked(ctx, t, chains, now); hold.IsZero() {
+		if hold = s.parked(ctx, t, r.chains, now); hold.IsZero() {
 			nudge = true
 		}
 	}
@@ -323,12 +331,7 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, chains chainViews, r
 	if d := t.Decision; d != nil && len(d.Topics) > 0 && (d.NextAttemptAt == nil || !now.Before(*d.NextAttemptAt)) {
 		decided = true
 		for _, topic := range d.Topics {
-			if err := s.publish(ctx, topic, idAttr); err != nil {
-				log.WarnContext(ctx, "decision nudge not published", "topic", topic, "error", err)
-				decided = false
-				continue
-			}
-			nudged = true
+			decided = publish(topic, idAttr) && decided
 		}
 	}
 	if u := t.SlackUpdate; u != nil && len(u.Keys) > 0 && (u.NextAttemptAt == nil || !now.Before(*u.NextAttemptAt)) {
@@ -336,6 +339,9 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, chains chainViews, r
 	}
 	if nudged {
 		hold = time.Time{}
+	}
+	if skipped && !nudged && !nudge && hold.IsZero() {
+		return false // nothing went out: left due for the next pass
 	}
 	s.backoff(ctx, log, t, now, hold, decided, released)
 	// The task's nudge comes after its backoff is written: a claim taken here at once would
@@ -348,7 +354,7 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, chains chainViews, r
 			publish(bus.TopicTasks, idAttr)
 		}
 	}
-	return nudged, failed
+	return nudged
 }
 
 // publish publishes one nudge within the sweeper's publish timeout.

@@ -198,7 +198,7 @@ func TestGuardedWriteNeverErasesAChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
-	sw.sweep(ctx, stale, chainViews{}, false)
+	sw.sweep(ctx, stale, newRound(), false)
 	doc, _ := s.GetTask(ctx, "t")
 	if doc.State != task.StateCancelled || doc.Nudges != 0 || doc.DueAt != nil {
 		t.Errorf("guarded write applied over a change: state %s nudges %d due_at %v", doc.State, doc.Nudges, doc.DueAt)
@@ -614,5 +614,36 @@ func TestDueTasksGoToTheLeadersInstanceFirst(t *testing.T) {
 	}
 	if want := map[string]string{"a": bus.TopicTasks, "delivery": bus.TopicResults}; !maps.Equal(got, want) {
 		t.Errorf("published %v, want %v", got, want)
+	}
+}
+
+// While Pub/Sub is unreachable the leader still hands the due tasks of the pass to its own
+// instance: a failed publish stops the publishing, not the pass, and what could not be published
+// is left due for the next one.
+func TestUnreachablePubSubStillClaimsLocally(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	past := time.Now().UTC().Add(-time.Minute)
+	create(t, s, "delivery", func(d *store.Task) {
+		d.State, d.CreatedAt = task.StateSucceeded, past.Add(-time.Minute)
+		d.Delivery = store.Delivery{State: task.DeliveryPending, NextAttemptAt: &past}
+	})
+	for _, id := range []string{"a", "b"} {
+		create(t, s, id, func(*store.Task) {})
+	}
+	pub.SetPublishFunc(func(ctx context.Context, _ string, _ []byte, _ map[string]string) error {
+		<-ctx.Done() // an unreachable Pub/Sub answers nothing
+		return ctx.Err()
+	})
+	local := &offers{room: 10, s: s}
+	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me", WithLocal(local))
+	if _, err := sw.Pass(context.Background()); err == nil {
+		t.Error("the pass hid that a nudge could not be published")
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(local.taken)), []string{"a", "b"}) {
+		t.Errorf("taken here %v, want both due tasks though Pub/Sub is unreachable", local.taken)
+	}
+	if d, err := s.GetTask(context.Background(), "delivery"); err != nil || d.Nudges != 0 {
+		t.Errorf("the unpublished delivery nudge was recorded as sent (%v)", err)
 	}
 }
