@@ -138,8 +138,10 @@ func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task
 			return nil, fmt.Errorf("mutate task %s: %w", id, ErrNotFound)
 		case codes.FailedPrecondition, codes.Aborted: // written meanwhile, or locked by a transaction
 			if attempt < attempts {
-				if err := sleep(ctx, contentionBackoff(attempt)); err != nil {
-					return nil, fmt.Errorf("mutate task %s: %w", id, err)
+				select {
+				case <-ctx.Done():
+					return nil, fmt.Errorf("mutate task %s: %w", id, ctx.Err())
+				case <-time.After(contentionBackoff(attempt)):
 				}
 				continue
 			}
@@ -153,17 +155,6 @@ func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task
 func contentionBackoff(n int) time.Duration {
 	ceil := min(10*time.Millisecond<<min(n, 6), 500*time.Millisecond)
 	return ceil/2 + rand.N(ceil/2)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // taskFields are the document fields of Task: name, whether an empty value is left out, and the

@@ -100,7 +100,11 @@ func (s *Sweeper) parked(ctx context.Context, t *store.Task, views chainViews, n
 				s.log.WarnContext(ctx, "breakers not read; parked tasks held", "models", v.models, "unreadable_since", since, "error", v.err)
 			}
 		}
-		if !long {
+		switch {
+		case long:
+		case errors.Is(v.err, store.ErrBreakersUnknown): // not read yet (the listener is starting): soon
+			return now.Add(s.cfg.Interval)
+		default:
 			return now.Add(s.cfg.BackoffBase)
 		}
 	case v.state.Closed:
@@ -197,6 +201,7 @@ func (s *Sweeper) releaseParked(ctx context.Context, full bool) (time.Time, erro
 	it := s.store.Tasks().Where("state", "==", string(task.StateWaiting)).Select(routing...).Documents(ctx)
 	defer it.Stop()
 	released, complete := 0, true
+	var unknown error // a chain whose breakers could not be read: its tasks are looked at again
 	for {
 		snap, err := it.Next()
 		if errors.Is(err, iterator.Done) {
@@ -212,6 +217,7 @@ func (s *Sweeper) releaseParked(ctx context.Context, full bool) (time.Time, erro
 		key, v := s.view(ctx, views, t, now)
 		switch {
 		case v.err != nil:
+			unknown, complete = v.err, false
 			continue
 		case v.state.Probe && !v.probed:
 			v.probed = true
@@ -250,6 +256,9 @@ func (s *Sweeper) releaseParked(ctx context.Context, full bool) (time.Time, erro
 	}
 	if released > 0 {
 		s.log.InfoContext(ctx, "parked tasks released", "released", released)
+	}
+	if unknown != nil {
+		return next, errors.Join(rd.unpublished, fmt.Errorf("breakers of parked tasks: %w", unknown))
 	}
 	return next, rd.unpublished
 }

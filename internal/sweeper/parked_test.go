@@ -172,3 +172,33 @@ func TestDecisionNudgesHaveThePublishTimeout(t *testing.T) {
 		t.Errorf("the decision's unpublished nudge must stay for the next pass: %+v %v", d.Decision, err)
 	}
 }
+
+// Until the breaker listener has read the breakers, a parked task is held for one interval only
+// (the listener is starting), and the new leader's look at every parked task is tried again
+// rather than taken as done.
+func TestBreakersNotReadYetHoldBriefly(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	storeClock(s)
+	parkedTasks(t, s, []string{"m"}, "p")
+	w := s.WatchBreakers(slog.New(slog.DiscardHandler)) // never run: nothing read
+	cfg := testConfig()
+	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), cfg, "me", WithBreakers(w))
+	ctx := context.Background()
+	if _, err := sw.releaseParked(ctx, true); err == nil {
+		t.Error("the takeover's look at the parked tasks succeeded without their breakers")
+	}
+	if _, err := sw.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := nudged(pub); len(got) != 0 {
+		t.Errorf("released %v without knowing their breakers", got)
+	}
+	doc, err := s.GetTask(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.NudgeAt == nil || doc.NudgeAt.After(s.Now().Add(cfg.Interval)) {
+		t.Errorf("held until %v, want one interval (%s)", doc.NudgeAt, cfg.Interval)
+	}
+}

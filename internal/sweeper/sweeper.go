@@ -304,6 +304,10 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released b
 		return true
 	}
 	idAttr := map[string]string{task.AttrTaskID: t.ID}
+	var late time.Duration // how long the document had been due: what liveness bounds
+	if t.DueAt != nil && now.After(*t.DueAt) {
+		late = now.Sub(*t.DueAt)
+	}
 	var hold time.Time // a parked task left alone until then, without growing the backoff
 	nudge := released  // the task itself is nudged, once its backoff is recorded
 	if !released && taskDue(t, now) {
@@ -348,10 +352,14 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released b
 	// otherwise race that write for the document, and a released task's backoff must be gone
 	// before its claim.
 	if nudge {
+		via := "local"
 		if s.local != nil && s.local.Offer(t.ID) {
 			nudged = true
-		} else {
-			publish(bus.TopicTasks, idAttr)
+		} else if via = "pubsub"; !publish(bus.TopicTasks, idAttr) {
+			via = ""
+		}
+		if via != "" {
+			log.DebugContext(ctx, "task nudged", "via", via, "due_lag_ms", late.Milliseconds())
 		}
 	}
 	return nudged

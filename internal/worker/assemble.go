@@ -100,7 +100,10 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	// recovery one instance saw is every instance's) and the sweeper (a recovery releases the
 	// tasks parked on the chain at once).
 	breakers := in.Store.WatchBreakers(log.With("component", "breakers"))
-	breakers.Observe(gen.ObserveBreaker)
+	breakers.Observe(func(st gemini.BreakerStatus) {
+		gen.ObserveBreaker(st)
+		in.Metrics.Breaker(context.Background(), st.Model, string(st.State))
+	})
 	sw := sweeper.New(in.Store, swPub, cfg.Gemini.Models, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance,
 		sweeper.WithMetrics(in.Metrics), sweeper.WithLocal(local), sweeper.WithBreakers(breakers))
 	a := &Assembly{

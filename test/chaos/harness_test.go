@@ -348,6 +348,23 @@ type submitted struct {
 	id, marker string
 }
 
+// ownPubSub starts a Pub/Sub emulator of the test's own on port — one the test can stop and start
+// again on the same address — beside the shared Firestore emulator; it is stopped when t ends.
+func ownPubSub(t *testing.T, port int) *emulator.Emulators {
+	t.Helper()
+	emu, err := emulator.Start(context.Background(), emulator.Options{PubSubPort: port, Getenv: func(k string) string {
+		if k == emulator.FirestoreHostEnv {
+			return os.Getenv(k)
+		}
+		return ""
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emu.Stop)
+	return emu
+}
+
 // freePort returns a loopback port nobody listens on now.
 func freePort(t *testing.T) string {
 	t.Helper()
