@@ -90,12 +90,13 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 		return nil, err
 	}
 	mp := cfg.ModelPolicy(in.Store, gen)
-	h := New(in.Store, gen, s.prompts, in.Publisher, log, cfg.Policy(), WithModelPolicy(mp), WithMetrics(in.Metrics))
+	h := New(in.Store, gen, s.prompts, in.Publisher, log, cfg.Policy(), WithModelPolicy(mp), WithMetrics(in.Metrics),
+		WithCapacity(cfg.Concurrency))
 	swPub := in.SweeperPublisher
 	if swPub == nil {
 		swPub = in.Publisher
 	}
-	local := NewLocal(h, cfg.Concurrency)
+	local := NewLocal(h)
 	// One snapshot listener on breakers/{model} serves the model client (an outage, probe or
 	// recovery one instance saw is every instance's) and the sweeper (a recovery releases the
 	// tasks parked on the chain at once).

@@ -4,9 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/sweeper"
-	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // Local takes the due tasks this instance's sweeper finds, while the instance consumes
@@ -14,10 +12,10 @@ import (
 // to nobody), without going through Pub/Sub. A message the leader publishes can be lost for a
 // while — handed to a process that then died, it waits out its ack deadline; the Pub/Sub
 // emulator keeps routing new messages to a killed subscriber's stream — and Local is what lets
-// the leader carry what it finds due whoever crashed. It takes at most limit tasks at once.
+// the leader carry what it finds due whoever crashed. It takes a task only while the Handler has a
+// free slot (WithCapacity).
 type Local struct {
-	h   *Handler
-	sem chan struct{}
+	h *Handler
 
 	mu  sync.Mutex
 	ctx context.Context // the consuming context; nil when not consuming
@@ -26,28 +24,36 @@ type Local struct {
 
 var _ sweeper.Local = (*Local)(nil)
 
-// NewLocal returns a Local that runs at most limit tasks at once through h.
-func NewLocal(h *Handler, limit int) *Local {
-	return &Local{h: h, sem: make(chan struct{}, max(limit, 1))}
-}
+// NewLocal returns a Local that runs tasks through h.
+func NewLocal(h *Handler) *Local { return &Local{h: h} }
 
-// Offer handles the task in this instance if it is consuming and has room, and reports whether
-// it did. It never waits.
+// Offer handles the task in this instance if it is consuming and has a free slot, and reports
+// whether it did. It never waits.
 func (l *Local) Offer(id string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil || l.ctx.Err() != nil {
 		return false
 	}
-	select {
-	case l.sem <- struct{}{}:
-	default:
-		return false
+	h := l.h
+	if h.slots != nil {
+		select {
+		case h.slots <- struct{}{}:
+		default:
+			return false
+		}
 	}
 	ctx := l.ctx
 	l.wg.Go(func() {
-		defer func() { <-l.sem }()
-		l.h.Handle(ctx, &bus.Message{ID: "local", Attributes: map[string]string{task.AttrTaskID: id}})
+		if h.slots != nil {
+			defer func() { <-h.slots }()
+		}
+		log := h.log.With("task_id", id, "delivery_attempt", 0)
+		if !h.takeInHand(ctx, log, id) {
+			return
+		}
+		defer h.inHand.Delete(id)
+		h.handle(ctx, log, id)
 	})
 	return true
 }

@@ -9,8 +9,8 @@ import (
 )
 
 // A task offered while the instance consumes is run here as its message would be; an offer
-// before or after that, or beyond the limit, is refused (the sweeper then publishes it), and Run
-// returns once what it took has finished.
+// before or after that, or beyond the handler's capacity, is refused (the sweeper then publishes
+// it), and Run returns once what it took has finished.
 func TestLocalRunsWhatItTakes(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
@@ -18,7 +18,7 @@ func TestLocalRunsWhatItTakes(t *testing.T) {
 	defer gate.Release()
 	b.task(t, "a")
 	b.task(t, "b")
-	l := NewLocal(b.handler(policy("w"), chain("m")), 1)
+	l := NewLocal(New(b.store, b.gen, chain("m"), b.pub, b.log, policy("w"), WithCapacity(1)))
 	if l.Offer("a") {
 		t.Fatal("an offer before Run was taken")
 	}
@@ -32,7 +32,7 @@ func TestLocalRunsWhatItTakes(t *testing.T) {
 		t.Fatal("the task taken never called the model")
 	}
 	if l.Offer("b") {
-		t.Error("an offer beyond the limit was taken")
+		t.Error("an offer beyond the handler's capacity was taken")
 	}
 	stop()
 	if l.Offer("b") {

@@ -85,6 +85,9 @@ type Handler struct {
 	// inHand holds the ids of the tasks this instance is claiming or running: a duplicate nudge
 	// for one of them is acked without a transaction (see Handle).
 	inHand sync.Map
+	// slots bounds the tasks handled at once, whether their nudge came through Pub/Sub or from
+	// this instance's sweeper (Local); nil: no bound (WithCapacity).
+	slots chan struct{}
 }
 
 // Option configures a Handler.
@@ -92,6 +95,10 @@ type Option func(*Handler)
 
 // WithMetrics records task states, generations and retries in m.
 func WithMetrics(m *obs.Metrics) Option { return func(h *Handler) { h.metrics = m } }
+
+// WithCapacity bounds the tasks the handler runs at once to n (GENBOX_CONCURRENCY), counting
+// those its Local takes: a Pub/Sub message beyond it waits for a slot, and Local takes no more.
+func WithCapacity(n int) Option { return func(h *Handler) { h.slots = make(chan struct{}, max(n, 1)) } }
 
 var _ bus.Handler = (*Handler)(nil)
 
@@ -160,17 +167,38 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		return bus.Ack
 	}
 	log := h.log.With("task_id", id, "delivery_attempt", m.DeliveryAttempt)
-	// Nudges repeat (the publisher's and the sweeper's, a decision's, Pub/Sub's redeliveries). One
-	// for a task this instance already has in hand is acked: its claim would find the task held,
-	// or — the holder's lease lapsed mid-call — take it over and pay for a second call in the same
-	// process; and its transaction would contend with the holder's renewals and output commit on
-	// the task document, where under load stacked claims keep the document locked for everyone.
-	if _, busy := h.inHand.LoadOrStore(id, struct{}{}); busy {
-		log.DebugContext(ctx, "task already in hand in this instance; acked")
-		h.stats.notClaimed.Add(1)
+	if !h.takeInHand(ctx, log, id) {
 		return bus.Ack
 	}
 	defer h.inHand.Delete(id)
+	if h.slots != nil {
+		select {
+		case h.slots <- struct{}{}:
+		case <-ctx.Done(): // pulling stopped before a slot was free: the task is still due
+			return bus.Ack
+		}
+		defer func() { <-h.slots }()
+	}
+	return h.handle(ctx, log, id)
+}
+
+// takeInHand records that this instance has task id in hand, or reports that it already had.
+// Nudges repeat (the publisher's and the sweeper's, a decision's, Pub/Sub's redeliveries). One
+// for a task this instance already has in hand is acked: its claim would find the task held, or
+// — the holder's lease lapsed mid-call — take it over and pay for a second call in the same
+// process; and its write would contend with the holder's renewals and output commit on the task
+// document.
+func (h *Handler) takeInHand(ctx context.Context, log *slog.Logger, id string) bool {
+	if _, busy := h.inHand.LoadOrStore(id, struct{}{}); busy {
+		log.DebugContext(ctx, "task already in hand in this instance; acked")
+		h.stats.notClaimed.Add(1)
+		return false
+	}
+	return true
+}
+
+// handle is Handle for a task this instance has in hand, within its capacity.
+func (h *Handler) handle(ctx context.Context, log *slog.Logger, id string) bus.Result {
 	// The work outlives the pull's context (it ends when pulling stops) and ends only by Abort.
 	work, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
