@@ -50,10 +50,10 @@ func (b meteredBreakers) SaveBreaker(ctx context.Context, ch gemini.BreakerChang
 	return err
 }
 
-// SpanClaim names the span of the claim transaction.
+// SpanClaim names the span of the claim.
 const SpanClaim = "claim task"
 
-// tracedClaim is claim inside a span of its own, tagged with what the transaction decided.
+// tracedClaim is claim inside a span of its own, tagged with what the claim decided.
 func (h *Handler) tracedClaim(ctx context.Context, id string) (claimResult, error) {
 	ctx, span := obs.Start(ctx, SpanClaim)
 	c, err := h.claim(ctx, id)

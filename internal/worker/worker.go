@@ -83,7 +83,7 @@ type Handler struct {
 	metrics *obs.Metrics // nil records nothing
 
 	// inHand holds the ids of the tasks this instance is claiming or running: a duplicate nudge
-	// for one of them is acked without a transaction (see Handle).
+	// for one of them is acked without a write (see Handle).
 	inHand sync.Map
 	// slots bounds the tasks handled at once, whether their nudge came through Pub/Sub or from
 	// this instance's sweeper (Local); nil: no bound (WithCapacity).
@@ -255,7 +255,8 @@ type claimResult struct {
 	late time.Duration
 }
 
-// claim runs step 1 of DESIGN §4 in one transaction. Contention (codes.Aborted) is "not claimed".
+// claim runs step 1 of DESIGN §4 in one read-modify-write of the task (store.MutateTask).
+// Contention (codes.Aborted) is "not claimed".
 func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 	var outcome claimOutcome
 	var late time.Duration
