@@ -56,6 +56,9 @@ locals {
       # Cloud Run kills an instance 10 s after SIGTERM: calls that cannot finish and persist
       # within this grace are released for another instance.
       GENBOX_SHUTDOWN_GRACE = "8s"
+      # Once a week one instance sends a small request per family through each fallback model
+      # and posts what they answered to the alerts channel (off by default, as in genbox dev).
+      GENBOX_FALLBACK_DRILL_INTERVAL = "168h"
     })
 
     resulthandler = merge(local.common_env, {

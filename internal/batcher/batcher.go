@@ -1,5 +1,5 @@
-// Package batcher runs batch-mode tasks through the Gemini Batch API at the batch price (DESIGN
-// §12). One leader per model, elected with a lease document like the sweeper's, gathers the
+// Package batcher runs batch-mode tasks through the Gemini Batch API at the batch price
+// (docs/cost.md). One leader per model, elected with a lease document like the sweeper's, gathers the
 // tasks waiting for a batch of its model and claims them under the job's lease in the same
 // transaction that writes batch_jobs/{id}; only then does it call batches.create, with that id
 // as the job's display name, so a crash between the create and recording its answer finds the

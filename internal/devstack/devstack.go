@@ -542,9 +542,10 @@ func (s *Stack) publisher(service string) Publisher {
 	return s.cfg.WrapPublisher(service, s.pub)
 }
 
-// pull runs a pull consumer until Close; a consumer that ends on its own fails the stack. On
-// Close, when abort is set, handlers still running after grace are aborted.
-func (s *Stack) pull(name, subscription string, settings bus.PullSettings, h bus.Handler, grace time.Duration, abort func()) {
+// pull runs a pull consumer — consume, handing messages to h — until Close; a consumer that ends
+// on its own fails the stack. On Close, when abort is set, handlers still running after grace are
+// aborted.
+func (s *Stack) pull(name string, h bus.Handler, consume func(ctx context.Context, h bus.Handler) error, grace time.Duration, abort func()) {
 	if s.cfg.WrapHandler != nil {
 		h = s.cfg.WrapHandler(name, h)
 	}
@@ -552,7 +553,7 @@ func (s *Stack) pull(name, subscription string, settings bus.PullSettings, h bus
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := bus.Pull(ctx, s.ps, subscription, settings, h); err != nil {
+		if err := consume(ctx, h); err != nil {
 			s.fail(fmt.Errorf("%s: %w", name, err))
 		}
 	}()
@@ -583,7 +584,8 @@ func (s *Stack) startWorker(ctx context.Context, env func(string) string) error 
 	}
 	// As the worker service does on SIGTERM: calls that cannot finish within the grace release
 	// their lease.
-	s.pull(ServiceWorker, a.Subscription, a.Pull, a.Handler, set.Config.ShutdownGrace, a.Handler.Abort)
+	s.pull(ServiceWorker, a.Handler, func(ctx context.Context, h bus.Handler) error { return a.Consume(ctx, s.ps, h) },
+		set.Config.ShutdownGrace, a.Handler.Abort)
 	return nil
 }
 
@@ -597,7 +599,9 @@ func (s *Stack) startResultHandler(env func(string) string) error {
 	if err != nil {
 		return err
 	}
-	s.pull(ServiceResultHandler, a.Subscription, a.Pull, a.Handler, 0, nil)
+	s.pull(ServiceResultHandler, a.Handler, func(ctx context.Context, h bus.Handler) error {
+		return bus.Pull(ctx, s.ps, a.Subscription, a.Pull, h)
+	}, 0, nil)
 	return nil
 }
 

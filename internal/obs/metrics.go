@@ -35,6 +35,8 @@ const (
 	MetricPendingAge      = "genbox.pending.oldest_age"
 	MetricWebhookAttempts = "genbox.webhook.attempts"
 	MetricWebhookLatency  = "genbox.webhook.latency"
+	MetricDrillCalls      = "genbox.fallback_drill.calls"
+	MetricDrillLatency    = "genbox.fallback_drill.latency"
 )
 
 // Metric attribute keys.
@@ -75,6 +77,8 @@ type Metrics struct {
 	pendingAge      metric.Float64ObservableGauge
 	webhookAttempts metric.Int64Counter
 	webhookLatency  metric.Float64Histogram
+	drillCalls      metric.Int64Counter
+	drillLatency    metric.Float64Histogram
 	meter           metric.Meter
 
 	batchOnce sync.Once
@@ -132,6 +136,13 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.webhookLatency, err = mt.Float64Histogram(MetricWebhookLatency, metric.WithUnit("s"),
 		metric.WithDescription("Duration of one webhook POST, by outcome."),
 		metric.WithExplicitBucketBoundaries(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+	check(err)
+	m.drillCalls, err = mt.Int64Counter(MetricDrillCalls, metric.WithUnit("{call}"),
+		metric.WithDescription("Calls of the fallback drill, by family, model and outcome (ok, invalid, unavailable or the failure's class)."))
+	check(err)
+	m.drillLatency, err = mt.Float64Histogram(MetricDrillLatency, metric.WithUnit("s"),
+		metric.WithDescription("Duration of one fallback drill call, by model and outcome."),
+		metric.WithExplicitBucketBoundaries(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120))
 	check(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("create instruments: %w", err)
@@ -249,4 +260,14 @@ func (m *Metrics) WebhookAttempt(ctx context.Context, outcome string, dur time.D
 	attrs := metric.WithAttributes(attribute.String(AttrOutcome, outcome))
 	m.webhookAttempts.Add(ctx, 1, attrs)
 	m.webhookLatency.Record(ctx, dur.Seconds(), attrs)
+}
+
+// FallbackDrill records one call of the fallback drill: family's request sent to model alone,
+// its outcome ("ok", "invalid", "unavailable" or the failure's class) and duration.
+func (m *Metrics) FallbackDrill(ctx context.Context, family, model, outcome string, dur time.Duration) {
+	if m == nil {
+		return
+	}
+	m.drillCalls.Add(ctx, 1, metric.WithAttributes(attribute.String(AttrFamily, family), attribute.String(AttrModel, model), attribute.String(AttrOutcome, outcome)))
+	m.drillLatency.Record(ctx, dur.Seconds(), metric.WithAttributes(attribute.String(AttrModel, model), attribute.String(AttrOutcome, outcome)))
 }

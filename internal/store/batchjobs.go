@@ -34,7 +34,7 @@ const (
 	BatchDone = "done"
 )
 
-// BatchJob is the batch_jobs/{id} document of one Gemini batch job (DESIGN §12): written, with
+// BatchJob is the batch_jobs/{id} document of one Gemini batch job (docs/cost.md): written, with
 // its tasks' claims, before batches.create is called with the id as display name.
 type BatchJob struct {
 	ID         string    `firestore:"-"`

@@ -14,7 +14,7 @@ import (
 // ContextCachesCollection holds the context_caches documents.
 const ContextCachesCollection = "context_caches"
 
-// ContextCache is the context_caches/{tenant}-{model}-{prefix sha256} document (DESIGN §12):
+// ContextCache is the context_caches/{tenant}-{model}-{prefix sha256} document (docs/cost.md):
 // the explicit Gemini cache of one tenant's prefix for one model, and, at the top level as
 // claim.Doc keeps it (owner, epoch, expires_at), the creation lease that makes its creation a
 // single flight across instances. A tenant's prefix is never looked up under another tenant.

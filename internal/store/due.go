@@ -7,9 +7,10 @@ import (
 )
 
 // DueAt is the one function that says when a task document next needs a nudge (docs/architecture.md §0): the
-// earliest deadline among what is still pending — the task's own lease expiry or backoff, the
-// delivery in flight, each DLQ notice, a decision whose nudges are unpublished, a Slack update —
-// floored by the sweeper's own backoff (nudge_at). ok is false when nothing is pending.
+// earliest deadline among what is still pending — the task's own lease expiry, backoff or
+// run_before (past which it is failed as expired, backoff or not), the delivery in flight, each
+// DLQ notice, a decision whose nudges are unpublished, a Slack update — floored by the sweeper's
+// own backoff (nudge_at). ok is false when nothing is pending.
 func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
 	consider := func(at time.Time) {
 		if !ok || at.Before(due) {
@@ -23,6 +24,9 @@ func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
 			at = *t.NotBefore
 		}
 		consider(at)
+		if t.RunBefore != nil {
+			consider(*t.RunBefore)
+		}
 	case task.StateRunning:
 		if t.Lease.ExpiresAt != nil {
 			consider(*t.Lease.ExpiresAt)

@@ -36,6 +36,7 @@ func randomTask(r *rand.Rand, now time.Time) *Task {
 		Lease:     lease(),
 		NudgeAt:   at(),
 		Nudges:    r.IntN(4),
+		RunBefore: at(),
 	}
 	if r.IntN(2) == 0 {
 		t.PendingSince = at()
@@ -84,6 +85,9 @@ func deadlines(t *Task, now time.Time) []time.Time {
 			out = append(out, *t.NotBefore)
 		} else {
 			out = append(out, t.CreatedAt)
+		}
+		if t.RunBefore != nil { // past it the task is failed as expired, whatever its backoff
+			out = append(out, *t.RunBefore)
 		}
 	case task.StateRunning:
 		out = append(out, orNow(t.Lease.ExpiresAt))
@@ -165,6 +169,20 @@ func TestDueAtProperties(t *testing.T) {
 		}
 		if doc.ExpireAt != nil && !doc.ExpireAt.Equal(now.Add(time.Hour)) {
 			fail("expire_at = %v, want now+retention", *doc.ExpireAt)
+		}
+	}
+}
+
+// A task backed off past its run_before is due at run_before, when it is failed as expired,
+// not when its backoff ends: a task parked through an outage does not stay waiting past it.
+func TestDueAtHonoursRunBefore(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	nb, rb := now.Add(time.Hour), now.Add(5*time.Minute)
+	for _, state := range []task.State{task.StateQueued, task.StateWaiting} {
+		doc := &Task{State: state, CreatedAt: now, NotBefore: &nb, RunBefore: &rb}
+		if due, ok := DueAt(doc, now); !ok || !due.Equal(rb) {
+			t.Errorf("%s, not_before in 1h, run_before in 5m: due %v (%v), want %v", state, due, ok, rb)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"testing"
@@ -20,11 +21,11 @@ func TestBreakerDocuments(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	chain := []string{"m-a", "models/m-b"}
-	if ok, err := s.ChainAvailable(ctx, chain, now); err != nil || !ok {
-		t.Fatalf("fresh chain: %v %v, want available", ok, err)
+	if st, err := s.ChainState(ctx, chain, now); err != nil || !st.Closed {
+		t.Fatalf("fresh chain: %+v %v, want closed", st, err)
 	}
 	for _, m := range chain {
-		if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: m, From: gemini.BreakerClosed, To: gemini.BreakerOpen, At: now, RetryAt: now.Add(time.Minute), Reason: "5 consecutive failures"}); err != nil {
+		if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: m, From: gemini.BreakerClosed, To: gemini.BreakerOpen, At: now, RetryAt: now.Add(time.Minute), Reason: "5 consecutive failures", Generation: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -32,20 +33,125 @@ func TestBreakerDocuments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := bs["models/m-b"]; b.State != "open" || b.RetryAt == nil || !b.RetryAt.Equal(now.Add(time.Minute)) {
+	if b := bs["models/m-b"]; b.State != "open" || b.RetryAt == nil || !b.RetryAt.Equal(now.Add(time.Minute)) || b.Generation != 1 {
 		t.Errorf("breaker doc %+v", b)
 	}
-	if ok, _ := s.ChainAvailable(ctx, chain, now.Add(30*time.Second)); ok {
-		t.Error("every model open, yet available")
+	if st, _ := s.ChainState(ctx, chain, now.Add(30*time.Second)); st.Closed || st.Probe || !st.RetryAt.Equal(now.Add(time.Minute)) {
+		t.Errorf("every model open: %+v, want held until the retry time", st)
 	}
-	if ok, _ := s.ChainAvailable(ctx, chain, now.Add(time.Minute)); !ok {
-		t.Error("past the retry time, not available")
+	if st, _ := s.ChainState(ctx, chain, now.Add(time.Minute)); st.Closed || !st.Probe {
+		t.Errorf("past the retry time: %+v, want a probe", st)
 	}
-	if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: "m-a", From: gemini.BreakerHalfOpen, To: gemini.BreakerClosed, At: now}); err != nil {
+	// A probe in flight holds the chain until it is overdue.
+	if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: "m-a", From: gemini.BreakerOpen, To: gemini.BreakerHalfOpen, At: now.Add(time.Minute), RetryAt: now.Add(2 * time.Minute), Generation: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := s.ChainAvailable(ctx, chain, now.Add(time.Second)); !ok {
-		t.Error("one model closed, yet not available")
+	if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: "models/m-b", From: gemini.BreakerOpen, To: gemini.BreakerOpen, At: now.Add(time.Minute), RetryAt: now.Add(3 * time.Minute), Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.ChainState(ctx, chain, now.Add(90*time.Second)); st.Closed || st.Probe || !st.RetryAt.Equal(now.Add(2*time.Minute)) {
+		t.Errorf("a probe in flight: %+v, want held until it is overdue", st)
+	}
+	if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: "m-a", From: gemini.BreakerHalfOpen, To: gemini.BreakerClosed, At: now, Generation: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := s.ChainState(ctx, chain, now.Add(time.Second)); !st.Closed {
+		t.Errorf("one model closed: %+v, want closed", st)
+	}
+}
+
+// Two instances change one breaker from the same generation — both saw the cooldown pass and
+// both want to probe — or one's change arrives after a newer one: only a change over the stored
+// generation is applied, so at most one probes and a late change never overwrites a newer state.
+func TestBreakerChangesApplyInGenerationOrder(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	open := gemini.BreakerChange{Model: "m", From: gemini.BreakerClosed, To: gemini.BreakerOpen, At: now, RetryAt: now.Add(time.Minute), Generation: 1}
+	if err := s.SaveBreaker(ctx, open); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveBreaker(ctx, open); !errors.Is(err, gemini.ErrBreakerMoved) {
+		t.Errorf("the same change again: %v, want ErrBreakerMoved", err)
+	}
+	const instances = 4
+	var wg sync.WaitGroup
+	won := make(chan int, instances)
+	for i := range instances {
+		wg.Go(func() {
+			probe := gemini.BreakerChange{Model: "m", From: gemini.BreakerOpen, To: gemini.BreakerHalfOpen, At: now.Add(time.Minute), RetryAt: now.Add(2 * time.Minute), Generation: 2, Reason: string(rune('a' + i))}
+			switch err := s.SaveBreaker(ctx, probe); {
+			case err == nil:
+				won <- i
+			case !errors.Is(err, gemini.ErrBreakerMoved):
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	close(won)
+	if n := len(won); n != 1 {
+		t.Fatalf("%d instances took the probe, want 1", n)
+	}
+	closed := gemini.BreakerChange{Model: "m", From: gemini.BreakerHalfOpen, To: gemini.BreakerClosed, At: now.Add(70 * time.Second), Generation: 3}
+	if err := s.SaveBreaker(ctx, closed); err != nil {
+		t.Fatal(err)
+	}
+	late := gemini.BreakerChange{Model: "m", From: gemini.BreakerHalfOpen, To: gemini.BreakerOpen, At: now.Add(65 * time.Second), RetryAt: now.Add(2 * time.Minute), Generation: 3, Reason: "late"}
+	if err := s.SaveBreaker(ctx, late); !errors.Is(err, gemini.ErrBreakerMoved) {
+		t.Errorf("a late change of the same generation: %v, want ErrBreakerMoved", err)
+	}
+	bs, err := s.Breakers(ctx, []string{"m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := bs["m"]; b.State != string(gemini.BreakerClosed) || b.Generation != 3 || b.RetryAt != nil {
+		t.Errorf("stored %+v, want closed at generation 3", b)
+	}
+}
+
+// The snapshot listener hands every stored breaker to its observers and signals a change, and
+// answers for a chain once it has read the breakers.
+func TestBreakerWatchFollowsTheDocuments(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	w := s.WatchBreakers(slog.New(slog.DiscardHandler))
+	seen := make(chan gemini.BreakerStatus, 16)
+	w.Observe(func(st gemini.BreakerStatus) { seen <- st })
+	changed := w.Changed()
+	if _, err := w.ChainState(ctx, []string{"m"}, time.Now()); !errors.Is(err, store.ErrBreakersUnknown) {
+		t.Fatalf("before the listener read anything: %v, want ErrBreakersUnknown", err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	defer func() { stop(); <-done }()
+	<-changed
+	now := time.Now().UTC()
+	if st, err := w.ChainState(ctx, []string{"m"}, now); err != nil || !st.Closed {
+		t.Fatalf("no breaker stored: %+v %v, want closed", st, err)
+	}
+	changed = w.Changed()
+	if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: "m", From: gemini.BreakerClosed, To: gemini.BreakerOpen, At: now, RetryAt: now.Add(time.Hour), Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no change signalled after a breaker opened")
+	}
+	select {
+	case st := <-seen:
+		if st.Model != "m" || st.State != gemini.BreakerOpen || st.Generation != 1 || !st.RetryAt.Equal(now.Add(time.Hour).Truncate(time.Microsecond)) {
+			t.Errorf("observed %+v", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the open breaker was not observed")
+	}
+	if st, err := w.ChainState(ctx, []string{"m"}, now); err != nil || st.Closed || st.Probe {
+		t.Errorf("after the breaker opened: %+v %v, want held", st, err)
 	}
 }
 

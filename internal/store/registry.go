@@ -41,6 +41,7 @@ var Queries = []Query{
 	{Name: "tasks-by-tenant-state", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"state", Asc}, {"created_at", Desc}}},
 	{Name: "dead-letters-by-state", Collection: DeadLettersCollection, Fields: []IndexField{{"state", Asc}, {"created_at", Asc}}},
 	{Name: "oldest-pending", Collection: TasksCollection, Fields: []IndexField{{"pending_since", Asc}}},
+	{Name: "parked", Collection: TasksCollection, Fields: []IndexField{{"state", Asc}}},
 	{Name: "open-dead-letters", Collection: DeadLettersCollection, Fields: []IndexField{{"state", Asc}}},
 	{Name: "revoked-api-keys", Collection: APIKeysCollection, Fields: []IndexField{{"revoked", Asc}}},
 	{Name: "batch-candidates", Collection: TasksCollection, Fields: []IndexField{{"batch_model", Asc}, {"state", Asc}, {"created_at", Asc}}},

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -29,7 +33,8 @@ type Store struct {
 	FS        *firestore.Client
 	Now       func() time.Time
 	Retention time.Duration
-	// MaxAttempts bounds a transaction's attempts under contention (the client's default is 5).
+	// MaxAttempts bounds the attempts of a read-modify-write under contention: MutateTask's
+	// conditioned writes, and the transactions of the other documents (default 5).
 	MaxAttempts int
 }
 
@@ -85,42 +90,141 @@ func DecodeTask(snap *firestore.DocumentSnapshot) (*Task, error) {
 	return &t, nil
 }
 
-// MutateFunc decides, from the task as read inside a transaction, what to change. It may run more
-// than once; it must only change t and return ErrNoChange (write nothing), nil (write t) or an
-// error (abort). Decide inside, act after the transaction commits.
+// MutateFunc decides, from the task as read, what to change. It may run more than once; it must
+// only change t and return ErrNoChange (write nothing), nil (write t) or an error (abort). Decide
+// inside, act after MutateTask returns.
 type MutateFunc func(t *Task, now time.Time) error
 
-// MutateTask reads task id in a transaction, applies fn and writes the whole document back,
-// finalized. A write counts as progress: the sweeper's nudge backoff is reset before fn runs. It
-// returns the task as written (or as read, when fn returned ErrNoChange), or ErrNotFound.
+// defaultAttempts bounds MutateTask's reads and writes under contention when MaxAttempts is 0.
+const defaultAttempts = 5
+
+// MutateTask reads task id, applies fn and writes the whole document back, finalized, only if
+// nobody wrote it since the read (a write conditioned on the update time read); when someone did,
+// it reads again and fn decides again. A write counts as progress: the sweeper's nudge backoff is
+// reset before fn runs. It returns the task as written (or as read, when fn returned ErrNoChange),
+// or ErrNotFound; a document changed under every attempt ends in codes.Aborted.
+//
+// It runs no transaction on purpose: a transaction locks the document from its read to its
+// commit, and a process killed in between leaves it locked until Firestore expires the
+// transaction (about a minute, on the emulator as in production) — every claim, output and
+// delivery of that task waits, or aborts, until then. A conditioned write holds nothing.
 func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task, error) {
 	ref := s.Tasks().Doc(id)
-	var out *Task
-	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		out = nil
-		snap, err := tx.Get(ref)
+	attempts := s.MaxAttempts
+	if attempts <= 0 {
+		attempts = defaultAttempts
+	}
+	for attempt := 1; ; attempt++ {
+		snap, err := ref.Get(ctx)
 		if status.Code(err) == codes.NotFound {
-			return ErrNotFound
+			return nil, fmt.Errorf("mutate task %s: %w", id, ErrNotFound)
 		}
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("mutate task %s: %w", id, err)
 		}
 		now := s.now()
 		t, changed, closed, err := s.applyTask(snap, now, fn)
-		if err != nil || !changed {
-			out = t
-			return err
+		if err != nil {
+			return nil, fmt.Errorf("mutate task %s: %w", id, err)
 		}
-		out = t
-		if err := tx.Set(ref, t); err != nil {
+		if !changed {
+			return t, nil
+		}
+		err = s.writeTask(ctx, ref, t, snap.UpdateTime, closed, now)
+		switch status.Code(err) {
+		case codes.OK:
+			return t, nil
+		case codes.NotFound:
+			return nil, fmt.Errorf("mutate task %s: %w", id, ErrNotFound)
+		case codes.FailedPrecondition, codes.Aborted: // written meanwhile, or locked by a transaction
+			if attempt < attempts {
+				select {
+				case <-ctx.Done():
+					return nil, fmt.Errorf("mutate task %s: %w", id, ctx.Err())
+				case <-time.After(contentionBackoff(attempt)):
+				}
+				continue
+			}
+			return nil, fmt.Errorf("mutate task %s: %w", id, status.Errorf(codes.Aborted, "changed under each of %d attempts: %v", attempts, err))
+		}
+		return nil, fmt.Errorf("mutate task %s: %w", id, err)
+	}
+}
+
+// writeTask writes t over the document read at read, conditioned on that update time, with the
+// dead letters it superseded closed in the same commit. Without any, it is one conditioned
+// update, and t gets the update time written. With some, it is a transaction that only writes:
+// it reads nothing, so it locks nothing between a read and its commit, and a process killed in
+// it leaves no lock behind; t keeps the update time read (a later conditioned write of the
+// caller's re-reads, as MutateTask does).
+func (s *Store) writeTask(ctx context.Context, ref *firestore.DocumentRef, t *Task, read time.Time, closed []string, now time.Time) error {
+	if len(closed) == 0 {
+		wr, err := ref.Update(ctx, documentUpdates(t), firestore.LastUpdateTime(read))
+		if err == nil {
+			t.UpdateTime = wr.UpdateTime
+		}
+		return err
+	}
+	return s.FS.RunTransaction(ctx, func(_ context.Context, tx *firestore.Transaction) error {
+		if err := tx.Update(ref, documentUpdates(t), firestore.LastUpdateTime(read)); err != nil {
 			return err
 		}
 		return s.writeSuperseded(tx, closed, "", now)
-	}, s.txOptions()...)
-	if err != nil {
-		return nil, fmt.Errorf("mutate task %s: %w", id, err)
+	}, firestore.MaxAttempts(1))
+}
+
+// contentionBackoff is the jittered wait before attempt n+1 of a contended write.
+func contentionBackoff(n int) time.Duration {
+	ceil := min(10*time.Millisecond<<min(n, 6), 500*time.Millisecond)
+	return ceil/2 + rand.N(ceil/2)
+}
+
+// taskFields are the document fields of Task: name, whether an empty value is left out, and the
+// struct field's index.
+var taskFields = sync.OnceValue(func() []docField {
+	typ := reflect.TypeFor[Task]()
+	var out []docField
+	for i := range typ.NumField() {
+		name, opts, _ := strings.Cut(typ.Field(i).Tag.Get("firestore"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		out = append(out, docField{name: name, omitEmpty: opts == "omitempty", index: i})
 	}
-	return out, nil
+	return out
+})
+
+type docField struct {
+	name      string
+	omitEmpty bool
+	index     int
+}
+
+// documentUpdates is t as an update of every field of the document, an empty omitempty field
+// deleted: written by Update, it leaves the document as Set would have, with a precondition Set
+// does not take.
+func documentUpdates(t *Task) []firestore.Update {
+	v := reflect.ValueOf(t).Elem()
+	fields := taskFields()
+	ups := make([]firestore.Update, 0, len(fields))
+	for _, f := range fields {
+		fv := v.Field(f.index)
+		val := fv.Interface()
+		if f.omitEmpty && empty(fv) {
+			val = firestore.Delete
+		}
+		ups = append(ups, firestore.Update{Path: f.name, Value: val})
+	}
+	return ups
+}
+
+// empty is what omitempty leaves out: a zero value, or an empty slice or map.
+func empty(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Slice, reflect.Map:
+		return v.Len() == 0
+	}
+	return v.IsZero()
 }
 
 // applyTask is the task side of every read-modify-write: it decodes snap, resets the sweeper's

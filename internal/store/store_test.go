@@ -142,6 +142,56 @@ func TestMutateTaskLosesNoUpdateUnderContention(t *testing.T) {
 	}
 }
 
+// TestMutateTaskHoldsNoLock shows that a read-modify-write in progress — one whose process may be
+// killed before it writes — does not lock the task: another writer commits meanwhile, at once,
+// and the first then decides again from what that one wrote. A transaction would lock the
+// document from its read until Firestore expires it (about a minute on the emulator when its
+// process is killed), holding every other writer of the task: a claim, an output, a delivery.
+func TestMutateTaskHoldsNoLock(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	s.MaxAttempts = 0 // the client's default: a locked document aborts the other writer
+	ctx := context.Background()
+	if err := s.CreateTask(ctx, newTask("t")); err != nil {
+		t.Fatal(err)
+	}
+	read, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	first := make(chan error, 1)
+	var runs int
+	go func() {
+		_, err := s.MutateTask(ctx, "t", func(t *store.Task, now time.Time) error {
+			runs++
+			once.Do(func() { close(read); <-release })
+			t.Attempts++
+			return nil
+		})
+		first <- err
+	}()
+	<-read
+	start := time.Now()
+	if _, err := s.MutateTask(ctx, "t", func(t *store.Task, now time.Time) error {
+		t.Claims++
+		return nil
+	}); err != nil {
+		t.Fatalf("a write while another read-modify-write was in progress: %v (after %s)", err, time.Since(start))
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the write waited %s for a read-modify-write in progress", d)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetTask(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Attempts != 1 || got.Claims != 1 || runs != 2 {
+		t.Errorf("attempts %d claims %d after %d runs of the first change; want both changes, the first decided again", got.Attempts, got.Claims, runs)
+	}
+}
+
 func TestNewerEventQueuesBehindThePendingOne(t *testing.T) {
 	t.Parallel()
 	now := time.Now()

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strings"
 	"sync"
 	"time"
 
@@ -34,6 +33,20 @@ type Publisher interface {
 }
 
 var _ Publisher = (*bus.Publisher)(nil)
+
+// Local takes a due task's nudge in this instance, as a gemini-tasks message would be taken
+// (the worker's Local). Offer reports whether it was taken: false when there is no room.
+type Local interface {
+	Offer(taskID string) bool
+}
+
+// WithLocal hands the due tasks a pass finds to l first, and publishes only those it has no room
+// for. A published nudge is only as good as its consumer: one handed to a process that dies
+// waits out its ack deadline, and the Pub/Sub emulator keeps routing new messages to the streams
+// of a killed subscriber, so after a crash the nudges of a live leader could all be lost while
+// each doubled the task's nudge backoff. A task taken here is claimed by the leader's own
+// instance within the pass that found it due.
+func WithLocal(l Local) Option { return func(s *Sweeper) { s.local = l } }
 
 // Config is the sweeper's configuration.
 type Config struct {
@@ -100,8 +113,8 @@ const LeaderDoc = "sweeper"
 // routing lists the only fields a pass reads (Select): what is due, and what Finalize needs to
 // recompute due_at, pending_since and expire_at after the nudge.
 var routing = []string{
-	"state", "created_at", "not_before", "lease", "model_chain", "nudges", "nudge_at", "due_at",
-	"pending_since", "open_dead_letters",
+	"state", "created_at", "not_before", "run_before", "lease", "model_chain", "parks", "error", "nudges",
+	"nudge_at", "due_at", "pending_since", "open_dead_letters",
 	"delivery.state", "delivery.next_attempt_at", "delivery.lease",
 	"dlq_notices", "decision", "slack_update",
 }
@@ -115,13 +128,16 @@ type Sweeper struct {
 	cfg          Config
 	leader       *claim.Doc
 
-	pace    *rate.Limiter
-	release *rate.Limiter
-	gauges  *gauges // nil without WithMetrics
+	pace     *rate.Limiter
+	release  *rate.Limiter
+	gauges   *gauges  // nil without WithMetrics
+	local    Local    // nil without WithLocal
+	breakers Breakers // the store's documents, read per chain and pass, without WithBreakers
 
 	mu         sync.Mutex
 	unrecorded map[string]unrecorded // by task id: nudges whose backoff write failed
 	unreadable map[string]time.Time  // by chain: the first failed read of its breakers since the last good one
+	held       map[string][]string   // by chain: the models of a chain whose parked tasks this leader holds
 }
 
 // unrecorded is the backoff of a nudge that was published but whose guarded write failed for a
@@ -145,7 +161,9 @@ func New(s *store.Store, pub Publisher, defaultChain []string, log *slog.Logger,
 
 		unrecorded: map[string]unrecorded{},
 		unreadable: map[string]time.Time{},
+		held:       map[string][]string{},
 	}
+	sw.breakers = s
 	for _, o := range opts {
 		o(sw)
 	}
@@ -153,7 +171,9 @@ func New(s *store.Store, pub Publisher, defaultChain []string, log *slog.Logger,
 }
 
 // Run sweeps every Interval while this instance leads, until ctx ends; it then gives the
-// leadership up so another instance need not wait for the lease to expire.
+// leadership up so another instance need not wait for the lease to expire. A leader also wakes
+// when the breakers change and when a chain whose parked tasks it holds may take a probe, and
+// releases what they allow (releaseParked) before its pass.
 func (s *Sweeper) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
@@ -164,25 +184,49 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			_ = s.leader.Release(context.WithoutCancel(ctx), epoch)
 		}
 	}()
+	full := true       // every parked task is to be looked at: this instance has just taken the lead
+	var next time.Time // when a held chain may take a probe
 	for {
+		changed := s.changed()
 		l, err := s.leader.Acquire(ctx)
 		switch {
 		case err == nil:
+			if l.Epoch != epoch {
+				full = true
+			}
 			epoch = l.Epoch
+			var rerr error
+			if next, rerr = s.releaseParked(ctx, full); rerr != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "parked tasks not released; retried next pass", "error", rerr)
+			}
+			full = full && rerr != nil
 			if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
 				s.log.WarnContext(ctx, "sweep pass failed", "error", err)
 			}
 			s.observe(ctx)
 		case errors.Is(err, claim.ErrHeld):
-			epoch = 0
+			epoch, next = 0, time.Time{}
 			s.forgetAll()
 		case ctx.Err() == nil:
 			s.log.WarnContext(ctx, "sweeper leadership", "error", err)
 		}
+		var retry <-chan time.Time
+		var timer *time.Timer
+		if !next.IsZero() {
+			timer = time.NewTimer(max(next.Sub(s.store.Now()), 0))
+			retry = timer.C
+		}
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-tick.C:
+		case <-changed:
+		case <-retry:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 	}
 }
@@ -196,12 +240,12 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 	defer it.Stop()
 	n, docs := 0, 0
 	seen := map[string]bool{}
-	chains := map[string]bool{}
+	r := newRound()
 	for {
 		snap, err := it.Next()
 		if errors.Is(err, iterator.Done) {
 			s.forgetUnseen(seen, docs < s.cfg.Limit, now)
-			return n, nil
+			return n, r.unpublished
 		}
 		if err != nil {
 			return n, fmt.Errorf("sweep query: %w", err)
@@ -219,46 +263,55 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 		if err := s.pace.Wait(ctx); err != nil {
 			return n, nil
 		}
-		nudged, err := s.sweep(ctx, t, chains)
-		if nudged {
+		if s.sweep(ctx, t, r, false) {
 			n++
-		}
-		if err != nil {
-			return n, err
 		}
 	}
 }
 
-// sweep nudges what is due on t and records the nudge. It reports whether it nudged anything,
-// and an error when a nudge could not be published: Pub/Sub is then unreachable, and the pass
-// ends rather than wait out a publish timeout for every due document; the next pass tries again.
-// chains holds what the pass learnt of each chain's breakers (chainAvailable).
-func (s *Sweeper) sweep(ctx context.Context, t *store.Task, chains map[string]bool) (bool, error) {
+// round is what one pass, or one release of parked tasks, keeps across its documents: what it
+// learnt of each chain's breakers, and the first publish that failed. Pub/Sub is then taken as
+// unreachable for the rest of the round: nothing more is published (each try would wait out the
+// publish timeout), a document with nothing else to do is left due for the next round, and due
+// tasks still go to the leader's own instance.
+type round struct {
+	chains      chainViews
+	unpublished error
+}
+
+func newRound() *round { return &round{chains: chainViews{}} }
+
+// sweep nudges what is due on t and records the nudge, and reports whether it nudged anything.
+// A released task (releaseParked) is nudged whatever its own backoff says, and that backoff is
+// cleared.
+func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released bool) bool {
 	log := s.log.With("task_id", t.ID)
 	now := s.store.Now().UTC()
-	nudged := false
-	var failed error
-	publish := func(topic string, attrs map[string]string) {
-		if failed != nil {
-			return
+	nudged, skipped := false, false
+	publish := func(topic string, attrs map[string]string) bool {
+		if r.unpublished != nil {
+			skipped = true
+			return false
 		}
-		pctx, cancel := context.WithTimeout(ctx, s.publishTimeout())
-		defer cancel()
-		if _, err := s.pub.Publish(pctx, topic, nil, attrs); err != nil {
-			log.WarnContext(ctx, "nudge not published; pass ended", "topic", topic, "error", err)
-			failed = fmt.Errorf("publish nudge to %s: %w", topic, err)
-			return
+		if err := s.publish(ctx, topic, attrs); err != nil {
+			log.WarnContext(ctx, "nudge not published; nothing more is published this pass", "topic", topic, "error", err)
+			r.unpublished = err
+			skipped = true
+			return false
 		}
 		nudged = true
+		return true
 	}
 	idAttr := map[string]string{task.AttrTaskID: t.ID}
-	held := false // a parked task left alone: looked at again soon, without growing the backoff
-	if taskDue(t, now) {
-		parked := t.State == task.StateWaiting && !s.chainAvailable(ctx, chains, t.ModelChain, now)
-		if !parked && (t.State != task.StateWaiting || s.release.Allow()) {
-			publish(bus.TopicTasks, idAttr)
-		} else {
-			held = true
+	var late time.Duration // how long the document had been due: what liveness bounds
+	if t.DueAt != nil && now.After(*t.DueAt) {
+		late = now.Sub(*t.DueAt)
+	}
+	var hold time.Time // a parked task left alone until then, without growing the backoff
+	nudge := released  // the task itself is nudged, once its backoff is recorded
+	if !released && taskDue(t, now) {
+		if hold = s.parked(ctx, t, r.chains, now); hold.IsZero() {
+			nudge = true
 		}
 	}
 	if d := t.Delivery; d.State == task.DeliveryPending && !d.Lease.Live(now) && (d.NextAttemptAt == nil || !now.Before(*d.NextAttemptAt)) {
@@ -278,55 +331,44 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, chains map[string]bo
 	if d := t.Decision; d != nil && len(d.Topics) > 0 && (d.NextAttemptAt == nil || !now.Before(*d.NextAttemptAt)) {
 		decided = true
 		for _, topic := range d.Topics {
-			if _, err := s.pub.Publish(ctx, topic, nil, idAttr); err != nil {
-				log.WarnContext(ctx, "decision nudge not published", "topic", topic, "error", err)
-				decided = false
-				continue
-			}
-			nudged = true
+			decided = publish(topic, idAttr) && decided
 		}
 	}
 	if u := t.SlackUpdate; u != nil && len(u.Keys) > 0 && (u.NextAttemptAt == nil || !now.Before(*u.NextAttemptAt)) {
 		publish(bus.TopicTasksDLQ, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: "slack_update"})
 	}
-	s.backoff(ctx, log, t, now, held && !nudged, decided)
-	return nudged, failed
+	if nudged {
+		hold = time.Time{}
+	}
+	if skipped && !nudged && !nudge && hold.IsZero() {
+		return false // nothing went out: left due for the next pass
+	}
+	s.backoff(ctx, log, t, now, hold, decided, released)
+	// The task's nudge comes after its backoff is written: a claim taken here at once would
+	// otherwise race that write for the document, and a released task's backoff must be gone
+	// before its claim.
+	if nudge {
+		via := "local"
+		if s.local != nil && s.local.Offer(t.ID) {
+			nudged = true
+		} else if via = "pubsub"; !publish(bus.TopicTasks, idAttr) {
+			via = ""
+		}
+		if via != "" {
+			log.DebugContext(ctx, "task nudged", "via", via, "due_lag_ms", late.Milliseconds())
+		}
+	}
+	return nudged
 }
 
-// chainAvailable reports whether a model of chain (the default chain when empty) may take a call,
-// as its breakers/{model} documents say: every worker writes them when a breaker changes state,
-// so the leader sees an outage, and a recovery, that it did not witness itself. chains keeps each
-// chain's answer for the rest of the pass, so a pass over many parked tasks reads each chain once.
-//
-// A chain whose breakers cannot be read is taken as unavailable: releasing into an outage the
-// sweeper cannot see would undo the parking. Once its reads have failed for BackoffMax, it is
-// taken as available, so a document that cannot be read (written by an incompatible version,
-// say) delays parked tasks but never holds them for good: they are released at the paced rate,
-// and a worker whose own breakers are open parks them again without a call.
-func (s *Sweeper) chainAvailable(ctx context.Context, chains map[string]bool, chain []string, now time.Time) bool {
-	if len(chain) == 0 {
-		chain = s.defaultChain
+// publish publishes one nudge within the sweeper's publish timeout.
+func (s *Sweeper) publish(ctx context.Context, topic string, attrs map[string]string) error {
+	pctx, cancel := context.WithTimeout(ctx, s.publishTimeout())
+	defer cancel()
+	if _, err := s.pub.Publish(pctx, topic, nil, attrs); err != nil {
+		return fmt.Errorf("publish nudge to %s: %w", topic, err)
 	}
-	key := strings.Join(chain, "\n")
-	if ok, read := chains[key]; read {
-		return ok
-	}
-	ok, err := s.store.ChainAvailable(ctx, chain, now)
-	if err != nil {
-		since := s.unreadableSince(key, now)
-		ok = now.Sub(since) >= s.cfg.BackoffMax
-		if ok {
-			s.log.ErrorContext(ctx, "breakers unreadable too long; parked tasks released", "models", chain, "unreadable_since", since, "error", err)
-		} else {
-			s.log.WarnContext(ctx, "breakers not read; parked tasks held", "models", chain, "unreadable_since", since, "error", err)
-		}
-	} else {
-		s.mu.Lock()
-		delete(s.unreadable, key)
-		s.mu.Unlock()
-	}
-	chains[key] = ok
-	return ok
+	return nil
 }
 
 // unreadableSince records a failed read of a chain's breakers at now and returns the first
@@ -346,37 +388,42 @@ func (s *Sweeper) unreadableSince(key string, now time.Time) time.Time {
 // unreachable the client would otherwise hold a pass for its own 60 s timeout.
 func (s *Sweeper) publishTimeout() time.Duration { return min(s.cfg.Interval, 5*time.Second) }
 
-// taskDue reports whether the task itself needs a worker: queued or waiting past its backoff,
-// or running under an expired lease.
+// taskDue reports whether the task itself needs a worker: queued or waiting past its backoff or
+// its run_before (its claim then fails it as expired), or running under an expired lease.
 func taskDue(t *store.Task, now time.Time) bool {
 	switch t.State {
 	case task.StateQueued, task.StateWaiting:
-		return t.NotBefore == nil || !now.Before(*t.NotBefore)
+		return t.NotBefore == nil || !now.Before(*t.NotBefore) || expired(t, now)
 	case task.StateRunning:
 		return !t.Lease.Live(now)
 	}
 	return false
 }
 
-// backoff records the nudge (held: a parked task left alone, looked at again after the base
-// delay without growing the backoff; decided: a decision's nudges are all published, so its
-// topics are cleared): nudges+1, nudge_at = now + capped exponential backoff, and the
-// due_at that follows, guarded by the update time read — a document someone changed meanwhile is
-// left as they wrote it (their write reset the backoff and recomputed due_at). A write that fails
-// otherwise leaves the backoff in this process (backingOff), so the next pass does not publish
-// the same nudges again.
-func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, now time.Time, held, decided bool) {
-	delay := s.cfg.BackoffBase
-	if !held {
+// backoff records the nudge (hold: a parked task left alone until then, without growing the
+// backoff; decided: a decision's nudges are all published, so its topics are cleared; released:
+// a parked task nudged before its own backoff ended, which is cleared): nudges+1, nudge_at = now +
+// capped exponential backoff, and the due_at that follows, guarded by the update time read — a
+// document someone changed meanwhile is left as they wrote it (their write reset the backoff and
+// recomputed due_at). A write that fails otherwise leaves the backoff in this process
+// (backingOff), so the next pass does not publish the same nudges again.
+func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, now time.Time, hold time.Time, decided, released bool) {
+	next := hold
+	delay := hold.Sub(now)
+	if hold.IsZero() {
 		t.Nudges++
 		delay = time.Duration(min(float64(s.cfg.BackoffBase)*math.Pow(2, float64(t.Nudges-1)), float64(s.cfg.BackoffMax)))
+		next = now.Add(delay)
 	}
-	next := now.Add(delay)
 	t.NudgeAt = &next
 	var updates []firestore.Update
 	if decided {
 		t.Decision.Topics = nil
 		updates = append(updates, firestore.Update{Path: "decision.topics", Value: firestore.Delete})
+	}
+	if released {
+		t.NotBefore = nil
+		updates = append(updates, firestore.Update{Path: "not_before", Value: firestore.Delete})
 	}
 	store.Finalize(t, now, s.store.Retention)
 	orDelete := func(v *time.Time) any {

@@ -196,9 +196,7 @@ func TestGuardedWriteNeverErasesAChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
-	if _, err := sw.sweep(ctx, stale, map[string]bool{}); err != nil {
-		t.Fatal(err)
-	}
+	sw.sweep(ctx, stale, newRound(), false)
 	doc, _ := s.GetTask(ctx, "t")
 	if doc.State != task.StateCancelled || doc.Nudges != 0 || doc.DueAt != nil {
 		t.Errorf("guarded write applied over a change: state %s nudges %d due_at %v", doc.State, doc.Nudges, doc.DueAt)
@@ -227,7 +225,8 @@ func heldBack(t *testing.T, s *store.Store, ids ...string) {
 
 // Parked tasks are left alone while the breakers/{model} documents say every model of their
 // chain is open — though this process never saw the outage: another instance's breakers opened —
-// then released at the paced rate once a model closes or its retry time passes.
+// and are not looked at again each pass. Once a model closes every one is released, at the
+// paced rate; once a retry time passes, one is released, as the probe.
 func TestParkedTasksWaitForTheirBreakers(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -237,7 +236,7 @@ func TestParkedTasksWaitForTheirBreakers(t *testing.T) {
 		{"closed", func(t *testing.T, s *store.Store, advance func(time.Duration)) {
 			t.Helper()
 			advance(time.Minute)
-			if err := s.SaveBreaker(context.Background(), gemini.BreakerChange{Model: "m2", From: gemini.BreakerHalfOpen, To: gemini.BreakerClosed, At: s.Now()}); err != nil {
+			if err := s.SaveBreaker(context.Background(), gemini.BreakerChange{Model: "m2", From: gemini.BreakerHalfOpen, To: gemini.BreakerClosed, At: s.Now(), Generation: 2}); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -252,7 +251,7 @@ func TestParkedTasksWaitForTheirBreakers(t *testing.T) {
 			parkedTasks(t, s, chain, "p1", "p2")
 			parkedTasks(t, s, nil, "default-chain")
 			for _, m := range chain {
-				if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: m, From: gemini.BreakerClosed, To: gemini.BreakerOpen, At: s.Now(), RetryAt: s.Now().Add(time.Hour)}); err != nil {
+				if err := s.SaveBreaker(ctx, gemini.BreakerChange{Model: m, From: gemini.BreakerClosed, To: gemini.BreakerOpen, At: s.Now(), RetryAt: s.Now().Add(time.Hour), Generation: 1}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -266,16 +265,38 @@ func TestParkedTasksWaitForTheirBreakers(t *testing.T) {
 				t.Fatalf("parked tasks nudged while their chain is open: %+v", n)
 			}
 			heldBack(t, s, "p1", "p2", "default-chain")
-
-			tc.recover(t, s, advance) // and the held-back delay has passed: due again
+			before := updateTimes(t, s, "p1", "p2", "default-chain")
+			advance(cfg.BackoffBase)
 			if _, err := sw.Pass(ctx); err != nil {
 				t.Fatal(err)
 			}
+			if after := updateTimes(t, s, "p1", "p2", "default-chain"); !maps.Equal(before, after) {
+				t.Errorf("held tasks written again a backoff later: %v, then %v", before, after)
+			}
+
+			tc.recover(t, s, advance)
+			if _, err := sw.releaseParked(ctx, false); err != nil {
+				t.Fatal(err)
+			}
 			if n := pub.Take(); len(n) != 1 || n[0].Topic != bus.TopicTasks {
-				t.Errorf("released %+v, want one paced release", n)
+				t.Errorf("released %+v, want one: the paced release, or the probe", n)
 			}
 		})
 	}
+}
+
+// updateTimes reads the update time of each task of ids.
+func updateTimes(t *testing.T, s *store.Store, ids ...string) map[string]time.Time {
+	t.Helper()
+	out := map[string]time.Time{}
+	for _, id := range ids {
+		doc, err := s.GetTask(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[id] = doc.UpdateTime
+	}
+	return out
 }
 
 // A parked task that names no chain, under a sweeper that knows no default one, has no breaker
@@ -537,5 +558,91 @@ func TestLosingLeadershipForgetsUnrecordedBackoffs(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("an instance that is not the leader still keeps its unrecorded backoffs after 30 s")
 		}
+	}
+}
+
+// offers is a Local that takes the first n offers and records what was offered.
+type offers struct {
+	mu    sync.Mutex
+	room  int
+	taken []string
+	seen  []*store.Task // the document as the offer found it
+	s     *store.Store
+}
+
+func (o *offers) Offer(id string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.room == 0 {
+		return false
+	}
+	o.room--
+	o.taken = append(o.taken, id)
+	if doc, err := o.s.GetTask(context.Background(), id); err == nil {
+		o.seen = append(o.seen, doc)
+	}
+	return true
+}
+
+// A due task goes to the leader's own instance when it has room, after its backoff is recorded
+// (a claim taken at once would otherwise race that write); only what it has no room for is
+// published. Other nudges are published as before.
+func TestDueTasksGoToTheLeadersInstanceFirst(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	past := time.Now().UTC().Add(-time.Minute)
+	create(t, s, "a", func(*store.Task) {})
+	create(t, s, "b", func(d *store.Task) { d.CreatedAt = past })
+	create(t, s, "delivery", func(d *store.Task) {
+		d.State, d.Delivery = task.StateSucceeded, store.Delivery{State: task.DeliveryPending, NextAttemptAt: &past}
+	})
+	local := &offers{room: 1, s: s}
+	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me", WithLocal(local))
+	if _, err := sw.Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(local.taken) != 1 || local.taken[0] != "b" {
+		t.Fatalf("offered %v, want the oldest due task taken", local.taken)
+	}
+	if d := local.seen[0]; d.Nudges != 1 || d.NudgeAt == nil {
+		t.Errorf("the task was offered before its backoff was recorded: nudges %d nudge_at %v", d.Nudges, d.NudgeAt)
+	}
+	got := map[string]string{}
+	for _, m := range pub.Take() {
+		got[m.Attrs[task.AttrTaskID]] = m.Topic
+	}
+	if want := map[string]string{"a": bus.TopicTasks, "delivery": bus.TopicResults}; !maps.Equal(got, want) {
+		t.Errorf("published %v, want %v", got, want)
+	}
+}
+
+// While Pub/Sub is unreachable the leader still hands the due tasks of the pass to its own
+// instance: a failed publish stops the publishing, not the pass, and what could not be published
+// is left due for the next one.
+func TestUnreachablePubSubStillClaimsLocally(t *testing.T) {
+	t.Parallel()
+	s, pub := setup(t)
+	past := time.Now().UTC().Add(-time.Minute)
+	create(t, s, "delivery", func(d *store.Task) {
+		d.State, d.CreatedAt = task.StateSucceeded, past.Add(-time.Minute)
+		d.Delivery = store.Delivery{State: task.DeliveryPending, NextAttemptAt: &past}
+	})
+	for _, id := range []string{"a", "b"} {
+		create(t, s, id, func(*store.Task) {})
+	}
+	pub.SetPublishFunc(func(ctx context.Context, _ string, _ []byte, _ map[string]string) error {
+		<-ctx.Done() // an unreachable Pub/Sub answers nothing
+		return ctx.Err()
+	})
+	local := &offers{room: 10, s: s}
+	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me", WithLocal(local))
+	if _, err := sw.Pass(context.Background()); err == nil {
+		t.Error("the pass hid that a nudge could not be published")
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(local.taken)), []string{"a", "b"}) {
+		t.Errorf("taken here %v, want both due tasks though Pub/Sub is unreachable", local.taken)
+	}
+	if d, err := s.GetTask(context.Background(), "delivery"); err != nil || d.Nudges != 0 {
+		t.Errorf("the unpublished delivery nudge was recorded as sent (%v)", err)
 	}
 }

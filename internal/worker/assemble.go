@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"cloud.google.com/go/pubsub/v2"
+
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
@@ -55,9 +57,22 @@ type Assembly struct {
 	Handler      *Handler
 	Subscription string
 	Pull         bus.PullSettings
-	// Background are the sweeper, the batcher and the spend flush; the flush writes once more when its
-	// context ends, so the spend of the calls that finished during the grace is counted.
+	// Local takes the due tasks this instance's sweeper finds while Consume runs.
+	Local *Local
+	// Background are the breaker listener, the sweeper, the batcher, the spend flush and, when
+	// configured, the fallback drill; the flush writes once more when its context ends, so the
+	// spend of the calls that finished during the grace is counted.
 	Background []func(ctx context.Context)
+}
+
+// Consume pulls Subscription into h (Handler, or a wrapper of it) and runs Local beside it until
+// ctx ends, then returns once both have finished what they took.
+func (a *Assembly) Consume(ctx context.Context, ps *pubsub.Client, h bus.Handler) error {
+	done := make(chan struct{})
+	go func() { defer close(done); a.Local.Run(ctx) }()
+	err := bus.Pull(ctx, ps, a.Subscription, a.Pull, h)
+	<-done
+	return err
 }
 
 // Assemble builds the worker of s over in: the model client (its breakers metered and stored,
@@ -80,7 +95,7 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	if cfg.ContextTTL > 0 {
 		mp.ContextCaches = NewContextCaches(in.Store, gen, cfg.Gemini.Pricing, cfg.ContextTTL, cfg.Gemini.InstanceShare, cfg.Instance, in.Metrics, mp.Budgets)
 	}
-	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics)}
+	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics), WithCapacity(cfg.Concurrency)}
 	if cfg.Gemini.Backend == gemini.BackendGemini {
 		opts = append(opts, WithBatch(cfg.Batch)) // Vertex AI's batch jobs read Cloud Storage or BigQuery, not inlined requests
 	} else {
@@ -92,15 +107,33 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	if swPub == nil {
 		swPub = in.Publisher
 	}
-	sw := sweeper.New(in.Store, swPub, cfg.Gemini.Models, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance, sweeper.WithMetrics(in.Metrics))
-	return &Assembly{
+	local := NewLocal(h)
+	// One snapshot listener on breakers/{model} serves the model client (an outage, probe or
+	// recovery one instance saw is every instance's) and the sweeper (a recovery releases the
+	// tasks parked on the chain at once).
+	breakers := in.Store.WatchBreakers(log.With("component", "breakers"))
+	breakers.Observe(func(st gemini.BreakerStatus) {
+		gen.ObserveBreaker(st)
+		in.Metrics.Breaker(context.Background(), st.Model, string(st.State))
+	})
+	sw := sweeper.New(in.Store, swPub, cfg.Gemini.Models, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance,
+		sweeper.WithMetrics(in.Metrics), sweeper.WithLocal(local), sweeper.WithBreakers(breakers))
+	a := &Assembly{
 		Handler:      h,
 		Subscription: cfg.Subscription,
 		Pull:         bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension},
+		Local:        local,
 		Background: []func(context.Context){
+			breakers.Run,
 			func(ctx context.Context) { _ = sw.Run(ctx) },
 			bt.Run,
 			func(ctx context.Context) { FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) },
 		},
-	}, nil
+	}
+	if cfg.DrillEvery > 0 {
+		d := &Drill{Store: in.Store, Models: gen, Catalog: s.prompts, Pub: in.Publisher, Log: log.With("component", "fallback-drill"),
+			Metrics: in.Metrics, Every: cfg.DrillEvery}
+		a.Background = append(a.Background, d.Run)
+	}
+	return a, nil
 }

@@ -100,7 +100,7 @@ func (h *Handler) asBatch(id string) *Handler {
 }
 
 // SettleBatch applies one request's outcome to its task, as the job's lease owner and under the
-// outbox's rules (DESIGN §4 step 4): an answer is persisted (first output wins; a cancelled,
+// outbox's rules (docs/architecture.md §4 step 4): an answer is persisted (first output wins; a cancelled,
 // discarded or expired task records the spend and keeps its state); a permanent error fails
 // the task; any other error sends it back with an attempt counted (online after a quality
 // failure: another batch would repeat the same conditions); a lost job sends it back with none.

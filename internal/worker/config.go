@@ -44,6 +44,7 @@ type Config struct {
 	CacheTTL      time.Duration       // GENBOX_CACHE_TTL: how long a cached output is served
 	FlexMargin    time.Duration       // GENBOX_FLEX_MARGIN: a flex task closer than this to run_before is called on the standard tier
 	ContextTTL    time.Duration       // GENBOX_CONTEXT_CACHE_TTL: an explicit context cache's TTL, extended while in use; 0 creates none
+	DrillEvery    time.Duration       // GENBOX_FALLBACK_DRILL_INTERVAL: time between fallback drills; 0: none
 
 	Sweep  sweeper.Config
 	Batch  batcher.Config
@@ -104,6 +105,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration("GENBOX_CACHE_TTL", &c.CacheTTL)
 	r.Duration("GENBOX_FLEX_MARGIN", &c.FlexMargin)
 	r.Duration("GENBOX_CONTEXT_CACHE_TTL", &c.ContextTTL)
+	r.Duration("GENBOX_FALLBACK_DRILL_INTERVAL", &c.DrillEvery)
 	r.Int("GENBOX_CONCURRENCY", &c.Concurrency)
 	r.Int("GENBOX_TASK_ATTEMPTS", &c.MaxAttempts)
 	r.Int("GENBOX_CLAIM_CAP", &c.ClaimCap)
@@ -195,6 +197,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		bad("GENBOX_SHUTDOWN_GRACE", "must not be negative")
+	}
+	if c.DrillEvery < 0 {
+		bad("GENBOX_FALLBACK_DRILL_INTERVAL", "must not be negative (0: no drill)")
 	}
 	return errors.Join(errs...)
 }

@@ -16,13 +16,14 @@ import (
 
 // Estimator resolves a request's model chain (part of the cache key), prices its worst case
 // before any call is made — one call (max_cost_usd is checked against it) and the whole attempt
-// budget (the tenant's budget reserves it) — and tells whether any model of a chain can take a
-// call (gemini.Client).
+// budget (the tenant's budget reserves it) — and tells whether, or from when, any model of a
+// chain can take a call (gemini.Client).
 type Estimator interface {
 	Chain(req gemini.Request) []string
 	Estimate(req gemini.Request) (tokens int64, costUSD float64)
 	MaxSpend(req gemini.Request) float64
 	Available(models []string) bool
+	NextCall(models []string) time.Time
 }
 
 // TenantLimits returns a tenant's limits; a tenant without a document has none (TenantCache).
@@ -278,19 +279,32 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// exhausted reports whether every model of req's chain has an open breaker after a failed call:
-// the task waits for the chain like one that found it open (its attempts are not spent on an
-// outage, probes included).
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// exhausted reports whether no model of req's chain can take a call after a failed one — every
+// breaker open, or half-open with its probe in flight (here or in another instance): the task
+// waits for the chain like one that found it so (its attempts are not spent on an outage, probes
+// included). A generation that ended on a refused breaker says so itself (gemini.ErrUnavailable).
 func (h *Handler) exhausted(req gemini.Request) bool {
 	return h.mp.Estimator != nil && !h.mp.Estimator.Available(h.mp.Estimator.Chain(req))
 }
 
 // unavailable handles a task whose chain is exhausted: a stale family answers with the tenant's
 // last good output of the subject; any other task is parked. res is what the call spent.
-func (h *Handler) unavailable(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered, res gemini.Result) {
-	if !h.stale(ctx, log, t, r, res) {
-		h.park(ctx, log, t.ID, t.Lease.Epoch, res)
+func (h *Handler) unavailable(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered, req gemini.Request, res gemini.Result) {
+	if h.stale(ctx, log, t, r, res) {
+		return
 	}
+	var chain []string
+	if h.mp.Estimator != nil {
+		chain = h.mp.Estimator.Chain(req)
+	}
+	h.park(ctx, log, t.ID, t.Lease.Epoch, chain, res)
 }
 
 // stale answers a task whose chain is exhausted with the tenant's last good output of its

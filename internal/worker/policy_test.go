@@ -315,13 +315,6 @@ func TestTenantConcurrencyCap(t *testing.T) {
 	}
 }
 
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
 // A fallback model's answer is recorded as degraded on the task and in its webhook, and never
 // cached: the same request again calls the model.
 func TestDegradedRecordedNeverCached(t *testing.T) {

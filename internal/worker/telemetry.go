@@ -25,8 +25,9 @@ func AttemptSpans() gemini.AttemptHook {
 	}
 }
 
-// MeteredBreakers records each breaker change in m (genbox.breaker.state) before passing it to
-// next (*store.Store), which may be nil.
+// MeteredBreakers passes each breaker change to next (*store.Store), which may be nil, and
+// records the state it stands for in m (genbox.breaker.state) unless another instance's change
+// came first.
 func MeteredBreakers(next gemini.BreakerStore, m *obs.Metrics) gemini.BreakerStore {
 	return meteredBreakers{next: next, m: m}
 }
@@ -39,17 +40,20 @@ type meteredBreakers struct {
 var _ gemini.BreakerStore = meteredBreakers{}
 
 func (b meteredBreakers) SaveBreaker(ctx context.Context, ch gemini.BreakerChange) error {
-	b.m.Breaker(ctx, ch.Model, string(ch.To))
-	if b.next == nil {
-		return nil
+	var err error
+	if b.next != nil {
+		err = b.next.SaveBreaker(ctx, ch)
 	}
-	return b.next.SaveBreaker(ctx, ch)
+	if !errors.Is(err, gemini.ErrBreakerMoved) { // a change another instance beat is not this breaker's state
+		b.m.Breaker(ctx, ch.Model, string(ch.To))
+	}
+	return err
 }
 
-// SpanClaim names the span of the claim transaction.
+// SpanClaim names the span of the claim.
 const SpanClaim = "claim task"
 
-// tracedClaim is claim inside a span of its own, tagged with what the transaction decided.
+// tracedClaim is claim inside a span of its own, tagged with what the claim decided.
 func (h *Handler) tracedClaim(ctx context.Context, id string) (claimResult, error) {
 	ctx, span := obs.Start(ctx, SpanClaim)
 	c, err := h.claim(ctx, id)

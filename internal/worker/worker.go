@@ -87,8 +87,11 @@ type Handler struct {
 	metrics *obs.Metrics // nil records nothing
 
 	// inHand holds the ids of the tasks this instance is claiming or running: a duplicate nudge
-	// for one of them is acked without a transaction (see Handle).
+	// for one of them is acked without a write (see Handle).
 	inHand sync.Map
+	// slots bounds the tasks handled at once, whether their nudge came through Pub/Sub or from
+	// this instance's sweeper (Local); nil: no bound (WithCapacity).
+	slots chan struct{}
 }
 
 // Option configures a Handler.
@@ -96,6 +99,10 @@ type Option func(*Handler)
 
 // WithMetrics records task states, generations and retries in m.
 func WithMetrics(m *obs.Metrics) Option { return func(h *Handler) { h.metrics = m } }
+
+// WithCapacity bounds the tasks the handler runs at once to n (GENBOX_CONCURRENCY), counting
+// those its Local takes: a Pub/Sub message beyond it waits for a slot, and Local takes no more.
+func WithCapacity(n int) Option { return func(h *Handler) { h.slots = make(chan struct{}, max(n, 1)) } }
 
 var _ bus.Handler = (*Handler)(nil)
 
@@ -186,17 +193,38 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		return bus.Ack
 	}
 	log := h.log.With("task_id", id, "delivery_attempt", m.DeliveryAttempt)
-	// Nudges repeat (the publisher's and the sweeper's, a decision's, Pub/Sub's redeliveries). One
-	// for a task this instance already has in hand is acked: its claim would find the task held,
-	// or — the holder's lease lapsed mid-call — take it over and pay for a second call in the same
-	// process; and its transaction would contend with the holder's renewals and output commit on
-	// the task document, where under load stacked claims keep the document locked for everyone.
-	if _, busy := h.inHand.LoadOrStore(id, struct{}{}); busy {
-		log.DebugContext(ctx, "task already in hand in this instance; acked")
-		h.stats.notClaimed.Add(1)
+	if !h.takeInHand(ctx, log, id) {
 		return bus.Ack
 	}
 	defer h.inHand.Delete(id)
+	if h.slots != nil {
+		select {
+		case h.slots <- struct{}{}:
+		case <-ctx.Done(): // pulling stopped before a slot was free: the task is still due
+			return bus.Ack
+		}
+		defer func() { <-h.slots }()
+	}
+	return h.handle(ctx, log, id)
+}
+
+// takeInHand records that this instance has task id in hand, or reports that it already had.
+// Nudges repeat (the publisher's and the sweeper's, a decision's, Pub/Sub's redeliveries). One
+// for a task this instance already has in hand is acked: its claim would find the task held, or
+// — the holder's lease lapsed mid-call — take it over and pay for a second call in the same
+// process; and its write would contend with the holder's renewals and output commit on the task
+// document.
+func (h *Handler) takeInHand(ctx context.Context, log *slog.Logger, id string) bool {
+	if _, busy := h.inHand.LoadOrStore(id, struct{}{}); busy {
+		log.DebugContext(ctx, "task already in hand in this instance; acked")
+		h.stats.notClaimed.Add(1)
+		return false
+	}
+	return true
+}
+
+// handle is Handle for a task this instance has in hand, within its capacity.
+func (h *Handler) handle(ctx context.Context, log *slog.Logger, id string) bus.Result {
 	// The work outlives the pull's context (it ends when pulling stops) and ends only by Abort.
 	work, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
@@ -229,6 +257,7 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		return bus.Ack
 	}
 	h.stats.claimed.Add(1)
+	log.DebugContext(ctx, "claimed", "due_lag_ms", c.late.Milliseconds())
 	h.metrics.TaskState(ctx, c.task.Family, task.StateRunning)
 	crashpoint.Hit(crashpoint.AfterClaim)
 	h.run(work, log, c.task)
@@ -247,16 +276,25 @@ const (
 type claimResult struct {
 	outcome claimOutcome
 	task    *store.Task
+	// late is how long the task had been due (its due_at passed) when it was claimed: what
+	// liveness bounds, whoever crashed or whatever held a nudge.
+	late time.Duration
 }
 
-// claim runs step 1 of docs/architecture.md §4 in one transaction. Contention (codes.Aborted) is "not claimed".
+// claim runs step 1 of docs/architecture.md §4 in one read-modify-write of the task
+// (store.MutateTask). Contention (codes.Aborted) is "not claimed".
 func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 	var outcome claimOutcome
+	var late time.Duration
 	t, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
-		outcome = claimNot
+		outcome, late = claimNot, 0
+		if t.DueAt != nil && now.After(*t.DueAt) {
+			late = now.Sub(*t.DueAt)
+		}
 		switch t.State {
 		case task.StateQueued, task.StateWaiting:
-			if t.NotBefore != nil && now.Before(*t.NotBefore) {
+			expired := t.RunBefore != nil && !now.Before(*t.RunBefore) // past it a backoff no longer holds
+			if !expired && t.NotBefore != nil && now.Before(*t.NotBefore) {
 				return store.ErrNoChange
 			}
 		case task.StateRunning:
@@ -292,7 +330,7 @@ func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 	case err != nil:
 		return claimResult{}, err
 	}
-	return claimResult{outcome: outcome, task: t}, nil
+	return claimResult{outcome: outcome, task: t, late: late}, nil
 }
 
 // kill moves t to dead (stage generation) with a DLQ notice kept as an outbox on the task; the
@@ -367,7 +405,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 		log.WarnContext(ctx, "shutting down before the model answered; lease released")
 		h.release(ctx, log, t.ID, epoch, res)
 	case errors.Is(err, gemini.ErrUnavailable):
-		h.unavailable(ctx, log, t, r, res)
+		h.unavailable(ctx, log, t, r, req, res)
 	default:
 		switch gemini.ClassOf(err) {
 		case gemini.Permanent, gemini.Quality, gemini.Budget:
@@ -376,7 +414,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 			h.shed(ctx, log, t.ID, epoch, res)
 		default: // transient, network, or unclassified: retried later, counted — unless it opened the last breaker
 			if h.exhausted(req) {
-				h.unavailable(ctx, log, t, r, res)
+				h.unavailable(ctx, log, t, r, req, res)
 				return
 			}
 			h.retry(ctx, log, t.ID, epoch, res, err)
@@ -687,7 +725,10 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 			return
 		}
 		nb := now.Add(max(fullJitter(h.pol.RetryBase, h.pol.RetryMax, t.Attempts), wait))
-		t.State, t.NotBefore, t.Claims, t.Parks = task.StateQueued, &nb, 0, 0 // a model answered: the chain is open again
+		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
+		if e.Kind != task.KindNetwork {
+			t.Parks = 0 // a model answered: the chain takes calls again
+		}
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	})
 	switch {
@@ -707,11 +748,17 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 }
 
 // park moves the task to waiting when every model of its chain is unavailable: its own backoff,
-// no attempt counted.
-func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
+// no attempt counted, but no later than the chain may take a call again (a probe), so that the
+// sweeper sees the task then whatever its backoff has grown to. chain is what the call ran on.
+func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch int64, chain []string, res gemini.Result) {
 	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "park", func(t *store.Task, now time.Time) {
 		t.Parks++
 		nb := now.Add(parkBackoff(h.pol.ParkBase, h.pol.ParkMax, t.Parks))
+		if h.mp.Estimator != nil {
+			if at := h.mp.Estimator.NextCall(chain); at.Before(nb) {
+				nb = maxTime(at, now)
+			}
+		}
 		t.State, t.NotBefore, t.Claims = task.StateWaiting, &nb, 0
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	}); ok {

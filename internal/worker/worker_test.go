@@ -47,6 +47,9 @@ func TestClaimRules(t *testing.T) {
 			d.Lease = claim.Lease{Owner: "w0", Epoch: 3, ExpiresAt: ptr(now.Add(-time.Second))}
 		}, claimDead, task.StateDead, 3, 3},
 		{"run_before passed", func(d *store.Task) { d.RunBefore = ptr(now.Add(-time.Second)) }, claimExpired, task.StateFailed, 0, 0},
+		{"parked past its run_before", func(d *store.Task) {
+			d.State, d.NotBefore, d.RunBefore = task.StateWaiting, ptr(now.Add(time.Hour)), ptr(now.Add(-time.Second))
+		}, claimExpired, task.StateFailed, 0, 0},
 		{"succeeded", func(d *store.Task) { d.State = task.StateSucceeded }, claimNot, task.StateSucceeded, 0, 0},
 		{"cancelled", func(d *store.Task) { d.State = task.StateCancelled }, claimNot, task.StateCancelled, 0, 0},
 		{"dead", func(d *store.Task) { d.State = task.StateDead }, claimNot, task.StateDead, 0, 0},
@@ -525,5 +528,50 @@ func TestSpendRecordedOnce(t *testing.T) {
 	got := b.get(t, "once")
 	if got.State != task.StateCancelled || got.HasOutput() || got.ModelCalls != 1 || got.Usage != res.Usage || got.CostUSD != res.CostUSD {
 		t.Errorf("state %s output %v calls %d usage %+v cost %v; want the spend recorded once on a cancelled task", got.State, got.HasOutput(), got.ModelCalls, got.Usage, got.CostUSD)
+	}
+}
+
+// A call that got no answer — a timeout — says nothing about the chain: the task is retried
+// with an attempt counted, but its park count, which sizes its next park through an outage, is
+// kept. An answered call (a 503) shows the chain takes calls again and resets it.
+func TestNetworkFailureKeepsTheParkCount(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, 0, map[string]string{"GENBOX_CALL_TIMEOUT": "200ms"})
+	ctx := context.Background()
+	h := b.handler(policy("w1"), chain("m"))
+	b.task(t, "timeout", func(d *store.Task) { d.Parks = 3 })
+	gate := b.srv.Block("m")
+	h.Handle(ctx, msg("timeout"))
+	gate.Release()
+	if got := b.get(t, "timeout"); got.State != task.StateQueued || got.Attempts != 1 || got.Parks != 3 || got.Error == nil || got.Error.Kind != task.KindNetwork {
+		t.Errorf("after a timeout: state %s attempts %d parks %d error %+v; want queued, one attempt, parks kept", got.State, got.Attempts, got.Parks, got.Error)
+	}
+	b.task(t, "answered", func(d *store.Task) { d.Parks = 3 })
+	b.srv.FailNext("m", 503, 503)
+	h.Handle(ctx, msg("answered"))
+	if got := b.get(t, "answered"); got.State != task.StateQueued || got.Parks != 0 {
+		t.Errorf("after a 503: state %s parks %d; want queued, parks reset", got.State, got.Parks)
+	}
+}
+
+// A task parked because every model is unavailable waits no longer than until a model may take
+// a probe, however long its own park backoff has grown: then the sweeper sees it, and one such
+// task's call is the probe that finds the chain recovered.
+func TestParkEndsWhenTheChainMayTakeAProbe(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, 0, map[string]string{"GENBOX_BREAKER_FAILURES": "1", "GENBOX_BREAKER_COOLDOWN": "3s"})
+	pol := policy("w1")
+	pol.ParkBase, pol.ParkMax = time.Hour, time.Hour
+	h := New(b.store, b.gen, chain("m"), b.pub, b.log, pol, WithModelPolicy(ModelPolicy{Estimator: b.gen}))
+	b.srv.Outage("m", time.Hour)
+	b.task(t, "parked", func(d *store.Task) { d.Parks = 5 })
+	start := time.Now()
+	h.Handle(context.Background(), msg("parked"))
+	got := b.get(t, "parked")
+	if got.State != task.StateWaiting || got.NotBefore == nil {
+		t.Fatalf("after the call that opened the only breaker: state %s not_before %v, want parked", got.State, got.NotBefore)
+	}
+	if wait := got.NotBefore.Sub(start); wait > 10*time.Second {
+		t.Errorf("parked for %s, want no longer than the breaker's 3 s cooldown", wait.Round(time.Second))
 	}
 }

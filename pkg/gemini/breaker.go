@@ -2,6 +2,7 @@ package gemini
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -27,13 +28,37 @@ type BreakerChange struct {
 	To     BreakerState
 	At     time.Time
 	Reason string
-	// RetryAt is when an open breaker lets a probe through; zero unless To is open.
+	// RetryAt is when the new state may end without an outcome: an open breaker lets a probe
+	// through then, and a half-open one whose probe has not answered by then (its instance died)
+	// lets another instance take the probe over. Zero when To is closed.
 	RetryAt time.Time
+	// Generation numbers the breaker's states: each change raises it by one. Instances that share
+	// their breakers (BreakerStore) apply a change only over the generation it was made from, so
+	// changes made concurrently or delivered late never overwrite a newer state.
+	Generation int64
 }
 
-// BreakerStore records breaker state changes, so that the sweeper can leave parked tasks alone
-// until a chain closes. It is called only when a breaker changes state.
+// BreakerStatus is a model's breaker as stored by whichever instance changed it last: what
+// every instance adopts (Client.ObserveBreaker) when it is newer than its own.
+type BreakerStatus struct {
+	Model      string
+	State      BreakerState
+	Generation int64
+	Since      time.Time
+	RetryAt    time.Time // as in BreakerChange
+}
+
+// ErrBreakerMoved is what a BreakerStore answers for a change made from a generation that is no
+// longer the stored one: another instance changed the breaker first.
+var ErrBreakerMoved = errors.New("gemini: the breaker was changed by another instance")
+
+// BreakerStore records breaker state changes and shares them between instances: the sweeper
+// leaves parked tasks alone until a chain closes, and every instance follows one breaker per
+// model, so that N instances in an outage spend the probes of one. It is called only when a
+// breaker changes state.
 type BreakerStore interface {
+	// SaveBreaker records ch if the stored breaker of ch.Model is at generation ch.Generation-1
+	// (a model never stored is at 0); otherwise it writes nothing and returns ErrBreakerMoved.
 	SaveBreaker(ctx context.Context, ch BreakerChange) error
 }
 
@@ -52,57 +77,95 @@ type sample struct {
 
 // breaker is one model's circuit breaker: open on ConsecutiveFailures in a row or on more than
 // FailureRatio failing in Window (at least MinVolume calls); after Cooldown one probe passes.
+// Every call carries the generation that allowed it, and its outcome counts only while that
+// generation lasts: a late answer to a call made before the breaker moved says nothing about the
+// probe that moved it since.
 type breaker struct {
 	model string
 	cfg   BreakerConfig
 
 	mu          sync.Mutex
 	state       BreakerState
+	gen         int64
 	consecutive int
 	window      []sample
-	openedAt    time.Time
-	probing     bool
+	retryAt     time.Time // open: a probe may pass from then; half-open: the probe in flight is presumed lost then
+	probing     bool      // half-open: this instance's probe is in flight
+	elsewhere   bool      // half-open: another instance's probe is in flight until retryAt
 }
 
 func newBreaker(model string, cfg BreakerConfig) *breaker {
 	return &breaker{model: model, cfg: cfg, state: BreakerClosed}
 }
 
-// allow reports whether a call may go to the model now. An open breaker past its cooldown turns
-// half-open and lets exactly one probe through until that probe's outcome is recorded.
-func (b *breaker) allow(now time.Time) (bool, *BreakerChange) {
+// allow reports whether a call may go to the model now, with the generation its outcome is to be
+// recorded under. An open breaker past its cooldown turns half-open and lets exactly one probe
+// through until that probe's outcome is recorded; so does a half-open one whose probe, made
+// elsewhere, is overdue. A change it returns must be saved before the probe is made: when
+// another instance moved the breaker first, the probe is not made (moved).
+func (b *breaker) allow(now time.Time) (bool, int64, *BreakerChange) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
 	case BreakerClosed:
-		return true, nil
+		return true, b.gen, nil
 	case BreakerOpen:
-		if now.Sub(b.openedAt) < b.cfg.Cooldown {
-			return false, nil
+		if now.Before(b.retryAt) {
+			return false, b.gen, nil
 		}
 		b.probing = true
-		return true, b.move(BreakerHalfOpen, now, "cooldown passed: probing")
+		ch := b.move(BreakerHalfOpen, now, "cooldown passed: probing")
+		return true, b.gen, ch
 	default: // half-open
-		if b.probing {
-			return false, nil
+		switch {
+		case b.probing, b.elsewhere && now.Before(b.retryAt):
+			return false, b.gen, nil
+		case b.elsewhere:
+			b.probing = true
+			ch := b.move(BreakerHalfOpen, now, "the probe in flight elsewhere is overdue: probing")
+			return true, b.gen, ch
 		}
-		b.probing = true
-		return true, nil
+		b.probing = true // the previous probe said nothing (neutral): probe again
+		return true, b.gen, nil
 	}
 }
 
-// available reports whether a call could pass now or soon: the breaker is not open, or its
-// cooldown has passed.
+// available reports whether a call could pass now: the breaker is closed, open past its cooldown,
+// or half-open with no probe in flight (none of this instance's, nor another's still due).
 func (b *breaker) available(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.state != BreakerOpen || now.Sub(b.openedAt) >= b.cfg.Cooldown
+	switch b.state {
+	case BreakerClosed:
+		return true
+	case BreakerOpen:
+		return !now.Before(b.retryAt)
+	}
+	return !b.probing && (!b.elsewhere || !now.Before(b.retryAt))
 }
 
-// record takes the outcome of a call that allow let through.
-func (b *breaker) record(now time.Time, o outcome) *BreakerChange {
+// nextCall is when a call may pass at the earliest: now for an available breaker, else the end of
+// its cooldown or of the probe in flight.
+func (b *breaker) nextCall(now time.Time) time.Time {
+	if b.available(now) {
+		return now
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.probing { // this instance's probe answers within its own call
+		return now
+	}
+	return b.retryAt
+}
+
+// record takes the outcome of a call that allow let through under generation gen. The outcome
+// of an older generation is dropped.
+func (b *breaker) record(now time.Time, gen int64, o outcome) *BreakerChange {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if gen != b.gen {
+		return nil
+	}
 	wasProbe := b.state == BreakerHalfOpen && b.probing
 	b.probing = false
 	if o == outcomeNeutral {
@@ -134,14 +197,45 @@ func (b *breaker) record(now time.Time, o outcome) *BreakerChange {
 	return nil
 }
 
-func (b *breaker) move(to BreakerState, now time.Time, reason string) *BreakerChange {
-	ch := &BreakerChange{Model: b.model, From: b.state, To: to, At: now, Reason: reason}
-	b.state = to
-	if to == BreakerOpen {
-		b.openedAt = now
-		ch.RetryAt = now.Add(b.cfg.Cooldown)
+// moved takes back the claim of ch, a change another instance beat: the breaker keeps its state
+// but gives up a probe it had taken, and adopts the next stored state whatever its generation.
+func (b *breaker) moved(ch *BreakerChange) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gen != ch.Generation {
+		return
 	}
-	if to == BreakerClosed {
+	b.gen--
+	if b.state == BreakerHalfOpen {
+		b.probing, b.elsewhere = false, true
+	}
+}
+
+// observe adopts a stored state newer than the breaker's own.
+func (b *breaker) observe(st BreakerStatus) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if st.Generation <= b.gen {
+		return
+	}
+	b.gen, b.state, b.retryAt = st.Generation, st.State, st.RetryAt
+	b.probing, b.elsewhere = false, st.State == BreakerHalfOpen
+	if st.State == BreakerClosed {
+		b.consecutive, b.window = 0, b.window[:0]
+	}
+}
+
+func (b *breaker) move(to BreakerState, now time.Time, reason string) *BreakerChange {
+	b.gen++
+	ch := &BreakerChange{Model: b.model, From: b.state, To: to, At: now, Reason: reason, Generation: b.gen}
+	b.state = to
+	b.elsewhere = false
+	b.retryAt = time.Time{}
+	switch to {
+	case BreakerOpen, BreakerHalfOpen:
+		b.retryAt = now.Add(b.cfg.Cooldown)
+		ch.RetryAt = b.retryAt
+	case BreakerClosed:
 		b.consecutive = 0
 	}
 	return ch

@@ -2,6 +2,7 @@ package gemini
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -148,8 +149,9 @@ func (c *Client) limiter(model string) *limiter {
 	return l
 }
 
-// Available reports whether any model of the chain could take a call now: false only when every
-// breaker is open and still cooling down. The worker parks a task when its chain is not.
+// Available reports whether any model of the chain could take a call now: false when every
+// breaker is open and still cooling down, or half-open with its probe in flight. The worker parks
+// a task when its chain is not.
 func (c *Client) Available(models []string) bool {
 	if len(models) == 0 {
 		models = c.cfg.Models
@@ -162,6 +164,28 @@ func (c *Client) Available(models []string) bool {
 	}
 	return false
 }
+
+// NextCall is the earliest time a model of the chain may take a call: now when one can, else the
+// end of the first cooldown or probe in flight. A task parked on the chain need not wait longer
+// to be looked at again.
+func (c *Client) NextCall(models []string) time.Time {
+	if len(models) == 0 {
+		models = c.cfg.Models
+	}
+	now := c.clock.Now()
+	var at time.Time
+	for i, m := range models {
+		if t := c.breaker(m).nextCall(now); i == 0 || t.Before(at) {
+			at = t
+		}
+	}
+	return at
+}
+
+// ObserveBreaker adopts a breaker state stored by any instance (breakers/{model}), when it is
+// newer than this instance's: an outage one instance saw holds the others' calls back, one probe
+// serves them all, and a recovery closes every instance's breaker at once.
+func (c *Client) ObserveBreaker(st BreakerStatus) { c.breaker(st.Model).observe(st) }
 
 // EstimateTokens is the cheap token estimate of a text used before a call: about four bytes a token.
 func EstimateTokens(s string) int64 { return int64(len(s)+3) / 4 }
@@ -244,6 +268,7 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 	// waits follows the servers' RetryInfo delays and whether every call was turned away by a
 	// rate limit: both go to the caller with the last error.
 	var waits retryWaits
+	refused := false // the last breaker asked refused the call
 	for i, model := range models {
 		br := c.breaker(model)
 		retrying := false // the previous call on this model failed: back off first
@@ -259,25 +284,27 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 			if err := ctx.Err(); err != nil {
 				return res, err
 			}
-			ok, ch := br.allow(c.clock.Now())
-			c.report(ctx, ch)
-			if !ok {
+			ok, gen, ch := br.allow(c.clock.Now())
+			if ok && ch != nil && !c.report(ctx, br, ch) {
+				ok = false // another instance took the probe, or moved the breaker first
+			}
+			if refused = !ok; refused {
 				break
 			}
 			if req.MaxCostUSD > 0 {
 				if one := c.cfg.price(model).Cost(promptTokens(req), c.cfg.maxOutput(cfg)); res.CostUSD+one > req.MaxCostUSD {
-					br.record(c.clock.Now(), outcomeNeutral)
+					br.record(c.clock.Now(), gen, outcomeNeutral)
 					return res, &Error{Class: Budget, Model: model, Err: fmt.Errorf("spent $%.6f; another call could exceed max_cost_usd $%.6f", res.CostUSD, req.MaxCostUSD)}
 				}
 			}
 			budget--
 			text, f, err := c.attempt(ctx, c.cfg.MaxAttempts-budget, model, req, cfg, &res)
 			if err != nil {
-				br.record(c.clock.Now(), outcomeNeutral)
+				br.record(c.clock.Now(), gen, outcomeNeutral)
 				return res, err
 			}
 			if f == nil {
-				c.report(ctx, br.record(c.clock.Now(), outcomeSuccess))
+				c.report(ctx, br, br.record(c.clock.Now(), gen, outcomeSuccess))
 				if req.Validate != nil {
 					if verr := req.Validate(text); verr != nil {
 						quality--
@@ -297,10 +324,10 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 			last = &Error{Class: f.class, Code: f.code, Model: model, RetryAfter: f.retryAfter, Err: f.err}
 			waits.failed(c.clock.Now(), f)
 			if f.class == Permanent || f.class == Shed {
-				c.report(ctx, br.record(c.clock.Now(), outcomeNeutral))
+				c.report(ctx, br, br.record(c.clock.Now(), gen, outcomeNeutral))
 				return res, last
 			}
-			c.report(ctx, br.record(c.clock.Now(), outcomeFailure))
+			c.report(ctx, br, br.record(c.clock.Now(), gen, outcomeFailure))
 			c.log.WarnContext(ctx, "model call failed", "task_id", req.TaskID, "model", model, "class", string(f.class), "code", f.code, "error", f.err)
 			failures, retrying = failures+1, true
 		}
@@ -308,8 +335,14 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 			break
 		}
 	}
-	if last == nil {
+	switch {
+	case last == nil:
 		return res, fmt.Errorf("%w: %s", ErrUnavailable, strings.Join(models, ", "))
+	case refused:
+		// Every model was tried or refused, and the last refused: the chain is unavailable now,
+		// whatever its breakers say a moment later. The caller waits for the chain without
+		// spending an attempt.
+		return res, fmt.Errorf("%w: %s (last failure: %w)", ErrUnavailable, strings.Join(models, ", "), last)
 	}
 	last.RetryAfter, last.RateLimited = waits.after(c.clock.Now())
 	return res, last
@@ -461,18 +494,28 @@ func (c *Client) genaiConfig(req Request, cfg task.GenConfig) *genai.GenerateCon
 	return gc
 }
 
-// report stores a breaker change and raises an alert when a breaker opens.
-func (c *Client) report(ctx context.Context, ch *BreakerChange) {
+// report stores a breaker change and raises an alert when a breaker opens. It reports whether
+// the change stands: false when another instance changed the breaker first (the breaker then
+// gives the change up and follows the stored state).
+func (c *Client) report(ctx context.Context, br *breaker, ch *BreakerChange) bool {
 	if ch == nil {
-		return
+		return true
 	}
-	c.log.WarnContext(ctx, "breaker changed", "model", ch.Model, "from", string(ch.From), "to", string(ch.To), "reason", ch.Reason)
 	if c.breakerStore != nil {
-		if err := c.breakerStore.SaveBreaker(context.WithoutCancel(ctx), *ch); err != nil {
+		err := c.breakerStore.SaveBreaker(context.WithoutCancel(ctx), *ch)
+		switch {
+		case errors.Is(err, ErrBreakerMoved):
+			br.moved(ch)
+			c.log.InfoContext(ctx, "breaker changed by another instance first", "model", ch.Model, "to", string(ch.To), "generation", ch.Generation)
+			return false
+		case err != nil:
+			// Not shared: this instance goes on with its own breaker, as without a store.
 			c.log.ErrorContext(ctx, "save breaker", "model", ch.Model, "error", err)
 		}
 	}
+	c.log.WarnContext(ctx, "breaker changed", "model", ch.Model, "from", string(ch.From), "to", string(ch.To), "reason", ch.Reason, "generation", ch.Generation)
 	if c.alert != nil && ch.From == BreakerClosed && ch.To == BreakerOpen {
 		c.alert(context.WithoutCancel(ctx), "breaker:"+ch.Model, fmt.Sprintf("model %s breaker open: %s; traffic moves to the next model until %s", ch.Model, ch.Reason, ch.RetryAt.Format(time.RFC3339)))
 	}
+	return true
 }

@@ -448,3 +448,174 @@ func TestFailedProbeReopens(t *testing.T) {
 		t.Errorf("alerts %v: a failed probe must not alert again", b.alertKeys())
 	}
 }
+
+// A call made before the breaker opened that fails late — here it times out while the half-open
+// probe is in flight — says nothing about the probe: the probe's success closes the breaker.
+// Crediting the late failure to the probe reopened the breaker, and the probe's success was then
+// dropped: the model stayed skipped for another cooldown though it had answered.
+func TestLateFailureIsNotTheProbes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *gemini.Config) {
+		c.Models = []string{primary}
+		c.MaxAttempts, c.ModelAttempts = 1, 1
+		c.Breaker.ConsecutiveFailures = 1
+		c.CallTimeout = time.Second
+	})
+	ctx := context.Background()
+	gate := b.srv.Block(primary)
+	defer gate.Release()
+	late := make(chan error, 1)
+	go func() { _, err := b.client.Generate(ctx, request("late")); late <- err }()
+	<-gate.Entered()
+
+	b.srv.Outage(primary, time.Hour)
+	if _, err := b.client.Generate(ctx, request("opens")); gemini.ClassOf(err) != gemini.Transient {
+		t.Fatalf("during the outage: %v, want a transient failure", err)
+	}
+	b.srv.Restore(primary)
+	b.clock.advance(time.Hour) // the cooldown has passed: the next call is the probe
+	probe := make(chan error, 1)
+	go func() { _, err := b.client.Generate(ctx, request("probe")); probe <- err }()
+	<-gate.Entered()
+	if err := <-late; gemini.ClassOf(err) != gemini.Network {
+		t.Fatalf("the late call: %v, want its timeout", err)
+	}
+	gate.Release()
+	if err := <-probe; err != nil {
+		t.Fatalf("probe: %v", err)
+	}
+	if res, err := b.client.Generate(ctx, request("after")); err != nil || res.Model != primary {
+		t.Errorf("after the probe succeeded: %+v %v, want the model's answer", res, err)
+	}
+}
+
+// A generation whose own probe failed while the only other model's probe is in flight elsewhere
+// ends unavailable: the caller parks the task instead of spending an attempt on the outage, and
+// the chain is not available while that probe is out.
+func TestChainUnavailableWhileAnotherProbes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *gemini.Config) {
+		c.MaxAttempts, c.ModelAttempts = 2, 1
+		c.Breaker.ConsecutiveFailures = 1
+	})
+	ctx := context.Background()
+	b.srv.Outage(primary, time.Hour)
+	b.srv.Outage(fallback, time.Hour)
+	if _, err := b.client.Generate(ctx, request("opens")); gemini.ClassOf(err) != gemini.Transient {
+		t.Fatalf("during the outage: %v, want a transient failure", err)
+	}
+	b.clock.advance(time.Hour) // both breakers may probe
+	b.srv.Restore(fallback)
+	gate := b.srv.Block(fallback)
+	defer gate.Release()
+	probing := make(chan error, 1)
+	go func() {
+		req := request("probes-the-fallback")
+		req.Models = []string{fallback}
+		_, err := b.client.Generate(ctx, req)
+		probing <- err
+	}()
+	<-gate.Entered()
+	_, err := b.client.Generate(ctx, request("probes-the-primary"))
+	if !errors.Is(err, gemini.ErrUnavailable) {
+		t.Errorf("own probe failed, the other model's probe in flight: %v, want ErrUnavailable", err)
+	}
+	if b.client.Available(nil) {
+		t.Error("the chain is available while one breaker reopened and the other's probe is in flight")
+	}
+	gate.Release()
+	if err := <-probing; err != nil {
+		t.Fatalf("the fallback's probe: %v", err)
+	}
+	if !b.client.Available(nil) {
+		t.Error("the chain is not available after the fallback's probe succeeded")
+	}
+}
+
+// sharedBreakers is a BreakerStore shared by several clients, as breakers/{model} is by several
+// instances: it applies a change only over the generation it was made from, and passes what it
+// stored to every client (the instances' snapshot listener) unless quiet.
+type sharedBreakers struct {
+	mu      sync.Mutex
+	stored  map[string]gemini.BreakerStatus
+	clients []*gemini.Client
+	quiet   bool
+}
+
+func (s *sharedBreakers) SaveBreaker(_ context.Context, ch gemini.BreakerChange) error {
+	s.mu.Lock()
+	if s.stored[ch.Model].Generation != ch.Generation-1 {
+		s.mu.Unlock()
+		return gemini.ErrBreakerMoved
+	}
+	st := gemini.BreakerStatus{Model: ch.Model, State: ch.To, Generation: ch.Generation, Since: ch.At, RetryAt: ch.RetryAt}
+	s.stored[ch.Model] = st
+	clients := s.clients
+	if s.quiet {
+		clients = nil
+	}
+	s.mu.Unlock()
+	for _, c := range clients {
+		c.ObserveBreaker(st)
+	}
+	return nil
+}
+
+func (s *sharedBreakers) setQuiet(q bool) {
+	s.mu.Lock()
+	s.quiet = q
+	s.mu.Unlock()
+}
+
+// Two instances share their breakers: the outage one saw holds the other's calls back without a
+// call; one probe serves both, even when both try to take it; and its success closes both.
+func TestInstancesShareOneBreaker(t *testing.T) {
+	t.Parallel()
+	srv := geminitest.NewServer()
+	t.Cleanup(srv.Close)
+	cfg := testConfig(t, srv)
+	cfg.Models, cfg.MaxAttempts, cfg.ModelAttempts, cfg.Breaker.ConsecutiveFailures = []string{primary}, 2, 2, 2
+	clock := &fakeClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+	shared := &sharedBreakers{stored: map[string]gemini.BreakerStatus{}}
+	var a, b *gemini.Client
+	for _, c := range []**gemini.Client{&a, &b} {
+		var err error
+		if *c, err = gemini.New(context.Background(), cfg, gemini.WithClock(clock), gemini.WithRand(func() float64 { return 0.5 }), gemini.WithBreakerStore(shared)); err != nil {
+			t.Fatal(err)
+		}
+		shared.clients = append(shared.clients, *c)
+	}
+	ctx := context.Background()
+	calls := func() int { return srv.Ledger().Total.Calls }
+
+	srv.Outage(primary, time.Hour)
+	if _, err := a.Generate(ctx, request("opens")); gemini.ClassOf(err) != gemini.Transient {
+		t.Fatalf("a during the outage: %v", err)
+	}
+	if _, err := b.Generate(ctx, request("held")); !errors.Is(err, gemini.ErrUnavailable) || calls() != 2 {
+		t.Fatalf("b after a's breaker opened: %v after %d calls, want ErrUnavailable and a's 2 calls only", err, calls())
+	}
+
+	srv.Restore(primary)
+	gate := srv.Block(primary)
+	defer gate.Release()
+	clock.advance(time.Hour)
+	shared.setQuiet(true) // b has not heard of a's probe yet when it tries to take one too
+	probe := make(chan error, 1)
+	go func() { _, err := a.Generate(ctx, request("probe")); probe <- err }()
+	<-gate.Entered()
+	if _, err := b.Generate(ctx, request("second-probe")); !errors.Is(err, gemini.ErrUnavailable) {
+		t.Errorf("b while a's probe is in flight: %v, want ErrUnavailable", err)
+	}
+	shared.setQuiet(false)
+	gate.Release()
+	if err := <-probe; err != nil {
+		t.Fatalf("a's probe: %v", err)
+	}
+	if n := calls(); n != 3 {
+		t.Errorf("%d calls, want a's 2 failures and one probe", n)
+	}
+	if res, err := b.Generate(ctx, request("after")); err != nil || res.Model != primary {
+		t.Errorf("b after a's probe succeeded: %+v %v, want the model's answer", res, err)
+	}
+}

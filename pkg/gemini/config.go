@@ -155,7 +155,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			Window:              5 * time.Minute,
 			FailureRatio:        0.5,
 			MinVolume:           10,
-			Cooldown:            30 * time.Second,
+			Cooldown:            15 * time.Second,
 		},
 	}
 	r := envconfig.New(getenv)

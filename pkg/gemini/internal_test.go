@@ -142,10 +142,11 @@ func TestBreakerFailureRatio(t *testing.T) {
 		if calls%3 == 2 {
 			o = outcomeSuccess
 		}
-		if ok, _ := b.allow(now); !ok {
+		ok, gen, _ := b.allow(now)
+		if !ok {
 			t.Fatalf("closed breaker refused call %d", calls)
 		}
-		opened = b.record(now, o)
+		opened = b.record(now, gen, o)
 		calls++
 		now = now.Add(time.Second)
 	}
@@ -155,10 +156,10 @@ func TestBreakerFailureRatio(t *testing.T) {
 	// Old samples leave the window: a success long after does not reopen on stale failures.
 	b2 := newBreaker("m", BreakerConfig{ConsecutiveFailures: 100, Window: time.Minute, FailureRatio: 0.5, MinVolume: 4, Cooldown: time.Second})
 	for i := range 3 {
-		b2.record(t0.Add(time.Duration(i)*time.Second), outcomeFailure)
-		b2.record(t0.Add(time.Duration(i)*time.Second), outcomeSuccess)
+		b2.record(t0.Add(time.Duration(i)*time.Second), 0, outcomeFailure)
+		b2.record(t0.Add(time.Duration(i)*time.Second), 0, outcomeSuccess)
 	}
-	if ch := b2.record(t0.Add(10*time.Minute), outcomeFailure); ch != nil {
+	if ch := b2.record(t0.Add(10*time.Minute), 0, outcomeFailure); ch != nil {
 		t.Errorf("opened on failures outside the window: %+v", ch)
 	}
 }
@@ -166,18 +167,19 @@ func TestBreakerFailureRatio(t *testing.T) {
 func TestNeutralOutcomeReleasesProbe(t *testing.T) {
 	t.Parallel()
 	b := newBreaker("m", BreakerConfig{ConsecutiveFailures: 1, Window: time.Minute, FailureRatio: 1, MinVolume: 1, Cooldown: time.Second})
-	b.record(t0, outcomeFailure)
+	b.record(t0, 0, outcomeFailure)
 	now := t0.Add(2 * time.Second)
-	if ok, ch := b.allow(now); !ok || ch == nil || ch.To != BreakerHalfOpen {
+	ok, gen, ch := b.allow(now)
+	if !ok || ch == nil || ch.To != BreakerHalfOpen {
 		t.Fatalf("after cooldown: %v %+v", ok, ch)
 	}
-	if ok, _ := b.allow(now); ok {
+	if ok, _, _ := b.allow(now); ok {
 		t.Fatal("a second probe passed while the first is out")
 	}
-	if ch := b.record(now, outcomeNeutral); ch != nil {
+	if ch := b.record(now, gen, outcomeNeutral); ch != nil {
 		t.Fatalf("a 400 moved the breaker: %+v", ch)
 	}
-	if ok, _ := b.allow(now); !ok {
+	if ok, _, _ := b.allow(now); !ok {
 		t.Error("the probe slot was not released after a neutral outcome")
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -46,9 +45,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	return d.Serve(ctx, ln, service.Lifecycle{
 		Handler: mux, Grace: cfg.ShutdownGrace, Pulling: pulling,
-		Pull: func(ctx context.Context) error {
-			return bus.Pull(ctx, d.PubSub, a.Subscription, a.Pull, a.Handler)
-		},
+		Pull: func(ctx context.Context) error { return a.Consume(ctx, d.PubSub, a.Handler) },
 		// What cannot finish within the grace releases its lease.
 		Abort:      a.Handler.Abort,
 		Background: a.Background,

@@ -2,7 +2,6 @@ package chaos_test
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -122,20 +121,7 @@ func TestPubSubRestartedEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := func() *emulator.Emulators {
-		t.Helper()
-		emu, err := emulator.Start(context.Background(), emulator.Options{PubSubPort: port, Getenv: func(k string) string {
-			if k == emulator.FirestoreHostEnv {
-				return os.Getenv(k)
-			}
-			return ""
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(emu.Stop)
-		return emu
-	}
+	start := func() *emulator.Emulators { return ownPubSub(t, port) }
 	emu := start()
 	s := newStack(t, geminitest.Fixed(100*time.Millisecond), emu.PubSubHost)
 	gate := s.fake.Block("")

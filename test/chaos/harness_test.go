@@ -340,6 +340,23 @@ type submitted struct {
 	id, marker string
 }
 
+// ownPubSub starts a Pub/Sub emulator of the test's own on port — one the test can stop and start
+// again on the same address — beside the shared Firestore emulator; it is stopped when t ends.
+func ownPubSub(t *testing.T, port int) *emulator.Emulators {
+	t.Helper()
+	emu, err := emulator.Start(context.Background(), emulator.Options{PubSubPort: port, Getenv: func(k string) string {
+		if k == emulator.FirestoreHostEnv {
+			return os.Getenv(k)
+		}
+		return ""
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emu.Stop)
+	return emu
+}
+
 // freePort returns a loopback port nobody listens on now.
 func freePort(t *testing.T) string {
 	t.Helper()
@@ -367,6 +384,12 @@ func topology() bus.Topology {
 // receiver, and the services' environment. psHost is the Pub/Sub emulator ("" for the shared one).
 func newStack(t *testing.T, latency geminitest.Latency, psHost string) *stack {
 	t.Helper()
+	return newStackOn(t, latency, psHost, topology())
+}
+
+// newStackOn is newStack with the Pub/Sub topology top.
+func newStackOn(t *testing.T, latency geminitest.Latency, psHost string, top bus.Topology) *stack {
+	t.Helper()
 	bin := binaries(t)
 	ctx := context.Background()
 	if psHost == "" {
@@ -374,7 +397,7 @@ func newStack(t *testing.T, latency geminitest.Latency, psHost string) *stack {
 	}
 	s := &stack{t: t, project: emulator.ProjectID(t), psHost: psHost, procs: map[string]*proc{}, slack: &slackStub{calls: map[string]int{}}, began: time.Now()}
 	s.store = store.New(testenv.Firestore(t, s.project))
-	testenv.BusAt(t, s.project, psHost, topology())
+	testenv.BusAt(t, s.project, psHost, top)
 
 	s.fake = geminitest.NewServer(geminitest.WithLatency("", latency))
 	t.Cleanup(s.fake.Close)

@@ -300,7 +300,7 @@ func (f *Fake) finishBatch(b *batchJob) {
 			out[i].Response.Candidates = nil
 			out[i].Response.PromptFeedback = &wirePromptFeedback{BlockReason: reply.BlockReason}
 		}
-		f.bill(req, usage, false)
+		f.bill(Bill{Request: req, Usage: usage, Tier: TierBatch, Started: b.created})
 		f.mu.Lock()
 		f.ledger.tally(req.Model).Batched++
 		f.mu.Unlock()

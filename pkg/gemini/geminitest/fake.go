@@ -404,7 +404,8 @@ func (f *Fake) admit(req *Request, now time.Time) (fail *apiFailure, responder R
 // generate serves generateContent and streamGenerateContent. Once admitted, the generation runs
 // to its end on the fake's own clock, not the client's: a client that goes away is billed anyway.
 func (f *Fake) generate(w http.ResponseWriter, r *http.Request, req Request) {
-	fail, responder, gate, lat := f.admit(&req, time.Now())
+	start := time.Now()
+	fail, responder, gate, lat := f.admit(&req, start)
 	if fail != nil {
 		f.logCall(req, fail.code, task.Usage{})
 		f.writeError(w, *fail)
@@ -471,7 +472,7 @@ func (f *Fake) generate(w http.ResponseWriter, r *http.Request, req Request) {
 				}
 			}
 			resp.UsageMetadata = wireUsageOf(usage, req.Tier)
-			f.bill(req, usage, r.Context().Err() != nil)
+			f.bill(Bill{Request: req, Usage: usage, Tier: req.Tier, Abandoned: r.Context().Err() != nil, Started: start})
 		}
 		if req.Method != methodStream {
 			writeJSON(w, http.StatusOK, resp)
@@ -512,17 +513,17 @@ func (f *Fake) fail(req Request, w http.ResponseWriter, fail apiFailure) {
 	}
 }
 
-func (f *Fake) bill(req Request, u task.Usage, abandoned bool) {
+func (f *Fake) bill(b Bill) {
 	f.mu.Lock()
-	t := f.ledger.tally(req.Model)
+	t := f.ledger.tally(b.Request.Model)
 	t.Generations++
-	t.Billed = t.Billed.Add(u)
-	if abandoned {
+	t.Billed = t.Billed.Add(b.Usage)
+	if b.Abandoned {
 		t.Abandoned++
 	}
-	f.ledger.bills = append(f.ledger.bills, Bill{Request: req, Usage: u, Tier: req.Tier, Abandoned: abandoned})
+	f.ledger.bills = append(f.ledger.bills, b)
 	f.mu.Unlock()
-	f.logCall(req, http.StatusOK, u)
+	f.logCall(b.Request, http.StatusOK, b.Usage)
 }
 
 func (f *Fake) logCall(req Request, code int, u task.Usage) {

@@ -47,6 +47,8 @@ type Bill struct {
 	Tier string
 	// Abandoned means the client had gone (its request context was done) before the end.
 	Abandoned bool
+	// Started is when the call reached the fake.
+	Started time.Time
 }
 
 // Ledger is a snapshot of what the fake served and billed: what a real invoice would show.
