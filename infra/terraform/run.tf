@@ -33,8 +33,9 @@ locals {
       OTEL_SERVICE_NAME = "publisher"
       # status_url is built from each request's Host unless a custom domain is configured.
       GENBOX_PUBLIC_URL = var.publisher_public_url
-      # Callback URLs must be https to public addresses (DESIGN §6).
+      # Callback URLs must be https to public addresses (DESIGN §6), on these ports.
       GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
+      GENBOX_CALLBACK_PORTS           = length(var.callback_ports) == 0 ? "any" : join(",", var.callback_ports)
     })
 
     worker = merge(local.common_env, local.pricing_env, {

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/envconfig"
+	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 )
 
@@ -23,6 +26,9 @@ type Config struct {
 	// AllowInsecureCallbacks lets callback URLs use http and private addresses, for local use
 	// only (GENBOX_ALLOW_INSECURE_CALLBACKS).
 	AllowInsecureCallbacks bool
+	// CallbackPorts are the ports a callback URL may name (GENBOX_CALLBACK_PORTS, default
+	// 443,8443; "any" admits every port). Insecure callbacks admit any port.
+	CallbackPorts []uint16
 	// PublicURL is the base of status_url (GENBOX_PUBLIC_URL); empty: taken from each request.
 	PublicURL string
 	// SecretOverlap is how long a rotated webhook secret keeps signing (GENBOX_SECRET_OVERLAP, 24h).
@@ -46,6 +52,7 @@ const (
 	EnvAdminKey               = "GENBOX_ADMIN_KEY"
 	EnvMaxBodyBytes           = "GENBOX_MAX_BODY_BYTES"
 	EnvAllowInsecureCallbacks = "GENBOX_ALLOW_INSECURE_CALLBACKS"
+	EnvCallbackPorts          = "GENBOX_CALLBACK_PORTS"
 	EnvPublicURL              = "GENBOX_PUBLIC_URL"
 	EnvSecretOverlap          = "GENBOX_SECRET_OVERLAP"
 	EnvPromptsDir             = prompts.EnvDir
@@ -59,6 +66,7 @@ func DefaultConfig() Config {
 	return Config{
 		Port:           8080,
 		MaxBodyBytes:   1 << 20,
+		CallbackPorts:  ssrf.DefaultPorts,
 		SecretOverlap:  24 * time.Hour,
 		NudgeGrace:     30 * time.Second,
 		PublishTimeout: 5 * time.Second,
@@ -76,6 +84,10 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String(EnvAdminKey, &c.AdminKey)
 	r.Int64(EnvMaxBodyBytes, &c.MaxBodyBytes)
 	r.Bool(EnvAllowInsecureCallbacks, &c.AllowInsecureCallbacks)
+	r.Func(EnvCallbackPorts, func(v string) (err error) {
+		c.CallbackPorts, err = parsePorts(v)
+		return err
+	})
 	r.String(EnvPublicURL, &c.PublicURL)
 	r.Duration(EnvSecretOverlap, &c.SecretOverlap)
 	r.String(EnvPromptsDir, &c.PromptsDir)
@@ -83,6 +95,25 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration(EnvPublishTimeout, &c.PublishTimeout)
 	r.Duration(EnvLimitsTTL, &c.LimitsTTL)
 	return c, r.Err()
+}
+
+// anyPort is the GENBOX_CALLBACK_PORTS value that admits every port.
+const anyPort = "any"
+
+// parsePorts reads a comma-separated list of ports, or "any" (nil: every port).
+func parsePorts(v string) ([]uint16, error) {
+	if strings.TrimSpace(v) == anyPort {
+		return nil, nil
+	}
+	var ports []uint16
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("%q is not a port (a comma-separated list of 1-65535, or %q)", f, anyPort)
+		}
+		ports = append(ports, uint16(n))
+	}
+	return ports, nil
 }
 
 // minAdminKey is the shortest admin key accepted: it guards every tenant.

@@ -43,7 +43,8 @@ type Deps struct {
 	Publisher Publisher
 	Families  Families
 	// CheckCallback applies the callback URL policy; a non-nil error refuses the URL and says
-	// why. Nil: ssrf.CheckURL with Config.AllowInsecureCallbacks.
+	// why (an *ssrf.BlockedError for a well-formed URL the policy forbids is a 422). Nil:
+	// ssrf.CheckURL with Config.AllowInsecureCallbacks and Config.CallbackPorts.
 	CheckCallback func(rawURL string) error
 	// NewSecret returns a new webhook signing secret. Nil: webhook.NewSecret.
 	NewSecret func() (string, error)
@@ -81,7 +82,8 @@ func New(cfg Config, d Deps) (*Server, error) {
 		return nil, errors.New("publisher: Store, Publisher and Families are required")
 	}
 	if d.CheckCallback == nil {
-		d.CheckCallback = func(u string) error { return ssrf.CheckURL(u, cfg.AllowInsecureCallbacks) }
+		p := ssrf.URLPolicy{AllowInsecure: cfg.AllowInsecureCallbacks, Ports: cfg.CallbackPorts}
+		d.CheckCallback = func(u string) error { return ssrf.CheckURL(u, p) }
 	}
 	if d.NewSecret == nil {
 		d.NewSecret = webhook.NewSecret
