@@ -29,6 +29,11 @@ const DefaultTimeout = 10 * time.Second
 // its status.
 const MaxResponseBytes = 64 << 10
 
+// MaxResponseHeaderBytes caps a response's header block (net/http's default is 10 MiB): a
+// receiver answering many deliveries at once with huge headers must not exhaust the memory of
+// the service that delivers them. A longer answer fails the attempt.
+const MaxResponseHeaderBytes = 16 << 10
+
 // Reasons a BlockedError gives.
 const (
 	ReasonScheme      = "scheme not allowed"
@@ -366,8 +371,8 @@ func (p Policy) check(ap netip.AddrPort) error {
 // NewClient returns an HTTP client for webhook deliveries under p: it refuses forbidden
 // destinations after DNS resolution (and again in the dialer's Control hook, on the very
 // address the socket connects to), ignores HTTP_PROXY/HTTPS_PROXY, follows no redirect (a 3xx
-// is returned as the response), times out after p.Timeout and reads at most MaxResponseBytes of
-// a response body.
+// is returned as the response), times out after p.Timeout and reads at most
+// MaxResponseHeaderBytes of a response's headers and MaxResponseBytes of its body.
 func NewClient(p Policy) *http.Client {
 	if p.Resolver == nil {
 		p.Resolver = net.DefaultResolver
@@ -381,12 +386,13 @@ func NewClient(p Policy) *http.Client {
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return dial(ctx, p, d, network, addr)
 		},
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   p.Timeout,
-		ResponseHeaderTimeout: p.Timeout,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           100,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    p.Timeout,
+		ResponseHeaderTimeout:  p.Timeout,
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 	}
 	return &http.Client{
 		Transport: &guard{p: p, rt: tr},

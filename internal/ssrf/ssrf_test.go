@@ -186,7 +186,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 
 // serve starts an HTTP server on a counting listener of network/addr; ok is false when the
 // machine has no such address (no IPv6 loopback).
-func serve(t *testing.T, network, addr string, h http.Handler) (*countingListener, bool) {
+func serve(t testing.TB, network, addr string, h http.Handler) (*countingListener, bool) {
 	t.Helper()
 	ln, err := net.Listen(network, addr)
 	if err != nil {
@@ -369,6 +369,23 @@ func TestClientPolicy(t *testing.T) {
 			t.Fatalf("read %d bytes, want the cap %d", len(b), MaxResponseBytes)
 		}
 	})
+	t.Run("response headers capped", func(t *testing.T) {
+		huge, _ := serve(t, "tcp4", "127.0.0.1:0", hugeHeaders(1<<20))
+		resp, err := NewClient(Policy{AllowHTTP: true, AllowLoopback: true}).Get(fmt.Sprintf("http://127.0.0.1:%d/", port(huge)))
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("a 1 MiB header block was read (status %d), want a failure past %d bytes", resp.StatusCode, MaxResponseHeaderBytes)
+		}
+		if !strings.Contains(err.Error(), "headers exceeded") {
+			t.Fatalf("err = %v, want net/http's header limit", err)
+		}
+		small, _ := serve(t, "tcp4", "127.0.0.1:0", hugeHeaders(MaxResponseHeaderBytes/2))
+		resp, err = NewClient(Policy{AllowHTTP: true, AllowLoopback: true}).Get(fmt.Sprintf("http://127.0.0.1:%d/", port(small)))
+		if err != nil {
+			t.Fatalf("headers under the cap: %v", err)
+		}
+		resp.Body.Close()
+	})
 	t.Run("http refused without AllowHTTP", func(t *testing.T) {
 		before := srv.accepted.Load()
 		_, err := NewClient(Policy{AllowLoopback: true}).Get(u)
@@ -397,6 +414,17 @@ func TestClientPolicy(t *testing.T) {
 	})
 }
 
+// hugeHeaders answers 200 with about n bytes of response headers, in 4 KiB values.
+func hugeHeaders(n int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		v := strings.Repeat("h", 4<<10)
+		for i := range n / len(v) {
+			w.Header().Set(fmt.Sprintf("X-Pad-%d", i), v)
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+}
+
 // The dialer's Control hook is the last line: it refuses an address that reaches the dialer
 // without going through dial's check.
 func TestControlHookRefuses(t *testing.T) {
@@ -415,4 +443,19 @@ func TestControlHookRefuses(t *testing.T) {
 		t.Fatalf("loopback allowed explicitly: %v", err)
 	}
 	conn.Close()
+}
+
+// BenchmarkHugeResponseHeaders measures what one delivery to a receiver answering with 1 MiB of
+// headers costs the client (B/op): bounded by MaxResponseHeaderBytes, not by the receiver.
+func BenchmarkHugeResponseHeaders(b *testing.B) {
+	srv, _ := serve(b, "tcp4", "127.0.0.1:0", hugeHeaders(1<<20))
+	u := fmt.Sprintf("http://127.0.0.1:%d/", port(srv))
+	c := NewClient(Policy{AllowHTTP: true, AllowLoopback: true})
+	b.ReportAllocs()
+	for b.Loop() {
+		if resp, err := c.Get(u); err == nil {
+			resp.Body.Close()
+			b.Fatal("the header block was read")
+		}
+	}
 }
