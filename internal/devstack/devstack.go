@@ -32,6 +32,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/publisher"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
+	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -461,7 +462,7 @@ func (s *Stack) serve(addr, name string, h http.Handler) (string, error) {
 }
 
 func (s *Stack) serveOn(ln net.Listener, name string, h http.Handler) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := service.NewServer(h, service.Limits{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

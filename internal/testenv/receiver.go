@@ -10,6 +10,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
@@ -107,7 +108,7 @@ func (r *Receiver) Start(t testing.TB, addr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: r}
+	srv := service.NewServer(r, service.Limits{})
 	r.mu.Lock()
 	r.srv, r.addr = srv, ln.Addr().String()
 	r.mu.Unlock()

@@ -83,7 +83,9 @@ func ListenAndPrint(ctx context.Context, addr, secret string, out io.Writer) err
 		return fmt.Errorf("webhook listen: %w", err)
 	}
 	fmt.Fprintf(out, "listening on http://%s\n", ln.Addr())
-	srv := &http.Server{Handler: Receiver(v, out), ReadHeaderTimeout: 10 * time.Second}
+	// A listener is often reachable from outside (a tunnel to a laptop): no client may hold it.
+	srv := &http.Server{Handler: Receiver(v, out), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

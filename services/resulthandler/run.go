@@ -39,7 +39,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	checks := []obs.Check{{Name: "firestore", Probe: st.Ping}}
 	l := service.Lifecycle{Handler: mux, Grace: cfg.ShutdownGrace,
-		Started: []any{"consumer", cfg.Consumer, "instance", cfg.Instance, "insecure_callbacks", cfg.AllowInsecure}}
+		Started: []any{"consumer", cfg.Consumer, "instance", cfg.Instance, "insecure_callbacks", cfg.AllowInsecure},
+		// A push request lasts as long as its delivery: the claim, the POST and the commit.
+		Limits: service.Limits{WriteTimeout: max(service.DefaultLimits().WriteTimeout, cfg.LeaseTTL())}}
 	if cfg.Consumer == resulthandler.ConsumerPull {
 		l.Pulling = new(obs.Running)
 		checks = append(checks, l.Pulling.Check("pull"))
