@@ -38,7 +38,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		l.Pull = func(ctx context.Context) error { return svc.Run(ctx, d.PubSub) }
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /readyz", obs.Ready(readyTimeout, checks...))
+	mux.Handle("GET /readyz", obs.Ready(d.Log, readyTimeout, checks...))
 	mux.Handle("/", svc.Handler())
 	l.Handler = mux
 

@@ -38,7 +38,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /readyz", obs.Ready(readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}))
+	mux.Handle("GET /readyz", obs.Ready(d.Log, readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}))
 	mux.Handle("/", a.Server)
 	ln, err := service.Listen(strconv.Itoa(cfg.Port))
 	if err != nil {

@@ -47,7 +47,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		checks = append(checks, l.Pulling.Check("pull"))
 		l.Pull = func(ctx context.Context) error { return bus.Pull(ctx, d.PubSub, a.Subscription, a.Pull, a.Handler) }
 	}
-	mux.Handle("GET /readyz", obs.Ready(readyTimeout, checks...))
+	mux.Handle("GET /readyz", obs.Ready(d.Log, readyTimeout, checks...))
 	if cfg.Consumer == resulthandler.ConsumerPush {
 		// Cloud Run authenticates Pub/Sub's OIDC token (the service admits only the push
 		// service account, with the push audience) before a request reaches this handler,
