@@ -527,7 +527,7 @@ func (s *Stack) startPublisher(env func(string) string) error {
 	for _, job := range a.Background {
 		s.background(job)
 	}
-	ln, err := s.serve(s.cfg.PublisherAddr, "publisher", obs.Handler(a.Server, "publisher"))
+	ln, err := s.serve(s.cfg.PublisherAddr, "publisher", obs.PublicHandler(a.Server, "publisher"))
 	if err != nil {
 		return fmt.Errorf("%w (--addr)", err)
 	}
@@ -609,7 +609,7 @@ func (s *Stack) startDLQNotifier(env func(string) string, ln net.Listener) error
 	}
 	svc := dlqnotifier.Assemble(set, dlqnotifier.Infra{Store: s.Store, Publisher: s.publisher(ServiceDLQNotifier),
 		Log: s.log.With("service", "dlqnotifier"), Metrics: s.cfg.Metrics})
-	s.serveOn(ln, "dlqnotifier", obs.Handler(svc.Handler(), "dlqnotifier"))
+	s.serveOn(ln, "dlqnotifier", obs.PublicHandler(svc.Handler(), "dlqnotifier"))
 	s.background(func(ctx context.Context) {
 		if err := svc.Run(ctx, s.ps); err != nil {
 			s.fail(fmt.Errorf("dlqnotifier: %w", err))

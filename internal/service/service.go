@@ -112,8 +112,12 @@ func Listen(port string) (net.Listener, error) {
 
 // Lifecycle is what Serve runs.
 type Lifecycle struct {
-	// Handler is the service's mux; Serve wraps it in obs.Handler under the service's name.
+	// Handler is the service's mux; Serve wraps it in obs.Handler under the service's name, or
+	// obs.PublicHandler when Public.
 	Handler http.Handler
+	// Public says the internet calls the service: its callers' trace headers are linked, not
+	// continued, and their baggage dropped.
+	Public bool
 	// Grace is how long the shutdown waits for the pull consumer's in-flight work before Abort;
 	// the server's drain and the flushes get what is left of it, and at least minDrain. What
 	// follows an Abort (the aborted work's lease releases, the background jobs' last flush, then
@@ -191,7 +195,11 @@ const minDrain = time.Second
 // joined.
 func (d *Deps) Serve(ctx context.Context, ln net.Listener, l Lifecycle) error {
 	bg := context.WithoutCancel(ctx)
-	srv := NewServer(obs.Handler(l.Handler, d.name), l.Limits)
+	traced := obs.Handler
+	if l.Public {
+		traced = obs.PublicHandler
+	}
+	srv := NewServer(traced(l.Handler, d.name), l.Limits)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 

@@ -44,6 +44,6 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	return d.Serve(ctx, ln, service.Lifecycle{Handler: mux, Grace: shutdownBudget, Background: a.Background,
+	return d.Serve(ctx, ln, service.Lifecycle{Handler: mux, Public: true, Grace: shutdownBudget, Background: a.Background,
 		Started: []any{"project", cfg.ProjectID, "admin", cfg.AdminKey != ""}})
 }
