@@ -417,8 +417,19 @@ func TestDelete(t *testing.T) {
 		t.Fatalf("delete a queued task: %v", err)
 	}
 	done := e.finish(r.TaskID, task.StateSucceeded)
-	if _, err := e.st.FS.Collection(store.OutputsCollection).Doc(done.Fingerprint).Set(ctx, map[string]any{"payload": "the output"}); err != nil {
-		t.Fatal(err)
+	// What the worker left: the cache entry and the last good output of the task's subject; and
+	// another task's last good output of another subject, which must stay.
+	other := e.submit(validRequest())
+	e.finish(other.TaskID, task.StateSucceeded)
+	for id, subject := range map[string]string{r.TaskID: "site-a", other.TaskID: "site-b"} {
+		rem := store.Remembered{Output: store.Output{Tenant: e.tenant, Payload: "the output", TaskID: id},
+			Family: "summarize", Variant: "default", SubjectKey: subject}
+		if id == r.TaskID {
+			rem.Fingerprint = done.Fingerprint
+		}
+		if err := e.st.Remember(ctx, rem); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if !strings.Contains(done.Delivery.Payload, "the output") {
 		t.Fatalf("the frozen payload should carry the output before erasure: %s", done.Delivery.Payload)
@@ -445,6 +456,12 @@ func TestDelete(t *testing.T) {
 	}
 	if _, err := e.st.FS.Collection(store.OutputsCollection).Doc(done.Fingerprint).Get(ctx); err == nil {
 		t.Fatal("the cache entry survived")
+	}
+	if _, err := e.st.GetLastGood(ctx, e.tenant, "summarize", "default", "site-a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the task's last good output survived: %v", err)
+	}
+	if _, err := e.st.GetLastGood(ctx, e.tenant, "summarize", "default", "site-b"); err != nil {
+		t.Fatalf("another task's last good output: %v, want kept", err)
 	}
 	v, err := e.api.Get(ctx, r.TaskID)
 	if err != nil || v.Output != nil || v.Usage.TotalTokens != 30 {

@@ -43,6 +43,7 @@ var Queries = []Query{
 	{Name: "oldest-pending", Collection: TasksCollection, Fields: []IndexField{{"pending_since", Asc}}},
 	{Name: "open-dead-letters", Collection: DeadLettersCollection, Fields: []IndexField{{"state", Asc}}},
 	{Name: "revoked-api-keys", Collection: APIKeysCollection, Fields: []IndexField{{"revoked", Asc}}},
+	{Name: "outputs-by-task", Collection: OutputsCollection, Fields: []IndexField{{"task_id", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of DESIGN §2.

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -366,5 +367,44 @@ func TestFlushSpendAtShutdown(t *testing.T) {
 	spent, err := b.store.Spent(context.Background(), "tenant-a", gemini.Day(time.Now()))
 	if err != nil || spent != 0.25 {
 		t.Errorf("spent %v (%v), want 0.25 flushed at shutdown", spent, err)
+	}
+}
+
+// A DELETE that lands after the output's commit and before its cache entry and last good
+// output are written leaves neither behind: the worker's write sees the erase and writes
+// nothing, so no later cache hit or stale answer serves the erased output.
+func TestEraseBetweenCommitAndRemember(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.srv.SetResponder(func(r geminitest.Request) geminitest.Reply { // digests are bullet lists
+		rep := geminitest.DefaultReply(r)
+		rep.Text = "- " + rep.Text
+		return rep
+	})
+	h := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
+	ctx := context.Background()
+	var committed *store.Task
+	h.beforeRemember = func(tk *store.Task) { // what DELETE /v1/tasks/{id} does, in the window
+		committed = tk
+		if _, err := b.store.MutateTask(ctx, tk.ID, func(d *store.Task, now time.Time) error { d.Erase(now); return nil }); err != nil {
+			t.Error(err)
+		}
+		if err := b.store.EraseOutputs(ctx, tk.ID, tk.Fingerprint); err != nil {
+			t.Error(err)
+		}
+	}
+	b.task(t, "erased", func(d *store.Task) { d.Variant, d.SubjectKey, d.Cache = "digest", "site-1", true })
+	h.Handle(ctx, msg("erased"))
+	if committed == nil || committed.Fingerprint == "" || committed.Output == "" {
+		t.Fatalf("the output was not committed with a fingerprint before the window: %+v", committed)
+	}
+	if got := b.get(t, "erased"); got.ErasedAt == nil || got.Output != "" {
+		t.Fatalf("task not erased: %+v", got)
+	}
+	if o, err := b.store.GetOutput(ctx, "tenant-a", committed.Fingerprint); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("cache entry written after the erase: %+v %v", o, err)
+	}
+	if o, err := b.store.GetLastGood(ctx, "tenant-a", "summarize", "digest", "site-1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("last good output written after the erase: %+v %v", o, err)
 	}
 }

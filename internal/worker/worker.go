@@ -85,6 +85,10 @@ type Handler struct {
 	// inHand holds the ids of the tasks this instance is claiming or running: a duplicate nudge
 	// for one of them is acked without a transaction (see Handle).
 	inHand sync.Map
+
+	// beforeRemember runs between an output's commit and the writes of its cache entry and last
+	// good output: the window a test erases the task in.
+	beforeRemember func(*store.Task)
 }
 
 // Option configures a Handler.
@@ -98,7 +102,8 @@ var _ bus.Handler = (*Handler)(nil)
 // New returns a Handler.
 func New(s *store.Store, gen Generator, render Renderer, pub Publisher, log *slog.Logger, pol Policy, opts ...Option) *Handler {
 	abort, cancel := context.WithCancel(context.Background())
-	h := &Handler{store: s, gen: gen, render: render, pub: pub, log: log, pol: pol, abort: abort, cancel: cancel}
+	h := &Handler{store: s, gen: gen, render: render, pub: pub, log: log, pol: pol, abort: abort, cancel: cancel,
+		beforeRemember: func(*store.Task) {}}
 	for _, o := range opts {
 		o(h)
 	}
