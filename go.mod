@@ -7,6 +7,7 @@ toolchain go1.26.11
 require (
 	cloud.google.com/go/cloudbuild v1.37.0
 	cloud.google.com/go/firestore v1.29.2
+	cloud.google.com/go/kms v1.37.0
 	cloud.google.com/go/pubsub/v2 v2.9.0
 	github.com/google/go-cmp v0.7.0
 	github.com/hashicorp/hcl/v2 v2.25.0

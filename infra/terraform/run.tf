@@ -36,6 +36,8 @@ locals {
       # Callback URLs must be https to public addresses (DESIGN §6), on these ports.
       GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
       GENBOX_CALLBACK_PORTS           = length(var.callback_ports) == 0 ? "any" : join(",", var.callback_ports)
+      # Seals the webhook secrets it creates and rotates (kms.tf: encrypt only).
+      GENBOX_WEBHOOK_SECRETS_KEY = local.webhook_secrets_key
     })
 
     worker = merge(local.common_env, local.pricing_env, {
@@ -62,6 +64,8 @@ locals {
       GENBOX_PUSH_SERVICE_ACCOUNT = google_service_account.push.email
       # Callback URLs must be https to public addresses (the SSRF guard, DESIGN §6).
       GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
+      # Opens the webhook secrets it signs with (kms.tf: decrypt only).
+      GENBOX_WEBHOOK_SECRETS_KEY = local.webhook_secrets_key
       # Cloud Run kills an instance 10 s after SIGTERM.
       GENBOX_SHUTDOWN_GRACE = "8s"
     })

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/envconfig"
+	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 )
@@ -43,6 +44,9 @@ type Config struct {
 	PublishTimeout time.Duration
 	// LimitsTTL is how long a tenant's limits are cached per instance (GENBOX_LIMITS_TTL, 30s).
 	LimitsTTL time.Duration
+	// SecretsKey seals the tenants' webhook secrets (GENBOX_WEBHOOK_SECRETS_KEY): a KMS
+	// CryptoKey this service may encrypt with, or local:<base64> for local use.
+	SecretsKey string
 }
 
 // Environment variable names.
@@ -59,6 +63,7 @@ const (
 	EnvNudgeGrace             = "GENBOX_NUDGE_GRACE"
 	EnvPublishTimeout         = "GENBOX_PUBLISH_TIMEOUT"
 	EnvLimitsTTL              = "GENBOX_LIMITS_TTL"
+	EnvSecretsKey             = secretbox.EnvKey
 )
 
 // DefaultConfig returns the defaults FromEnv starts from.
@@ -94,6 +99,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration(EnvNudgeGrace, &c.NudgeGrace)
 	r.Duration(EnvPublishTimeout, &c.PublishTimeout)
 	r.Duration(EnvLimitsTTL, &c.LimitsTTL)
+	r.String(EnvSecretsKey, &c.SecretsKey)
 	return c, r.Err()
 }
 
@@ -130,6 +136,11 @@ func (c Config) Validate() error {
 	}
 	if c.AdminKey != "" && len(c.AdminKey) < minAdminKey {
 		errs = append(errs, fmt.Errorf("%s: must be at least %d characters", EnvAdminKey, minAdminKey))
+	}
+	if c.SecretsKey == "" {
+		errs = append(errs, fmt.Errorf("%s is required (the key that seals the tenants' webhook secrets)", EnvSecretsKey))
+	} else if err := secretbox.CheckKey(c.SecretsKey); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", EnvSecretsKey, err))
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("%s: %d is below 1024", EnvMaxBodyBytes, c.MaxBodyBytes))

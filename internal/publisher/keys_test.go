@@ -133,6 +133,7 @@ func counted(t testing.TB, counter *fscount.Counter) option {
 		}
 		t.Cleanup(func() { fs.Close() })
 		d.Store = store.New(fs)
+		d.Store.Secrets = testenv.Secrets()
 	}
 }
 

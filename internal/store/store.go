@@ -9,6 +9,8 @@ import (
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/genbox-dev/genbox/internal/secretbox"
 )
 
 // Sentinel errors.
@@ -31,6 +33,9 @@ type Store struct {
 	Retention time.Duration
 	// MaxAttempts bounds a transaction's attempts under contention (the client's default is 5).
 	MaxAttempts int
+	// Secrets seals the webhook secrets CreateTenant and RotateWebhookSecret write and opens
+	// those WebhookSecrets reads; nil: neither can.
+	Secrets *secretbox.Box
 }
 
 // New returns a Store on client with the default retention and the wall clock.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -38,6 +39,7 @@ func (b *bundle) policyHandler(t *testing.T, pol Policy, mp ModelPolicy) *Handle
 
 func (b *bundle) tenant(t *testing.T, id string, l store.Limits) {
 	t.Helper()
+	b.store.Secrets = testenv.Secrets()
 	if _, err := b.store.CreateTenant(context.Background(), id, l, "whsec"); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
+	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 )
@@ -30,6 +32,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	defer d.Close(ctx)
 	st := store.New(d.Firestore)
+	box, closeBox, err := secretbox.FromKey(ctx, cfg.SecretsKey)
+	if err != nil {
+		return fmt.Errorf("%s: %w", secretbox.EnvKey, err)
+	}
+	defer closeBox()
+	st.Secrets = box
 	a, err := resulthandler.Assemble(cfg, resulthandler.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
 	if err != nil {
 		return err
