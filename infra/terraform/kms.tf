@@ -2,8 +2,8 @@
 # them as ciphertext, whose data keys only this key unwraps. The publisher, which creates and
 # rotates secrets, may only encrypt with it; the resulthandler, which signs deliveries, may only
 # decrypt; no other service may do either, though all read Firestore. KMS key versions rotate
-# yearly without re-sealing (a ciphertext names its version); a key ring and its keys can never
-# be deleted, only their versions destroyed, so keep prevent_destroy.
+# every 90 days without re-sealing (a ciphertext names its version); a key ring and its keys can
+# never be deleted, only their versions destroyed, so keep prevent_destroy.
 
 locals {
   kms_key_ring = "genbox"
@@ -24,7 +24,7 @@ resource "google_kms_crypto_key" "webhook_secrets" {
   name            = local.kms_key
   key_ring        = google_kms_key_ring.genbox.id
   purpose         = "ENCRYPT_DECRYPT"
-  rotation_period = "31536000s"
+  rotation_period = "7776000s" # 90 days
 
   lifecycle {
     prevent_destroy = true
