@@ -85,3 +85,25 @@ resource "google_secret_manager_secret_iam_member" "reads" {
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.service[each.value.svc].member
 }
+
+# The identity of the check builds (cloudbuild.check.yaml, run by the genbox-check trigger): they
+# run the tests and every dependency those pull, so it may write its build logs and nothing else.
+# The deploy pipeline runs as the deployer and only waits for the check build of its commit.
+# Created by hand before the first build (README "Deploy", step 3), then managed here.
+import {
+  to = google_service_account.ci_tests
+  id = "projects/${var.project_id}/serviceAccounts/genbox-ci-tests@${var.project_id}.iam.gserviceaccount.com"
+}
+
+resource "google_service_account" "ci_tests" {
+  project      = var.project_id
+  account_id   = "genbox-ci-tests"
+  display_name = "genbox CI tests"
+  description  = "Runs genbox's check builds (the tests); holds no role but writing their logs."
+}
+
+resource "google_project_iam_member" "ci_tests_logs" {
+  project = var.project_id
+  role    = "roles/logging.logWriter"
+  member  = google_service_account.ci_tests.member
+}

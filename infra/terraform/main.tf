@@ -15,6 +15,7 @@ locals {
     "artifactregistry.googleapis.com",
     "cloudbuild.googleapis.com",
     "cloudresourcemanager.googleapis.com",
+    "cloudkms.googleapis.com",
     "cloudtrace.googleapis.com",
     "firestore.googleapis.com",
     "iam.googleapis.com",

@@ -39,8 +39,11 @@ locals {
       OTEL_SERVICE_NAME = "publisher"
       # status_url is built from each request's Host unless a custom domain is configured.
       GENBOX_PUBLIC_URL = var.publisher_public_url
-      # Callback URLs must be https to public addresses (docs/architecture.md §6).
+      # Callback URLs must be https to public addresses (docs/architecture.md §6), on these ports.
       GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
+      GENBOX_CALLBACK_PORTS           = length(var.callback_ports) == 0 ? "any" : join(",", var.callback_ports)
+      # Seals the webhook secrets it creates and rotates (kms.tf: encrypt only).
+      GENBOX_WEBHOOK_SECRETS_KEY = local.webhook_secrets_key
     })
 
     worker = merge(local.common_env, local.pricing_env, {
@@ -70,6 +73,8 @@ locals {
       GENBOX_PUSH_SERVICE_ACCOUNT = google_service_account.push.email
       # Callback URLs must be https to public addresses (the SSRF guard, docs/architecture.md §6).
       GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
+      # Opens the webhook secrets it signs with (kms.tf: decrypt only).
+      GENBOX_WEBHOOK_SECRETS_KEY = local.webhook_secrets_key
       # Cloud Run kills an instance 10 s after SIGTERM.
       GENBOX_SHUTDOWN_GRACE = "8s"
     })

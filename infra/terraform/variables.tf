@@ -239,6 +239,17 @@ variable "labels" {
   }
 }
 
+variable "callback_ports" {
+  description = "The ports a task's callback_url may name (its scheme's default when it names none): GENBOX_CALLBACK_PORTS. Empty: any port."
+  type        = list(number)
+  default     = [443, 8443]
+
+  validation {
+    condition     = alltrue([for p in var.callback_ports : p >= 1 && p <= 65535 && floor(p) == p])
+    error_message = "callback_ports must hold ports between 1 and 65535."
+  }
+}
+
 variable "publisher_public_url" {
   description = "Base URL of the publisher as apps see it (a custom domain), used in status_url. Empty: taken from each request's Host."
   type        = string

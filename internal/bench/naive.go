@@ -17,6 +17,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
+	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker"
@@ -157,6 +158,13 @@ func (s *stack) startNaive(ctx context.Context, emu *emulator.Emulators, project
 	}
 	s.closers = append(s.closers, func() { fs.Close() })
 	s.store = store.New(fs)
+	secretsKey, err := secretbox.NewLocalKey() // the naive resulthandler's too, through env
+	if err != nil {
+		return err
+	}
+	if s.store.Secrets, _, err = secretbox.FromKey(bg, secretsKey); err != nil { // a local key: nothing to close
+		return err
+	}
 	ps, err := pubsub.NewClient(bg, project)
 	if err != nil {
 		return fmt.Errorf("pubsub: %w", err)
@@ -178,7 +186,8 @@ func (s *stack) startNaive(ctx context.Context, emu *emulator.Emulators, project
 	if err != nil {
 		return err
 	}
-	getenv := env(emu, s.cfg.Concurrency, map[string]string{"GOOGLE_CLOUD_PROJECT": project, "GOOGLE_GEMINI_BASE_URL": fake.URL})
+	getenv := env(emu, s.cfg.Concurrency, map[string]string{"GOOGLE_CLOUD_PROJECT": project, "GOOGLE_GEMINI_BASE_URL": fake.URL,
+		secretbox.EnvKey: secretsKey})
 	gcfg, err := gemini.ConfigFromEnv(getenv)
 	if err != nil {
 		return err
@@ -191,6 +200,7 @@ func (s *stack) startNaive(ctx context.Context, emu *emulator.Emulators, project
 	if err != nil {
 		return err
 	}
+
 	var stopping []func()
 	s.stopSystem = func(context.Context) error {
 		for i := len(stopping) - 1; i >= 0; i-- {

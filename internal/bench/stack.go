@@ -21,6 +21,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/fscount"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
+	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -167,7 +168,7 @@ func newStack(cfg Config) (s *stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook receiver: %w", err)
 	}
-	srv := &http.Server{Handler: s.recv, ReadHeaderTimeout: 10 * time.Second}
+	srv := service.NewServer(s.recv, service.Limits{})
 	go func() { _ = srv.Serve(ln) }()
 	s.closers = append(s.closers, func() { _ = srv.Close() })
 	s.recvURL = "http://" + ln.Addr().String() + "/hook"

@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"cloud.google.com/go/pubsub/v2"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 )
 
@@ -33,7 +32,7 @@ func NewPublisher(c *pubsub.Client) *Publisher {
 // Publish sends data with attrs to topic and waits for the server's message id, so a nil error
 // means Pub/Sub has the message. A producer span ("publish <topic>") child of ctx's span covers
 // the publish, and its trace context travels in the message's attributes (W3C
-// traceparent/tracestate, through the global propagator); attrs itself is not modified.
+// traceparent/tracestate only, see messageTrace); attrs itself is not modified.
 func (p *Publisher) Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
 	t, err := p.topic(topic)
 	if err != nil {
@@ -42,7 +41,7 @@ func (p *Publisher) Publish(ctx context.Context, topic string, data []byte, attr
 	ctx, span := startPublish(ctx, topic)
 	a := make(map[string]string, len(attrs)+2)
 	maps.Copy(a, attrs)
-	otel.GetTextMapPropagator().Inject(ctx, propagation.MapCarrier(a))
+	messageTrace.Inject(ctx, propagation.MapCarrier(a))
 	id, err := t.Publish(ctx, &pubsub.Message{Data: data, Attributes: a}).Get(ctx)
 	endPublish(span, id, err)
 	if err != nil {

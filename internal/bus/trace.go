@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -23,6 +22,12 @@ const (
 	attrDelivery    = "messaging.gcp_pubsub.message.delivery_attempt"
 	systemPubSub    = "gcp_pubsub"
 )
+
+// messageTrace carries trace context in message attributes: W3C traceparent and tracestate,
+// and nothing else. Baggage is not carried: it may come from a public caller (whatever it
+// chooses to put in every downstream message, up to the attribute size limit that would make
+// a publish fail) and genbox itself sets none.
+var messageTrace propagation.TextMapPropagator = propagation.TraceContext{}
 
 // startPublish starts the producer span of a publish to topic; its context is the one injected
 // into the message, so the consumer's span is its child.
@@ -44,11 +49,11 @@ func endPublish(span trace.Span, id string, err error) {
 }
 
 // process hands m to h inside a consumer span that continues the trace carried by m's
-// attributes (W3C traceparent), so one task's spans form one trace across services. A message
+// attributes (messageTrace), so one task's spans form one trace across services. A message
 // that names a task (task.AttrTaskID) puts it in the context (obs.WithTask): every line the
 // handler logs and every span it starts carries it.
 func process(ctx context.Context, h Handler, subscription string, m *Message) Result {
-	ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.MapCarrier(m.Attributes))
+	ctx = messageTrace.Extract(ctx, propagation.MapCarrier(m.Attributes))
 	attrs := []attribute.KeyValue{attribute.String(attrSystem, systemPubSub), attribute.String(attrDestination, subscription),
 		attribute.String(attrOperation, "process"), attribute.String(attrMessageID, m.ID),
 		attribute.Int(attrDelivery, m.DeliveryAttempt)}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -95,6 +96,32 @@ func TestPublishAndPullSpans(t *testing.T) {
 	}
 	if handled.SpanID() != proc.SpanContext().SpanID() || handled.TraceID() != root.SpanContext().TraceID() {
 		t.Errorf("handler ran in span %v, want the consumer span %v of the caller's trace", handled.SpanID(), proc.SpanContext().SpanID())
+	}
+}
+
+// A message carries the trace context and nothing else of the caller's context: baggage, which a
+// public caller can set, stays out of its attributes even under a propagator that carries it.
+func TestPublishCarriesNoBaggage(t *testing.T) { //nolint:paralleltest // sets the global propagator and tracer provider
+	useRecorder(t)
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	f := setupFake(t)
+	m, _ := baggage.NewMember("tenant", strings.Repeat("x", 2000))
+	b, _ := baggage.New(m)
+	ctx, root := otel.Tracer("test").Start(baggage.ContextWithBaggage(t.Context(), b), "submit")
+	id, err := f.p.Publish(ctx, bus.TopicTasks, nil, map[string]string{task.AttrTaskID: "t1"})
+	root.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := f.srv.Message(id)
+	if msg == nil {
+		t.Fatal("no message")
+	}
+	if _, ok := msg.Attributes["baggage"]; ok {
+		t.Errorf("the message carries the caller's baggage: %v", msg.Attributes)
+	}
+	if msg.Attributes["traceparent"] == "" {
+		t.Errorf("the message carries no traceparent: %v", msg.Attributes)
 	}
 }
 

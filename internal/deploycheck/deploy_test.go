@@ -735,9 +735,18 @@ func TestCloudBuildParsesAsBuildMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	noErrors(t, deploycheck.CheckSubstitutions(b))
+	checkSrc, err := os.ReadFile(filepath.Join(repoRoot, "cloudbuild.check.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := deploycheck.ParseCloudBuild(checkSrc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noErrors(t, deploycheck.CheckSubstitutions(cb))
 
-	steps := deploycheck.StepArgs(b)
-	has := func(parts ...string) bool {
+	steps, checkSteps := deploycheck.StepArgs(b), deploycheck.StepArgs(cb)
+	has := func(steps []string, parts ...string) bool {
 		return slices.ContainsFunc(steps, func(s string) bool {
 			for _, p := range parts {
 				if !strings.Contains(s, p) {
@@ -747,15 +756,29 @@ func TestCloudBuildParsesAsBuildMessage(t *testing.T) {
 			return true
 		})
 	}
-	for _, want := range [][]string{{"gofmt -l"}, {"go vet ./..."}, {"scripts/test.sh"}, {"terraform apply", "image_tag=$SHORT_SHA"}} {
-		if !has(want...) {
-			t.Errorf("no step runs %q", want)
+	// The checks run in their own build (under the unprivileged genbox-ci-tests account), which
+	// the deploy pipeline waits for before anything else: found by its tag and the commit.
+	for _, want := range [][]string{{"gofmt -l"}, {"go vet ./..."}, {"scripts/govulncheck.sh"}, {"scripts/test.sh"}} {
+		if !has(checkSteps, want...) {
+			t.Errorf("no step of cloudbuild.check.yaml runs %q", want)
 		}
+		if has(steps, want...) {
+			t.Errorf("the deploy pipeline runs %q itself, as the deployer", want)
+		}
+	}
+	if !slices.Contains(cb.GetTags(), "genbox-check") {
+		t.Errorf("the check build's tags %v lack genbox-check, which the deploy pipeline waits for", cb.GetTags())
+	}
+	if !strings.Contains(steps[0], "gcloud builds list") || !strings.Contains(steps[0], "tags=genbox-check") || !strings.Contains(steps[0], "$COMMIT_SHA") {
+		t.Errorf("the deploy pipeline's first step does not wait for the check build of its commit: %s", steps[0])
+	}
+	if !has(steps, "terraform apply", "image_tag=$SHORT_SHA") {
+		t.Error("no step runs terraform apply with image_tag=$SHORT_SHA")
 	}
 	noErrors(t, imageSteps(steps))
 	// The checks run on the same Go as the images are built with.
 	builder := regexp.MustCompile(`golang:1\.26\.\d+-bookworm`)
-	check := builder.FindString(steps[0])
+	check := builder.FindString(checkSteps[0])
 	docker, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
@@ -951,7 +974,11 @@ func TestEachServiceRunsAsItsOwnAccountWithNarrowRoles(t *testing.T) {
 			}
 		}
 		for _, in := range m.Instances("google_project_iam_member") {
-			if role, err := in.Scope().String("role"); err != nil || !slices.Contains(projectRoles, role) {
+			allowed := projectRoles
+			if ref, err := in.Scope().Ref("member"); err == nil && ref.Type == "google_service_account" && ref.Name == "ci_tests" {
+				allowed = []string{"roles/logging.logWriter"} // the check builds write their logs, nothing else
+			}
+			if role, err := in.Scope().String("role"); err != nil || !slices.Contains(allowed, role) {
 				errs = append(errs, fmt.Errorf("%s grants %q project-wide", in, role))
 			}
 		}
@@ -962,6 +989,11 @@ func TestEachServiceRunsAsItsOwnAccountWithNarrowRoles(t *testing.T) {
 		t.Parallel()
 		dir := brokenCopy(t, map[string][2]string{"iam.tf": {`"roles/datastore.user",`, `"roles/editor",`}})
 		wantErrors(t, check(loadModule(t, dir)), `grants "roles/editor" project-wide`)
+	})
+	t.Run("a role for the check builds beyond their logs fails", func(t *testing.T) {
+		t.Parallel()
+		dir := brokenCopy(t, map[string][2]string{"iam.tf": {`role    = "roles/logging.logWriter"`, `role    = "roles/datastore.user"`}})
+		wantErrors(t, check(loadModule(t, dir)), `google_project_iam_member.ci_tests_logs grants "roles/datastore.user" project-wide`)
 	})
 	t.Run("a shared account fails", func(t *testing.T) {
 		t.Parallel()

@@ -32,6 +32,8 @@ import (
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/publisher"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
+	"github.com/genbox-dev/genbox/internal/secretbox"
+	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -95,11 +97,14 @@ type Config struct {
 	WebhookAddr   string // the dev tenant's webhook listener
 	GeminiAddr    string // the fake Gemini
 
-	APIKey        string   // GENBOX_DEV_API_KEY: the dev tenant's API key; generated when empty
-	WebhookSecret string   // GENBOX_DEV_WEBHOOK_SECRET: the dev tenant's whsec_ secret; generated when empty
-	AdminKey      string   // GENBOX_ADMIN_KEY: the admin routes' key; generated when empty
-	SigningSecret string   // SLACK_SIGNING_SECRET; generated when empty
-	Approvers     []string // GENBOX_SLACK_APPROVERS; the console clicks as the first
+	APIKey        string // GENBOX_DEV_API_KEY: the dev tenant's API key; generated when empty
+	WebhookSecret string // GENBOX_DEV_WEBHOOK_SECRET: the dev tenant's whsec_ secret; generated when empty
+	AdminKey      string // GENBOX_ADMIN_KEY: the admin routes' key; generated when empty
+	SigningSecret string // SLACK_SIGNING_SECRET; generated when empty
+	// SecretsKey seals the tenants' webhook secrets in Firestore (GENBOX_WEBHOOK_SECRETS_KEY):
+	// a local key generated when empty, as the emulators' data lasts one run.
+	SecretsKey string
+	Approvers  []string // GENBOX_SLACK_APPROVERS; the console clicks as the first
 	// RealGemini is set when GEMINI_API_KEY (or GENBOX_GEMINI_BACKEND=vertex) is: no fake then.
 	RealGemini bool
 
@@ -148,6 +153,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		WebhookSecret: getenv(EnvWebhookSecret),
 		AdminKey:      getenv(EnvAdminKey),
 		SigningSecret: getenv(EnvSigningSecret),
+		SecretsKey:    getenv(secretbox.EnvKey),
 		RealGemini:    getenv(EnvGeminiAPIKey) != "" || getenv(EnvGeminiBackend) == gemini.BackendVertex,
 		Getenv:        getenv,
 	}
@@ -165,6 +171,11 @@ func (c Config) Validate() error {
 	if c.WebhookSecret != "" {
 		if _, err := webhook.ParseSecret(c.WebhookSecret); err != nil {
 			errs = append(errs, fmt.Errorf("%w: %s: %w (generate one with `genbox webhook listen`, or leave it unset)", ErrConfig, EnvWebhookSecret, err))
+		}
+	}
+	if c.SecretsKey != "" {
+		if err := secretbox.CheckKey(c.SecretsKey); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s: %w", ErrConfig, secretbox.EnvKey, err))
 		}
 	}
 	if c.AdminKey != "" && len(c.AdminKey) < 16 {
@@ -219,6 +230,7 @@ func (c Config) withDefaults() (Config, error) {
 		gen(EnvWebhookSecret, &c.WebhookSecret, webhook.NewSecret),
 		gen(EnvAdminKey, &c.AdminKey, func() (string, error) { return randomKey("gbx_admin_") }),
 		gen(EnvSigningSecret, &c.SigningSecret, func() (string, error) { return randomKey("") }),
+		gen(secretbox.EnvKey, &c.SecretsKey, secretbox.NewLocalKey),
 	)
 }
 
@@ -237,6 +249,7 @@ func (c Config) ServiceEnv(fakeGeminiURL, slackAPIURL string) func(string) strin
 	forced := map[string]string{
 		EnvProject:                        c.Project,
 		EnvAdminKey:                       c.AdminKey,
+		secretbox.EnvKey:                  c.SecretsKey,
 		"GENBOX_CONSUMER":                 resulthandler.ConsumerPull,
 		"GENBOX_ALLOW_INSECURE_CALLBACKS": "true",
 		EnvSigningSecret:                  c.SigningSecret,
@@ -381,6 +394,12 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	}
 	s.pub = bus.NewPublisher(s.ps)
 	s.Store = store.New(s.fs)
+	box, closeBox, err := secretbox.FromKey(bg, cfg.SecretsKey)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", secretbox.EnvKey, err)
+	}
+	s.onClose(func(context.Context) error { return closeBox() })
+	s.Store.Secrets = box
 
 	fakeURL := ""
 	if cfg.RealGemini {
@@ -461,7 +480,7 @@ func (s *Stack) serve(addr, name string, h http.Handler) (string, error) {
 }
 
 func (s *Stack) serveOn(ln net.Listener, name string, h http.Handler) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := service.NewServer(h, service.Limits{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -484,12 +503,9 @@ func (s *Stack) serveOn(ln net.Listener, name string, h http.Handler) {
 func (s *Stack) ensureTenant(ctx context.Context) error {
 	_, err := s.Store.CreateTenant(ctx, DevTenant, store.DefaultLimits(), s.cfg.WebhookSecret)
 	if errors.Is(err, store.ErrExists) {
-		t, gerr := s.Store.GetTenant(ctx, DevTenant)
-		if gerr != nil {
-			return fmt.Errorf("dev tenant: %w", gerr)
-		}
-		active := t.ActiveSecrets(s.Store.Now())
-		if len(active) == 0 || active[0] != s.cfg.WebhookSecret {
+		// Secrets an earlier run sealed under another key do not open: rotate to this run's.
+		active, gerr := s.Store.WebhookSecrets(ctx, DevTenant)
+		if gerr != nil || active[0] != s.cfg.WebhookSecret {
 			// The dev listener verifies with this secret only: no overlap with earlier runs' secrets.
 			_, err = s.Store.RotateWebhookSecret(ctx, DevTenant, s.cfg.WebhookSecret, 0)
 		} else {
@@ -526,7 +542,7 @@ func (s *Stack) startPublisher(env func(string) string) error {
 	for _, job := range a.Background {
 		s.background(job)
 	}
-	ln, err := s.serve(s.cfg.PublisherAddr, "publisher", obs.Handler(a.Server, "publisher"))
+	ln, err := s.serve(s.cfg.PublisherAddr, "publisher", obs.PublicHandler(a.Server, "publisher"))
 	if err != nil {
 		return fmt.Errorf("%w (--addr)", err)
 	}
@@ -612,7 +628,7 @@ func (s *Stack) startDLQNotifier(env func(string) string, ln net.Listener) error
 	}
 	svc := dlqnotifier.Assemble(set, dlqnotifier.Infra{Store: s.Store, Publisher: s.publisher(ServiceDLQNotifier),
 		Log: s.log.With("service", "dlqnotifier"), Metrics: s.cfg.Metrics})
-	s.serveOn(ln, "dlqnotifier", obs.Handler(svc.Handler(), "dlqnotifier"))
+	s.serveOn(ln, "dlqnotifier", obs.PublicHandler(svc.Handler(), "dlqnotifier"))
 	s.background(func(ctx context.Context) {
 		if err := svc.Run(ctx, s.ps); err != nil {
 			s.fail(fmt.Errorf("dlqnotifier: %w", err))

@@ -201,13 +201,14 @@ func TestConfig(t *testing.T) {
 		"GENBOX_CONSUMER": "pull", "GENBOX_ALLOW_INSECURE_CALLBACKS": "true", "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:9",
 		"GENBOX_SLACK_API_URL": "http://127.0.0.1:10", EnvProject: DefaultProject, EnvApprovers: "U1,U2",
 		EnvSlackChannel: DefaultChannel, "GENBOX_RETRY_BASE": "7s", EnvAdminKey: cfg.AdminKey,
+		"GENBOX_WEBHOOK_SECRETS_KEY": cfg.SecretsKey,
 	} {
 		if got := env(name); got != want {
 			t.Errorf("service env %s = %q, want %q", name, got, want)
 		}
 	}
-	if len(cfg.generated) != 4 {
-		t.Errorf("generated %q, want the four secrets", cfg.generated)
+	if len(cfg.generated) != 5 {
+		t.Errorf("generated %q, want the five secrets", cfg.generated)
 	}
 }
 

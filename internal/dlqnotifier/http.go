@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/slack-go/slack"
 
@@ -40,12 +41,16 @@ func (s *Service) Handler() http.Handler {
 // interactions answers a Slack interaction: the signature is verified before anything is parsed,
 // only approvers may act, and the decision commits before the answer.
 func (s *Service) interactions(w http.ResponseWriter, r *http.Request) {
+	if s.throttled(w, r) {
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxInteractionBytes))
 	if err != nil {
 		writeError(w, http.StatusRequestEntityTooLarge, "request body too large")
 		return
 	}
 	if err := verifySlack(r.Header, body, s.cfg.SigningSecret); err != nil {
+		s.authFails.Failed(r)
 		s.log.WarnContext(r.Context(), "dlqnotifier: interaction refused: bad signature", "error", err)
 		writeError(w, http.StatusUnauthorized, "invalid Slack signature")
 		return
@@ -96,14 +101,30 @@ func (s *Service) ephemeral(r *http.Request, cb *slack.InteractionCallback, text
 // admin authenticates the admin path with the Bearer GENBOX_ADMIN_KEY; without a key it is off.
 func (s *Service) admin(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.throttled(w, r) {
+			return
+		}
 		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if s.cfg.AdminKey == "" || !ok || subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.AdminKey)) != 1 {
+			s.authFails.Failed(r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="genbox-admin"`)
 			writeError(w, http.StatusUnauthorized, "admin key required")
 			return
 		}
 		next(w, r)
 	})
+}
+
+// throttled answers 429 to a client whose credentials (admin key, Slack signature) failed too
+// often lately, before its next attempt is read or checked, and reports whether it did.
+func (s *Service) throttled(w http.ResponseWriter, r *http.Request) bool {
+	wait := s.authFails.Wait(r)
+	if wait <= 0 {
+		return false
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+	writeError(w, http.StatusTooManyRequests, "too many failed authentications from this client; retry later")
+	return true
 }
 
 // list is GET /admin/dead-letters?state=open&limit=N, oldest first.

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -292,5 +295,60 @@ func BenchmarkClick(b *testing.B) {
 	b.StopTimer()
 	if n := len(e.slack.calls("chat.update")); n != b.N {
 		b.Fatalf("%d updates for %d clicks", n, b.N)
+	}
+}
+
+// A client whose Slack signatures or admin keys keep failing is answered 429 once its burst is
+// spent, before its next attempt is checked; Slack (another address) and the admin with the
+// right key are not held back.
+func TestFailedAuthThrottled(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	tk := e.deliveryDeadTask(t, "t-throttle")
+	e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
+	dl := "t-throttle:delivery:0:0"
+	send := func(path, from string, body []byte, hdr http.Header) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, e.http.URL+path, bytes.NewReader(body))
+		if path == AdminPrefix {
+			req.Method = http.MethodGet
+		}
+		for k, v := range hdr {
+			req.Header[k] = v
+		}
+		req.Header.Set("X-Forwarded-For", from)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" {
+			t.Fatal("a 429 without Retry-After")
+		}
+		return resp.StatusCode
+	}
+	burst := authlimit.DefaultConfig().ClientBurst
+	const extra = 10
+	click := interaction(testApprover, ActionRedeliver, dl)
+	forged, admin := map[int]int{}, map[int]int{}
+	for range burst + extra {
+		forged[send(InteractionsPath, "203.0.113.1", click, SignSlackRequest("not-the-secret", time.Now(), click))]++
+		admin[send(AdminPrefix, "203.0.113.2", nil, http.Header{"Authorization": {"Bearer wrong-key"}})]++
+	}
+	want := func(refused int) map[int]int { return map[int]int{refused: burst, http.StatusTooManyRequests: extra} }
+	if diff := cmp.Diff(want(http.StatusUnauthorized), forged); diff != "" {
+		t.Errorf("forged clicks (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want(http.StatusUnauthorized), admin); diff != "" {
+		t.Errorf("wrong admin keys (-want +got):\n%s", diff)
+	}
+	if code := send(InteractionsPath, "198.51.100.1", click, SignSlackRequest(testSecret, time.Now(), click)); code != http.StatusOK {
+		t.Errorf("Slack's own click: %d, want 200", code)
+	}
+	if code := send(AdminPrefix, "198.51.100.2", nil, http.Header{"Authorization": {"Bearer " + testAdminKey}}); code != http.StatusOK {
+		t.Errorf("the admin with the right key: %d, want 200", code)
+	}
+	if got := e.deadLetter(t, dl); got.State != store.DeadLetterRedelivered {
+		t.Errorf("dead letter %s after Slack's click, want redelivered", got.State)
 	}
 }

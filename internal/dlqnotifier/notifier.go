@@ -24,10 +24,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/slack-go/slack"
 
+	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -85,6 +87,8 @@ type Service struct {
 
 	approvers map[string]bool
 	metrics   *obs.Metrics // nil records nothing
+	// authFails throttles clients whose admin keys or Slack signatures keep failing.
+	authFails *authlimit.Limiter
 
 	// inHand holds the ids of the tasks whose notice or Slack update this instance is carrying: a
 	// duplicate nudge for one of them is acked without a transaction (see carry).
@@ -97,7 +101,8 @@ func New(cfg Config, st *store.Store, sl Slack, pub Publisher, est Estimator, lo
 	if est == nil {
 		est = RecordedEstimator{}
 	}
-	s := &Service{cfg: cfg, store: st, slack: sl, pub: pub, est: est, log: log, approvers: map[string]bool{}}
+	s := &Service{cfg: cfg, store: st, slack: sl, pub: pub, est: est, log: log, approvers: map[string]bool{},
+		authFails: authlimit.New(authlimit.DefaultConfig(), func() time.Time { return st.Now() })}
 	for _, id := range cfg.Approvers {
 		s.approvers[id] = true
 	}

@@ -3,6 +3,8 @@ package obs
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
 	"sync"
 	"time"
@@ -17,13 +19,21 @@ type Check struct {
 // Readiness is the body of a readiness answer.
 type Readiness struct {
 	Status string            `json:"status"`           // "ok" or "unavailable"
-	Failed map[string]string `json:"failed,omitempty"` // check name -> why
+	Failed map[string]string `json:"failed,omitempty"` // check name -> FailedTimeout or FailedError
 }
 
+// What a failed check says in a readiness answer: the probe's own error (an address, a
+// project, a library's message) goes to the log only, as /readyz is public.
+const (
+	FailedTimeout = "timed out"
+	FailedError   = "failed"
+)
+
 // Ready returns the readiness handler (GET /readyz): every check runs at once, each bounded by
-// timeout; 200 when all pass, else 503 naming the failed checks. Liveness (/healthz) stays a
-// plain 200: a process whose dependency is down should not be restarted for it.
-func Ready(timeout time.Duration, checks ...Check) http.Handler {
+// timeout; 200 when all pass, else 503 naming the failed checks and logging why on log.
+// Liveness (/healthz) stays a plain 200: a process whose dependency is down should not be
+// restarted for it.
+func Ready(log *slog.Logger, timeout time.Duration, checks ...Check) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
@@ -33,12 +43,17 @@ func Ready(timeout time.Duration, checks ...Check) http.Handler {
 		for _, c := range checks {
 			wg.Go(func() {
 				if err := c.Probe(ctx); err != nil {
+					log.WarnContext(ctx, "readiness check failed", "check", c.Name, "error", err)
+					why := FailedError
+					if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+						why = FailedTimeout
+					}
 					mu.Lock()
 					defer mu.Unlock()
 					if ans.Failed == nil {
 						ans.Failed = map[string]string{}
 					}
-					ans.Failed[c.Name] = err.Error()
+					ans.Failed[c.Name] = why
 				}
 			})
 		}

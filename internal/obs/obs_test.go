@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/codes"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
@@ -435,6 +436,58 @@ func TestHandlerSpanNamesAndProbes(t *testing.T) {
 	want := []string{"publisher POST /v1/tasks/{id}/cancel", "publisher GET"}
 	if !slices.Equal(got, want) {
 		t.Errorf("spans = %q, want %q", got, want)
+	}
+}
+
+// A public caller's trace headers do not make genbox's spans part of its trace: the server span
+// starts a new trace, linked to the caller's span, and the caller's baggage never reaches the
+// handler (nor, through it, a message).
+func TestPublicHandlerLinksTheCallersTrace(t *testing.T) { //nolint:paralleltest // sets the global telemetry
+	resetGlobals(t)
+	if _, err := Setup(context.Background(), Config{ServiceName: "test", Exporter: ExportNone}); err != nil {
+		t.Fatal(err)
+	}
+	exp := tracetest.NewInMemoryExporter()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)))
+	var seen baggage.Baggage
+	var inner trace.SpanContext
+	h := PublicHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen, inner = baggage.FromContext(r.Context()), trace.SpanContextFromContext(r.Context())
+	}), "publisher")
+
+	ctx, span := Tracer().Start(context.Background(), "caller")
+	span.End()
+	caller := trace.SpanContextFromContext(ctx)
+	m, _ := baggage.NewMember("tenant", "someone-else")
+	b, _ := baggage.New(m)
+	ctx = baggage.ContextWithBaggage(ctx, b)
+	req := httptest.NewRequest(http.MethodPost, "/v1/tasks", nil)
+	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(req.Header))
+	if req.Header.Get("baggage") == "" || req.Header.Get("traceparent") == "" {
+		t.Fatalf("the caller's headers %v carry no traceparent or baggage", req.Header)
+	}
+	h.ServeHTTP(httptest.NewRecorder(), req)
+
+	var server *tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.SpanKind == trace.SpanKindServer {
+			server = &s
+		}
+	}
+	if server == nil {
+		t.Fatalf("no server span among %v", names(exp.GetSpans()))
+	}
+	if server.SpanContext.TraceID() == caller.TraceID() || server.Parent.IsValid() {
+		t.Errorf("server span in trace %s with parent %v: continues the caller's trace %s", server.SpanContext.TraceID(), server.Parent, caller.TraceID())
+	}
+	if len(server.Links) != 1 || server.Links[0].SpanContext.SpanID() != caller.SpanID() {
+		t.Errorf("server span links %+v, want one link to the caller's span %s", server.Links, caller.SpanID())
+	}
+	if inner.TraceID() != server.SpanContext.TraceID() {
+		t.Errorf("the handler runs in trace %s, not the server span's %s", inner.TraceID(), server.SpanContext.TraceID())
+	}
+	if seen.Len() != 0 {
+		t.Errorf("the handler sees the caller's baggage %q", seen.String())
 	}
 }
 

@@ -4,9 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/envconfig"
+	"github.com/genbox-dev/genbox/internal/secretbox"
+	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 )
 
@@ -23,6 +27,9 @@ type Config struct {
 	// AllowInsecureCallbacks lets callback URLs use http and private addresses, for local use
 	// only (GENBOX_ALLOW_INSECURE_CALLBACKS).
 	AllowInsecureCallbacks bool
+	// CallbackPorts are the ports a callback URL may name (GENBOX_CALLBACK_PORTS, default
+	// 443,8443; "any" admits every port). Insecure callbacks admit any port.
+	CallbackPorts []uint16
 	// PublicURL is the base of status_url (GENBOX_PUBLIC_URL); empty: taken from each request.
 	PublicURL string
 	// SecretOverlap is how long a rotated webhook secret keeps signing (GENBOX_SECRET_OVERLAP, 24h).
@@ -37,6 +44,9 @@ type Config struct {
 	PublishTimeout time.Duration
 	// LimitsTTL is how long a tenant's limits are cached per instance (GENBOX_LIMITS_TTL, 30s).
 	LimitsTTL time.Duration
+	// SecretsKey seals the tenants' webhook secrets (GENBOX_WEBHOOK_SECRETS_KEY): a KMS
+	// CryptoKey this service may encrypt with, or local:<base64> for local use.
+	SecretsKey string
 }
 
 // Environment variable names.
@@ -46,12 +56,14 @@ const (
 	EnvAdminKey               = "GENBOX_ADMIN_KEY"
 	EnvMaxBodyBytes           = "GENBOX_MAX_BODY_BYTES"
 	EnvAllowInsecureCallbacks = "GENBOX_ALLOW_INSECURE_CALLBACKS"
+	EnvCallbackPorts          = "GENBOX_CALLBACK_PORTS"
 	EnvPublicURL              = "GENBOX_PUBLIC_URL"
 	EnvSecretOverlap          = "GENBOX_SECRET_OVERLAP"
 	EnvPromptsDir             = prompts.EnvDir
 	EnvNudgeGrace             = "GENBOX_NUDGE_GRACE"
 	EnvPublishTimeout         = "GENBOX_PUBLISH_TIMEOUT"
 	EnvLimitsTTL              = "GENBOX_LIMITS_TTL"
+	EnvSecretsKey             = secretbox.EnvKey
 )
 
 // DefaultConfig returns the defaults FromEnv starts from.
@@ -59,6 +71,7 @@ func DefaultConfig() Config {
 	return Config{
 		Port:           8080,
 		MaxBodyBytes:   1 << 20,
+		CallbackPorts:  ssrf.DefaultPorts,
 		SecretOverlap:  24 * time.Hour,
 		NudgeGrace:     30 * time.Second,
 		PublishTimeout: 5 * time.Second,
@@ -76,13 +89,37 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String(EnvAdminKey, &c.AdminKey)
 	r.Int64(EnvMaxBodyBytes, &c.MaxBodyBytes)
 	r.Bool(EnvAllowInsecureCallbacks, &c.AllowInsecureCallbacks)
+	r.Func(EnvCallbackPorts, func(v string) (err error) {
+		c.CallbackPorts, err = parsePorts(v)
+		return err
+	})
 	r.String(EnvPublicURL, &c.PublicURL)
 	r.Duration(EnvSecretOverlap, &c.SecretOverlap)
 	r.String(EnvPromptsDir, &c.PromptsDir)
 	r.Duration(EnvNudgeGrace, &c.NudgeGrace)
 	r.Duration(EnvPublishTimeout, &c.PublishTimeout)
 	r.Duration(EnvLimitsTTL, &c.LimitsTTL)
+	r.String(EnvSecretsKey, &c.SecretsKey)
 	return c, r.Err()
+}
+
+// anyPort is the GENBOX_CALLBACK_PORTS value that admits every port.
+const anyPort = "any"
+
+// parsePorts reads a comma-separated list of ports, or "any" (nil: every port).
+func parsePorts(v string) ([]uint16, error) {
+	if strings.TrimSpace(v) == anyPort {
+		return nil, nil
+	}
+	var ports []uint16
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("%q is not a port (a comma-separated list of 1-65535, or %q)", f, anyPort)
+		}
+		ports = append(ports, uint16(n))
+	}
+	return ports, nil
 }
 
 // minAdminKey is the shortest admin key accepted: it guards every tenant.
@@ -99,6 +136,11 @@ func (c Config) Validate() error {
 	}
 	if c.AdminKey != "" && len(c.AdminKey) < minAdminKey {
 		errs = append(errs, fmt.Errorf("%s: must be at least %d characters", EnvAdminKey, minAdminKey))
+	}
+	if c.SecretsKey == "" {
+		errs = append(errs, fmt.Errorf("%s is required (the key that seals the tenants' webhook secrets)", EnvSecretsKey))
+	} else if err := secretbox.CheckKey(c.SecretsKey); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", EnvSecretsKey, err))
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("%s: %d is below 1024", EnvMaxBodyBytes, c.MaxBodyBytes))

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestFromEnv(t *testing.T) {
@@ -12,6 +14,7 @@ func TestFromEnv(t *testing.T) {
 		EnvPort: "9090", EnvProject: "p", EnvAdminKey: "0123456789abcdef", EnvMaxBodyBytes: "2048",
 		EnvAllowInsecureCallbacks: "true", EnvPublicURL: "https://api.example.com", EnvSecretOverlap: "1h",
 		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvLimitsTTL: "5s",
+		EnvCallbackPorts: "443, 9443", EnvSecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k",
 	}
 	asked := map[string]bool{}
 	c, err := FromEnv(func(k string) string { asked[k] = true; return env[k] })
@@ -20,9 +23,10 @@ func TestFromEnv(t *testing.T) {
 	}
 	want := Config{Port: 9090, ProjectID: "p", AdminKey: "0123456789abcdef", MaxBodyBytes: 2048, AllowInsecureCallbacks: true,
 		PublicURL: "https://api.example.com", SecretOverlap: time.Hour, PromptsDir: "/etc/prompts", NudgeGrace: 10 * time.Second,
-		PublishTimeout: 2 * time.Second, LimitsTTL: 5 * time.Second}
-	if c != want {
-		t.Fatalf("config %+v, want %+v", c, want)
+		PublishTimeout: 2 * time.Second, LimitsTTL: 5 * time.Second, CallbackPorts: []uint16{443, 9443},
+		SecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k"}
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Fatalf("config (-want +got):\n%s", diff)
 	}
 	for k := range env {
 		if !asked[k] {
@@ -32,9 +36,18 @@ func TestFromEnv(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := FromEnv(func(k string) string { return map[string]string{EnvProject: "p"}[k] })
+	d, err := FromEnv(func(k string) string {
+		return map[string]string{EnvProject: "p", EnvSecretsKey: "local:" + strings.Repeat("A", 43) + "="}[k]
+	})
 	if err != nil || d.Validate() != nil || d.MaxBodyBytes != 1<<20 || d.SecretOverlap != 24*time.Hour || d.Port != 8080 {
 		t.Fatalf("defaults %+v: %v", d, err)
+	}
+	if diff := cmp.Diff([]uint16{443, 8443}, d.CallbackPorts); diff != "" {
+		t.Fatalf("default callback ports (-want +got):\n%s", diff)
+	}
+	a, err := FromEnv(func(k string) string { return map[string]string{EnvProject: "p", EnvCallbackPorts: "any"}[k] })
+	if err != nil || a.CallbackPorts != nil {
+		t.Fatalf("%s=any: ports %v, %v; want none (every port)", EnvCallbackPorts, a.CallbackPorts, err)
 	}
 }
 
@@ -53,6 +66,12 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{EnvNudgeGrace: "0s"}, EnvNudgeGrace},
 		{map[string]string{EnvLimitsTTL: "soon"}, EnvLimitsTTL},
 		{map[string]string{EnvAllowInsecureCallbacks: "perhaps"}, EnvAllowInsecureCallbacks},
+		{map[string]string{EnvCallbackPorts: "443,https"}, EnvCallbackPorts},
+		{map[string]string{EnvCallbackPorts: "0"}, EnvCallbackPorts},
+		{map[string]string{EnvCallbackPorts: "70000"}, EnvCallbackPorts},
+		{map[string]string{EnvSecretsKey: ""}, EnvSecretsKey},
+		{map[string]string{EnvSecretsKey: "local:short"}, EnvSecretsKey},
+		{map[string]string{EnvSecretsKey: "projects/p/keyRings/r"}, EnvSecretsKey},
 	} {
 		if _, ok := c.env[EnvProject]; !ok && c.name != EnvProject {
 			c.env[EnvProject] = "p"

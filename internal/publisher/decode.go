@@ -17,6 +17,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -149,9 +150,11 @@ func normalize(req *task.Request) {
 	}
 }
 
-// validate returns the request's resolved family variant, or a 400 problem naming every refused field.
+// validate returns the request's resolved family variant, or a 400 problem naming every refused
+// field; a request whose only fault is a well-formed callback URL the policy forbids is a 422.
 func (v validator) validate(req *task.Request) (variant *prompts.Variant, err error) {
 	var fs []client.FieldError
+	var refused *client.FieldError
 	bad := func(field, format string, args ...any) {
 		fs = append(fs, client.FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
 	}
@@ -188,7 +191,11 @@ func (v validator) validate(req *task.Request) (variant *prompts.Variant, err er
 		if len(req.CallbackURL) > maxCallbackURL {
 			bad("callback_url", "must be at most %d bytes", maxCallbackURL)
 		} else if err := v.checkCallback(req.CallbackURL); err != nil {
-			bad("callback_url", "%v", err)
+			if b, ok := ssrf.IsBlocked(err); ok && b.Reason != ssrf.ReasonURL && b.Reason != ssrf.ReasonNoHost {
+				refused = &client.FieldError{Field: "callback_url", Detail: err.Error()}
+			} else {
+				bad("callback_url", "%v", err)
+			}
 		}
 	}
 	if c := req.Config; c != nil {
@@ -225,6 +232,12 @@ func (v validator) validate(req *task.Request) (variant *prompts.Variant, err er
 	}
 	if req.Mode != "" && !req.Mode.Valid() {
 		bad("mode", "must be one of %v", task.Modes)
+	}
+	if len(fs) == 0 && refused != nil {
+		return nil, problem(http.StatusUnprocessableEntity, probCallbackRefused, "callback_url: "+refused.Detail, *refused)
+	}
+	if refused != nil {
+		fs = append(fs, *refused)
 	}
 	if len(fs) == 0 {
 		return variant, nil

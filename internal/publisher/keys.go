@@ -43,8 +43,9 @@ func newKeys(st *store.Store, log *slog.Logger) *keys {
 }
 
 // authenticate returns key's tenant: store.ErrNotFound for an unknown key, store.ErrRevoked for
-// a revoked one.
-func (k *keys) authenticate(ctx context.Context, key string) (string, error) {
+// a revoked one. When the key must be read from Firestore, beforeRead is asked first, and an
+// error it returns is returned without the read.
+func (k *keys) authenticate(ctx context.Context, key string, beforeRead func() error) (string, error) {
 	id := store.APIKeyID(key)
 	now := k.st.Now()
 	k.mu.Lock()
@@ -56,6 +57,9 @@ func (k *keys) authenticate(ctx context.Context, key string) (string, error) {
 	}
 	if known && current && now.Sub(v.read) < keysMaxAge {
 		return v.tenant, nil
+	}
+	if err := beforeRead(); err != nil {
+		return "", err
 	}
 	tenant, err := k.st.Authenticate(ctx, key)
 	switch {

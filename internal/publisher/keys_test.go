@@ -3,11 +3,15 @@ package publisher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/fscount"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -130,6 +134,7 @@ func counted(t testing.TB, counter *fscount.Counter) option {
 		}
 		t.Cleanup(func() { fs.Close() })
 		d.Store = store.New(fs)
+		d.Store.Secrets = testenv.Secrets()
 	}
 }
 
@@ -148,5 +153,53 @@ func TestWarmSubmitCostsOneWrite(t *testing.T) {
 	}
 	if got, want := counter.Counts().Sub(before), (fscount.Counts{Writes: n, Commits: n}); got != want {
 		t.Fatalf("%d warm submissions cost %+v, want %+v", n, got, want)
+	}
+}
+
+// A client sending unknown API keys is refused with a 429 once its burst of failures is spent,
+// before the next key costs a Firestore read; a key already known keeps working from the same
+// address, and another client is not held back. Wrong admin keys are throttled alike.
+func TestFailedAuthThrottledBeforeFirestore(t *testing.T) {
+	t.Parallel()
+	counter := &fscount.Counter{}
+	at := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	e := setup(t, counted(t, counter), func(_ *Config, d *Deps) { d.Store.Now = func() time.Time { return at } })
+	waitCurrent(t, e.srv)
+	if code, _, body := e.do("GET", "/v1/tasks", e.key, nil, nil); code != 200 {
+		t.Fatalf("a valid key: %d %s", code, body)
+	}
+	burst := authlimit.DefaultConfig().ClientBurst
+	const extra = 30
+	before := counter.Counts()
+	codes := map[int]int{}
+	for i := range burst + extra {
+		code, h, body := e.do("GET", "/v1/tasks", fmt.Sprintf("gbx_unknown_%d", i), nil, nil)
+		codes[code]++
+		if code == 429 {
+			if p := problemOf(t, h, body); p.Type != problemBase+probRateLimited || h.Get("Retry-After") == "" {
+				t.Fatalf("throttled answer %d %v %s", code, h, body)
+			}
+		}
+	}
+	reads := counter.Counts().Sub(before).Reads
+	if diff := cmp.Diff(map[int]int{401: burst, 429: extra}, codes); diff != "" {
+		t.Errorf("statuses of %d unknown keys (-want +got):\n%s", burst+extra, diff)
+	}
+	if reads > int64(burst) {
+		t.Errorf("%d unknown keys cost %d Firestore reads, want at most the burst of %d", burst+extra, reads, burst)
+	}
+	if code, _, body := e.do("GET", "/v1/tasks", e.key, nil, nil); code != 200 {
+		t.Errorf("a known key from the throttled client: %d %s, want 200", code, body)
+	}
+	if code, _, body := e.do("GET", "/v1/tasks", "gbx_unknown_x", nil, map[string]string{"X-Forwarded-For": "203.0.113.9"}); code != 401 {
+		t.Errorf("another client: %d %s, want 401", code, body)
+	}
+	admin := map[int]int{}
+	for range burst + extra {
+		code, _, _ := e.do("GET", "/admin/v1/tenants/"+e.tenant, "wrong-admin-key-0123456789", nil, map[string]string{"X-Forwarded-For": "203.0.113.10"})
+		admin[code]++
+	}
+	if diff := cmp.Diff(map[int]int{403: burst, 429: extra}, admin); diff != "" {
+		t.Errorf("statuses of %d wrong admin keys (-want +got):\n%s", burst+extra, diff)
 	}
 }

@@ -122,7 +122,7 @@ func FuzzDecodeTask(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	v := validator{families: testFamilies, checkCallback: func(u string) error { return ssrf.CheckURL(u, false) }, now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	v := validator{families: testFamilies, checkCallback: func(u string) error { return ssrf.CheckURL(u, ssrf.URLPolicy{Ports: ssrf.DefaultPorts}) }, now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var req task.Request
 		if err := decodeStrict(data, &req); err != nil {

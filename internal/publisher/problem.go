@@ -31,9 +31,11 @@ const (
 	probTooLarge     = "body-too-large"
 	probMedia        = "unsupported-media-type"
 	probIdemMismatch = "idempotency-key-reused"
-	probRateLimited  = "rate-limited"
-	probUnavailable  = "unavailable"
-	probInternal     = "internal"
+	// probCallbackRefused: a well-formed callback URL whose destination the SSRF policy forbids.
+	probCallbackRefused = "callback-url-refused"
+	probRateLimited     = "rate-limited"
+	probUnavailable     = "unavailable"
+	probInternal        = "internal"
 )
 
 // problem builds a problem of the slug's type; fields name the refused request fields.

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -43,7 +44,8 @@ type Deps struct {
 	Publisher Publisher
 	Families  Families
 	// CheckCallback applies the callback URL policy; a non-nil error refuses the URL and says
-	// why. Nil: ssrf.CheckURL with Config.AllowInsecureCallbacks.
+	// why (an *ssrf.BlockedError for a well-formed URL the policy forbids is a 422). Nil:
+	// ssrf.CheckURL with Config.AllowInsecureCallbacks and Config.CallbackPorts.
 	CheckCallback func(rawURL string) error
 	// NewSecret returns a new webhook signing secret. Nil: webhook.NewSecret.
 	NewSecret func() (string, error)
@@ -64,10 +66,12 @@ type Server struct {
 	metrics  *obs.Metrics
 	limits   *limiters
 	keys     *keys
-	adminSum [sha256.Size]byte
-	routes   []route
-	doc      func() []byte
-	mux      *http.ServeMux
+	// authFails throttles clients whose credentials keep failing.
+	authFails *authlimit.Limiter
+	adminSum  [sha256.Size]byte
+	routes    []route
+	doc       func() []byte
+	mux       *http.ServeMux
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -81,7 +85,8 @@ func New(cfg Config, d Deps) (*Server, error) {
 		return nil, errors.New("publisher: Store, Publisher and Families are required")
 	}
 	if d.CheckCallback == nil {
-		d.CheckCallback = func(u string) error { return ssrf.CheckURL(u, cfg.AllowInsecureCallbacks) }
+		p := ssrf.URLPolicy{AllowInsecure: cfg.AllowInsecureCallbacks, Ports: cfg.CallbackPorts}
+		d.CheckCallback = func(u string) error { return ssrf.CheckURL(u, p) }
 	}
 	if d.NewSecret == nil {
 		d.NewSecret = webhook.NewSecret
@@ -93,6 +98,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		newSec: d.NewSecret, log: d.Log, metrics: d.Metrics, adminSum: sha256.Sum256([]byte(cfg.AdminKey))}
 	s.limits = newLimiters(d.Store, cfg.LimitsTTL)
 	s.keys = newKeys(d.Store, d.Log)
+	s.authFails = authlimit.New(authlimit.DefaultConfig(), func() time.Time { return d.Store.Now() })
 	s.routes = s.routeTable()
 	s.doc = sync.OnceValue(s.openAPIJSON)
 	s.mux = s.buildMux()
@@ -238,8 +244,9 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 	if !ok {
 		return "", problem(http.StatusUnauthorized, probUnauth, "an Authorization: Bearer <api key> header is required")
 	}
-	tenant, err := s.keys.authenticate(r.Context(), key)
+	tenant, err := s.keys.authenticate(r.Context(), key, func() error { return s.throttled(r) })
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRevoked) {
+		s.authFails.Failed(r)
 		return "", problem(http.StatusUnauthorized, probUnauth, "the API key is unknown or revoked")
 	}
 	if err != nil {
@@ -256,11 +263,27 @@ func (s *Server) authorizeAdmin(r *http.Request) error {
 	if !ok {
 		return problem(http.StatusUnauthorized, probUnauth, "an Authorization: Bearer <admin key> header is required")
 	}
+	if err := s.throttled(r); err != nil {
+		return err
+	}
 	sum := sha256.Sum256([]byte(key))
 	if subtle.ConstantTimeCompare(sum[:], s.adminSum[:]) != 1 {
+		s.authFails.Failed(r)
 		return problem(http.StatusForbidden, probForbidden, "the admin key is wrong")
 	}
 	return nil
+}
+
+// throttled refuses, with a 429, a client whose credentials failed too often lately: before its
+// next one costs a Firestore read (an API key not known in memory) or a comparison.
+func (s *Server) throttled(r *http.Request) error {
+	wait := s.authFails.Wait(r)
+	if wait <= 0 {
+		return nil
+	}
+	p := problem(http.StatusTooManyRequests, probRateLimited, "too many failed authentications from this client; retry later")
+	p.RetryAfter = wait
+	return p
 }
 
 // pathIDs are the shapes of the path parameters: anything else names nothing (and must not

@@ -57,8 +57,9 @@ func setup(t testing.TB, opts ...option) *env {
 	project := emulator.ProjectID(t)
 	st := store.New(testenv.Firestore(t, project))
 	st.MaxAttempts = 50
+	st.Secrets = testenv.Secrets()
 	cfg := DefaultConfig()
-	cfg.ProjectID, cfg.AdminKey = project, testAdminKey
+	cfg.ProjectID, cfg.AdminKey, cfg.SecretsKey = project, testAdminKey, testenv.SecretsKey
 	pub := &testenv.Publisher{}
 	d := Deps{Store: st, Publisher: pub, Families: testFamilies, Log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {

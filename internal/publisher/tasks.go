@@ -421,7 +421,9 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, tenant str
 	if err != nil {
 		return err
 	}
-	if err := s.st.DeleteOutput(r.Context(), t.Fingerprint); err != nil {
+	// After the erase commits: a worker's cache or last good write that raced with it either
+	// committed first (and is found here) or saw the erase and wrote nothing.
+	if err := s.st.EraseOutputs(r.Context(), t.ID, t.Fingerprint); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

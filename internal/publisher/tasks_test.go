@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -225,13 +226,25 @@ func TestSubmitValidation(t *testing.T) {
 		{"top_k fraction", withReq(func(r map[string]any) { r["config"] = map[string]any{"top_k": 1.5} }), "", 400, "config.top_k"},
 		{"max_output_tokens", withReq(func(r map[string]any) { r["config"] = map[string]any{"max_output_tokens": 70000} }), "", 400, "config.max_output_tokens"},
 		{"max_output_tokens over the family's limit", withReq(func(r map[string]any) { r["config"] = map[string]any{"max_output_tokens": 4097} }), "", 400, "config.max_output_tokens"},
-		{"callback http", withReq(func(r map[string]any) { r["callback_url"] = "http://example.com/hook" }), "", 400, "callback_url"},
-		{"callback private", withReq(func(r map[string]any) { r["callback_url"] = "https://169.254.169.254/" }), "", 400, "callback_url"},
-		{"callback loopback", withReq(func(r map[string]any) { r["callback_url"] = "https://127.0.0.1:8443/hook" }), "", 400, "callback_url"},
-		{"callback localhost", withReq(func(r map[string]any) { r["callback_url"] = "https://localhost/hook" }), "", 400, "callback_url"},
-		{"callback private range", withReq(func(r map[string]any) { r["callback_url"] = "https://10.1.2.3/hook" }), "", 400, "callback_url"},
-		{"callback mapped IPv6", withReq(func(r map[string]any) { r["callback_url"] = "https://[::ffff:127.0.0.1]/hook" }), "", 400, "callback_url"},
+		{"callback http", withReq(func(r map[string]any) { r["callback_url"] = "http://example.com/hook" }), "", 422, "callback_url"},
+		{"callback private", withReq(func(r map[string]any) { r["callback_url"] = "https://169.254.169.254/" }), "", 422, "callback_url"},
+		{"callback loopback", withReq(func(r map[string]any) { r["callback_url"] = "https://127.0.0.1:8443/hook" }), "", 422, "callback_url"},
+		{"callback localhost", withReq(func(r map[string]any) { r["callback_url"] = "https://localhost/hook" }), "", 422, "callback_url"},
+		{"callback private range", withReq(func(r map[string]any) { r["callback_url"] = "https://10.1.2.3/hook" }), "", 422, "callback_url"},
+		{"callback mapped IPv6", withReq(func(r map[string]any) { r["callback_url"] = "https://[::ffff:127.0.0.1]/hook" }), "", 422, "callback_url"},
+		{"callback decimal IPv4", withReq(func(r map[string]any) { r["callback_url"] = "https://2130706433/hook" }), "", 422, "callback_url"},
+		{"callback hex IPv4", withReq(func(r map[string]any) { r["callback_url"] = "https://0x7f.1/hook" }), "", 422, "callback_url"},
+		{"callback short IPv4", withReq(func(r map[string]any) { r["callback_url"] = "https://127.1/hook" }), "", 422, "callback_url"},
+		{"callback zero host", withReq(func(r map[string]any) { r["callback_url"] = "https://0/hook" }), "", 422, "callback_url"},
+		{"callback metadata name", withReq(func(r map[string]any) { r["callback_url"] = "https://metadata.google.internal/computeMetadata/v1/" }), "", 422, "callback_url"},
+		{"callback internal name", withReq(func(r map[string]any) { r["callback_url"] = "https://billing.internal/hook" }), "", 422, "callback_url"},
+		{"callback compatible IPv6", withReq(func(r map[string]any) { r["callback_url"] = "https://[::7f00:1]/hook" }), "", 422, "callback_url"},
+		{"callback site-local IPv6", withReq(func(r map[string]any) { r["callback_url"] = "https://[fec0::1]/hook" }), "", 422, "callback_url"},
+		{"callback teredo", withReq(func(r map[string]any) { r["callback_url"] = "https://[2001::1]/hook" }), "", 422, "callback_url"},
+		{"callback discard IPv6", withReq(func(r map[string]any) { r["callback_url"] = "https://[100::1]/hook" }), "", 422, "callback_url"},
+		{"callback port not allowed", withReq(func(r map[string]any) { r["callback_url"] = "https://example.com:6379/hook" }), "", 422, "callback_url"},
 		{"callback not a URL", withReq(func(r map[string]any) { r["callback_url"] = "::nope" }), "", 400, "callback_url"},
+		{"callback refused beside a bad field", withReq(func(r map[string]any) { r["callback_url"] = "https://127.1/"; r["max_cost_usd"] = 0 }), "", 400, "callback_url"},
 		{"too many labels", withReq(func(r map[string]any) { r["labels"] = labels33 }), "", 400, "labels"},
 		{"label key charset", withReq(func(r map[string]any) { r["labels"] = map[string]any{"Bad Key": "v"} }), "", 400, "labels.Bad Key"},
 		{"label value control", withReq(func(r map[string]any) { r["labels"] = map[string]any{"k": "a\nb"} }), "", 400, "labels.k"},
@@ -407,8 +420,19 @@ func TestDelete(t *testing.T) {
 		t.Fatalf("delete a queued task: %v", err)
 	}
 	done := e.finish(r.TaskID, task.StateSucceeded)
-	if _, err := e.st.FS.Collection(store.OutputsCollection).Doc(done.Fingerprint).Set(ctx, map[string]any{"payload": "the output"}); err != nil {
-		t.Fatal(err)
+	// What the worker left: the cache entry and the last good output of the task's subject; and
+	// another task's last good output of another subject, which must stay.
+	other := e.submit(validRequest())
+	e.finish(other.TaskID, task.StateSucceeded)
+	for id, subject := range map[string]string{r.TaskID: "site-a", other.TaskID: "site-b"} {
+		rem := store.Remembered{Output: store.Output{Tenant: e.tenant, Payload: "the output", TaskID: id},
+			Family: "summarize", Variant: "default", SubjectKey: subject}
+		if id == r.TaskID {
+			rem.Fingerprint = done.Fingerprint
+		}
+		if err := e.st.Remember(ctx, rem); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if !strings.Contains(done.Delivery.Payload, "the output") {
 		t.Fatalf("the frozen payload should carry the output before erasure: %s", done.Delivery.Payload)
@@ -435,6 +459,12 @@ func TestDelete(t *testing.T) {
 	}
 	if _, err := e.st.FS.Collection(store.OutputsCollection).Doc(done.Fingerprint).Get(ctx); err == nil {
 		t.Fatal("the cache entry survived")
+	}
+	if _, err := e.st.GetLastGood(ctx, e.tenant, "summarize", "default", "site-a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the task's last good output survived: %v", err)
+	}
+	if _, err := e.st.GetLastGood(ctx, e.tenant, "summarize", "default", "site-b"); err != nil {
+		t.Fatalf("another task's last good output: %v, want kept", err)
 	}
 	v, err := e.api.Get(ctx, r.TaskID)
 	if err != nil || v.Output != nil || v.Usage.TotalTokens != 30 {
@@ -654,6 +684,27 @@ func TestNotARoute(t *testing.T) {
 	code, _, body := e.do("GET", "/healthz", "", nil, nil)
 	if code != 200 || !strings.Contains(string(body), `"ok"`) {
 		t.Fatalf("healthz: %d %s", code, body)
+	}
+}
+
+// TestCallbackPorts: a callback URL must name a port of GENBOX_CALLBACK_PORTS (its scheme's
+// default when it names none); one outside is refused as callback-url-refused (422).
+func TestCallbackPorts(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *Config, _ *Deps) { c.CallbackPorts = []uint16{9443} })
+	req := validRequest()
+	req.CallbackURL = "https://example.com:9443/hook"
+	if _, err := e.api.Submit(context.Background(), req); err != nil {
+		t.Fatalf("a configured port: %v", err)
+	}
+	req.CallbackURL = "https://example.com/hook"
+	var p *client.Problem
+	_, err := e.api.Submit(context.Background(), req)
+	if !errors.As(err, &p) {
+		t.Fatalf("port 443 outside the list: %v, want a problem", err)
+	}
+	if diff := cmp.Diff([]string{"callback_url"}, fields(*p)); p.Status != 422 || p.Type != problemBase+probCallbackRefused || diff != "" {
+		t.Fatalf("problem %+v, want 422 %s naming callback_url (-want +got fields):\n%s", p, probCallbackRefused, diff)
 	}
 }
 

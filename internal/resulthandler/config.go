@@ -9,6 +9,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
+	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 )
 
@@ -29,6 +30,7 @@ const (
 	EnvShutdownGrace  = "GENBOX_SHUTDOWN_GRACE"
 	EnvPushAudience   = "GENBOX_PUSH_AUDIENCE"
 	EnvPushAccount    = "GENBOX_PUSH_SERVICE_ACCOUNT"
+	EnvSecretsKey     = secretbox.EnvKey
 	defaultPort       = "8080"
 	defaultLogEntries = 20
 )
@@ -60,6 +62,10 @@ type Config struct {
 	PushAudience, PushAccount string
 
 	Policy
+
+	// SecretsKey opens the tenants' webhook secrets (GENBOX_WEBHOOK_SECRETS_KEY): a KMS CryptoKey
+	// this service may decrypt with, or local:<base64> for local use.
+	SecretsKey string
 
 	// AllowInsecure admits http callbacks and loopback receivers: local use only.
 	AllowInsecure bool          // GENBOX_ALLOW_INSECURE_CALLBACKS
@@ -117,6 +123,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String(EnvConsumer, &c.Consumer)
 	r.String(EnvPushAudience, &c.PushAudience)
 	r.String(EnvPushAccount, &c.PushAccount)
+	r.String(EnvSecretsKey, &c.SecretsKey)
 	if c.Instance == "" {
 		host, _ := os.Hostname()
 		c.Instance = host + "-" + strconv.Itoa(os.Getpid())
@@ -157,6 +164,11 @@ func (c Config) Validate() error {
 	}
 	if c.Concurrency <= 0 {
 		bad(EnvConcurrency, "must be positive")
+	}
+	if c.SecretsKey == "" {
+		bad(EnvSecretsKey, "is required (the key that opens the tenants' webhook secrets)")
+	} else if err := secretbox.CheckKey(c.SecretsKey); err != nil {
+		bad(EnvSecretsKey, err.Error())
 	}
 	if c.ShutdownGrace <= 0 {
 		bad(EnvShutdownGrace, "must be positive")

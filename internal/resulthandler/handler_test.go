@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -352,6 +353,43 @@ func TestRefusedDestinationIsDead(t *testing.T) {
 	}
 	if len(got.Notices) != 1 || len(e.pub.All()) != 1 {
 		t.Fatalf("notices %+v published %+v", got.Notices, e.pub.All())
+	}
+}
+
+// A receiver answering 200 with a header block past ssrf.MaxResponseHeaderBytes has not
+// answered: the attempt fails (and is retried), nothing is read past the cap, and the delivery is
+// not recorded as delivered.
+func TestHugeResponseHeadersFailTheAttempt(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var hits atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		v := strings.Repeat("h", 4<<10)
+		for i := range 256 { // 1 MiB of headers
+			w.Header().Set("X-Pad-"+strconv.Itoa(i), v)
+		}
+		w.WriteHeader(http.StatusOK)
+	})}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	t.Cleanup(func() { srv.Close() })
+	tk := e.finishedTask(t, "t-huge-headers", "http://"+ln.Addr().String()+"/hook")
+	if r := e.handle(tk.ID); r != bus.Ack {
+		t.Fatalf("result %v", r)
+	}
+	d := e.get(t, tk.ID).Delivery
+	if hits.Load() != 1 {
+		t.Fatalf("the receiver got %d requests, want 1", hits.Load())
+	}
+	if d.State != task.DeliveryPending || d.Attempts != 1 || d.NextAttemptAt == nil {
+		t.Fatalf("delivery %+v, want pending with a retry scheduled after one attempt", d)
+	}
+	if !strings.Contains(d.LastError, "headers exceeded") {
+		t.Fatalf("last error %q, want the header limit", d.LastError)
 	}
 }
 

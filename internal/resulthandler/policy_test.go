@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/genbox-dev/genbox/internal/testenv"
 )
 
 func TestClassify(t *testing.T) {
@@ -88,7 +90,7 @@ func TestConfigFromEnv(t *testing.T) {
 		asked := map[string]bool{}
 		return func(k string) string { asked[k] = true; return kv[k] }, asked
 	}
-	getenv, asked := env(map[string]string{EnvProject: "p", EnvInstance: "i-1"})
+	getenv, asked := env(map[string]string{EnvProject: "p", EnvInstance: "i-1", EnvSecretsKey: testenv.SecretsKey})
 	c, err := FromEnv(getenv)
 	if err != nil {
 		t.Fatal(err)
@@ -101,12 +103,12 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Fatalf("push auth on by default: %+v", c.PushAuth())
 	}
 	for _, v := range []string{EnvProject, EnvPort, EnvInstance, EnvSubscription, EnvConsumer, EnvConcurrency, EnvTimeout,
-		EnvHorizon, EnvBackoffMin, EnvBackoffMax, EnvNoticeGrace, EnvAllowInsecure, EnvShutdownGrace, EnvPushAudience, EnvPushAccount} {
+		EnvHorizon, EnvBackoffMin, EnvBackoffMax, EnvNoticeGrace, EnvAllowInsecure, EnvShutdownGrace, EnvPushAudience, EnvPushAccount, EnvSecretsKey} {
 		if !asked[v] {
 			t.Errorf("FromEnv did not ask for %s", v)
 		}
 	}
-	getenv, _ = env(map[string]string{EnvProject: "p", EnvConsumer: "pull", EnvTimeout: "3s", EnvHorizon: "1h",
+	getenv, _ = env(map[string]string{EnvProject: "p", EnvSecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k", EnvConsumer: "pull", EnvTimeout: "3s", EnvHorizon: "1h",
 		EnvAllowInsecure: "true", EnvBackoffMin: "2s", EnvBackoffMax: "1m", EnvPushAudience: "aud", EnvPushAccount: "push@p.iam.gserviceaccount.com"})
 	c, err = FromEnv(getenv)
 	if err != nil {
@@ -132,6 +134,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{map[string]string{EnvProject: "p", EnvConcurrency: "0"}, EnvConcurrency},
 		{map[string]string{EnvProject: "p", EnvPushAudience: "aud"}, EnvPushAccount},
 		{map[string]string{EnvProject: "p", EnvPushAccount: "push@p.iam.gserviceaccount.com"}, EnvPushAudience},
+		{map[string]string{EnvProject: "p"}, EnvSecretsKey},
+		{map[string]string{EnvProject: "p", EnvSecretsKey: "whsec_not_a_key"}, EnvSecretsKey},
 	} {
 		getenv, _ := env(tc.kv)
 		_, err := FromEnv(getenv)

@@ -10,6 +10,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -111,8 +112,12 @@ func Listen(port string) (net.Listener, error) {
 
 // Lifecycle is what Serve runs.
 type Lifecycle struct {
-	// Handler is the service's mux; Serve wraps it in obs.Handler under the service's name.
+	// Handler is the service's mux; Serve wraps it in obs.Handler under the service's name, or
+	// obs.PublicHandler when Public.
 	Handler http.Handler
+	// Public says the internet calls the service: its callers' trace headers are linked, not
+	// continued, and their baggage dropped.
+	Public bool
 	// Grace is how long the shutdown waits for the pull consumer's in-flight work before Abort;
 	// the server's drain and the flushes get what is left of it, and at least minDrain. What
 	// follows an Abort (the aborted work's lease releases, the background jobs' last flush, then
@@ -130,10 +135,54 @@ type Lifecycle struct {
 	Background []func(ctx context.Context)
 	// Started is logged once serving, after the address.
 	Started []any
+	// Limits bound what one client can hold of the server; zero fields take DefaultLimits'.
+	Limits Limits
 }
 
-// readHeaderTimeout bounds a client's request headers (slowloris).
-const readHeaderTimeout = 10 * time.Second
+// Limits bound what one client can hold of an HTTP server: a connection that dribbles its
+// request, never reads its answer or idles open, and a header block past MaxHeaderBytes (431).
+type Limits struct {
+	ReadHeaderTimeout time.Duration // request headers (slowloris)
+	ReadTimeout       time.Duration // the whole request, body included
+	// WriteTimeout runs from the end of the request headers to the end of the answer: it must
+	// exceed the slowest handler (a push delivery: the claim, the POST and the commit).
+	WriteTimeout   time.Duration
+	IdleTimeout    time.Duration // a keep-alive connection between requests
+	MaxHeaderBytes int
+	// Streaming says the server has routes that stream their answer (server-sent events): it
+	// has no WriteTimeout, and each streaming handler bounds its own writes
+	// (http.ResponseController.SetWriteDeadline per event). The other timeouts still hold.
+	Streaming bool
+}
+
+// DefaultLimits are every genbox server's limits unless its Lifecycle says otherwise.
+func DefaultLimits() Limits {
+	return Limits{
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// NewServer returns a server of h under l, its zero fields taking DefaultLimits'. Every genbox
+// HTTP server is made here.
+func NewServer(h http.Handler, l Limits) *http.Server {
+	def := DefaultLimits()
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: cmp.Or(l.ReadHeaderTimeout, def.ReadHeaderTimeout),
+		ReadTimeout:       cmp.Or(l.ReadTimeout, def.ReadTimeout),
+		WriteTimeout:      cmp.Or(l.WriteTimeout, def.WriteTimeout),
+		IdleTimeout:       cmp.Or(l.IdleTimeout, def.IdleTimeout),
+		MaxHeaderBytes:    cmp.Or(l.MaxHeaderBytes, def.MaxHeaderBytes),
+	}
+	if l.Streaming {
+		srv.WriteTimeout = 0
+	}
+	return srv
+}
 
 // minDrain is the least the server's drain and the flushes get after Pull returns, so that a
 // Pull whose in-flight work used the whole grace still flushes.
@@ -146,7 +195,11 @@ const minDrain = time.Second
 // joined.
 func (d *Deps) Serve(ctx context.Context, ln net.Listener, l Lifecycle) error {
 	bg := context.WithoutCancel(ctx)
-	srv := &http.Server{Handler: obs.Handler(l.Handler, d.name), ReadHeaderTimeout: readHeaderTimeout}
+	traced := obs.Handler
+	if l.Public {
+		traced = obs.PublicHandler
+	}
+	srv := NewServer(traced(l.Handler, d.name), l.Limits)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 

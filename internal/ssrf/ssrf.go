@@ -1,9 +1,9 @@
 // Package ssrf keeps webhook deliveries from reaching inside the network genbox runs in. A
-// callback URL is checked twice: statically when a task is submitted (CheckURL), and again on
-// every delivery by the HTTP client of NewClient, whose dialer refuses forbidden addresses after
-// DNS resolution and dials only the address it checked, so a name that resolves (or rebinds) to
-// an internal address is refused too. The client ignores proxy variables, follows no redirects
-// and caps what it reads.
+// callback URL is checked twice: statically when a task is submitted (CheckURL: scheme, port,
+// and the host by CheckHost), and again on every delivery by the HTTP client of NewClient, which
+// applies CheckHost again, refuses forbidden addresses after DNS resolution and dials only the
+// address it checked, so a name that resolves (or rebinds) to an internal address is refused too.
+// The client ignores proxy variables, follows no redirects and caps what it reads.
 package ssrf
 
 import (
@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +28,11 @@ const DefaultTimeout = 10 * time.Second
 // MaxResponseBytes caps what the client reads of a response body: a receiver's answer is only
 // its status.
 const MaxResponseBytes = 64 << 10
+
+// MaxResponseHeaderBytes caps a response's header block (net/http's default is 10 MiB): a
+// receiver answering many deliveries at once with huge headers must not exhaust the memory of
+// the service that delivers them. A longer answer fails the attempt.
+const MaxResponseHeaderBytes = 16 << 10
 
 // Reasons a BlockedError gives.
 const (
@@ -46,6 +53,13 @@ const (
 	ReasonMulticast   = "multicast"
 	ReasonBroadcast   = "broadcast"
 	ReasonReserved    = "reserved"
+	ReasonCompat      = "ipv4-compatible ipv6"
+	ReasonSiteLocal   = "site-local"
+	ReasonTeredo      = "teredo"
+	ReasonDiscard     = "discard-only"
+	ReasonNumeric     = "numeric host form"
+	ReasonInternal    = "internal name"
+	ReasonPort        = "port not allowed"
 	ReasonNoAddress   = "no address"
 	ReasonRedirect    = "redirect not followed"
 )
@@ -86,9 +100,14 @@ var (
 	cgnat     = prefixes("100.64.0.0/10")
 	nat64     = prefixes("64:ff9b::/96", "64:ff9b:1::/48")
 	sixToFour = prefixes("2002::/16")
-	// Special-purpose IPv4 ranges that no public webhook receiver lives in: "this network",
-	// IETF protocol assignments, benchmarking, and the reserved class E.
-	reserved = prefixes("0.0.0.0/8", "192.0.0.0/24", "198.18.0.0/15", "240.0.0.0/4")
+	compat    = prefixes("::/96")
+	siteLocal = prefixes("fec0::/10")
+	teredo    = prefixes("2001::/32")
+	discard   = prefixes("100::/64")
+	// Special-purpose ranges that no public webhook receiver lives in: "this network", IETF
+	// protocol assignments, the documentation ranges, benchmarking, and the reserved class E.
+	reserved = prefixes("0.0.0.0/8", "192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15", "198.51.100.0/24",
+		"203.0.113.0/24", "240.0.0.0/4", "2001:db8::/32")
 )
 
 func in(a netip.Addr, ps []netip.Prefix) bool {
@@ -101,16 +120,14 @@ func in(a netip.Addr, ps []netip.Prefix) bool {
 }
 
 // Classify returns why an address is forbidden as a webhook destination, or "" when it is
-// allowed. IPv4-mapped IPv6 addresses are always refused (no public DNS name needs one), with
-// the class of the embedded IPv4 address in the reason; 6to4 addresses are judged by theirs.
+// allowed. IPv4-mapped and IPv4-compatible IPv6 addresses are always refused (no public DNS
+// name needs one), with the class of the embedded IPv4 address in the reason, and so are
+// Teredo addresses (a tunnel whose far end no check can see); 6to4 addresses are judged by the
+// IPv4 address they embed.
 func Classify(a netip.Addr) string {
 	a = a.WithZone("")
 	if a.Is4In6() {
-		reason := ReasonMapped
-		if r := Classify(a.Unmap()); r != "" {
-			reason += " of " + r
-		}
-		return reason
+		return qualified(ReasonMapped, a.Unmap())
 	}
 	switch {
 	case !a.IsValid():
@@ -135,6 +152,15 @@ func Classify(a netip.Addr) string {
 		return ReasonNAT64
 	case in(a, reserved):
 		return ReasonReserved
+	case in(a, compat):
+		b := a.As16()
+		return qualified(ReasonCompat, netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
+	case in(a, siteLocal):
+		return ReasonSiteLocal
+	case in(a, teredo):
+		return ReasonTeredo
+	case in(a, discard):
+		return ReasonDiscard
 	case in(a, sixToFour):
 		b := a.As16()
 		if r := Classify(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]})); r != "" {
@@ -144,18 +170,39 @@ func Classify(a netip.Addr) string {
 	return ""
 }
 
+// qualified is reason, followed by the class of the IPv4 address embedded, if it has one.
+func qualified(reason string, v4 netip.Addr) string {
+	if r := Classify(v4); r != "" {
+		return reason + " of " + r
+	}
+	return reason
+}
+
+// DefaultPorts are the ports a callback URL may name unless configured otherwise: https's own
+// and its usual alternative. A receiver on another port of a public host is unusual, and an
+// open port list lets a tenant probe whatever else listens there.
+var DefaultPorts = []uint16{443, 8443}
+
+// URLPolicy is the static policy of CheckURL.
+type URLPolicy struct {
+	// AllowInsecure admits http, localhost and loopback literals, on any port: local use only.
+	AllowInsecure bool
+	// Ports are the ports a URL may name (its scheme's default when it names none); empty
+	// admits any.
+	Ports []uint16
+}
+
 // CheckURL is the static policy for a callback URL, applied when a task is submitted: an
-// absolute https URL (http too when allowInsecure) with a host and no userinfo; a host that is
-// an IP literal must not be forbidden; "localhost" is refused. allowInsecure is for local use:
-// it also admits localhost and loopback literals. Names are resolved only when delivering.
-func CheckURL(raw string, allowInsecure bool) error {
+// absolute https URL (http too when p.AllowInsecure) with a host, no userinfo, and a port of
+// p.Ports; its host must pass CheckHost. Names are resolved only when delivering.
+func CheckURL(raw string, p URLPolicy) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return &BlockedError{Addr: raw, Reason: ReasonURL}
 	}
 	switch {
 	case u.Scheme == "https":
-	case u.Scheme == "http" && allowInsecure:
+	case u.Scheme == "http" && p.AllowInsecure:
 	default:
 		return &BlockedError{Addr: raw, Reason: ReasonScheme + ": " + strings.ToLower(u.Scheme)}
 	}
@@ -166,21 +213,123 @@ func CheckURL(raw string, allowInsecure bool) error {
 	if host == "" {
 		return &BlockedError{Addr: raw, Reason: ReasonNoHost}
 	}
-	lower := strings.TrimSuffix(strings.ToLower(host), ".")
-	if lower == "localhost" || strings.HasSuffix(lower, ".localhost") {
-		if allowInsecure {
+	if err := CheckHost(host, p.AllowInsecure); err != nil {
+		b, _ := IsBlocked(err)
+		return &BlockedError{Addr: raw, Reason: b.Reason}
+	}
+	if p.AllowInsecure || len(p.Ports) == 0 {
+		return nil
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443", "http": "80"}[u.Scheme]
+	}
+	for _, allowed := range p.Ports {
+		if port == strconv.Itoa(int(allowed)) {
 			return nil
 		}
-		return &BlockedError{Addr: raw, Reason: ReasonLocalhost}
 	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return nil // a name: judged after resolution, on every delivery
+	return &BlockedError{Addr: raw, Reason: ReasonPort + ": " + port}
+}
+
+// CheckHost refuses a host, before any resolution, that is a forbidden IP literal, a numeric
+// form some resolver reads as an IPv4 address ("2130706433", "0x7f.1", "127.1", "0": refused
+// whatever they decode to, as no public receiver is named so), "localhost" or a name under it
+// (admitted, like loopback literals, when allowLoopback), a single-label name (a resolver's
+// search list completes it inside the network: GCE's "metadata") or a name under a suffix
+// reserved for internal use (".internal", as in metadata.google.internal, ".local",
+// ".localdomain", ".home.arpa").
+func CheckHost(host string, allowLoopback bool) error {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if r := Classify(a); r != "" && (!allowLoopback || r != ReasonLoopback) {
+			return &BlockedError{Addr: host, Reason: r}
+		}
+		return nil
 	}
-	if r := Classify(a); r != "" && (!allowInsecure || r != ReasonLoopback) {
-		return &BlockedError{Addr: raw, Reason: r}
+	name := strings.TrimSuffix(strings.ToLower(host), ".")
+	if a, ok := numericHost(name); ok {
+		return &BlockedError{Addr: host, Reason: qualifiedAddr(ReasonNumeric, a)}
+	}
+	if name == "localhost" || strings.HasSuffix(name, ".localhost") {
+		if allowLoopback {
+			return nil
+		}
+		return &BlockedError{Addr: host, Reason: ReasonLocalhost}
+	}
+	if slices.Contains(strings.Split(name, "."), "") {
+		return &BlockedError{Addr: host, Reason: ReasonURL + ": empty label"}
+	}
+	if !strings.Contains(name, ".") {
+		return &BlockedError{Addr: host, Reason: ReasonInternal + ": single label"}
+	}
+	for _, suffix := range internalSuffixes {
+		if strings.HasSuffix(name, suffix) {
+			return &BlockedError{Addr: host, Reason: ReasonInternal + ": " + suffix}
+		}
 	}
 	return nil
+}
+
+// internalSuffixes are the DNS suffixes reserved for names inside a network.
+var internalSuffixes = []string{".internal", ".local", ".localdomain", ".home.arpa"}
+
+// qualifiedAddr is reason with the class of a (when valid and forbidden) appended.
+func qualifiedAddr(reason string, a netip.Addr) string {
+	if !a.IsValid() {
+		return reason
+	}
+	return qualified(reason, a)
+}
+
+// numericHost reports whether name ends in a number, which the WHATWG URL standard (and
+// inet_aton, which many resolvers use) reads as an IPv4 address, and returns that address
+// when it decodes: one to four parts, each decimal, octal (leading 0) or hex (0x), the last
+// filling the remaining bytes.
+func numericHost(name string) (netip.Addr, bool) {
+	parts := strings.Split(name, ".")
+	if !isNumber(parts[len(parts)-1]) {
+		return netip.Addr{}, false
+	}
+	if len(parts) > 4 {
+		return netip.Addr{}, true
+	}
+	var v uint64
+	for i, part := range parts {
+		n, err := parseNumber(part)
+		last := i == len(parts)-1
+		width := uint(8)
+		if last {
+			width = uint(8 * (5 - len(parts)))
+		}
+		if err != nil || n >= 1<<width {
+			return netip.Addr{}, true
+		}
+		v = v<<width | n
+	}
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true
+}
+
+// isNumber reports whether a label is a number in the URL standard's sense: decimal digits, or
+// 0x followed by hex digits (none at all too).
+func isNumber(label string) bool {
+	if h, ok := strings.CutPrefix(label, "0x"); ok {
+		return strings.Trim(h, "0123456789abcdef") == ""
+	}
+	return label != "" && strings.Trim(label, "0123456789") == ""
+}
+
+// parseNumber parses one part of a numeric host: decimal, octal with a leading 0, or hex.
+func parseNumber(part string) (uint64, error) {
+	switch {
+	case strings.HasPrefix(part, "0x"):
+		if part == "0x" {
+			return 0, nil
+		}
+		return strconv.ParseUint(part[2:], 16, 32)
+	case len(part) > 1 && part[0] == '0':
+		return strconv.ParseUint(part[1:], 8, 32)
+	}
+	return strconv.ParseUint(part, 10, 32)
 }
 
 // Resolver looks names up; *net.Resolver implements it.
@@ -222,8 +371,8 @@ func (p Policy) check(ap netip.AddrPort) error {
 // NewClient returns an HTTP client for webhook deliveries under p: it refuses forbidden
 // destinations after DNS resolution (and again in the dialer's Control hook, on the very
 // address the socket connects to), ignores HTTP_PROXY/HTTPS_PROXY, follows no redirect (a 3xx
-// is returned as the response), times out after p.Timeout and reads at most MaxResponseBytes of
-// a response body.
+// is returned as the response), times out after p.Timeout and reads at most
+// MaxResponseHeaderBytes of a response's headers and MaxResponseBytes of its body.
 func NewClient(p Policy) *http.Client {
 	if p.Resolver == nil {
 		p.Resolver = net.DefaultResolver
@@ -237,12 +386,13 @@ func NewClient(p Policy) *http.Client {
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return dial(ctx, p, d, network, addr)
 		},
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          100,
-		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   p.Timeout,
-		ResponseHeaderTimeout: p.Timeout,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           100,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    p.Timeout,
+		ResponseHeaderTimeout:  p.Timeout,
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 	}
 	return &http.Client{
 		Transport: &guard{p: p, rt: tr},
@@ -268,9 +418,9 @@ func newDialer(p Policy) *net.Dialer {
 	}
 }
 
-// dial resolves addr's host, refuses it if any of its addresses is forbidden (a name that
-// mixes public and internal addresses is a rebinding attempt), and dials the checked addresses
-// in turn.
+// dial refuses a host CheckHost refuses, resolves it, refuses it if any of its addresses is
+// forbidden (a name that mixes public and internal addresses is a rebinding attempt), and dials
+// the checked addresses in turn.
 func dial(ctx context.Context, p Policy, d *net.Dialer, network, addr string) (net.Conn, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -283,6 +433,8 @@ func dial(ctx context.Context, p Policy, d *net.Dialer, network, addr string) (n
 	var ips []netip.Addr
 	if a, err := netip.ParseAddr(host); err == nil {
 		ips = []netip.Addr{a}
+	} else if err := CheckHost(host, p.AllowLoopback); err != nil {
+		return nil, err // a task accepted before a rule existed meets it here
 	} else {
 		ips, err = p.Resolver.LookupNetIP(ctx, "ip", host)
 		if err != nil {

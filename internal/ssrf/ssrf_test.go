@@ -49,7 +49,20 @@ func TestClassify(t *testing.T) {
 		{"ff02::1", ReasonLinkLocal},
 		{"ff0e::1", ReasonMulticast},
 		{"255.255.255.255", ReasonBroadcast},
+		{"::7f00:1", ReasonCompat + " of " + ReasonLoopback},
+		{"::a00:1", ReasonCompat + " of " + ReasonPrivate},
+		{"::808:808", ReasonCompat},
+		{"::ffff:0:0", ReasonMapped + " of " + ReasonUnspecified},
+		{"fec0::1", ReasonSiteLocal},
+		{"feff::1", ReasonSiteLocal},
+		{"2001::1", ReasonTeredo},
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", ReasonTeredo},
+		{"100::1", ReasonDiscard},
+		{"192.0.2.1", ReasonReserved},
+		{"2001:db8::1", ReasonReserved},
 		{"8.8.8.8", ""},
+		{"2001:1::1", ""},
+		{"100:0:0:1::1", ""},
 		{"100.63.255.255", ""},
 		{"172.32.0.1", ""},
 		{"2001:4860:4860::8888", ""},
@@ -64,50 +77,95 @@ func TestClassify(t *testing.T) {
 
 func TestCheckURL(t *testing.T) {
 	t.Parallel()
+	strict := URLPolicy{Ports: DefaultPorts}
+	insecure := URLPolicy{AllowInsecure: true, Ports: DefaultPorts}
+	anyPort := URLPolicy{}
 	tests := []struct {
-		url      string
-		insecure bool
-		want     string // reason prefix; "" means allowed
+		url  string
+		p    URLPolicy
+		want string // reason prefix; "" means allowed
 	}{
-		{"https://example.com/hook", false, ""},
-		{"https://example.com:8443/hook?x=1", false, ""},
-		{"https://93.184.216.34/hook", false, ""},
-		{"http://example.com/hook", false, ReasonScheme},
-		{"http://example.com/hook", true, ""},
-		{"ftp://example.com/", true, ReasonScheme},
-		{"/relative", false, ReasonScheme},
-		{"https://", false, ReasonNoHost},
-		{"https://user:pw@example.com/", false, ReasonUserinfo},
-		{"https://localhost/", false, ReasonLocalhost},
-		{"https://LOCALHOST./", false, ReasonLocalhost},
-		{"https://app.localhost/", false, ReasonLocalhost},
-		{"http://localhost:8080/", true, ""},
-		{"https://127.0.0.1/", false, ReasonLoopback},
-		{"http://127.0.0.1:9000/", true, ""},
-		{"https://[::1]/", false, ReasonLoopback},
-		{"https://[::ffff:127.0.0.1]/", false, ReasonMapped},
-		{"https://[::ffff:127.0.0.1]/", true, ReasonMapped},
-		{"https://10.0.0.1/", true, ReasonPrivate},
-		{"https://192.168.1.1/", false, ReasonPrivate},
-		{"https://172.16.0.1/", false, ReasonPrivate},
-		{"https://100.64.0.1/", false, ReasonCGNAT},
-		{"https://169.254.169.254/latest/meta-data", true, ReasonMetadata},
-		{"https://[fd00:ec2::254]/", false, ReasonMetadata},
-		{"https://[64:ff9b::a00:1]/", false, ReasonNAT64},
-		{"https://0.0.0.0/", false, ReasonUnspecified},
-		{"https://%zz/", false, ReasonURL},
+		{"https://example.com/hook", strict, ""},
+		{"https://example.com:8443/hook?x=1", strict, ""},
+		{"https://example.com:443/hook", strict, ""},
+		{"https://93.184.216.34/hook", strict, ""},
+		{"https://example.com./hook", strict, ""},
+		{"http://example.com/hook", strict, ReasonScheme},
+		{"http://example.com/hook", insecure, ""},
+		{"ftp://example.com/", insecure, ReasonScheme},
+		{"/relative", strict, ReasonScheme},
+		{"https://", strict, ReasonNoHost},
+		{"https://user:pw@example.com/", strict, ReasonUserinfo},
+		{"https://localhost/", strict, ReasonLocalhost},
+		{"https://LOCALHOST./", strict, ReasonLocalhost},
+		{"https://app.localhost/", strict, ReasonLocalhost},
+		{"http://localhost:8080/", insecure, ""},
+		{"https://127.0.0.1/", strict, ReasonLoopback},
+		{"http://127.0.0.1:9000/", insecure, ""},
+		{"https://[::1]/", strict, ReasonLoopback},
+		{"https://[::ffff:127.0.0.1]/", strict, ReasonMapped},
+		{"https://[::ffff:127.0.0.1]/", insecure, ReasonMapped},
+		{"https://10.0.0.1/", insecure, ReasonPrivate},
+		{"https://192.168.1.1/", strict, ReasonPrivate},
+		{"https://172.16.0.1/", strict, ReasonPrivate},
+		{"https://100.64.0.1/", strict, ReasonCGNAT},
+		{"https://169.254.169.254/latest/meta-data", insecure, ReasonMetadata},
+		{"https://[fd00:ec2::254]/", strict, ReasonMetadata},
+		{"https://[64:ff9b::a00:1]/", strict, ReasonNAT64},
+		{"https://0.0.0.0/", strict, ReasonUnspecified},
+		{"https://%zz/", strict, ReasonURL},
+		// Numeric forms a resolver or a receiver's URL parser reads as IPv4, refused whatever
+		// they decode to.
+		{"https://2130706433/", strict, ReasonNumeric + " of " + ReasonLoopback},
+		{"https://0x7f.1/", strict, ReasonNumeric + " of " + ReasonLoopback},
+		{"https://0X7F.0.0.1/", strict, ReasonNumeric + " of " + ReasonLoopback},
+		{"https://127.1/", strict, ReasonNumeric + " of " + ReasonLoopback},
+		{"http://127.1:9000/", insecure, ReasonNumeric},
+		{"https://0/", strict, ReasonNumeric + " of " + ReasonUnspecified},
+		{"https://0177.0.0.1/", strict, ReasonNumeric + " of " + ReasonLoopback},
+		{"https://127.000.000.001/", strict, ReasonNumeric + " of " + ReasonLoopback},
+		{"https://3627734734/", strict, ReasonNumeric}, // 216.58.214.206, public: still refused
+		{"https://1.2.3.4.5/", strict, ReasonNumeric},
+		{"https://99999999999/", strict, ReasonNumeric},
+		{"https://a.0x/", strict, ReasonNumeric},
+		{"https://1.2.3.4x/", strict, ""}, // a name: judged after resolution
+		{"https://1e100.net/", strict, ""},
+		// Names inside the network.
+		{"https://metadata.google.internal/computeMetadata/v1/", strict, ReasonInternal},
+		{"https://METADATA.GOOGLE.INTERNAL./", insecure, ReasonInternal},
+		{"https://db.internal/", strict, ReasonInternal},
+		{"https://metadata/", strict, ReasonInternal},
+		{"http://receiver:8080/", insecure, ReasonInternal},
+		{"https://printer.local/", strict, ReasonInternal},
+		{"https://nas.home.arpa/", strict, ReasonInternal},
+		{"https://host.localdomain/", strict, ReasonInternal},
+		{"https://internal.example.com/", strict, ""},
+		// IPv6 ranges that embed or tunnel to addresses no check can see.
+		{"https://[::7f00:1]/", strict, ReasonCompat},
+		{"https://[::ffff:0:0]/", strict, ReasonMapped},
+		{"https://[fec0::1]/", strict, ReasonSiteLocal},
+		{"https://[2001::1]/", strict, ReasonTeredo},
+		{"https://[100::1]/", strict, ReasonDiscard},
+		// Ports.
+		{"https://example.com:22/", strict, ReasonPort},
+		{"https://example.com:6379/", strict, ReasonPort},
+		{"https://example.com:80/", strict, ReasonPort},
+		{"https://example.com:6379/", anyPort, ""},
+		{"https://example.com:9443/", URLPolicy{Ports: []uint16{9443}}, ""},
+		{"https://example.com/", URLPolicy{Ports: []uint16{9443}}, ReasonPort},
+		{"http://127.0.0.1:9000/", insecure, ""},
 	}
 	for _, tc := range tests {
-		err := CheckURL(tc.url, tc.insecure)
+		err := CheckURL(tc.url, tc.p)
 		if tc.want == "" {
 			if err != nil {
-				t.Errorf("CheckURL(%q, %v) = %v, want nil", tc.url, tc.insecure, err)
+				t.Errorf("CheckURL(%q, %+v) = %v, want nil", tc.url, tc.p, err)
 			}
 			continue
 		}
 		b, ok := IsBlocked(err)
 		if !ok || !strings.HasPrefix(b.Reason, tc.want) {
-			t.Errorf("CheckURL(%q, %v) = %v, want reason %q", tc.url, tc.insecure, err, tc.want)
+			t.Errorf("CheckURL(%q, %+v) = %v, want reason %q", tc.url, tc.p, err, tc.want)
 		}
 	}
 }
@@ -128,7 +186,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 
 // serve starts an HTTP server on a counting listener of network/addr; ok is false when the
 // machine has no such address (no IPv6 loopback).
-func serve(t *testing.T, network, addr string, h http.Handler) (*countingListener, bool) {
+func serve(t testing.TB, network, addr string, h http.Handler) (*countingListener, bool) {
 	t.Helper()
 	ln, err := net.Listen(network, addr)
 	if err != nil {
@@ -170,11 +228,16 @@ func TestClientRefusesInternalDestinations(t *testing.T) {
 	p := Policy{
 		AllowHTTP: true,
 		Resolver: fakeResolver{
-			"localhost":          {loop, netip.MustParseAddr("::1")},
-			"internal.example":   {loop},
-			"rebind.example":     {netip.MustParseAddr("93.184.216.34"), loop},
-			"public.example":     {loop},
-			"metadata.internal.": {netip.MustParseAddr("169.254.169.254")},
+			"localhost":                 {loop, netip.MustParseAddr("::1")},
+			"internal.example":          {loop},
+			"rebind.example":            {netip.MustParseAddr("93.184.216.34"), loop},
+			"public.example":            {loop},
+			"metadata.example":          {netip.MustParseAddr("169.254.169.254")},
+			"metadata.google.internal.": {netip.MustParseAddr("169.254.169.254")},
+			"metadata":                  {netip.MustParseAddr("169.254.169.254")},
+			"2130706433":                {loop},
+			"127.1":                     {loop},
+			"teredo.example":            {netip.MustParseAddr("2001::1")},
 		},
 		allow: func(ap netip.AddrPort) bool { return ap == pubAddr },
 	}
@@ -183,7 +246,7 @@ func TestClientRefusesInternalDestinations(t *testing.T) {
 		url, reason string
 	}{
 		{fmt.Sprintf("http://127.0.0.1:%d/", p4), ReasonLoopback},
-		{fmt.Sprintf("http://localhost:%d/", p4), ReasonLoopback},
+		{fmt.Sprintf("http://localhost:%d/", p4), ReasonLocalhost},
 		{fmt.Sprintf("http://[::ffff:127.0.0.1]:%d/", p4), ReasonMapped},
 		{fmt.Sprintf("http://internal.example:%d/", p4), ReasonLoopback},
 		{fmt.Sprintf("http://rebind.example:%d/", p4), ReasonLoopback},
@@ -192,7 +255,17 @@ func TestClientRefusesInternalDestinations(t *testing.T) {
 		{"http://172.16.0.1/", ReasonPrivate},
 		{"http://100.64.0.1/", ReasonCGNAT},
 		{"http://169.254.169.254/latest/meta-data/", ReasonMetadata},
-		{"http://metadata.internal./", ReasonMetadata},
+		{"http://metadata.example/", ReasonMetadata},
+		{"http://metadata.google.internal./", ReasonInternal},
+		{"http://metadata/", ReasonInternal},
+		{fmt.Sprintf("http://2130706433:%d/", p4), ReasonNumeric},
+		{fmt.Sprintf("http://127.1:%d/", p4), ReasonNumeric},
+		{fmt.Sprintf("http://0x7f.1:%d/", p4), ReasonNumeric},
+		{"http://[::7f00:1]/", ReasonCompat},
+		{"http://[fec0::1]/", ReasonSiteLocal},
+		{"http://[2001::1]/", ReasonTeredo},
+		{"http://teredo.example/", ReasonTeredo},
+		{"http://[100::1]/", ReasonDiscard},
 		{"http://[fd00:ec2::254]/", ReasonMetadata},
 		{"http://[64:ff9b::7f00:1]/", ReasonNAT64},
 		{"http://0.0.0.0/", ReasonUnspecified},
@@ -297,6 +370,24 @@ func TestClientPolicy(t *testing.T) {
 			t.Fatalf("read %d bytes, want the cap %d", len(b), MaxResponseBytes)
 		}
 	})
+	t.Run("response headers capped", func(t *testing.T) {
+		t.Parallel()
+		huge, _ := serve(t, "tcp4", "127.0.0.1:0", hugeHeaders(1<<20))
+		resp, err := NewClient(Policy{AllowHTTP: true, AllowLoopback: true}).Get(fmt.Sprintf("http://127.0.0.1:%d/", port(huge)))
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("a 1 MiB header block was read (status %d), want a failure past %d bytes", resp.StatusCode, MaxResponseHeaderBytes)
+		}
+		if !strings.Contains(err.Error(), "headers exceeded") {
+			t.Fatalf("err = %v, want net/http's header limit", err)
+		}
+		small, _ := serve(t, "tcp4", "127.0.0.1:0", hugeHeaders(MaxResponseHeaderBytes/2))
+		resp, err = NewClient(Policy{AllowHTTP: true, AllowLoopback: true}).Get(fmt.Sprintf("http://127.0.0.1:%d/", port(small)))
+		if err != nil {
+			t.Fatalf("headers under the cap: %v", err)
+		}
+		resp.Body.Close()
+	})
 	t.Run("http refused without AllowHTTP", func(t *testing.T) {
 		t.Parallel()
 		own, _ := serve(t, "tcp4", "127.0.0.1:0", hit) // its own: the other cases reach srv meanwhile
@@ -328,6 +419,17 @@ func TestClientPolicy(t *testing.T) {
 	})
 }
 
+// hugeHeaders answers 200 with about n bytes of response headers, in 4 KiB values.
+func hugeHeaders(n int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		v := strings.Repeat("h", 4<<10)
+		for i := range n / len(v) {
+			w.Header().Set(fmt.Sprintf("X-Pad-%d", i), v)
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+}
+
 // The dialer's Control hook is the last line: it refuses an address that reaches the dialer
 // without going through dial's check.
 func TestControlHookRefuses(t *testing.T) {
@@ -346,4 +448,19 @@ func TestControlHookRefuses(t *testing.T) {
 		t.Fatalf("loopback allowed explicitly: %v", err)
 	}
 	conn.Close()
+}
+
+// BenchmarkHugeResponseHeaders measures what one delivery to a receiver answering with 1 MiB of
+// headers costs the client (B/op): bounded by MaxResponseHeaderBytes, not by the receiver.
+func BenchmarkHugeResponseHeaders(b *testing.B) {
+	srv, _ := serve(b, "tcp4", "127.0.0.1:0", hugeHeaders(1<<20))
+	u := fmt.Sprintf("http://127.0.0.1:%d/", port(srv))
+	c := NewClient(Policy{AllowHTTP: true, AllowLoopback: true})
+	b.ReportAllocs()
+	for b.Loop() {
+		if resp, err := c.Get(u); err == nil {
+			resp.Body.Close()
+			b.Fatal("the header block was read")
+		}
+	}
 }

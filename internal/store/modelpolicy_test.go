@@ -161,11 +161,14 @@ func TestOutputCache(t *testing.T) {
 	ctx := context.Background()
 	clock := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	s.Now = func() time.Time { return clock }
-	o := &store.Output{Fingerprint: "fp1", Tenant: "acme", Payload: "out", Model: "m", Usage: task.Usage{PromptTokens: 1, OutputTokens: 2, TotalTokens: 3}, CostUSD: 0.01}
+	o := store.Output{Tenant: "acme", Payload: "out", Model: "m", Usage: task.Usage{PromptTokens: 1, OutputTokens: 2, TotalTokens: 3}, CostUSD: 0.01, TaskID: "t-cache"}
 	if _, err := s.GetOutput(ctx, "acme", "fp1"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("empty cache: %v", err)
 	}
-	if err := s.PutOutput(ctx, o, time.Hour); err != nil {
+	if err := s.CreateTask(ctx, newTask("t-cache")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remember(ctx, store.Remembered{Output: o, Fingerprint: "fp1", CacheTTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.GetOutput(ctx, "acme", "fp1")
@@ -252,7 +255,10 @@ func TestCacheKeyedByFingerprint(t *testing.T) {
 	temp := func(v float64) *float64 { return &v }
 	req := gemini.Request{Models: []string{"m"}, Prompt: "p", Config: task.GenConfig{Temperature: temp(0.3)}}
 	fp := gemini.Fingerprint("acme", req, "v1")
-	if err := s.PutOutput(ctx, &store.Output{Fingerprint: fp, Tenant: "acme", Payload: "out"}, 0); err != nil {
+	if err := s.CreateTask(ctx, newTask("t-fp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remember(ctx, store.Remembered{Output: store.Output{Tenant: "acme", Payload: "out", TaskID: "t-fp"}, Fingerprint: fp}); err != nil {
 		t.Fatal(err)
 	}
 	if o, err := s.GetOutput(ctx, "acme", gemini.Fingerprint("acme", req, "v1")); err != nil || o.Payload != "out" {
@@ -276,7 +282,12 @@ func TestLastGoodOutput(t *testing.T) {
 		t.Fatalf("none yet: %v", err)
 	}
 	for _, p := range []string{"monday", "tuesday"} {
-		if err := s.PutLastGood(ctx, "summarize", "digest", "site-a/daily", &store.Output{Tenant: "acme", Payload: p, Model: "m"}, 0); err != nil {
+		if err := s.CreateTask(ctx, newTask("t-"+p)); err != nil {
+			t.Fatal(err)
+		}
+		r := store.Remembered{Output: store.Output{Tenant: "acme", Payload: p, Model: "m", TaskID: "t-" + p},
+			Family: "summarize", Variant: "digest", SubjectKey: "site-a/daily"}
+		if err := s.Remember(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -292,5 +303,68 @@ func TestLastGoodOutput(t *testing.T) {
 		if _, err := s.GetLastGood(ctx, args[0], args[1], args[2], args[3]); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("another %s read it: %v", name, err)
 		}
+	}
+}
+
+// An output erased while its worker was about to remember it is not written back: Remember after
+// the erase writes nothing; before it, EraseOutputs removes the cache entry and the last good
+// output the task wrote, and leaves a later task's last good output of the same subject.
+func TestEraseWinsOverRemember(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	remembered := func(id, subject string) store.Remembered {
+		return store.Remembered{Output: store.Output{Tenant: "acme", Payload: "output of " + id, Model: "m", TaskID: id},
+			Fingerprint: "fp-" + id, Family: "summarize", Variant: "digest", SubjectKey: subject}
+	}
+	erase := func(id string) {
+		t.Helper()
+		if _, err := s.MutateTask(ctx, id, func(tk *store.Task, now time.Time) error { tk.Erase(now); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.EraseOutputs(ctx, id, "fp-"+id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := func(id, subject string) []string {
+		t.Helper()
+		var out []string
+		if _, err := s.GetOutput(ctx, "acme", "fp-"+id); err == nil {
+			out = append(out, "cache entry")
+		}
+		if o, err := s.GetLastGood(ctx, "acme", "summarize", "digest", subject); err == nil && o.TaskID == id {
+			out = append(out, "last good output")
+		}
+		return out
+	}
+	for _, id := range []string{"t-late", "t-early", "t-later"} {
+		if err := s.CreateTask(ctx, newTask(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	erase("t-late")
+	if err := s.Remember(ctx, remembered("t-late", "site-late")); !errors.Is(err, store.ErrErased) {
+		t.Errorf("Remember after the erase: %v, want ErrErased", err)
+	}
+	if got := left("t-late", "site-late"); len(got) != 0 {
+		t.Errorf("written back after the erase: %v", got)
+	}
+
+	if err := s.Remember(ctx, remembered("t-early", "site-1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := left("t-early", "site-1"); len(got) != 2 {
+		t.Fatalf("remembered before the erase: %v, want both entries", got)
+	}
+	if err := s.Remember(ctx, remembered("t-later", "site-1")); err != nil { // replaces t-early's last good output
+		t.Fatal(err)
+	}
+	erase("t-early")
+	if got := left("t-early", "site-1"); len(got) != 0 {
+		t.Errorf("left after the erase: %v", got)
+	}
+	if got := left("t-later", "site-1"); len(got) != 2 {
+		t.Errorf("another task's entries: %v, want both kept", got)
 	}
 }

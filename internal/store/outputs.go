@@ -1,13 +1,16 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
+	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -55,22 +58,6 @@ func (s *Store) GetOutput(ctx context.Context, tenant, fingerprint string) (*Out
 	return &o, nil
 }
 
-// PutOutput caches o under o.Fingerprint for ttl (DefaultOutputTTL when 0), replacing an older entry.
-func (s *Store) PutOutput(ctx context.Context, o *Output, ttl time.Duration) error {
-	if o.Fingerprint == "" || o.Tenant == "" {
-		return fmt.Errorf("put output: fingerprint and tenant are required")
-	}
-	if ttl <= 0 {
-		ttl = DefaultOutputTTL
-	}
-	now := s.now()
-	o.CreatedAt, o.ExpireAt = now, now.Add(ttl)
-	if _, err := s.FS.Collection(OutputsCollection).Doc(o.Fingerprint).Set(ctx, o); err != nil {
-		return fmt.Errorf("put output %s: %w", o.Fingerprint, err)
-	}
-	return nil
-}
-
 // DefaultLastGoodTTL is how long the last good output of a subject is kept for stale answers.
 const DefaultLastGoodTTL = 30 * 24 * time.Hour
 
@@ -82,22 +69,97 @@ func lastGoodID(tenant, family, variant, subjectKey string) string {
 	return "last-good:" + hex.EncodeToString(sum[:])
 }
 
-// PutLastGood records o as the last good output of tenant's subjectKey in family/variant; a
-// family with on_exhausted: stale answers with it when every model is unavailable. Record only
-// fresh outputs (never a stale one).
-func (s *Store) PutLastGood(ctx context.Context, family, variant, subjectKey string, o *Output, ttl time.Duration) error {
-	if subjectKey == "" || o.Tenant == "" {
-		return fmt.Errorf("put last good output: tenant and subject key are required")
+// ErrErased means the task's content was erased (DELETE /v1/tasks/{id}): nothing derived from it
+// may be written again.
+var ErrErased = errors.New("store: task erased")
+
+// Remembered is what a task's fresh output leaves in outputs/ besides the task: its cache entry
+// and the last good output of its subject. Output.TaskID names the task; its tenant is the
+// entries' tenant. Record only fresh outputs (never a stale one, never a degraded cache entry).
+type Remembered struct {
+	Output Output
+	// Fingerprint, when set, writes the cache entry outputs/{Fingerprint} for CacheTTL
+	// (DefaultOutputTTL when 0), replacing an older entry.
+	Fingerprint string
+	CacheTTL    time.Duration
+	// SubjectKey, when set, writes the last good output of the tenant's subject in
+	// Family/Variant for DefaultLastGoodTTL: a family with on_exhausted: stale answers with it
+	// when every model is unavailable.
+	Family, Variant, SubjectKey string
+}
+
+// Remember writes r in one transaction that reads r's task first and writes nothing if the task
+// was erased (ErrErased) or is gone (ErrNotFound): an erase that commits first wins, and one
+// that commits after finds the entries by their task_id (EraseOutputs). So no erased output is
+// ever written back after the erase that removed it.
+func (s *Store) Remember(ctx context.Context, r Remembered) error {
+	o := r.Output
+	if o.Tenant == "" || o.TaskID == "" {
+		return fmt.Errorf("remember output: tenant and task id are required")
 	}
-	if ttl <= 0 {
-		ttl = DefaultLastGoodTTL
+	if r.Fingerprint == "" && r.SubjectKey == "" {
+		return nil
 	}
-	now := s.now()
-	doc := *o
-	doc.CreatedAt, doc.ExpireAt = now, now.Add(ttl)
-	id := lastGoodID(o.Tenant, family, variant, subjectKey)
-	if _, err := s.FS.Collection(OutputsCollection).Doc(id).Set(ctx, doc); err != nil {
-		return fmt.Errorf("put last good output of %s/%s: %w", family, variant, err)
+	outputs := s.FS.Collection(OutputsCollection)
+	taskRef := s.Tasks().Doc(o.TaskID)
+	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		snap, err := tx.Get(taskRef)
+		if status.Code(err) == codes.NotFound {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if t, err := DecodeTask(snap); err != nil {
+			return err
+		} else if t.ErasedAt != nil {
+			return ErrErased
+		}
+		now := s.now()
+		if r.Fingerprint != "" {
+			c := o
+			c.CreatedAt, c.ExpireAt = now, now.Add(cmp.Or(r.CacheTTL, DefaultOutputTTL))
+			if err := tx.Set(outputs.Doc(r.Fingerprint), c); err != nil {
+				return err
+			}
+		}
+		if r.SubjectKey != "" {
+			g := o
+			g.CreatedAt, g.ExpireAt = now, now.Add(DefaultLastGoodTTL)
+			if err := tx.Set(outputs.Doc(lastGoodID(o.Tenant, r.Family, r.Variant, r.SubjectKey)), g); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, s.txOptions()...)
+	if err != nil {
+		return fmt.Errorf("remember output of task %s: %w", o.TaskID, err)
+	}
+	return nil
+}
+
+// EraseOutputs removes what an erased task left in outputs/: its cache entry outputs/{fingerprint}
+// (whichever task wrote it: the same tenant's identical request) and every entry the task wrote
+// itself (its cache entry and the last good output of its subject, if no later output replaced
+// it). Call it after the erase has committed: a Remember that raced with the erase either
+// committed before it (found here) or saw it (wrote nothing).
+func (s *Store) EraseOutputs(ctx context.Context, taskID, fingerprint string) error {
+	outputs := s.FS.Collection(OutputsCollection)
+	var refs []*firestore.DocumentRef
+	if fingerprint != "" {
+		refs = append(refs, outputs.Doc(fingerprint))
+	}
+	snaps, err := outputs.Where("task_id", "==", taskID).Select().Documents(ctx).GetAll()
+	if err != nil {
+		return fmt.Errorf("erase outputs of task %s: %w", taskID, err)
+	}
+	for _, snap := range snaps {
+		refs = append(refs, snap.Ref)
+	}
+	for _, ref := range refs {
+		if _, err := ref.Delete(ctx); err != nil && status.Code(err) != codes.NotFound {
+			return fmt.Errorf("erase output %s of task %s: %w", ref.ID, taskID, err)
+		}
 	}
 	return nil
 }

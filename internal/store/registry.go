@@ -46,6 +46,7 @@ var Queries = []Query{
 	{Name: "revoked-api-keys", Collection: APIKeysCollection, Fields: []IndexField{{"revoked", Asc}}},
 	{Name: "batch-candidates", Collection: TasksCollection, Fields: []IndexField{{"batch_model", Asc}, {"state", Asc}, {"created_at", Asc}}},
 	{Name: "open-batch-jobs", Collection: BatchJobsCollection, Fields: []IndexField{{"model", Asc}, {"open", Asc}}},
+	{Name: "outputs-by-task", Collection: OutputsCollection, Fields: []IndexField{{"task_id", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of docs/architecture.md §2.

@@ -13,6 +13,8 @@ import (
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/genbox-dev/genbox/internal/secretbox"
 )
 
 // Sentinel errors.
@@ -36,6 +38,9 @@ type Store struct {
 	// MaxAttempts bounds the attempts of a read-modify-write under contention: MutateTask's
 	// conditioned writes, and the transactions of the other documents (default 5).
 	MaxAttempts int
+	// Secrets seals the webhook secrets CreateTenant and RotateWebhookSecret write and opens
+	// those WebhookSecrets reads; nil: neither can.
+	Secrets *secretbox.Box
 }
 
 // New returns a Store on client with the default retention and the wall clock.

@@ -20,6 +20,7 @@ func setup(t *testing.T) *store.Store {
 	t.Helper()
 	s := store.New(testenv.Firestore(t, emulator.ProjectID(t)))
 	s.MaxAttempts = 50
+	s.Secrets = testenv.Secrets()
 	return s
 }
 

@@ -9,8 +9,6 @@ import (
 
 	"cloud.google.com/go/firestore"
 	"google.golang.org/api/iterator"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -95,16 +93,4 @@ func erasePayload(p string) string {
 		return ""
 	}
 	return string(b)
-}
-
-// DeleteOutput removes the cache entry outputs/{fingerprint}; a missing entry is not an error.
-func (s *Store) DeleteOutput(ctx context.Context, fingerprint string) error {
-	if fingerprint == "" {
-		return nil
-	}
-	_, err := s.FS.Collection(OutputsCollection).Doc(fingerprint).Delete(ctx)
-	if err != nil && status.Code(err) != codes.NotFound {
-		return fmt.Errorf("delete output %s: %w", fingerprint, err)
-	}
-	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/genbox-dev/genbox/internal/secretbox"
 )
 
 // Limits are a tenant's quotas. A zero value means "no limit" for that quota.
@@ -31,10 +33,13 @@ func DefaultLimits() Limits {
 
 // WebhookSecret is one of a tenant's webhook signing secrets. A secret without ExpiresAt signs
 // until it is rotated; a rotated one keeps signing until ExpiresAt so receivers can switch over.
+// It is stored sealed (Store.Secrets); Secret holds it in plain text only in documents written
+// before secrets were sealed, until the next rotation seals it.
 type WebhookSecret struct {
-	Secret    string     `firestore:"secret"`
-	CreatedAt time.Time  `firestore:"created_at"`
-	ExpiresAt *time.Time `firestore:"expires_at,omitempty"`
+	Sealed    *secretbox.Sealed `firestore:"sealed,omitempty"`
+	Secret    string            `firestore:"secret,omitempty"`
+	CreatedAt time.Time         `firestore:"created_at"`
+	ExpiresAt *time.Time        `firestore:"expires_at,omitempty"`
 }
 
 // Active reports whether the secret still signs at now.
@@ -51,27 +56,35 @@ type Tenant struct {
 	UpdatedAt      time.Time       `firestore:"updated_at"`
 }
 
-// ActiveSecrets returns the secrets that sign at now, newest first.
-func (t *Tenant) ActiveSecrets(now time.Time) []string {
-	var out []string
-	for _, s := range slices.Backward(t.WebhookSecrets) {
-		if s.Active(now) {
-			out = append(out, s.Secret)
-		}
-	}
-	return out
-}
-
 // Tenants returns the tenants collection.
 func (s *Store) Tenants() *firestore.CollectionRef { return s.FS.Collection(TenantsCollection) }
 
-// CreateTenant writes a new tenant with its first webhook secret. It fails with ErrExists when
-// the id is taken.
+// ErrNoSecretBox means the Store has no Secrets box to seal or open webhook secrets with.
+var ErrNoSecretBox = errors.New("store: no box for webhook secrets (GENBOX_WEBHOOK_SECRETS_KEY)")
+
+// seal seals secret, one of tenant's, with the Store's box.
+func (s *Store) seal(ctx context.Context, tenant, secret string) (*secretbox.Sealed, error) {
+	if s.Secrets == nil {
+		return nil, ErrNoSecretBox
+	}
+	sealed, err := s.Secrets.Seal(ctx, tenant, secret)
+	if err != nil {
+		return nil, err
+	}
+	return &sealed, nil
+}
+
+// CreateTenant writes a new tenant with its first webhook secret, sealed. It fails with
+// ErrExists when the id is taken.
 func (s *Store) CreateTenant(ctx context.Context, id string, limits Limits, secret string) (*Tenant, error) {
+	sealed, err := s.seal(ctx, id, secret)
+	if err != nil {
+		return nil, fmt.Errorf("create tenant %s: %w", id, err)
+	}
 	now := s.now()
 	t := &Tenant{ID: id, Limits: limits, CreatedAt: now, UpdatedAt: now,
-		WebhookSecrets: []WebhookSecret{{Secret: secret, CreatedAt: now}}}
-	_, err := s.Tenants().Doc(id).Create(ctx, t)
+		WebhookSecrets: []WebhookSecret{{Sealed: sealed, CreatedAt: now}}}
+	_, err = s.Tenants().Doc(id).Create(ctx, t)
 	if status.Code(err) == codes.AlreadyExists {
 		return nil, fmt.Errorf("create tenant %s: %w", id, ErrExists)
 	}
@@ -99,7 +112,7 @@ func (s *Store) GetTenant(ctx context.Context, id string) (*Tenant, error) {
 }
 
 // mutateTenant is the tenant's read-modify-write.
-func (s *Store) mutateTenant(ctx context.Context, id string, fn func(t *Tenant, now time.Time)) (*Tenant, error) {
+func (s *Store) mutateTenant(ctx context.Context, id string, fn func(t *Tenant, now time.Time) error) (*Tenant, error) {
 	ref := s.Tenants().Doc(id)
 	var out *Tenant
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
@@ -116,7 +129,9 @@ func (s *Store) mutateTenant(ctx context.Context, id string, fn func(t *Tenant, 
 		}
 		t.ID = id
 		now := s.now()
-		fn(&t, now)
+		if err := fn(&t, now); err != nil {
+			return err
+		}
 		t.UpdatedAt = now
 		out = &t
 		return tx.Set(ref, &t)
@@ -129,13 +144,18 @@ func (s *Store) mutateTenant(ctx context.Context, id string, fn func(t *Tenant, 
 
 // SetTenantLimits replaces a tenant's limits.
 func (s *Store) SetTenantLimits(ctx context.Context, id string, limits Limits) (*Tenant, error) {
-	return s.mutateTenant(ctx, id, func(t *Tenant, _ time.Time) { t.Limits = limits })
+	return s.mutateTenant(ctx, id, func(t *Tenant, _ time.Time) error { t.Limits = limits; return nil })
 }
 
-// RotateWebhookSecret adds secret as the tenant's newest signing secret. Every secret that was
-// active keeps signing until now+overlap (or its own earlier expiry); expired ones are dropped.
+// RotateWebhookSecret adds secret, sealed, as the tenant's newest signing secret. Every secret
+// that was active keeps signing until now+overlap (or its own earlier expiry), sealed now if it
+// was stored in plain text; expired ones are dropped.
 func (s *Store) RotateWebhookSecret(ctx context.Context, id, secret string, overlap time.Duration) (*Tenant, error) {
-	return s.mutateTenant(ctx, id, func(t *Tenant, now time.Time) {
+	sealed, err := s.seal(ctx, id, secret)
+	if err != nil {
+		return nil, fmt.Errorf("rotate the webhook secret of %s: %w", id, err)
+	}
+	return s.mutateTenant(ctx, id, func(t *Tenant, now time.Time) error {
 		until := now.Add(overlap)
 		kept := t.WebhookSecrets[:0]
 		for _, ws := range t.WebhookSecrets {
@@ -145,20 +165,43 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, id, secret string, over
 			if ws.ExpiresAt == nil || ws.ExpiresAt.After(until) {
 				ws.ExpiresAt = &until
 			}
+			if ws.Sealed == nil {
+				if ws.Sealed, err = s.seal(ctx, id, ws.Secret); err != nil {
+					return err
+				}
+				ws.Secret = ""
+			}
 			kept = append(kept, ws)
 		}
-		t.WebhookSecrets = append(kept, WebhookSecret{Secret: secret, CreatedAt: now})
+		t.WebhookSecrets = append(kept, WebhookSecret{Sealed: sealed, CreatedAt: now})
+		return nil
 	})
 }
 
-// WebhookSecrets returns the tenant's secrets that sign now, newest first: one signature per
-// active secret goes on every webhook.
+// WebhookSecrets returns the tenant's secrets that sign now, opened, newest first: one signature
+// per active secret goes on every webhook.
 func (s *Store) WebhookSecrets(ctx context.Context, tenant string) ([]string, error) {
 	t, err := s.GetTenant(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
-	out := t.ActiveSecrets(s.now())
+	now := s.now()
+	var out []string
+	for _, ws := range slices.Backward(t.WebhookSecrets) {
+		switch {
+		case !ws.Active(now):
+		case ws.Sealed == nil:
+			out = append(out, ws.Secret)
+		case s.Secrets == nil:
+			return nil, fmt.Errorf("webhook secrets of tenant %s: %w", tenant, ErrNoSecretBox)
+		default:
+			plain, err := s.Secrets.Open(ctx, tenant, *ws.Sealed)
+			if err != nil {
+				return nil, fmt.Errorf("webhook secrets of tenant %s: %w", tenant, err)
+			}
+			out = append(out, plain)
+		}
+	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("webhook secrets of tenant %s: %w", tenant, ErrNoSecret)
 	}

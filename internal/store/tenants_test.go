@@ -3,10 +3,13 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/store"
 )
 
@@ -55,11 +58,76 @@ func TestWebhookSecretRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tn.WebhookSecrets) != 3 || tn.WebhookSecrets[0].Secret != "whsec_b" {
+	if len(tn.WebhookSecrets) != 3 || !tn.WebhookSecrets[0].CreatedAt.Equal(t0) {
 		t.Fatalf("the expired secret was not dropped: %+v", tn.WebhookSecrets)
+	}
+	if s := got(); !slices.Equal(s, []string{"whsec_d", "whsec_c", "whsec_b"}) {
+		t.Fatalf("after the third rotation: %v", s)
 	}
 	if _, err := s.WebhookSecrets(ctx, "nobody"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("missing tenant: %v", err)
+	}
+}
+
+// Webhook secrets are stored sealed: the tenant document holds no secret in plain text, only a
+// service holding the key opens them, and a document of before the sealing (plain text) keeps
+// signing and is sealed by the next rotation.
+func TestWebhookSecretsSealedAtRest(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	if _, err := s.CreateTenant(ctx, "acme", store.DefaultLimits(), secret); err != nil {
+		t.Fatal(err)
+	}
+	raw := func(id string) string {
+		t.Helper()
+		snap, err := s.Tenants().Doc(id).Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%v", snap.Data())
+	}
+	if doc := raw("acme"); strings.Contains(doc, "MfKQ9r8G") || !strings.Contains(doc, "wrapped_key") {
+		t.Fatalf("the tenant document holds the secret or no sealed one: %s", doc)
+	}
+	if got, err := s.WebhookSecrets(ctx, "acme"); err != nil || !slices.Equal(got, []string{secret}) {
+		t.Fatalf("opened: %v %v", got, err)
+	}
+	reader := store.New(s.FS) // a service without the key: the worker, the dlqnotifier
+	if _, err := reader.WebhookSecrets(ctx, "acme"); !errors.Is(err, store.ErrNoSecretBox) {
+		t.Errorf("opened without a box: %v, want ErrNoSecretBox", err)
+	}
+	if _, err := reader.GetTenant(ctx, "acme"); err != nil {
+		t.Errorf("the tenant's limits are readable without the key: %v", err)
+	}
+	key, err := secretbox.NewLocalKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reader.Secrets, _, err = secretbox.FromKey(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.WebhookSecrets(ctx, "acme"); err == nil {
+		t.Error("opened with another key")
+	}
+
+	legacy := map[string]any{"limits": map[string]any{"concurrency": 1}, "created_at": s.Now(), "updated_at": s.Now(),
+		"webhook_secrets": []any{map[string]any{"secret": "whsec_plain", "created_at": s.Now()}}}
+	if _, err := s.Tenants().Doc("legacy").Create(ctx, legacy); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.WebhookSecrets(ctx, "legacy"); err != nil || !slices.Equal(got, []string{"whsec_plain"}) {
+		t.Fatalf("a plain-text secret of before: %v %v, want it still signing", got, err)
+	}
+	if _, err := s.RotateWebhookSecret(ctx, "legacy", "whsec_new", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if doc := raw("legacy"); strings.Contains(doc, "whsec_plain") || strings.Contains(doc, "whsec_new") {
+		t.Fatalf("plain text left after the rotation: %s", doc)
+	}
+	if got, err := s.WebhookSecrets(ctx, "legacy"); err != nil || !slices.Equal(got, []string{"whsec_new", "whsec_plain"}) {
+		t.Fatalf("after the rotation: %v %v, want both signing through the overlap", got, err)
 	}
 }
 

@@ -328,23 +328,25 @@ func (h *Handler) stale(ctx context.Context, log *slog.Logger, t *store.Task, r 
 }
 
 // remember writes, best-effort after the output's commit, the cache entry of a fresh,
-// non-degraded output and the last good output of the task's subject.
+// non-degraded output and the last good output of the task's subject — unless the task was
+// erased since the commit (store.Remember checks in the same transaction).
 func (h *Handler) remember(ctx context.Context, log *slog.Logger, t *store.Task, a answer) {
 	if a.stale {
 		return
 	}
-	o := &store.Output{Tenant: t.Tenant, Payload: t.Output, Model: t.Model, PromptVersion: t.PromptVersion,
-		Usage: t.Usage, CostUSD: t.CostUSD, TaskID: t.ID}
-	if a.fingerprint != "" && !a.cached && !t.Degraded {
-		c := *o
-		c.Fingerprint = a.fingerprint
-		if err := h.store.PutOutput(ctx, &c, h.mp.CacheTTL); err != nil {
-			log.WarnContext(ctx, "cache entry not written", "error", err)
-		}
+	r := store.Remembered{
+		Output: store.Output{Tenant: t.Tenant, Payload: t.Output, Model: t.Model, PromptVersion: t.PromptVersion,
+			Usage: t.Usage, CostUSD: t.CostUSD, TaskID: t.ID},
+		Family: t.Family, Variant: t.Variant, SubjectKey: t.SubjectKey,
 	}
-	if t.SubjectKey != "" {
-		if err := h.store.PutLastGood(ctx, t.Family, t.Variant, t.SubjectKey, o, 0); err != nil {
-			log.WarnContext(ctx, "last good output not written", "error", err)
-		}
+	if a.fingerprint != "" && !a.cached && !t.Degraded {
+		r.Fingerprint, r.CacheTTL = a.fingerprint, h.mp.CacheTTL
+	}
+	h.beforeRemember(t)
+	switch err := h.store.Remember(ctx, r); {
+	case errors.Is(err, store.ErrErased):
+		log.InfoContext(ctx, "task erased since its output was stored: no cache entry or last good output written")
+	case err != nil:
+		log.WarnContext(ctx, "cache entry and last good output not written", "error", err)
 	}
 }

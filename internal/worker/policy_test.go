@@ -3,12 +3,14 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -37,6 +39,7 @@ func (b *bundle) policyHandler(t *testing.T, pol Policy, mp ModelPolicy) *Handle
 
 func (b *bundle) tenant(t *testing.T, id string, l store.Limits) {
 	t.Helper()
+	b.store.Secrets = testenv.Secrets()
 	if _, err := b.store.CreateTenant(context.Background(), id, l, "whsec"); err != nil {
 		t.Fatal(err)
 	}
@@ -381,5 +384,44 @@ func TestBudgetReservesTheAttemptBudget(t *testing.T) {
 	}
 	if calls := b.srv.Ledger().Total.Calls; calls != 0 {
 		t.Errorf("%d model calls, want none: $1.5 cannot cover two attempts of $1.08", calls)
+	}
+}
+
+// A DELETE that lands after the output's commit and before its cache entry and last good
+// output are written leaves neither behind: the worker's write sees the erase and writes
+// nothing, so no later cache hit or stale answer serves the erased output.
+func TestEraseBetweenCommitAndRemember(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.srv.SetResponder(func(r geminitest.Request) geminitest.Reply { // digests are bullet lists
+		rep := geminitest.DefaultReply(r)
+		rep.Text = "- " + rep.Text
+		return rep
+	})
+	h := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
+	ctx := context.Background()
+	var committed *store.Task
+	h.beforeRemember = func(tk *store.Task) { // what DELETE /v1/tasks/{id} does, in the window
+		committed = tk
+		if _, err := b.store.MutateTask(ctx, tk.ID, func(d *store.Task, now time.Time) error { d.Erase(now); return nil }); err != nil {
+			t.Error(err)
+		}
+		if err := b.store.EraseOutputs(ctx, tk.ID, tk.Fingerprint); err != nil {
+			t.Error(err)
+		}
+	}
+	b.task(t, "erased", func(d *store.Task) { d.Variant, d.SubjectKey, d.Cache = "digest", "site-1", true })
+	h.Handle(ctx, msg("erased"))
+	if committed == nil || committed.Fingerprint == "" || committed.Output == "" {
+		t.Fatalf("the output was not committed with a fingerprint before the window: %+v", committed)
+	}
+	if got := b.get(t, "erased"); got.ErasedAt == nil || got.Output != "" {
+		t.Fatalf("task not erased: %+v", got)
+	}
+	if o, err := b.store.GetOutput(ctx, "tenant-a", committed.Fingerprint); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("cache entry written after the erase: %+v %v", o, err)
+	}
+	if o, err := b.store.GetLastGood(ctx, "tenant-a", "summarize", "digest", "site-1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("last good output written after the erase: %+v %v", o, err)
 	}
 }

@@ -92,6 +92,10 @@ type Handler struct {
 	// slots bounds the tasks handled at once, whether their nudge came through Pub/Sub or from
 	// this instance's sweeper (Local); nil: no bound (WithCapacity).
 	slots chan struct{}
+
+	// beforeRemember runs between an output's commit and the writes of its cache entry and last
+	// good output: the window a test erases the task in.
+	beforeRemember func(*store.Task)
 }
 
 // Option configures a Handler.
@@ -109,7 +113,8 @@ var _ bus.Handler = (*Handler)(nil)
 // New returns a Handler.
 func New(s *store.Store, gen Generator, render Renderer, pub Publisher, log *slog.Logger, pol Policy, opts ...Option) *Handler {
 	abort, cancel := context.WithCancel(context.Background())
-	h := &Handler{store: s, gen: gen, render: render, pub: pub, log: log, pol: pol, abort: abort, cancel: cancel}
+	h := &Handler{store: s, gen: gen, render: render, pub: pub, log: log, pol: pol, abort: abort, cancel: cancel,
+		beforeRemember: func(*store.Task) {}}
 	for _, o := range opts {
 		o(h)
 	}

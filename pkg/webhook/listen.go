@@ -16,14 +16,18 @@ import (
 // 1 MiB document limit.
 const MaxBodyBytes = 2 << 20
 
+// listenerIDs bounds the webhook ids a Receiver counts: the least recently seen are forgotten
+// first, so a long-running listener's memory stays bounded.
+const listenerIDs = 10_000
+
 // Receiver returns an http.Handler that verifies every POSTed delivery with v and prints it to
 // out: one line naming it (and, for a webhook-id seen before, which delivery of it this is: what
 // a receiver must dedupe), then its body. A verified delivery is answered 204, a failed one 401
 // (printed with the reason), so the sender's retries can be watched. It is what
-// `genbox webhook listen` serves.
+// `genbox webhook listen` serves. It counts the deliveries of the last 10,000 ids.
 func Receiver(v *Verifier, out io.Writer) http.Handler {
 	var mu sync.Mutex // deliveries arrive concurrently; keep each one's lines together
-	seen := map[string]int{}
+	seen := newLRU[int](listenerIDs)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -45,9 +49,11 @@ func Receiver(v *Verifier, out io.Writer) http.Handler {
 			fmt.Fprintf(out, "REJECTED webhook-id=%q: %v\n", r.Header.Get(HeaderID), verr)
 		} else {
 			id := r.Header.Get(HeaderID)
-			seen[id]++
+			n, _ := seen.get(id, time.Time{})
+			n++
+			seen.put(id, n, time.Time{})
 			dup := ""
-			if n := seen[id]; n > 1 {
+			if n > 1 {
 				dup = fmt.Sprintf(" duplicate=%d", n)
 			}
 			fmt.Fprintf(out, "verified webhook-id=%s type=%s timestamp=%s%s\n%s\n",
@@ -83,7 +89,9 @@ func ListenAndPrint(ctx context.Context, addr, secret string, out io.Writer) err
 		return fmt.Errorf("webhook listen: %w", err)
 	}
 	fmt.Fprintf(out, "listening on http://%s\n", ln.Addr())
-	srv := &http.Server{Handler: Receiver(v, out), ReadHeaderTimeout: 10 * time.Second}
+	// A listener is often reachable from outside (a tunnel to a laptop): no client may hold it.
+	srv := &http.Server{Handler: Receiver(v, out), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -7,6 +7,19 @@
 // HMAC-SHA256 of id.timestamp.body>", one per active secret, so that a receiver holding either
 // the old or the new secret verifies while a secret rotates. Secrets are "whsec_" followed by the
 // base64 of the key.
+//
+// What Verifier.Verify checks: the three headers are present; the timestamp is within the
+// tolerance (5 minutes either way by default) of the receiver's clock; one "v1" signature is the
+// HMAC-SHA256, under one of the receiver's secrets, of exactly these id, timestamp and body bytes
+// (compared in constant time). Guard.Check adds: the webhook-id has not been accepted before
+// while its SeenStore remembers it — a captured request sent again within the tolerance is
+// refused with ErrReplayed, and so is genbox's own retry of a delivery whose 2xx was lost.
+//
+// What neither checks: that the sender is genbox rather than anyone else holding the secret;
+// that the body is well-formed JSON or an event of a task the receiver knows; the order in
+// which events of different tasks arrive; the transport (use https); replays across receiver
+// instances unless their SeenStore is shared, or of an id the store has forgotten (past its
+// bound or its memory). Verify the raw body before decoding it: a re-encoded body does not match.
 package webhook
 
 import (
@@ -160,16 +173,9 @@ func (v *Verifier) Verify(body []byte, h http.Header) error {
 	if err != nil {
 		return fmt.Errorf("%w: timestamp %q", ErrInvalidHeaders, tsRaw)
 	}
-	now := time.Now
-	if v.Now != nil {
-		now = v.Now
-	}
-	tol := v.Tolerance
-	if tol <= 0 {
-		tol = DefaultTolerance
-	}
+	tol := v.tolerance()
 	at := time.Unix(ts, 0)
-	switch n := now(); {
+	switch n := v.now(); {
 	case n.Sub(at) > tol:
 		return ErrTimestampTooOld
 	case at.Sub(n) > tol:
@@ -188,6 +194,20 @@ func (v *Verifier) Verify(body []byte, h http.Header) error {
 		}
 	}
 	return ErrNoMatchingSignature
+}
+
+func (v *Verifier) now() time.Time {
+	if v.Now != nil {
+		return v.Now()
+	}
+	return time.Now()
+}
+
+func (v *Verifier) tolerance() time.Duration {
+	if v.Tolerance > 0 {
+		return v.Tolerance
+	}
+	return DefaultTolerance
 }
 
 // parseSignatures returns the "v1" signatures of a webhook-signature header value, whose entries

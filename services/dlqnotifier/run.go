@@ -31,14 +31,15 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	st := store.New(d.Firestore)
 	svc := dlqnotifier.Assemble(set, dlqnotifier.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
 	checks := []obs.Check{{Name: "firestore", Probe: st.Ping}}
-	l := service.Lifecycle{Grace: cfg.ShutdownGrace, Started: []any{"consumer", cfg.Consumer, "instance", cfg.Instance}}
+	// Public: Slack and admins call it from the internet.
+	l := service.Lifecycle{Public: true, Grace: cfg.ShutdownGrace, Started: []any{"consumer", cfg.Consumer, "instance", cfg.Instance}}
 	if cfg.Consumer == dlqnotifier.ConsumerPull {
 		l.Pulling = new(obs.Running)
 		checks = append(checks, l.Pulling.Check("pull"))
 		l.Pull = func(ctx context.Context) error { return svc.Run(ctx, d.PubSub) }
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /readyz", obs.Ready(readyTimeout, checks...))
+	mux.Handle("GET /readyz", obs.Ready(d.Log, readyTimeout, checks...))
 	mux.Handle("/", svc.Handler())
 	l.Handler = mux
 

@@ -26,7 +26,8 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	topo := bus.DefaultTopology()
 	topo.AckDeadline = 10 * time.Second
 	ps := testenv.Bus(t, project, topo)
-	env := map[string]string{"PORT": "0", "GOOGLE_CLOUD_PROJECT": project, "GENBOX_ADMIN_KEY": "an-admin-key-for-tests"}
+	env := map[string]string{"PORT": "0", "GOOGLE_CLOUD_PROJECT": project, "GENBOX_ADMIN_KEY": "an-admin-key-for-tests",
+		"GENBOX_WEBHOOK_SECRETS_KEY": testenv.SecretsKey}
 	var mu sync.Mutex
 	asked := map[string]bool{}
 	getenv := func(k string) string {
@@ -90,7 +91,9 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_SECRET_OVERLAP": "1 day"}, "GENBOX_SECRET_OVERLAP"},
 		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_PUBLIC_URL": "example.com"}, "GENBOX_PUBLIC_URL"},
 		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_ALLOW_INSECURE_CALLBACKS": "maybe"}, "GENBOX_ALLOW_INSECURE_CALLBACKS"},
-		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_PROMPTS_DIR": "/nonexistent/genbox-prompts"}, "GENBOX_PROMPTS_DIR"},
+		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_PROMPTS_DIR": "/nonexistent/genbox-prompts", "GENBOX_WEBHOOK_SECRETS_KEY": testenv.SecretsKey}, "GENBOX_PROMPTS_DIR"},
+		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p"}, "GENBOX_WEBHOOK_SECRETS_KEY"},
+		{map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "GENBOX_WEBHOOK_SECRETS_KEY": "whsec_not_a_key"}, "GENBOX_WEBHOOK_SECRETS_KEY"},
 	} {
 		err := run(testenv.Ended(), func(k string) string { return c.env[k] }, &testenv.LogBuffer{})
 		if err == nil || !strings.Contains(err.Error(), c.name) {

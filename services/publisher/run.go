@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/publisher"
+	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 )
@@ -33,17 +35,23 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	defer d.Close(ctx)
 	st := store.New(d.Firestore)
+	box, closeBox, err := secretbox.FromKey(ctx, cfg.SecretsKey)
+	if err != nil {
+		return fmt.Errorf("%s: %w", secretbox.EnvKey, err)
+	}
+	defer func() { _ = closeBox() }()
+	st.Secrets = box
 	a, err := publisher.Assemble(set, publisher.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
 	if err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /readyz", obs.Ready(readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}))
+	mux.Handle("GET /readyz", obs.Ready(d.Log, readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}))
 	mux.Handle("/", a.Server)
 	ln, err := service.Listen(strconv.Itoa(cfg.Port))
 	if err != nil {
 		return err
 	}
-	return d.Serve(ctx, ln, service.Lifecycle{Handler: mux, Grace: shutdownBudget, Background: a.Background,
+	return d.Serve(ctx, ln, service.Lifecycle{Handler: mux, Public: true, Grace: shutdownBudget, Background: a.Background,
 		Started: []any{"project", cfg.ProjectID, "admin", cfg.AdminKey != ""}})
 }

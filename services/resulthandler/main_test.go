@@ -72,6 +72,7 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 		"GENBOX_ALLOW_INSECURE_CALLBACKS": "true",
 		"GENBOX_WEBHOOK_TIMEOUT":          "2s",
 		"GENBOX_SHUTDOWN_GRACE":           "3s",
+		"GENBOX_WEBHOOK_SECRETS_KEY":      testenv.SecretsKey,
 	}
 	go func() { done <- run(runCtx, func(k string) string { return env[k] }, &out) }()
 	base := out.Started(t, "resulthandler", done, 20*time.Second)

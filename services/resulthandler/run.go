@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
+	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 )
@@ -30,6 +32,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	defer d.Close(ctx)
 	st := store.New(d.Firestore)
+	box, closeBox, err := secretbox.FromKey(ctx, cfg.SecretsKey)
+	if err != nil {
+		return fmt.Errorf("%s: %w", secretbox.EnvKey, err)
+	}
+	defer func() { _ = closeBox() }()
+	st.Secrets = box
 	a, err := resulthandler.Assemble(cfg, resulthandler.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
 	if err != nil {
 		return err
@@ -39,13 +47,15 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	checks := []obs.Check{{Name: "firestore", Probe: st.Ping}}
 	l := service.Lifecycle{Handler: mux, Grace: cfg.ShutdownGrace,
-		Started: []any{"consumer", cfg.Consumer, "instance", cfg.Instance, "insecure_callbacks", cfg.AllowInsecure}}
+		Started: []any{"consumer", cfg.Consumer, "instance", cfg.Instance, "insecure_callbacks", cfg.AllowInsecure},
+		// A push request lasts as long as its delivery: the claim, the POST and the commit.
+		Limits: service.Limits{WriteTimeout: max(service.DefaultLimits().WriteTimeout, cfg.LeaseTTL())}}
 	if cfg.Consumer == resulthandler.ConsumerPull {
 		l.Pulling = new(obs.Running)
 		checks = append(checks, l.Pulling.Check("pull"))
 		l.Pull = func(ctx context.Context) error { return bus.Pull(ctx, d.PubSub, a.Subscription, a.Pull, a.Handler) }
 	}
-	mux.Handle("GET /readyz", obs.Ready(readyTimeout, checks...))
+	mux.Handle("GET /readyz", obs.Ready(d.Log, readyTimeout, checks...))
 	if cfg.Consumer == resulthandler.ConsumerPush {
 		// Cloud Run authenticates Pub/Sub's OIDC token (the service admits only the push
 		// service account, with the push audience) before a request reaches this handler,

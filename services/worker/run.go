@@ -38,7 +38,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	pulling := new(obs.Running)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	mux.Handle("GET /readyz", obs.Ready(readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}, pulling.Check("pull")))
+	mux.Handle("GET /readyz", obs.Ready(d.Log, readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}, pulling.Check("pull")))
 	ln, err := service.Listen(cfg.Port)
 	if err != nil {
 		return err

@@ -397,6 +397,7 @@ func newStackOn(t *testing.T, latency geminitest.Latency, psHost string, top bus
 	}
 	s := &stack{t: t, project: emulator.ProjectID(t), psHost: psHost, procs: map[string]*proc{}, slack: &slackStub{calls: map[string]int{}}, began: time.Now()}
 	s.store = store.New(testenv.Firestore(t, s.project))
+	s.store.Secrets = testenv.Secrets()
 	testenv.BusAt(t, s.project, psHost, top)
 
 	s.fake = geminitest.NewServer(geminitest.WithLatency("", latency))
@@ -450,6 +451,7 @@ func newStackOn(t *testing.T, latency geminitest.Latency, psHost string, top bus
 		"GENBOX_DELIVERY_BACKOFF_MIN":     "200ms",
 		"GENBOX_DELIVERY_BACKOFF_MAX":     "1s",
 		"GENBOX_NOTICE_GRACE":             "1s",
+		"GENBOX_WEBHOOK_SECRETS_KEY":      testenv.SecretsKey,
 		// publisher
 		"GENBOX_PUBLISH_TIMEOUT": "2s",
 		// dlqnotifier

@@ -60,7 +60,9 @@ func Serve(ctx context.Context, addr string, log *slog.Logger, opts ...Option) e
 		log = slog.New(slog.DiscardHandler)
 	}
 	f := New(append([]Option{WithLogger(log)}, opts...)...)
-	srv := &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second}
+	// No WriteTimeout: the fake streams answers and plays generations as slow as configured.
+	srv := &http.Server{Handler: f, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: 0,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	log.InfoContext(ctx, "fake gemini listening", "addr", ln.Addr().String(), "base_url", "http://"+ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -1,0 +1,99 @@
+package authlimit
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// clock is a settable time.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func from(remote string, xff ...string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = remote
+	for _, v := range xff {
+		r.Header.Add("X-Forwarded-For", v)
+	}
+	return r
+}
+
+func TestClientFailuresAreThrottled(t *testing.T) {
+	t.Parallel()
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	l := New(Config{PerClient: 1, ClientBurst: 3, Global: 100, GlobalBurst: 100, MaxClients: 10}, c.now)
+	bad, other := from("198.51.100.7:5000"), from("198.51.100.8:5000")
+	for i := range 3 {
+		if w := l.Wait(bad); w != 0 {
+			t.Fatalf("attempt %d: wait %v within the burst", i+1, w)
+		}
+		l.Failed(bad)
+	}
+	if w := l.Wait(bad); w != time.Second {
+		t.Fatalf("after the burst: wait %v, want 1s (one failure a second)", w)
+	}
+	if w := l.Wait(other); w != 0 {
+		t.Fatalf("another client waits %v for the first one's failures", w)
+	}
+	c.t = c.t.Add(time.Second)
+	if w := l.Wait(bad); w != 0 {
+		t.Fatalf("a second later: wait %v, want 0", w)
+	}
+}
+
+func TestGlobalFailuresAreThrottled(t *testing.T) {
+	t.Parallel()
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	l := New(Config{PerClient: 1, ClientBurst: 100, Global: 2, GlobalBurst: 4, MaxClients: 10}, c.now)
+	for i := range 4 {
+		l.Failed(from(fmt.Sprintf("192.0.2.%d:1", i+1))) // a client changing address
+	}
+	if w := l.Wait(from("203.0.113.9:1")); w != 500*time.Millisecond {
+		t.Fatalf("after the global burst: a fresh client waits %v, want 500ms", w)
+	}
+}
+
+func TestClientTableIsBounded(t *testing.T) {
+	t.Parallel()
+	c := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	l := New(Config{PerClient: 1, ClientBurst: 1, Global: 1000, GlobalBurst: 1000, MaxClients: 2}, c.now)
+	l.Failed(from("192.0.2.1:1"))
+	l.Failed(from("192.0.2.2:1"))
+	l.Failed(from("192.0.2.3:1")) // no room: held by the global limit alone
+	if n := len(l.clients); n != 2 {
+		t.Fatalf("%d clients remembered, want at most 2", n)
+	}
+	c.t = c.t.Add(time.Minute) // the first two are as good as new: forgotten to make room
+	l.Failed(from("192.0.2.4:1"))
+	if n := len(l.clients); n != 1 {
+		t.Fatalf("%d clients remembered after the others recovered, want 1", n)
+	}
+	if w := l.Wait(from("192.0.2.4:1")); w == 0 {
+		t.Fatal("the newest client's failure was not counted")
+	}
+}
+
+func TestClient(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		r    *http.Request
+		want string
+	}{
+		{from("198.51.100.7:5000"), "198.51.100.7"},
+		{from("[2001:db8:1:2:3::4]:5000"), "2001:db8:1:2::/64"},
+		{from("[::ffff:198.51.100.7]:5000"), "198.51.100.7"},
+		{from("169.254.1.1:5000", "203.0.113.5"), "203.0.113.5"},
+		{from("169.254.1.1:5000", "6.6.6.6, 203.0.113.5"), "203.0.113.5"}, // the client's own entry is ignored
+		{from("169.254.1.1:5000", "6.6.6.6", "203.0.113.5"), "203.0.113.5"},
+		{from("169.254.1.1:5000", "2001:db8::1"), "2001:db8::/64"},
+		{from("pipe"), "pipe"},
+	} {
+		if got := Client(tc.r); got != tc.want {
+			t.Errorf("Client(%s, %v) = %q, want %q", tc.r.RemoteAddr, tc.r.Header.Values("X-Forwarded-For"), got, tc.want)
+		}
+	}
+}
