@@ -96,7 +96,7 @@ func (h *Handler) asBatch(id string) *Handler {
 	pol := h.pol
 	pol.Owner = store.BatchOwner(id)
 	return &Handler{store: h.store, gen: h.gen, render: h.render, pub: h.pub, log: h.log, pol: pol, mp: h.mp,
-		abort: h.abort, cancel: h.cancel, metrics: h.metrics, batch: h.batch}
+		abort: h.abort, cancel: h.cancel, metrics: h.metrics, batch: h.batch, beforeRemember: h.beforeRemember}
 }
 
 // SettleBatch applies one request's outcome to its task, as the job's lease owner and under the
