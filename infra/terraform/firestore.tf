@@ -132,6 +132,13 @@ locals {
     "tasks.erased_at"    = { collection = "tasks", field = "erased_at" }
     "outputs.payload"    = { collection = "outputs", field = "payload" }
     "batch_jobs.members" = { collection = "batch_jobs", field = "members" }
+
+    # The attempt log and trace id are read with their task only; a preview's text and time
+    # are read by its document's listener only.
+    "tasks.attempt_log"   = { collection = "tasks", field = "attempt_log" }
+    "tasks.trace_id"      = { collection = "tasks", field = "trace_id" }
+    "previews.text"       = { collection = "previews", field = "text" }
+    "previews.updated_at" = { collection = "previews", field = "updated_at" }
   }
 
   # TTL policies. expire_at is also exempt from indexing (store.Exemptions): a field carries one
@@ -140,6 +147,7 @@ locals {
     "tasks.expire_at"      = { collection = "tasks", field = "expire_at" }
     "outputs.expire_at"    = { collection = "outputs", field = "expire_at" }
     "batch_jobs.expire_at" = { collection = "batch_jobs", field = "expire_at" }
+    "previews.expire_at"   = { collection = "previews", field = "expire_at" }
   }
 }
 

@@ -523,12 +523,14 @@ func (s *Stack) startPublisher(env func(string) string) error {
 	if err != nil {
 		return err
 	}
-	for _, job := range a.Background {
-		s.background(job)
-	}
 	ln, err := s.serve(s.cfg.PublisherAddr, "publisher", obs.Handler(a.Server, "publisher"))
 	if err != nil {
 		return fmt.Errorf("%w (--addr)", err)
+	}
+	// After the server, so that Close stops them first, as a service's shutdown does: the end
+	// of the event streams (CloseStreams) lets the server drain.
+	for _, job := range a.Background {
+		s.background(job)
 	}
 	s.Info.Publisher = "http://" + ln
 	return nil

@@ -12,6 +12,7 @@ func TestFromEnv(t *testing.T) {
 		EnvPort: "9090", EnvProject: "p", EnvAdminKey: "0123456789abcdef", EnvMaxBodyBytes: "2048",
 		EnvAllowInsecureCallbacks: "true", EnvPublicURL: "https://api.example.com", EnvSecretOverlap: "1h",
 		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvLimitsTTL: "5s",
+		EnvEventsPerTenant: "3", EnvEventsHeartbeat: "1s",
 	}
 	asked := map[string]bool{}
 	c, err := FromEnv(func(k string) string { asked[k] = true; return env[k] })
@@ -20,7 +21,7 @@ func TestFromEnv(t *testing.T) {
 	}
 	want := Config{Port: 9090, ProjectID: "p", AdminKey: "0123456789abcdef", MaxBodyBytes: 2048, AllowInsecureCallbacks: true,
 		PublicURL: "https://api.example.com", SecretOverlap: time.Hour, PromptsDir: "/etc/prompts", NudgeGrace: 10 * time.Second,
-		PublishTimeout: 2 * time.Second, LimitsTTL: 5 * time.Second}
+		PublishTimeout: 2 * time.Second, LimitsTTL: 5 * time.Second, EventsPerTenant: 3, EventsHeartbeat: time.Second}
 	if c != want {
 		t.Fatalf("config %+v, want %+v", c, want)
 	}

@@ -64,6 +64,7 @@ type Server struct {
 	metrics  *obs.Metrics
 	limits   *limiters
 	keys     *keys
+	streams  *streams
 	adminSum [sha256.Size]byte
 	routes   []route
 	doc      func() []byte
@@ -93,6 +94,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		newSec: d.NewSecret, log: d.Log, metrics: d.Metrics, adminSum: sha256.Sum256([]byte(cfg.AdminKey))}
 	s.limits = newLimiters(d.Store, cfg.LimitsTTL)
 	s.keys = newKeys(d.Store, d.Log)
+	s.streams = newStreams(cfg.EventsPerTenant)
 	s.routes = s.routeTable()
 	s.doc = sync.OnceValue(s.openAPIJSON)
 	s.mux = s.buildMux()

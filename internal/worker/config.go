@@ -44,6 +44,7 @@ type Config struct {
 	CacheTTL      time.Duration       // GENBOX_CACHE_TTL: how long a cached output is served
 	FlexMargin    time.Duration       // GENBOX_FLEX_MARGIN: a flex task closer than this to run_before is called on the standard tier
 	ContextTTL    time.Duration       // GENBOX_CONTEXT_CACHE_TTL: an explicit context cache's TTL, extended while in use; 0 creates none
+	PreviewEvery  time.Duration       // GENBOX_PREVIEW_INTERVAL: at most one preview write per streamed task this often
 
 	Sweep  sweeper.Config
 	Batch  batcher.Config
@@ -76,6 +77,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		CacheTTL:      24 * time.Hour,
 		FlexMargin:    15 * time.Minute,
 		ContextTTL:    time.Hour,
+		PreviewEvery:  500 * time.Millisecond,
 		BudgetPolicy:  gemini.BudgetWait,
 	}
 	r := envconfig.New(getenv)
@@ -104,6 +106,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration("GENBOX_CACHE_TTL", &c.CacheTTL)
 	r.Duration("GENBOX_FLEX_MARGIN", &c.FlexMargin)
 	r.Duration("GENBOX_CONTEXT_CACHE_TTL", &c.ContextTTL)
+	r.Duration("GENBOX_PREVIEW_INTERVAL", &c.PreviewEvery)
 	r.Int("GENBOX_CONCURRENCY", &c.Concurrency)
 	r.Int("GENBOX_TASK_ATTEMPTS", &c.MaxAttempts)
 	r.Int("GENBOX_CLAIM_CAP", &c.ClaimCap)
@@ -185,6 +188,7 @@ func (c Config) Validate() error {
 	}{
 		{"GENBOX_BUDGET_RETRY", c.BudgetRetry}, {"GENBOX_TENANT_REFRESH", c.TenantRefresh},
 		{"GENBOX_TENANT_SLOT_RETRY", c.SlotRetry}, {"GENBOX_CACHE_TTL", c.CacheTTL}, {"GENBOX_FLEX_MARGIN", c.FlexMargin},
+		{"GENBOX_PREVIEW_INTERVAL", c.PreviewEvery},
 	} {
 		if v.d <= 0 {
 			bad(v.name, "must be positive")
@@ -206,6 +210,7 @@ func (c Config) Policy() Policy {
 		MaxAttempts: c.MaxAttempts, ClaimCap: c.ClaimCap,
 		RetryBase: c.RetryBase, RetryMax: c.RetryMax, ParkBase: c.ParkBase, ParkMax: c.ParkMax,
 		NudgeGrace: c.NudgeGrace, CommitRetry: c.CommitRetry, FlexMargin: c.FlexMargin,
+		PreviewEvery: c.PreviewEvery,
 	}
 }
 
