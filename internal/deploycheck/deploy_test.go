@@ -242,6 +242,8 @@ func firestoreWant(queries []store.Query) deploycheck.FirestoreWant {
 		{Collection: store.OutputsCollection, Path: "expire_at"},
 		{Collection: store.BatchJobsCollection, Path: "expire_at"},
 		{Collection: store.PreviewsCollection, Path: "expire_at"},
+		{Collection: store.ConsoleSessionsCollection, Path: "expire_at"},
+		{Collection: store.ConsoleLoginsCollection, Path: "expire_at"},
 	}
 	return w
 }

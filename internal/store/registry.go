@@ -45,6 +45,10 @@ var Queries = []Query{
 	{Name: "revoked-api-keys", Collection: APIKeysCollection, Fields: []IndexField{{"revoked", Asc}}},
 	{Name: "batch-candidates", Collection: TasksCollection, Fields: []IndexField{{"batch_model", Asc}, {"state", Asc}, {"created_at", Asc}}},
 	{Name: "open-batch-jobs", Collection: BatchJobsCollection, Fields: []IndexField{{"model", Asc}, {"open", Asc}}},
+	{Name: "console-tasks-by-tenant-family", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"family", Asc}, {"created_at", Desc}}},
+	{Name: "console-tasks-by-tenant-state-family", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"state", Asc}, {"family", Asc}, {"created_at", Desc}}},
+	{Name: "tasks-by-state", Collection: TasksCollection, Fields: []IndexField{{"state", Asc}}},
+	{Name: "dead-letters-by-task", Collection: DeadLettersCollection, Fields: []IndexField{{"task_id", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of docs/architecture.md §2.
@@ -73,6 +77,8 @@ var Exemptions = []Exemption{
 	{PreviewsCollection, "text"},
 	{PreviewsCollection, "updated_at"},
 	{PreviewsCollection, "expire_at"},
+	{ConsoleSessionsCollection, "expire_at"},
+	{ConsoleLoginsCollection, "expire_at"},
 	{BatchJobsCollection, "members"},
 	{BatchJobsCollection, "expire_at"},
 	{OutputsCollection, "payload"},
