@@ -68,6 +68,7 @@ type shots struct {
 }
 
 func newShots(t *testing.T) *shots {
+	t.Helper()
 	dir := t.ArtifactDir()
 	t.Logf("screenshots: %s", dir)
 	return &shots{t: t, dir: dir}

@@ -119,44 +119,44 @@ func (s *Store) DeleteConsoleSession(ctx context.Context, sessionID string) erro
 
 // ListTenants reads every tenant (a small collection: one document per tenant).
 func (s *Store) ListTenants(ctx context.Context) ([]*Tenant, error) {
-	it := s.FS.Collection(TenantsCollection).Documents(ctx)
-	defer it.Stop()
-	var out []*Tenant
-	for {
-		snap, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list tenants: %w", err)
-		}
+	return readAll(s.FS.Collection(TenantsCollection).Documents(ctx), "list tenants", func(snap *firestore.DocumentSnapshot) (*Tenant, error) {
 		var t Tenant
 		if err := snap.DataTo(&t); err != nil {
 			return nil, fmt.Errorf("decode tenant %s: %w", snap.Ref.ID, err)
 		}
 		t.ID = snap.Ref.ID
-		out = append(out, &t)
-	}
+		return &t, nil
+	})
 }
 
 // ListBreakers reads every breakers/{model} document (one per model that ever changed state).
 func (s *Store) ListBreakers(ctx context.Context) ([]Breaker, error) {
-	it := s.FS.Collection(BreakersCollection).Documents(ctx)
+	return readAll(s.FS.Collection(BreakersCollection).Documents(ctx), "list breakers", func(snap *firestore.DocumentSnapshot) (Breaker, error) {
+		var b Breaker
+		if err := snap.DataTo(&b); err != nil {
+			return b, fmt.Errorf("decode breaker %s: %w", snap.Ref.ID, err)
+		}
+		return b, nil
+	})
+}
+
+// readAll decodes every document of it, then stops it; what names the read in its error.
+func readAll[T any](it *firestore.DocumentIterator, what string, decode func(*firestore.DocumentSnapshot) (T, error)) ([]T, error) {
 	defer it.Stop()
-	var out []Breaker
+	var out []T
 	for {
 		snap, err := it.Next()
 		if errors.Is(err, iterator.Done) {
 			return out, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list breakers: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		var b Breaker
-		if err := snap.DataTo(&b); err != nil {
-			return nil, fmt.Errorf("decode breaker %s: %w", snap.Ref.ID, err)
+		v, err := decode(snap)
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, b)
+		out = append(out, v)
 	}
 }
 
@@ -263,22 +263,9 @@ func countOf(v any) int64 {
 // DeadLettersOfTask lists the dead letters of one task, oldest first (query
 // "dead-letters-by-task").
 func (s *Store) DeadLettersOfTask(ctx context.Context, taskID string) ([]*DeadLetter, error) {
-	it := s.DeadLetters().Where("task_id", "==", taskID).Documents(ctx)
-	defer it.Stop()
-	var out []*DeadLetter
-	for {
-		snap, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("dead letters of %s: %w", taskID, err)
-		}
-		d, err := decodeDeadLetter(snap)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, d)
+	out, err := readAll(s.DeadLetters().Where("task_id", "==", taskID).Documents(ctx), "dead letters of "+taskID, decodeDeadLetter)
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b *DeadLetter) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
