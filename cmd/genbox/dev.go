@@ -126,12 +126,13 @@ func printInfo(w io.Writer, in devstack.Info) {
 	fmt.Fprintf(w, `genbox dev — project %s
   publisher           %s   (OpenAPI: %s/openapi.json)
   model backend       %s
+  console             %s   (logs one browser in; see docs/console.md)
   slack console       %s
   slack interactions  %s
   dead letters admin  %s
   webhook listener    %s   (dev tenant callback_url: %s)
   emulators (%s)  FIRESTORE_EMULATOR_HOST=%s PUBSUB_EMULATOR_HOST=%s
-`, in.Project, in.Publisher, in.Publisher, in.ModelBackend, in.SlackConsole, in.SlackInteractions, in.DLQ,
+`, in.Project, in.Publisher, in.Publisher, in.ModelBackend, in.Console, in.SlackConsole, in.SlackInteractions, in.DLQ,
 		in.WebhookListener, in.WebhookURL, emu, in.FirestoreHost, in.PubSubHost)
 	for _, name := range in.Generated {
 		fmt.Fprintf(w, "  generated %s (set it to keep it across runs)\n", name)

@@ -22,8 +22,9 @@ func runSubmit(ctx context.Context, e env, args []string) error {
 		`Submits one task and prints its id. The request is JSON (the body of POST /v1/tasks) read from
 --file (- for stdin), or built from --family and --input; flags given with a file override its
 fields. Without --file and --family, the request is read from stdin.
-With --wait, follows the task (progress on stderr) until it ends and its webhook is settled,
-prints the task on stdout, and exits 0 if it succeeded, 1 otherwise, 7 on --timeout. With
+With --wait, follows the task's events (progress on stderr; polling when the event stream is
+unavailable) until it ends and its webhook is settled; with --stream also the text generated so
+far, on stderr. Then it prints the task on stdout, and exits 0 if it succeeded, 1 otherwise, 7 on --timeout. With
 --json, prints the answer to the submission (without --wait) as JSON; with --wait the task is
 printed as JSON when stdout is not a terminal (--json, --text choose).`)
 	var api apiFlags
@@ -42,7 +43,8 @@ printed as JSON when stdout is not a terminal (--json, --text choose).`)
 	idemKey := fs.String("idempotency-key", "", "the intent's key: submitting again with it returns the same task (default: a fresh key)")
 	wait := fs.Bool("wait", false, "follow the task until it ends; exit by its final state")
 	timeout := fs.Duration("timeout", 10*time.Minute, "with --wait: give up after this long (exit 7)")
-	interval := fs.Duration("interval", 250*time.Millisecond, "with --wait: how often to poll")
+	interval := fs.Duration("interval", 250*time.Millisecond, "with --wait: how often to poll when the event stream is unavailable")
+	stream := fs.Bool("stream", false, "stream the generation and, with --wait, print the text so far on stderr as it comes (never the stored output)")
 	output := formatFlags(fs)
 	pos, err := parse(e, fs, args)
 	if err != nil {
@@ -70,6 +72,9 @@ printed as JSON when stdout is not a terminal (--json, --text choose).`)
 	}
 	if set["cache"] {
 		req.Cache = *cache
+	}
+	if set["stream"] {
+		req.Stream = *stream
 	}
 	if *mode != "" {
 		req.Mode = task.Mode(*mode)
@@ -109,7 +114,7 @@ printed as JSON when stdout is not a terminal (--json, --text choose).`)
 		replayed = " (an earlier submission with this idempotency key)"
 	}
 	fmt.Fprintf(e.stderr, "task %s %s%s\n", res.TaskID, res.State, replayed)
-	return follow(ctx, e, c, res.TaskID, *timeout, *interval, output.asJSON(e.stdout))
+	return follow(ctx, e, c, res.TaskID, followOptions{timeout: *timeout, interval: *interval, asJSON: output.asJSON(e.stdout), stream: *stream})
 }
 
 // buildRequest reads the request from file, or builds it from the flags, or reads it from stdin.
@@ -133,7 +138,7 @@ func buildRequest(e env, file, family, input, inputFile string) (task.Request, e
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return req, usageErr("the request is not a valid task request: %v (fields: family, variant, input, subject_key, callback_url, config, labels, cache, run_before, max_cost_usd, mode)", err)
+			return req, usageErr("the request is not a valid task request: %v (fields: family, variant, input, subject_key, callback_url, config, labels, cache, run_before, max_cost_usd, mode, stream)", err)
 		}
 	}
 	if family != "" {
@@ -161,50 +166,119 @@ func buildRequest(e env, file, family, input, inputFile string) (task.Request, e
 	return req, nil
 }
 
-// follow polls a task until it ends and its webhook is settled, printing every change on
-// stderr, then prints the task on stdout (as JSON with asJSON) and returns nil only if it
-// succeeded.
-func follow(ctx context.Context, e env, c *client.Client, id string, timeout, interval time.Duration, asJSON bool) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+// follow watches a task (GET /v1/tasks/{id}/events, falling back to polling every interval when
+// the stream fails) until it ends and its webhook is settled, printing every change on stderr —
+// and, with stream, the text generated so far — then prints the task on stdout (as JSON with
+// asJSON) and returns nil only if it succeeded.
+func follow(ctx context.Context, e env, c *client.Client, id string, o followOptions) error {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	start := time.Now()
 	var last string
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		v, err := c.Get(ctx, id)
-		if err != nil {
-			if ctx.Err() != nil {
-				return &exitError{code: exitTimeout, msg: fmt.Sprintf("task %s not finished after %s (it goes on: `genbox get %s`)", id, timeout, id)}
-			}
-			return err
-		}
+	show := func(v *task.View) {
 		if s := progress(v); s != last {
 			fmt.Fprintf(e.stderr, "%6.1fs  %s\n", time.Since(start).Seconds(), s)
 			last = s
 		}
-		if v.State.Finished() && v.Delivery.State != task.DeliveryPending {
-			if err := showTask(e.stdout, asJSON, v); err != nil {
-				return err
-			}
-			if v.State != task.StateSucceeded {
-				msg := fmt.Sprintf("task %s ended %s", id, v.State)
-				if v.Error != nil {
-					msg += ": " + string(v.Error.Kind) + ": " + v.Error.Message
-				}
-				return &exitError{code: exitFailure, msg: msg}
+	}
+	var final, seen *task.View
+	preview := ""
+	err := c.Watch(ctx, id, func(ev client.Event) error {
+		if ev.Type == client.EventPreview {
+			if o.stream {
+				printPreview(e.stderr, preview, ev.Preview)
+				preview = ev.Preview
 			}
 			return nil
 		}
+		show(ev.Task)
+		seen = ev.Task
+		if ev.Final() {
+			final = ev.Task
+		}
+		return nil
+	})
+	if preview != "" {
+		fmt.Fprintln(e.stderr)
+	}
+	switch {
+	case final != nil:
+	case ctx.Err() != nil:
+		return timedOut(ctx, id, seen, o.timeout)
+	default:
+		fmt.Fprintf(e.stderr, "genbox: the event stream failed (%v); polling every %s\n", err, o.interval)
+		if final, err = poll(ctx, c, id, o.interval, show); err != nil {
+			return err
+		}
+	}
+	if err := showTask(e.stdout, o.asJSON, final); err != nil {
+		return err
+	}
+	if final.State != task.StateSucceeded {
+		msg := fmt.Sprintf("task %s ended %s", id, final.State)
+		if final.Error != nil {
+			msg += ": " + string(final.Error.Kind) + ": " + final.Error.Message
+		}
+		return &exitError{code: exitFailure, msg: msg}
+	}
+	return nil
+}
+
+// followOptions are --wait's settings.
+type followOptions struct {
+	timeout, interval time.Duration
+	asJSON, stream    bool
+}
+
+// poll reads the task every interval until it ends and its webhook is settled.
+func poll(ctx context.Context, c *client.Client, id string, interval time.Duration, show func(*task.View)) (*task.View, error) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var v *task.View
+	for {
+		got, err := c.Get(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, timedOut(ctx, id, v, 0)
+			}
+			return nil, err
+		}
+		v = got
+		show(v)
+		if v.State.Finished() && v.Delivery.State != task.DeliveryPending {
+			return v, nil
+		}
 		select {
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return &exitError{code: exitTimeout, msg: fmt.Sprintf("task %s is still %s after %s (it goes on: `genbox get %s`)", id, v.State, timeout, id)}
-			}
-			return ctx.Err()
+			return nil, timedOut(ctx, id, v, 0)
 		case <-tick.C:
 		}
 	}
+}
+
+// timedOut is the error of a --wait that ctx ended: exit 7 on its timeout.
+func timedOut(ctx context.Context, id string, v *task.View, timeout time.Duration) error {
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return ctx.Err()
+	}
+	after := ""
+	if timeout > 0 {
+		after = " after " + timeout.String()
+	}
+	if v == nil {
+		return &exitError{code: exitTimeout, msg: fmt.Sprintf("task %s not finished%s (it goes on: `genbox get %s`)", id, after, id)}
+	}
+	return &exitError{code: exitTimeout, msg: fmt.Sprintf("task %s is still %s%s (it goes on: `genbox get %s`)", id, v.State, after, id)}
+}
+
+// printPreview prints what a preview adds to the one before it (all of it, on a new line, when
+// it does not continue it: a new attempt began).
+func printPreview(w io.Writer, before, now string) {
+	if rest, ok := strings.CutPrefix(now, before); ok {
+		fmt.Fprint(w, rest)
+		return
+	}
+	fmt.Fprint(w, "\n"+now)
 }
 
 // progress is one line of --wait's progress.

@@ -108,6 +108,51 @@ resource "google_firestore_index" "open_batch_jobs" {
   }
 }
 
+# store.Queries "console-tasks-by-tenant-family": the console's task search by family.
+resource "google_firestore_index" "console_tasks_by_tenant_family" {
+  project    = var.project_id
+  database   = google_firestore_database.default.name
+  collection = "tasks"
+
+  fields {
+    field_path = "tenant"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "family"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "created_at"
+    order      = "DESCENDING"
+  }
+}
+
+# store.Queries "console-tasks-by-tenant-state-family": the console's task search by state and
+# family.
+resource "google_firestore_index" "console_tasks_by_tenant_state_family" {
+  project    = var.project_id
+  database   = google_firestore_database.default.name
+  collection = "tasks"
+
+  fields {
+    field_path = "tenant"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "state"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "family"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "created_at"
+    order      = "DESCENDING"
+  }
+}
+
 locals {
   # store.Exemptions: large values nobody queries, and timestamps nobody filters on (a
   # monotonically rising indexed value caps a collection near 500 writes/s).
@@ -132,6 +177,13 @@ locals {
     "tasks.erased_at"    = { collection = "tasks", field = "erased_at" }
     "outputs.payload"    = { collection = "outputs", field = "payload" }
     "batch_jobs.members" = { collection = "batch_jobs", field = "members" }
+
+    # The attempt log and trace id are read with their task only; a preview's text and time
+    # are read by its document's listener only.
+    "tasks.attempt_log"   = { collection = "tasks", field = "attempt_log" }
+    "tasks.trace_id"      = { collection = "tasks", field = "trace_id" }
+    "previews.text"       = { collection = "previews", field = "text" }
+    "previews.updated_at" = { collection = "previews", field = "updated_at" }
   }
 
   # TTL policies. expire_at is also exempt from indexing (store.Exemptions): a field carries one
@@ -140,6 +192,10 @@ locals {
     "tasks.expire_at"      = { collection = "tasks", field = "expire_at" }
     "outputs.expire_at"    = { collection = "outputs", field = "expire_at" }
     "batch_jobs.expire_at" = { collection = "batch_jobs", field = "expire_at" }
+    "previews.expire_at"   = { collection = "previews", field = "expire_at" }
+
+    "console_sessions.expire_at" = { collection = "console_sessions", field = "expire_at" }
+    "console_logins.expire_at"   = { collection = "console_logins", field = "expire_at" }
   }
 }
 

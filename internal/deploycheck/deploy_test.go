@@ -241,6 +241,9 @@ func firestoreWant(queries []store.Query) deploycheck.FirestoreWant {
 		{Collection: store.TasksCollection, Path: "expire_at"},
 		{Collection: store.OutputsCollection, Path: "expire_at"},
 		{Collection: store.BatchJobsCollection, Path: "expire_at"},
+		{Collection: store.PreviewsCollection, Path: "expire_at"},
+		{Collection: store.ConsoleSessionsCollection, Path: "expire_at"},
+		{Collection: store.ConsoleLoginsCollection, Path: "expire_at"},
 	}
 	return w
 }
@@ -371,13 +374,15 @@ var leftUnset = map[string]map[string]string{
 		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "as OTEL_EXPORTER_OTLP_ENDPOINT",
 	},
 	"publisher": {
-		"PORT":                   "set by Cloud Run itself (a reserved name)",
-		"GENBOX_PROMPTS_DIR":     builtInPrompts,
-		"GENBOX_MAX_BODY_BYTES":  tuning,
-		"GENBOX_SECRET_OVERLAP":  tuning,
-		"GENBOX_NUDGE_GRACE":     tuning,
-		"GENBOX_PUBLISH_TIMEOUT": tuning,
-		"GENBOX_LIMITS_TTL":      tuning,
+		"PORT":                     "set by Cloud Run itself (a reserved name)",
+		"GENBOX_PROMPTS_DIR":       builtInPrompts,
+		"GENBOX_MAX_BODY_BYTES":    tuning,
+		"GENBOX_SECRET_OVERLAP":    tuning,
+		"GENBOX_NUDGE_GRACE":       tuning,
+		"GENBOX_PUBLISH_TIMEOUT":   tuning,
+		"GENBOX_LIMITS_TTL":        tuning,
+		"GENBOX_EVENTS_PER_TENANT": tuning,
+		"GENBOX_EVENTS_HEARTBEAT":  tuning,
 	},
 	"dlqnotifier": {
 		"PORT":                            "set by Cloud Run itself (a reserved name)",
@@ -437,6 +442,7 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_CALL_TIMEOUT":          tuning,
 		"GENBOX_FLEX_CALL_TIMEOUT":     tuning,
 		"GENBOX_FLEX_MARGIN":           tuning,
+		"GENBOX_PREVIEW_INTERVAL":      tuning,
 		"GENBOX_CONTEXT_CACHE_TTL":     tuning,
 		"GENBOX_BATCH_INTERVAL":        tuning,
 		"GENBOX_BATCH_MAX_TASKS":       tuning,

@@ -27,6 +27,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/console"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/obs"
@@ -62,6 +63,7 @@ const (
 	DefaultApprover = "UDEVAPPROVER"
 	DefaultChannel  = "#genbox-dev"
 	DevTenant       = "dev"
+	DevOperator     = "dev"
 	WebhookPath     = "/webhook"
 	slackBotToken   = "xoxb-genbox-dev-double"
 )
@@ -281,13 +283,15 @@ type Info struct {
 	WebhookListener   string `json:"webhook_listener"`
 	FakeGemini        string `json:"fake_gemini"` // empty with a real model backend
 	DLQ               string `json:"dlq"`         // the dlqnotifier's base URL (admin routes: GENBOX_DLQ_URL)
-	APIKey            string `json:"api_key"`
-	AdminKey          string `json:"admin_key"`
-	WebhookURL        string `json:"webhook_url"` // the callback_url that reaches the listener
-	Project           string `json:"project"`
-	FirestoreHost     string `json:"firestore_emulator_host"`
-	PubSubHost        string `json:"pubsub_emulator_host"`
-	ModelBackend      string `json:"model_backend"`
+	// Console is the operators' console; the URL logs a browser in once (a one-time token).
+	Console       string `json:"console"`
+	APIKey        string `json:"api_key"`
+	AdminKey      string `json:"admin_key"`
+	WebhookURL    string `json:"webhook_url"` // the callback_url that reaches the listener
+	Project       string `json:"project"`
+	FirestoreHost string `json:"firestore_emulator_host"`
+	PubSubHost    string `json:"pubsub_emulator_host"`
+	ModelBackend  string `json:"model_backend"`
 	// Generated names the secrets the stack generated because their variable was unset.
 	Generated []string `json:"generated,omitempty"`
 	// EmulatorsStarted is true when the stack started the emulators (and stops them on Close).
@@ -539,12 +543,14 @@ func (s *Stack) startPublisher(env func(string) string) error {
 	if err != nil {
 		return err
 	}
-	for _, job := range a.Background {
-		s.background(job)
-	}
 	ln, err := s.serve(s.cfg.PublisherAddr, "publisher", obs.PublicHandler(a.Server, "publisher"))
 	if err != nil {
 		return fmt.Errorf("%w (--addr)", err)
+	}
+	// After the server, so that Close stops them first, as a service's shutdown does: the end
+	// of the event streams (CloseStreams) lets the server drain.
+	for _, job := range a.Background {
+		s.background(job)
 	}
 	s.Info.Publisher = "http://" + ln
 	return nil
@@ -628,7 +634,21 @@ func (s *Stack) startDLQNotifier(env func(string) string, ln net.Listener) error
 	}
 	svc := dlqnotifier.Assemble(set, dlqnotifier.Infra{Store: s.Store, Publisher: s.publisher(ServiceDLQNotifier),
 		Log: s.log.With("service", "dlqnotifier"), Metrics: s.cfg.Metrics})
-	s.serveOn(ln, "dlqnotifier", obs.PublicHandler(svc.Handler(), "dlqnotifier"))
+	con, err := console.New(console.Config{AdminKey: s.cfg.AdminKey}, console.Deps{Store: s.Store, Decider: svc, Estimator: svc,
+		Pricing: set.Config.Pricing, Log: s.log.With("service", "console")})
+	if err != nil {
+		return err
+	}
+	// The printed console URL logs the browser in once, as operator "dev".
+	login, err := con.IssueLogin(context.Background(), DevOperator)
+	if err != nil {
+		return fmt.Errorf("console login: %w", err)
+	}
+	s.Info.Console = s.Info.DLQ + login
+	mux := http.NewServeMux()
+	mux.Handle(console.Prefix, con)
+	mux.Handle("/", svc.Handler())
+	s.serveOn(ln, "dlqnotifier", obs.PublicHandler(mux, "dlqnotifier"))
 	s.background(func(ctx context.Context) {
 		if err := svc.Run(ctx, s.ps); err != nil {
 			s.fail(fmt.Errorf("dlqnotifier: %w", err))

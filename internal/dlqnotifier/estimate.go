@@ -40,3 +40,7 @@ func (g GeminiEstimator) EstimateUSD(t *store.Task) (float64, bool) {
 	_, usd := g.Pricer.Estimate(t.Request(r))
 	return usd, true
 }
+
+// EstimateUSD prices one more generation of t as the Regenerate button does (the console's
+// estimate is the same).
+func (s *Service) EstimateUSD(t *store.Task) (float64, bool) { return s.est.EstimateUSD(t) }

@@ -47,7 +47,8 @@ type Infra struct {
 // beside it until it stops serving.
 type Assembly struct {
 	Server *Server
-	// Background is the API key revocation listener (WatchKeys).
+	// Background is the API key revocation listener (WatchKeys) and the end of the event
+	// streams at shutdown (CloseStreams).
 	Background []func(ctx context.Context)
 }
 
@@ -57,5 +58,5 @@ func Assemble(s Settings, in Infra) (*Assembly, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Assembly{Server: srv, Background: []func(context.Context){srv.WatchKeys}}, nil
+	return &Assembly{Server: srv, Background: []func(context.Context){srv.WatchKeys, srv.CloseStreams}}, nil
 }

@@ -47,6 +47,12 @@ type Config struct {
 	// SecretsKey seals the tenants' webhook secrets (GENBOX_WEBHOOK_SECRETS_KEY): a KMS
 	// CryptoKey this service may encrypt with, or local:<base64> for local use.
 	SecretsKey string
+	// EventsPerTenant bounds a tenant's open event streams per instance
+	// (GENBOX_EVENTS_PER_TENANT, default 32); past it, GET /v1/tasks/{id}/events is a 429.
+	EventsPerTenant int
+	// EventsHeartbeat is how often an idle event stream sends a comment line
+	// (GENBOX_EVENTS_HEARTBEAT, default 15s), so proxies and clients see it alive.
+	EventsHeartbeat time.Duration
 }
 
 // Environment variable names.
@@ -64,18 +70,22 @@ const (
 	EnvPublishTimeout         = "GENBOX_PUBLISH_TIMEOUT"
 	EnvLimitsTTL              = "GENBOX_LIMITS_TTL"
 	EnvSecretsKey             = secretbox.EnvKey
+	EnvEventsPerTenant        = "GENBOX_EVENTS_PER_TENANT"
+	EnvEventsHeartbeat        = "GENBOX_EVENTS_HEARTBEAT"
 )
 
 // DefaultConfig returns the defaults FromEnv starts from.
 func DefaultConfig() Config {
 	return Config{
-		Port:           8080,
-		MaxBodyBytes:   1 << 20,
-		CallbackPorts:  ssrf.DefaultPorts,
-		SecretOverlap:  24 * time.Hour,
-		NudgeGrace:     30 * time.Second,
-		PublishTimeout: 5 * time.Second,
-		LimitsTTL:      30 * time.Second,
+		Port:            8080,
+		MaxBodyBytes:    1 << 20,
+		CallbackPorts:   ssrf.DefaultPorts,
+		SecretOverlap:   24 * time.Hour,
+		NudgeGrace:      30 * time.Second,
+		PublishTimeout:  5 * time.Second,
+		LimitsTTL:       30 * time.Second,
+		EventsPerTenant: 32,
+		EventsHeartbeat: 15 * time.Second,
 	}
 }
 
@@ -100,6 +110,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration(EnvPublishTimeout, &c.PublishTimeout)
 	r.Duration(EnvLimitsTTL, &c.LimitsTTL)
 	r.String(EnvSecretsKey, &c.SecretsKey)
+	r.Int(EnvEventsPerTenant, &c.EventsPerTenant)
+	r.Duration(EnvEventsHeartbeat, &c.EventsHeartbeat)
 	return c, r.Err()
 }
 
@@ -153,10 +165,13 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{EnvSecretOverlap, c.SecretOverlap}, {EnvNudgeGrace, c.NudgeGrace}, {EnvPublishTimeout, c.PublishTimeout}, {EnvLimitsTTL, c.LimitsTTL}} {
+	}{{EnvSecretOverlap, c.SecretOverlap}, {EnvNudgeGrace, c.NudgeGrace}, {EnvPublishTimeout, c.PublishTimeout}, {EnvLimitsTTL, c.LimitsTTL}, {EnvEventsHeartbeat, c.EventsHeartbeat}} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive", d.name))
 		}
+	}
+	if c.EventsPerTenant < 1 {
+		errs = append(errs, fmt.Errorf("%s: %d is below 1", EnvEventsPerTenant, c.EventsPerTenant))
 	}
 	return errors.Join(errs...)
 }

@@ -132,6 +132,8 @@ func fieldRanges(c schemas) {
 	set("BatchRequest", "tasks", "minItems", 1, "maxItems", client.MaxBatch)
 	set("TaskRequest", "mode", "description", "standard (at once), flex (the Flex tier: about half the price, minutes) or batch (the Batch API: about half the price, within 24 h or run_before); default the family's mode.")
 	set("Task", "batch_job", "description", "The batch job (batch_jobs id) the task runs or ran in.")
+	set("TaskRequest", "stream", "default", false, "description", "Stream the generation: GET /v1/tasks/{id}/events sends task.preview events with the text so far. Previews are never the stored output and never reach the webhook.")
+	set("Event", "type", "description", "The SSE event name: a webhook event type for a move into an end state, task.queued, task.running, task.waiting, task.attempt, task.delivery, task.updated or task.preview. The SSE id is the task document's update time (none on a preview).")
 	set("Usage", "cached_tokens", "description", "The part of prompt_tokens a context cache served (explicit or implicit), billed at the cached rate.")
 }
 
@@ -169,7 +171,11 @@ func (s *Server) openAPI() map[string]any {
 		}
 		ok := map[string]any{"description": http.StatusText(rt.Doc.OK)}
 		if rt.Doc.Result != nil {
-			ok["content"] = map[string]any{"application/json": map[string]any{"schema": c.of(reflect.TypeOf(rt.Doc.Result))}}
+			ct := rt.Doc.ContentType
+			if ct == "" {
+				ct = "application/json"
+			}
+			ok["content"] = map[string]any{ct: map[string]any{"schema": c.of(reflect.TypeOf(rt.Doc.Result))}}
 		}
 		responses := map[string]any{strconv.Itoa(rt.Doc.OK): ok}
 		if rt.Method == "POST" && rt.Path == "/v1/tasks" {

@@ -10,9 +10,11 @@ type opDoc struct {
 	Body   any // a value of the request body's type; nil: no body
 	OK     int
 	Result any // a value of the answer's type; nil: no body
-	Query  []param
-	Header []param
-	Errors []int
+	// ContentType is the answer's media type when it is not application/json.
+	ContentType string
+	Query       []param
+	Header      []param
+	Errors      []int
 }
 
 // param is a query or header parameter.
@@ -46,6 +48,10 @@ func (s *Server) routeTable() []route {
 			}}},
 		{Method: "GET", Path: "/v1/tasks/{id}", Summary: "Read a task", Auth: authTenant, Handle: s.handleGet,
 			Doc: opDoc{OK: 200, Result: task.View{}, Errors: tenantErrs}},
+		{Method: "GET", Path: "/v1/tasks/{id}/events", Summary: "Follow a task as Server-Sent Events: its state at once, then each change, until it has finished and its delivery is settled; a streamed task's previews too", Auth: authTenant, Handle: s.handleEvents,
+			Doc: opDoc{OK: 200, Result: client.Event{}, ContentType: "text/event-stream", Errors: append(tenantErrs, 429), Header: []param{
+				{Name: "Last-Event-ID", Type: "string", Desc: "The id of the last event received: the stream resumes after it (EventSource sends it on reconnect)."},
+			}}},
 		{Method: "POST", Path: "/v1/tasks/{id}:cancel", Summary: "Cancel a queued or waiting task (queues task.cancelled)", Auth: authTenant, Handle: s.handleCancel,
 			Doc: opDoc{OK: 200, Result: task.View{}, Errors: append(tenantErrs, 409)}},
 		{Method: "DELETE", Path: "/v1/tasks/{id}", Summary: "Erase a finished task's input and outputs, its cache entry and last good output; the accounting stays", Auth: authTenant, Handle: s.handleDelete,

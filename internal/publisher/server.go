@@ -68,6 +68,7 @@ type Server struct {
 	keys     *keys
 	// authFails throttles clients whose credentials keep failing.
 	authFails *authlimit.Limiter
+	streams   *streams
 	adminSum  [sha256.Size]byte
 	routes    []route
 	doc       func() []byte
@@ -99,6 +100,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	s.limits = newLimiters(d.Store, cfg.LimitsTTL)
 	s.keys = newKeys(d.Store, d.Log)
 	s.authFails = authlimit.New(authlimit.DefaultConfig(), func() time.Time { return d.Store.Now() })
+	s.streams = newStreams(cfg.EventsPerTenant)
 	s.routes = s.routeTable()
 	s.doc = sync.OnceValue(s.openAPIJSON)
 	s.mux = s.buildMux()

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -94,6 +96,9 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 		return submitted{}, err
 	}
 	t := s.newTask(id, tenant, key, hash, req, variant, now)
+	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
+		t.TraceID = sc.TraceID().String()
+	}
 	err = s.st.CreateTask(ctx, t)
 	if errors.Is(err, store.ErrExists) && key != "" {
 		return s.replay(ctx, tenant, id, hash)
@@ -112,7 +117,7 @@ func (s *Server) newTask(id, tenant, key, hash string, req *task.Request, varian
 	return &store.Task{
 		ID: id, Tenant: tenant, Family: req.Family, Variant: req.Variant, Input: req.Input,
 		SubjectKey: req.SubjectKey, GenConfig: req.Config, CallbackURL: req.CallbackURL, Labels: req.Labels,
-		Cache: req.Cache, RunBefore: req.RunBefore, MaxCostUSD: req.MaxCostUSD,
+		Cache: req.Cache, RunBefore: req.RunBefore, MaxCostUSD: req.MaxCostUSD, Stream: req.Stream,
 		IdempotencyKey: key, RequestHash: hash, State: task.StateQueued,
 		Delivery:      store.Delivery{State: task.DeliveryNone},
 		PromptVersion: variant.Version, ModelChain: variant.Models, Mode: effectiveMode(req.Mode, variant.Mode),

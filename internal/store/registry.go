@@ -47,6 +47,10 @@ var Queries = []Query{
 	{Name: "batch-candidates", Collection: TasksCollection, Fields: []IndexField{{"batch_model", Asc}, {"state", Asc}, {"created_at", Asc}}},
 	{Name: "open-batch-jobs", Collection: BatchJobsCollection, Fields: []IndexField{{"model", Asc}, {"open", Asc}}},
 	{Name: "outputs-by-task", Collection: OutputsCollection, Fields: []IndexField{{"task_id", Asc}}},
+	{Name: "console-tasks-by-tenant-family", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"family", Asc}, {"created_at", Desc}}},
+	{Name: "console-tasks-by-tenant-state-family", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"state", Asc}, {"family", Asc}, {"created_at", Desc}}},
+	{Name: "tasks-by-state", Collection: TasksCollection, Fields: []IndexField{{"state", Asc}}},
+	{Name: "dead-letters-by-task", Collection: DeadLettersCollection, Fields: []IndexField{{"task_id", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of docs/architecture.md §2.
@@ -70,6 +74,13 @@ var Exemptions = []Exemption{
 	{TasksCollection, "expire_at"},
 	{TasksCollection, "created_at"},
 	{TasksCollection, "erased_at"},
+	{TasksCollection, "attempt_log"},
+	{TasksCollection, "trace_id"},
+	{PreviewsCollection, "text"},
+	{PreviewsCollection, "updated_at"},
+	{PreviewsCollection, "expire_at"},
+	{ConsoleSessionsCollection, "expire_at"},
+	{ConsoleLoginsCollection, "expire_at"},
 	{BatchJobsCollection, "members"},
 	{BatchJobsCollection, "expire_at"},
 	{OutputsCollection, "payload"},

@@ -48,6 +48,10 @@ type Task struct {
 	Fingerprint    string            `firestore:"fingerprint,omitempty"`
 	// Mode is the task's effective mode (the request's, else its family's); "" is standard.
 	Mode task.Mode `firestore:"mode,omitempty"`
+	// Stream: the worker streams the generation and publishes previews (previews/{task_id}).
+	Stream bool `firestore:"stream,omitempty"`
+	// TraceID is the trace of the submission, for finding the task's spans.
+	TraceID string `firestore:"trace_id,omitempty"`
 
 	State    task.State  `firestore:"state"`
 	Attempts int         `firestore:"attempts"`        // failed generation attempts of this replay
@@ -87,6 +91,8 @@ type Task struct {
 	CacheHit    bool         `firestore:"cache_hit"`
 	Error       *TaskError   `firestore:"error,omitempty"`
 	Previous    []Generation `firestore:"previous,omitempty"`
+	// AttemptLog records the latest model calls of every replay (at most MaxAttemptLog).
+	AttemptLog []AttemptRecord `firestore:"attempt_log,omitempty"`
 
 	Delivery        Delivery  `firestore:"delivery"`
 	Notices         []Notice  `firestore:"dlq_notices,omitempty"`
@@ -126,6 +132,30 @@ type Generation struct {
 	State       task.State `firestore:"state"`
 	Error       *TaskError `firestore:"error,omitempty"`
 	CompletedAt *time.Time `firestore:"completed_at,omitempty"`
+}
+
+// MaxAttemptLog bounds a task's attempt log: the document stays far below Firestore's limit.
+const MaxAttemptLog = 32
+
+// AttemptRecord is one model call of a task, as the console shows it.
+type AttemptRecord struct {
+	Replay  int        `firestore:"replay"`
+	Epoch   int64      `firestore:"epoch"`
+	Number  int        `firestore:"number"` // within the call's attempt budget; 1 is the first call
+	Model   string     `firestore:"model"`
+	Class   string     `firestore:"class,omitempty"` // the failure class; "" when the model answered
+	Latency int64      `firestore:"latency_ms"`
+	Usage   task.Usage `firestore:"usage"`
+	CostUSD float64    `firestore:"cost_usd"`
+	At      time.Time  `firestore:"at"`
+}
+
+// LogAttempts appends calls to the attempt log, keeping the latest MaxAttemptLog.
+func (t *Task) LogAttempts(calls ...AttemptRecord) {
+	t.AttemptLog = append(t.AttemptLog, calls...)
+	if n := len(t.AttemptLog) - MaxAttemptLog; n > 0 {
+		t.AttemptLog = append([]AttemptRecord(nil), t.AttemptLog[n:]...)
+	}
 }
 
 // Delivery is the webhook outbox of a task: the event in flight, and newer events queued behind it.

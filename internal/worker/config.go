@@ -45,6 +45,7 @@ type Config struct {
 	FlexMargin    time.Duration       // GENBOX_FLEX_MARGIN: a flex task closer than this to run_before is called on the standard tier
 	ContextTTL    time.Duration       // GENBOX_CONTEXT_CACHE_TTL: an explicit context cache's TTL, extended while in use; 0 creates none
 	DrillEvery    time.Duration       // GENBOX_FALLBACK_DRILL_INTERVAL: time between fallback drills; 0: none
+	PreviewEvery  time.Duration       // GENBOX_PREVIEW_INTERVAL: at most one preview write per streamed task this often
 
 	Sweep  sweeper.Config
 	Batch  batcher.Config
@@ -77,6 +78,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		CacheTTL:      24 * time.Hour,
 		FlexMargin:    15 * time.Minute,
 		ContextTTL:    time.Hour,
+		PreviewEvery:  500 * time.Millisecond,
 		BudgetPolicy:  gemini.BudgetWait,
 	}
 	r := envconfig.New(getenv)
@@ -106,6 +108,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration("GENBOX_FLEX_MARGIN", &c.FlexMargin)
 	r.Duration("GENBOX_CONTEXT_CACHE_TTL", &c.ContextTTL)
 	r.Duration("GENBOX_FALLBACK_DRILL_INTERVAL", &c.DrillEvery)
+	r.Duration("GENBOX_PREVIEW_INTERVAL", &c.PreviewEvery)
 	r.Int("GENBOX_CONCURRENCY", &c.Concurrency)
 	r.Int("GENBOX_TASK_ATTEMPTS", &c.MaxAttempts)
 	r.Int("GENBOX_CLAIM_CAP", &c.ClaimCap)
@@ -187,6 +190,7 @@ func (c Config) Validate() error {
 	}{
 		{"GENBOX_BUDGET_RETRY", c.BudgetRetry}, {"GENBOX_TENANT_REFRESH", c.TenantRefresh},
 		{"GENBOX_TENANT_SLOT_RETRY", c.SlotRetry}, {"GENBOX_CACHE_TTL", c.CacheTTL}, {"GENBOX_FLEX_MARGIN", c.FlexMargin},
+		{"GENBOX_PREVIEW_INTERVAL", c.PreviewEvery},
 	} {
 		if v.d <= 0 {
 			bad(v.name, "must be positive")
@@ -211,6 +215,7 @@ func (c Config) Policy() Policy {
 		MaxAttempts: c.MaxAttempts, ClaimCap: c.ClaimCap,
 		RetryBase: c.RetryBase, RetryMax: c.RetryMax, ParkBase: c.ParkBase, ParkMax: c.ParkMax,
 		NudgeGrace: c.NudgeGrace, CommitRetry: c.CommitRetry, FlexMargin: c.FlexMargin,
+		PreviewEvery: c.PreviewEvery,
 	}
 }
 

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/store"
@@ -48,6 +49,7 @@ func sumResults(a, b gemini.Result) gemini.Result {
 	b.InDoubt = a.InDoubt.Add(b.InDoubt)
 	b.Calls += a.Calls
 	b.CostUSD += a.CostUSD
+	b.Attempts = append(slices.Clone(a.Attempts), b.Attempts...)
 	return b
 }
 

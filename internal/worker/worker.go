@@ -68,6 +68,8 @@ type Policy struct {
 	NudgeGrace  time.Duration // the sweeper holds off this long after the worker's own nudge
 	CommitRetry time.Duration // how long a failed commit (of an output, of spend) is retried
 	FlexMargin  time.Duration // a flex task closer than this to run_before is called on the standard tier
+	// PreviewEvery throttles a streamed task's previews: one write this often at most (0: 500 ms).
+	PreviewEvery time.Duration
 }
 
 // Handler handles gemini-tasks messages. It is safe for concurrent use.
@@ -386,8 +388,10 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 	}
 
 	req, observe := h.contextCache(ctx, log, t, r, req)
+	req, stopPreviews := h.previews(ctx, log, t, epoch, req)
 	start := time.Now()
 	res, err := h.generate(callCtx, log, t, req)
+	stopPreviews()
 	cause := context.Cause(callCtx)
 	tk.done(res)
 	observe(res)
@@ -518,10 +522,11 @@ func (h *Handler) addSpend(t *store.Task, epoch int64, res gemini.Result) bool {
 		return false
 	}
 	t.SpentBy = append(t.SpentBy, key)
-	usage, cost := &t.Usage, &t.CostUSD
+	usage, cost, replay := &t.Usage, &t.CostUSD, t.Replay
 	if g := t.EarlierReplay(epoch); g != nil {
-		usage, cost = &g.Usage, &g.CostUSD
+		usage, cost, replay = &g.Usage, &g.CostUSD, g.Replay
 	}
+	t.LogAttempts(attemptRecords(replay, epoch, res.Attempts)...)
 	*usage = usage.Add(res.Usage)
 	*cost += res.CostUSD
 	t.InDoubt = t.InDoubt.Add(res.InDoubt)

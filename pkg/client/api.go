@@ -149,3 +149,35 @@ type RotatedSecret struct {
 type Health struct {
 	Status string `json:"status"`
 }
+
+// Event types of GET /v1/tasks/{id}/events beyond the webhook event types (task.succeeded,
+// task.failed, task.dead, task.cancelled, task.discarded), which name a move into an end state.
+const (
+	EventQueued   = "task.queued"   // the task is queued (submitted, or handed back to retry: see Attempts)
+	EventRunning  = "task.running"  // a worker claimed it
+	EventWaiting  = "task.waiting"  // parked: every model of its chain unavailable, or its budget spent
+	EventAttempt  = "task.attempt"  // a new attempt or claim without a change of state (a lease taken over)
+	EventDelivery = "task.delivery" // the webhook delivery changed (pending, delivered, dead, discarded)
+	EventUpdated  = "task.updated"  // another visible change (e.g. degraded, stale, a replay)
+	EventPreview  = "task.preview"  // the text generated so far by a streamed task (never the output)
+)
+
+// Event is one event of GET /v1/tasks/{id}/events (Server-Sent Events): the SSE event name is
+// Type, its data this struct as JSON. ID is the SSE id — the task document's update time — that
+// Last-Event-ID resumes after; a preview has none.
+type Event struct {
+	ID        string    `json:"-"`
+	Type      string    `json:"type"`
+	Timestamp time.Time `json:"timestamp"`
+	// Attempts counts the failed generation attempts of the task's current replay.
+	Attempts int `json:"attempts"`
+	// Task is the task as GET /v1/tasks/{id} shows it; nil on a preview.
+	Task *task.View `json:"task,omitempty"`
+	// Preview is the streamed text so far, on a task.preview event only.
+	Preview string `json:"preview,omitempty"`
+}
+
+// Final reports whether e ends the stream: its task has finished and its delivery is settled.
+func (e Event) Final() bool {
+	return e.Task != nil && e.Task.State.Finished() && e.Task.Delivery.State != task.DeliveryPending
+}

@@ -341,6 +341,12 @@ func (c *Client) once(ctx context.Context, method, path, idemKey string, body []
 		}
 		return resp.Header, 0, nil
 	}
+	p := problemFrom(resp, data)
+	return nil, p.RetryAfter, p
+}
+
+// problemFrom is the *Problem of a non-2xx answer whose body is data.
+func problemFrom(resp *http.Response, data []byte) *Problem {
 	p := &Problem{}
 	if json.Unmarshal(data, p) != nil || p.Status == 0 {
 		detail := strings.TrimSpace(string(data))
@@ -353,5 +359,5 @@ func (c *Client) once(ctx context.Context, method, path, idemKey string, body []
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
 		p.RetryAfter = time.Duration(s) * time.Second
 	}
-	return nil, p.RetryAfter, p
+	return p
 }

@@ -2,6 +2,7 @@ package gemini
 
 import (
 	"context"
+	"time"
 
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -18,6 +19,9 @@ type Attempt struct {
 	CostUSD float64
 	Class   Class
 	Err     error
+	// Start is when the call began; Latency how long it took (both set once it ended).
+	Start   time.Time
+	Latency time.Duration
 }
 
 // AttemptHook observes each model call: it is called before the call with the attempt's model
@@ -31,15 +35,17 @@ func WithAttemptHook(h AttemptHook) Option { return func(c *Client) { c.attemptH
 // ClassCanceled is the class an AttemptHook sees when the caller's context ended the call.
 const ClassCanceled Class = "canceled"
 
-// attempt makes one model call through c.call, observed by the attempt hook when there is one.
+// attempt makes one model call through c.call, observed by the attempt hook when there is one,
+// and adds its record to res.Attempts.
 func (c *Client) attempt(ctx context.Context, number int, model string, req Request, cfg task.GenConfig, res *Result) (string, *failure, error) {
-	if c.attemptHook == nil {
-		return c.call(ctx, model, req, cfg, res)
-	}
-	a := Attempt{TaskID: req.TaskID, Tenant: req.Tenant, Model: model, Number: number}
+	a := Attempt{TaskID: req.TaskID, Tenant: req.Tenant, Model: model, Number: number, Start: c.clock.Now()}
 	before := *res
-	callCtx, done := c.attemptHook(ctx, a)
+	callCtx, done := ctx, func(Attempt) {}
+	if c.attemptHook != nil {
+		callCtx, done = c.attemptHook(ctx, a)
+	}
 	text, f, err := c.call(callCtx, model, req, cfg, res)
+	a.Latency = c.clock.Now().Sub(a.Start)
 	a.Usage = task.Usage{
 		PromptTokens: res.Usage.PromptTokens - before.Usage.PromptTokens,
 		OutputTokens: res.Usage.OutputTokens - before.Usage.OutputTokens,
@@ -53,6 +59,7 @@ func (c *Client) attempt(ctx context.Context, number int, model string, req Requ
 	case f != nil:
 		a.Class, a.Err = f.class, f.err
 	}
+	res.Attempts = append(res.Attempts, a)
 	done(a)
 	return text, f, err
 }

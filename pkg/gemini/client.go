@@ -402,7 +402,7 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 	if cached {
 		gc.CachedContent, gc.SystemInstruction = req.CachedContent, nil
 	}
-	resp, err := c.models.GenerateContent(callCtx, model, genai.Text(req.Prompt), gc)
+	resp, err := c.generateContent(callCtx, model, req, gc)
 	if err != nil {
 		if ctx.Err() != nil {
 			c.spendInDoubt(model, prompt, cfg, res)

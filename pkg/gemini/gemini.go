@@ -93,6 +93,9 @@ type Request struct {
 	// a call to that model sends the cache instead of the system instruction; a call to any
 	// other model of the chain (a fallback) sends the whole prompt.
 	CachedContent, CacheModel string
+	// OnPartial, when set, streams the call (streamGenerateContent) and receives the text
+	// generated so far after each chunk. It must not block: the stream waits for it.
+	OnPartial func(text string)
 }
 
 // Result is what Generate spent and, on success, produced. It is returned with errors too, so that
@@ -110,4 +113,6 @@ type Result struct {
 	// CacheLost means the request's context cache was gone (expired or deleted): the calls went
 	// with the whole prompt.
 	CacheLost bool
+	// Attempts records every model call made, in order.
+	Attempts []Attempt
 }

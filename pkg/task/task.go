@@ -175,6 +175,9 @@ type Request struct {
 	MaxCostUSD  *float64          `json:"max_cost_usd,omitempty"`
 	// Mode is standard, flex or batch; empty takes the family's default mode.
 	Mode Mode `json:"mode,omitempty"`
+	// Stream asks for previews of the output while it is generated, on GET /v1/tasks/{id}/events:
+	// never stored as the output, never in a webhook.
+	Stream bool `json:"stream,omitempty"`
 }
 
 // Usage counts tokens. CachedTokens are the part of PromptTokens served from a context cache

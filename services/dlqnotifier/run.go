@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/console"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/service"
@@ -15,7 +16,7 @@ import (
 // readyTimeout bounds a readiness probe's Firestore read.
 const readyTimeout = 2 * time.Second
 
-// run serves the interactions, admin, push and health routes (and pulls in pull mode) until ctx
+// run serves the interactions, admin, push, console and health routes (and pulls in pull mode) until ctx
 // ends, then drains within the shutdown grace and flushes the publisher and telemetry.
 func run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
 	set, err := dlqnotifier.Load(getenv)
@@ -38,8 +39,13 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		checks = append(checks, l.Pulling.Check("pull"))
 		l.Pull = func(ctx context.Context) error { return svc.Run(ctx, d.PubSub) }
 	}
+	con, err := console.New(console.Config{AdminKey: cfg.AdminKey}, console.Deps{Store: st, Decider: svc, Estimator: svc, Pricing: cfg.Pricing, Log: d.Log})
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /readyz", obs.Ready(d.Log, readyTimeout, checks...))
+	mux.Handle(console.Prefix, con)
 	mux.Handle("/", svc.Handler())
 	l.Handler = mux
 

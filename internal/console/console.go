@@ -1,0 +1,342 @@
+// Package console is genbox's web console for operators: pages served by the dlqnotifier (which
+// holds the decision code, the admin key and the Regenerate estimate) from assets embedded in the
+// binary — plain HTML and one small script, no third-party requests. Every page needs a session:
+// a one-time login link (printed by `genbox dev`, or issued by POST /console/login-token with the
+// admin key) is exchanged for an HttpOnly, SameSite=Strict cookie, and every action carries the
+// session's CSRF token. Decisions on dead letters go through dlqnotifier.Service.Decide, the
+// same code as Slack's buttons, with the session's operator recorded.
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/dlqnotifier"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Routes.
+const (
+	Prefix         = "/console/"
+	LoginPath      = "/console/login"
+	LoginTokenPath = "/console/login-token"
+	cookieName     = "genbox_console"
+)
+
+// Decider applies a decision on a dead letter (*dlqnotifier.Service).
+type Decider interface {
+	Decide(ctx context.Context, id string, action dlqnotifier.Action, by string) (*store.DeadLetter, error)
+}
+
+// Estimator prices one more generation of a task (dlqnotifier.Estimator).
+type Estimator interface {
+	EstimateUSD(t *store.Task) (usd float64, ok bool)
+}
+
+var _ Decider = (*dlqnotifier.Service)(nil)
+
+// Config is the console's settings.
+type Config struct {
+	// AdminKey authorizes POST /console/login-token; empty: only IssueLogin's links log in.
+	AdminKey string
+	// SessionTTL is how long a session lasts (12 h when zero).
+	SessionTTL time.Duration
+	// LoginTTL is how long a one-time login link is valid (10 min when zero).
+	LoginTTL time.Duration
+}
+
+// Deps are the console's collaborators.
+type Deps struct {
+	Store     *store.Store
+	Decider   Decider
+	Estimator Estimator
+	// Pricing prices the savings of the Spend page.
+	Pricing gemini.Pricing
+	Log     *slog.Logger
+}
+
+// Console serves the console's routes under Prefix.
+type Console struct {
+	cfg   Config
+	d     Deps
+	pages map[string]*template.Template
+	mux   *http.ServeMux
+}
+
+// New returns the console.
+func New(cfg Config, d Deps) (*Console, error) {
+	if d.Store == nil || d.Decider == nil || d.Estimator == nil {
+		return nil, errors.New("console: Store, Decider and Estimator are required")
+	}
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = 12 * time.Hour
+	}
+	if cfg.LoginTTL <= 0 {
+		cfg.LoginTTL = 10 * time.Minute
+	}
+	c := &Console{cfg: cfg, d: d, pages: map[string]*template.Template{}}
+	for _, p := range []string{"overview", "tasks", "task", "deadletters", "bulk", "spend", "message"} {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/layout.html", "assets/parts.html", "assets/"+p+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console: page %s: %w", p, err)
+		}
+		c.pages[p] = t
+	}
+	static, err := fs.Sub(assets, "assets")
+	if err != nil {
+		return nil, err
+	}
+	m := http.NewServeMux()
+	m.HandleFunc("GET "+LoginPath, c.login)
+	m.HandleFunc("POST "+LoginTokenPath, c.loginToken)
+	m.Handle("GET /console/assets/", c.session(func(w http.ResponseWriter, r *http.Request, _ store.ConsoleSession) {
+		http.StripPrefix("/console/assets/", http.FileServerFS(static)).ServeHTTP(w, r)
+	}))
+	m.Handle("GET /console/{$}", c.session(c.overview))
+	m.Handle("GET /console/tasks", c.session(c.tasks))
+	m.Handle("GET /console/tasks/{id}", c.session(c.task))
+	m.Handle("GET /console/dead-letters", c.session(c.deadLetters))
+	m.Handle("POST /console/dead-letters/{id}", c.session(c.action(c.decide)))
+	m.Handle("GET /console/bulk", c.session(c.bulkPreview))
+	m.Handle("POST /console/bulk", c.session(c.action(c.bulkDecide)))
+	m.Handle("GET /console/spend", c.session(c.spend))
+	m.Handle("POST /console/logout", c.session(c.action(c.logout)))
+	m.Handle("/console/", c.session(func(w http.ResponseWriter, r *http.Request, _ store.ConsoleSession) {
+		c.message(w, http.StatusNotFound, "Not found", "The console has no page "+r.URL.Path+".")
+	}))
+	c.mux = m
+	return c, nil
+}
+
+// ServeHTTP serves the console.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	// Nothing of the console may be framed, cached or load anything from elsewhere.
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+	c.mux.ServeHTTP(w, r)
+}
+
+// randomToken is 256 random bits, URL-safe.
+func randomToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// IssueLogin stores a one-time login for operator and returns the path that redeems it
+// (LoginPath?token=…), valid for LoginTTL.
+func (c *Console) IssueLogin(ctx context.Context, operator string) (string, error) {
+	tok := randomToken()
+	if err := c.d.Store.CreateConsoleLogin(ctx, tok, operator, c.cfg.LoginTTL); err != nil {
+		return "", err
+	}
+	return LoginPath + "?token=" + tok, nil
+}
+
+// LoginTokenRequest is the body of POST /console/login-token.
+type LoginTokenRequest struct {
+	Operator string `json:"operator"`
+}
+
+// LoginTokenResponse is its answer: the one-time login URL.
+type LoginTokenResponse struct {
+	URL       string    `json:"url"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// loginToken is POST /console/login-token (Bearer GENBOX_ADMIN_KEY): a one-time login link for
+// the operator named in the body — how an operator logs in on Cloud Run.
+func (c *Console) loginToken(w http.ResponseWriter, r *http.Request) {
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	ks, as := sha256.Sum256([]byte(key)), sha256.Sum256([]byte(c.cfg.AdminKey))
+	if c.cfg.AdminKey == "" || !ok || subtle.ConstantTimeCompare(ks[:], as[:]) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="genbox-admin"`)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "admin key required"})
+		return
+	}
+	var body LoginTokenRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10)).Decode(&body); err != nil || !validOperator(body.Operator) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `body must be {"operator": "<who logs in>"} (1-64 printable characters)`})
+		return
+	}
+	path, err := c.IssueLogin(r.Context(), strings.TrimSpace(body.Operator))
+	if err != nil {
+		c.d.Log.ErrorContext(r.Context(), "console: issue login", "error", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error"})
+		return
+	}
+	writeJSON(w, http.StatusOK, LoginTokenResponse{URL: baseURL(r) + path, ExpiresAt: time.Now().Add(c.cfg.LoginTTL).UTC()})
+}
+
+func validOperator(s string) bool {
+	s = strings.TrimSpace(s)
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// baseURL is the scheme and host the request reached.
+func baseURL(r *http.Request) string {
+	if secure(r) {
+		return "https://" + r.Host
+	}
+	return "http://" + r.Host
+}
+
+func secure(r *http.Request) bool {
+	return r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https"
+}
+
+// login redeems a one-time token for a session cookie and goes to the overview.
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	tok := r.URL.Query().Get("token")
+	if tok == "" {
+		c.loggedOut(w)
+		return
+	}
+	sid := randomToken()
+	sess := store.ConsoleSession{CSRF: randomToken(), ExpireAt: time.Now().Add(c.cfg.SessionTTL).UTC()}
+	_, err := c.d.Store.RedeemConsoleLogin(r.Context(), tok, sid, sess)
+	if errors.Is(err, store.ErrExpired) {
+		c.message(w, http.StatusUnauthorized, "Login link used or expired", "A login link works once, for a few minutes. Ask for a new one (see docs/console.md).")
+		return
+	}
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: sid, Path: "/console", MaxAge: int(c.cfg.SessionTTL.Seconds()),
+		HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+// loggedOut answers a request without a session.
+func (c *Console) loggedOut(w http.ResponseWriter) {
+	c.message(w, http.StatusUnauthorized, "Log in to the genbox console",
+		"Open the console link that `genbox dev` prints, or ask for a one-time link with the admin key: "+
+			`curl -X POST -H "Authorization: Bearer $GENBOX_ADMIN_KEY" -d '{"operator":"you"}' $GENBOX_DLQ_URL/console/login-token`)
+}
+
+// sessionHandler is a page that runs inside a session.
+type sessionHandler func(w http.ResponseWriter, r *http.Request, sess store.ConsoleSession)
+
+// session admits only requests with a live session cookie.
+func (c *Console) session(next sessionHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ck, err := r.Cookie(cookieName)
+		if err != nil || ck.Value == "" {
+			c.loggedOut(w)
+			return
+		}
+		sess, err := c.d.Store.ConsoleSessionOf(r.Context(), ck.Value)
+		if errors.Is(err, store.ErrExpired) {
+			c.loggedOut(w)
+			return
+		}
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		next(w, r, sess)
+	})
+}
+
+// action admits a POST only with the session's CSRF token in its form.
+func (c *Console) action(next sessionHandler) sessionHandler {
+	return func(w http.ResponseWriter, r *http.Request, sess store.ConsoleSession) {
+		r.Body = http.MaxBytesReader(w, r.Body, 256<<10)
+		got := r.PostFormValue("csrf")
+		if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(sess.CSRF)) != 1 {
+			c.message(w, http.StatusForbidden, "Refused", "The form's CSRF token is missing or wrong: reload the page and try again.")
+			return
+		}
+		next(w, r, sess)
+	}
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request, _ store.ConsoleSession) {
+	if ck, err := r.Cookie(cookieName); err == nil {
+		if err := c.d.Store.DeleteConsoleSession(r.Context(), ck.Value); err != nil {
+			c.fail(w, r, err)
+			return
+		}
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/console", MaxAge: -1, HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
+	c.message(w, http.StatusOK, "Logged out", "The session has ended.")
+}
+
+// page is what every page's template receives.
+type page struct {
+	Title    string
+	Nav      string
+	Operator string
+	CSRF     string
+	Live     bool
+	Flash    string
+	Data     any
+}
+
+// render writes a page.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, p page) {
+	var b strings.Builder
+	if err := c.pages[name].Execute(&b, p); err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// message writes a page of one message.
+func (c *Console) message(w http.ResponseWriter, code int, title, text string) {
+	var b strings.Builder
+	if err := c.pages["message"].Execute(&b, page{Title: title, Data: text}); err != nil {
+		http.Error(w, title, code)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// fail answers an error the operator cannot fix.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
+	c.d.Log.ErrorContext(r.Context(), "console: request failed", "path", r.URL.Path, "error", err)
+	c.message(w, http.StatusInternalServerError, "Something failed", "The console could not answer; try again. (It is logged.)")
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
