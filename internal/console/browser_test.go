@@ -51,9 +51,19 @@ func headless(t *testing.T) context.Context {
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
 	// The first action starts the browser, on a context without a timeout (a timeout there
-	// would stop the browser); the test's actions are bounded after it.
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
-		t.Fatalf("start chromium: %v", err)
+	// would stop the browser), so its start is bounded by stopping the browser instead; the
+	// test's actions are bounded after it.
+	started := make(chan error, 1)
+	go func() { started <- chromedp.Do(ctx, chromedp.Navigate("about:blank")) }()
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("start chromium: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		cancel()
+		cancelAlloc()
+		t.Fatalf("chromium did not start within 2 minutes")
 	}
 	tctx, cancelT := context.WithTimeout(ctx, 3*time.Minute)
 	t.Cleanup(cancelT)
@@ -92,11 +102,12 @@ func (s *shots) take(ctx context.Context, name string) {
 // with a double click: the decision is recorded once, by the session's operator.
 func TestBrowserFollowsATaskAndDecidesItsDeadLetter(t *testing.T) {
 	t.Parallel()
-	ctx := headless(t)
-	// Generations take 3 s, so the live page shows the task before it succeeds.
+	// Generations take 3 s, so the live page shows the task before it succeeds. The stack starts
+	// first: the browser's time budget is its own.
 	s := devstack.StartTestWith(t, func(c *devstack.Config) {
 		c.Fake = []geminitest.Option{geminitest.WithLatency("", geminitest.Fixed(3*time.Second))}
 	})
+	ctx := headless(t)
 	shot := newShots(t)
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(s.Info.Console), chromedp.WaitVisible(`h1`)); err != nil {
