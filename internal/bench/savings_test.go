@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/genbox-dev/genbox/internal/emulator"
 )
 
 // savingsConfig is a savings workload short enough for CI, under the default failure mix.
@@ -21,6 +23,7 @@ func savingsConfig(t *testing.T, tasks int) Config {
 // standard run per task, pay for every generation once and lose nothing.
 func TestSavingsOfBatchAndFlex(t *testing.T) {
 	t.Parallel()
+	emulator.Require(t)
 	for _, tc := range []struct {
 		mode     string
 		shed     float64
