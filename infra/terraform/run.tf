@@ -44,6 +44,8 @@ locals {
       GENBOX_CALLBACK_PORTS           = length(var.callback_ports) == 0 ? "any" : join(",", var.callback_ports)
       # Seals the webhook secrets it creates and rotates (kms.tf: encrypt only).
       GENBOX_WEBHOOK_SECRETS_KEY = local.webhook_secrets_key
+      # Cloud Run kills an instance 10 s after SIGTERM.
+      GENBOX_SHUTDOWN_GRACE = "8s"
     })
 
     worker = merge(local.common_env, local.pricing_env, {

@@ -8,6 +8,7 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -340,17 +341,6 @@ func (s *Stack) onClose(f func(context.Context) error) {
 	s.stopMu.Unlock()
 }
 
-// background runs f until Close cancels its context, and Close waits for it to return.
-func (s *Stack) background(f func(ctx context.Context)) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f(ctx)
-	}()
-	s.onClose(func(context.Context) error { cancel(); <-done; return nil })
-}
-
 // Start brings the stack up; Close it (also when Start fails, it has cleaned up after itself).
 func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	if err := cfg.Validate(); err != nil {
@@ -479,11 +469,6 @@ func (s *Stack) serve(addr, name string, h http.Handler) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s: listen on %s: %w (is another `genbox dev` running? choose another address)", name, addr, err)
 	}
-	s.serveOn(ln, name, h)
-	return ln.Addr().String(), nil
-}
-
-func (s *Stack) serveOn(ln net.Listener, name string, h http.Handler) {
 	srv := service.NewServer(h, service.Limits{})
 	done := make(chan struct{})
 	go func() {
@@ -500,6 +485,7 @@ func (s *Stack) serveOn(ln net.Listener, name string, h http.Handler) {
 		}
 		return nil
 	})
+	return ln.Addr().String(), nil
 }
 
 // ensureTenant creates the dev tenant with the configured API key and webhook secret, or, on
@@ -543,17 +529,53 @@ func (s *Stack) startPublisher(env func(string) string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := s.serve(s.cfg.PublisherAddr, "publisher", obs.PublicHandler(a.Server, "publisher"))
+	ln, err := net.Listen("tcp", s.cfg.PublisherAddr)
 	if err != nil {
-		return fmt.Errorf("%w (--addr)", err)
+		return fmt.Errorf("publisher: listen on %s: %w (is another `genbox dev` running? choose another --addr)", s.cfg.PublisherAddr, err)
 	}
-	// After the server, so that Close stops them first, as a service's shutdown does: the end
-	// of the event streams (CloseStreams) lets the server drain.
-	for _, job := range a.Background {
-		s.background(job)
-	}
-	s.Info.Publisher = "http://" + ln
+	s.run(ln, ServicePublisher, a.Lifecycle())
+	s.Info.Publisher = "http://" + ln.Addr().String()
 	return nil
+}
+
+// run runs l — a service's assembly, as its process runs it with service.Run — on ln until
+// StopServices or Close; a service that stops on its own fails the stack.
+func (s *Stack) run(ln net.Listener, name string, l service.Lifecycle) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		err = service.Run(ctx, ln, name, s.log.With("service", name), l, nil)
+		if ctx.Err() == nil {
+			s.fail(fmt.Errorf("%s stopped: %w", name, cmp.Or(err, errors.New("no error"))))
+		}
+	}()
+	s.onClose(func(context.Context) error {
+		cancel()
+		<-done
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// local listens on a free loopback port: a service whose routes are only its probes.
+func local(name string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return ln, nil
+}
+
+// handler is the message handler of service's pull consumer, wrapped by Config.WrapHandler.
+func (s *Stack) handler(service string, h bus.Handler) bus.Handler {
+	if s.cfg.WrapHandler == nil {
+		return h
+	}
+	return s.cfg.WrapHandler(service, h)
 }
 
 // publisher is the publisher service publishes through.
@@ -562,32 +584,6 @@ func (s *Stack) publisher(service string) Publisher {
 		return s.pub
 	}
 	return s.cfg.WrapPublisher(service, s.pub)
-}
-
-// pull runs a pull consumer — consume, handing messages to h — until Close; a consumer that ends
-// on its own fails the stack. On Close, when abort is set, handlers still running after grace are
-// aborted.
-func (s *Stack) pull(name string, h bus.Handler, consume func(ctx context.Context, h bus.Handler) error, grace time.Duration, abort func()) {
-	if s.cfg.WrapHandler != nil {
-		h = s.cfg.WrapHandler(name, h)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := consume(ctx, h); err != nil {
-			s.fail(fmt.Errorf("%s: %w", name, err))
-		}
-	}()
-	s.onClose(func(context.Context) error {
-		cancel()
-		if abort != nil {
-			t := time.AfterFunc(grace, abort)
-			defer t.Stop()
-		}
-		<-done
-		return nil
-	})
 }
 
 func (s *Stack) startWorker(ctx context.Context, env func(string) string) error {
@@ -601,13 +597,11 @@ func (s *Stack) startWorker(ctx context.Context, env func(string) string) error 
 		return err
 	}
 	s.Worker = a.Handler
-	for _, job := range a.Background {
-		s.background(job)
+	ln, err := local(ServiceWorker)
+	if err != nil {
+		return err
 	}
-	// As the worker service does on SIGTERM: calls that cannot finish within the grace release
-	// their lease.
-	s.pull(ServiceWorker, a.Handler, func(ctx context.Context, h bus.Handler) error { return a.Consume(ctx, s.ps, h) },
-		set.Config.ShutdownGrace, a.Handler.Abort)
+	s.run(ln, ServiceWorker, a.Lifecycle(s.ps, s.handler(ServiceWorker, a.Handler)))
 	return nil
 }
 
@@ -621,9 +615,11 @@ func (s *Stack) startResultHandler(env func(string) string) error {
 	if err != nil {
 		return err
 	}
-	s.pull(ServiceResultHandler, a.Handler, func(ctx context.Context, h bus.Handler) error {
-		return bus.Pull(ctx, s.ps, a.Subscription, a.Pull, h)
-	}, 0, nil)
+	ln, err := local(ServiceResultHandler)
+	if err != nil {
+		return err
+	}
+	s.run(ln, ServiceResultHandler, a.Lifecycle(s.ps, s.handler(ServiceResultHandler, a.Handler)))
 	return nil
 }
 
@@ -645,15 +641,7 @@ func (s *Stack) startDLQNotifier(env func(string) string, ln net.Listener) error
 		return fmt.Errorf("console login: %w", err)
 	}
 	s.Info.Console = s.Info.DLQ + login
-	mux := http.NewServeMux()
-	mux.Handle(console.Prefix, con)
-	mux.Handle("/", svc.Handler())
-	s.serveOn(ln, "dlqnotifier", obs.PublicHandler(mux, "dlqnotifier"))
-	s.background(func(ctx context.Context) {
-		if err := svc.Run(ctx, s.ps); err != nil {
-			s.fail(fmt.Errorf("dlqnotifier: %w", err))
-		}
-	})
+	s.run(ln, ServiceDLQNotifier, svc.Lifecycle(s.ps, map[string]http.Handler{console.Prefix: con}))
 	return nil
 }
 

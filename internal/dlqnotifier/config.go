@@ -42,7 +42,7 @@ const (
 	EnvPromptsDir       = prompts.EnvDir
 	ConsumerPush        = "push"
 	ConsumerPull        = "pull"
-	defaultPort         = "8080"
+	defaultPort         = 8080
 	defaultSlackAPIBase = "https://slack.com"
 )
 
@@ -51,7 +51,6 @@ const (
 	InteractionsPath = "/slack/interactions"
 	PushPath         = "/pubsub/push"
 	AdminPrefix      = "/admin/dead-letters"
-	HealthPath       = "/healthz"
 )
 
 // ErrConfig means a setting is invalid; the message names the variable.
@@ -59,7 +58,7 @@ var ErrConfig = errors.New("dlqnotifier: invalid configuration")
 
 // Config is the dlqnotifier's configuration, read from the environment.
 type Config struct {
-	Port          string   // PORT
+	Port          int      // PORT
 	Project       string   // GOOGLE_CLOUD_PROJECT
 	BotToken      string   // SLACK_BOT_TOKEN: chat.postMessage, chat.update, chat.postEphemeral
 	SigningSecret string   // SLACK_SIGNING_SECRET: verifies /slack/interactions
@@ -120,7 +119,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		Policy: DefaultPolicy(), ShutdownGrace: 8 * time.Second,
 	}
 	r := envconfig.New(getenv)
-	r.String(EnvPort, &c.Port)
+	r.Port(EnvPort, &c.Port)
 	r.String(EnvProject, &c.Project)
 	r.String(EnvBotToken, &c.BotToken)
 	r.String(EnvSigningSecret, &c.SigningSecret)

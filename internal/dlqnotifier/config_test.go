@@ -23,7 +23,7 @@ func TestFromEnv(t *testing.T) {
 	}{
 		{name: "defaults", check: func(t *testing.T, c Config) {
 			t.Helper()
-			if c.Port != "8080" || c.Consumer != ConsumerPush || c.SlackAPIURL != "http://127.0.0.1:9999" ||
+			if c.Port != 8080 || c.Consumer != ConsumerPush || c.SlackAPIURL != "http://127.0.0.1:9999" ||
 				!slices.Equal(c.Approvers, []string{"U1", "U2"}) || c.AlertCooldown != 30*time.Minute || c.Instance == "" {
 				t.Fatalf("%+v", c)
 			}

@@ -17,12 +17,10 @@ import (
 )
 
 // Handler returns the service's HTTP routes: POST /slack/interactions, the admin path under
-// /admin/dead-letters (Bearer GENBOX_ADMIN_KEY), POST /pubsub/push (all three subscriptions push
-// here; messages say what they are; the push OIDC token is verified when configured) and
-// GET /healthz.
+// /admin/dead-letters (Bearer GENBOX_ADMIN_KEY) and POST /pubsub/push (all three subscriptions
+// push here; messages say what they are; the push OIDC token is verified when configured).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+HealthPath, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("POST "+InteractionsPath, s.interactions)
 	// The service is public: Cloud Run checks no token, so the push route checks it itself.
 	push := bus.Push(s, s.log)

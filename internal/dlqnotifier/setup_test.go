@@ -152,7 +152,7 @@ type env struct {
 
 func testConfig(slackURL string) Config {
 	return Config{
-		Port: "0", Project: "p", BotToken: "xoxb-test", SigningSecret: testSecret, Channel: testChannel,
+		Port: 0, Project: "p", BotToken: "xoxb-test", SigningSecret: testSecret, Channel: testChannel,
 		Approvers: []string{testApprover}, SlackAPIURL: slackURL, AdminKey: testAdminKey, Consumer: ConsumerPush,
 		Instance: "dn-1", TasksDLQSub: bus.SubTasksDLQ, ResultsDLQSub: bus.SubResultsDLQ, AlertsSub: bus.SubAlerts,
 		Policy: Policy{

@@ -75,6 +75,14 @@ func (r *Reader) Int(name string, dst *int) {
 	parse(r, name, dst, "an integer", strconv.Atoi)
 }
 
+// Port sets *dst to the variable's TCP port, 0 to 65535 (0: any free port), when it is set.
+func (r *Reader) Port(name string, dst *int) {
+	parse(r, name, dst, "a port (0-65535)", func(s string) (int, error) {
+		n, err := strconv.ParseUint(s, 10, 16)
+		return int(n), err
+	})
+}
+
 // Int64 sets *dst to the variable's decimal 64-bit integer when it is set.
 func (r *Reader) Int64(name string, dst *int64) {
 	parse(r, name, dst, "an integer", func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) })

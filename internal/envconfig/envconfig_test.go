@@ -17,6 +17,7 @@ type settings struct {
 	S   string
 	L   []string
 	I   int
+	P   int
 	I64 int64
 	F   float64
 	B   bool
@@ -25,10 +26,10 @@ type settings struct {
 }
 
 func defaults() settings {
-	return settings{S: "def", L: []string{"a"}, I: 7, I64: 1 << 40, F: 0.5, D: time.Second, Fn: "fn"}
+	return settings{S: "def", L: []string{"a"}, I: 7, P: 8080, I64: 1 << 40, F: 0.5, D: time.Second, Fn: "fn"}
 }
 
-var names = []string{"S", "L", "I", "I64", "F", "B", "D", "FN"}
+var names = []string{"S", "L", "I", "P", "I64", "F", "B", "D", "FN"}
 
 func read(env map[string]string) (settings, []string, error) {
 	var asked []string
@@ -37,6 +38,7 @@ func read(env map[string]string) (settings, []string, error) {
 	r.String("S", &c.S)
 	r.List("L", &c.L)
 	r.Int("I", &c.I)
+	r.Port("P", &c.P)
 	r.Int64("I64", &c.I64)
 	r.Float("F", &c.F)
 	r.Bool("B", &c.B)
@@ -64,6 +66,8 @@ func TestReader(t *testing.T) {
 		{"list trimmed", map[string]string{"L": " b, ,c "}, func(c *settings) { c.L = []string{"b", "c"} }},
 		{"list of nothing", map[string]string{"L": " , "}, func(c *settings) { c.L = nil }},
 		{"int", map[string]string{"I": "-3"}, func(c *settings) { c.I = -3 }},
+		{"port", map[string]string{"P": "9090"}, func(c *settings) { c.P = 9090 }},
+		{"port 0 (any free one)", map[string]string{"P": "0"}, func(c *settings) { c.P = 0 }},
 		{"int64", map[string]string{"I64": "2048"}, func(c *settings) { c.I64 = 2048 }},
 		{"float", map[string]string{"F": "0.25"}, func(c *settings) { c.F = 0.25 }},
 		{"bool", map[string]string{"B": "true"}, func(c *settings) { c.B = true }},
@@ -79,7 +83,7 @@ func TestReader(t *testing.T) {
 			}
 			want := defaults()
 			tt.want(&want)
-			if got.S != want.S || !slices.Equal(got.L, want.L) || got.I != want.I || got.I64 != want.I64 ||
+			if got.S != want.S || !slices.Equal(got.L, want.L) || got.I != want.I || got.P != want.P || got.I64 != want.I64 ||
 				got.F != want.F || got.B != want.B || got.D != want.D || got.Fn != want.Fn {
 				t.Errorf("read %+v, want %+v", got, want)
 			}
@@ -98,6 +102,9 @@ func TestReaderErrorsNameTheVariable(t *testing.T) {
 	}{
 		{"I", "x", strconv.ErrSyntax},
 		{"I", "99999999999999999999", strconv.ErrRange},
+		{"P", "http", strconv.ErrSyntax},
+		{"P", "65536", strconv.ErrRange},
+		{"P", "-1", strconv.ErrSyntax},
 		{"I64", "1.5", strconv.ErrSyntax},
 		{"F", "fast", strconv.ErrSyntax},
 		{"B", "maybe", strconv.ErrSyntax},
@@ -118,7 +125,7 @@ func TestReaderErrorsNameTheVariable(t *testing.T) {
 			if tt.cause != nil && !errors.Is(err, tt.cause) {
 				t.Errorf("err %v does not wrap %v", err, tt.cause)
 			}
-			if want := defaults(); got.I != want.I || got.I64 != want.I64 || got.F != want.F || got.B != want.B ||
+			if want := defaults(); got.I != want.I || got.P != want.P || got.I64 != want.I64 || got.F != want.F || got.B != want.B ||
 				got.D != want.D || got.Fn != want.Fn {
 				t.Errorf("a bad value changed a setting: %+v", got)
 			}

@@ -69,6 +69,16 @@ func Ready(log *slog.Logger, timeout time.Duration, checks ...Check) http.Handle
 	})
 }
 
+// Live is the liveness handler (GET /healthz): a plain 200 {"status":"ok"} while the process
+// serves.
+func Live() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(Readiness{Status: "ok"})
+	})
+}
+
 // Running is a readiness check of a long-running part (a pull consumer): Set(true) while it
 // runs, Set(false) once it stops or the service shuts down.
 type Running struct {

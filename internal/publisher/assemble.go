@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 )
@@ -43,13 +44,23 @@ type Infra struct {
 	Metrics *obs.Metrics
 }
 
-// Assembly is the publisher as a process runs it: the caller serves Server and runs Background
-// beside it until it stops serving.
+// Assembly is the publisher as a process runs it (Lifecycle): Server is served and Background
+// runs beside it until it stops serving.
 type Assembly struct {
 	Server *Server
 	// Background is the API key revocation listener (WatchKeys) and the end of the event
 	// streams at shutdown (CloseStreams).
 	Background []func(ctx context.Context)
+
+	cfg   Config
+	ready []obs.Check
+}
+
+// Lifecycle is the publisher as service.Run runs it, in its process and in the dev stack alike:
+// the API, served to the public, with Background beside it; readiness checks Firestore.
+func (a *Assembly) Lifecycle() service.Lifecycle {
+	return service.Lifecycle{Handler: a.Server, Public: true, Grace: a.cfg.ShutdownGrace, Ready: a.ready,
+		Background: a.Background, Started: []any{"project", a.cfg.ProjectID, "admin", a.cfg.AdminKey != ""}}
 }
 
 // Assemble builds the publisher of s over in.
@@ -58,5 +69,6 @@ func Assemble(s Settings, in Infra) (*Assembly, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Assembly{Server: srv, Background: []func(context.Context){srv.WatchKeys, srv.CloseStreams}}, nil
+	return &Assembly{Server: srv, Background: []func(context.Context){srv.WatchKeys, srv.CloseStreams},
+		cfg: s.Config, ready: []obs.Check{{Name: "firestore", Probe: in.Store.Ping}}}, nil
 }

@@ -18,6 +18,9 @@ import (
 type Config struct {
 	// Port is the HTTP port (PORT, default 8080).
 	Port int
+	// ShutdownGrace is how long requests in flight (event streams end at once) may finish after
+	// SIGTERM (GENBOX_SHUTDOWN_GRACE, default 8s, inside Cloud Run's 10 s).
+	ShutdownGrace time.Duration
 	// ProjectID is the Google Cloud project of Firestore and Pub/Sub (GOOGLE_CLOUD_PROJECT).
 	ProjectID string
 	// AdminKey guards the admin routes (GENBOX_ADMIN_KEY); empty disables them.
@@ -72,12 +75,14 @@ const (
 	EnvSecretsKey             = secretbox.EnvKey
 	EnvEventsPerTenant        = "GENBOX_EVENTS_PER_TENANT"
 	EnvEventsHeartbeat        = "GENBOX_EVENTS_HEARTBEAT"
+	EnvShutdownGrace          = "GENBOX_SHUTDOWN_GRACE"
 )
 
 // DefaultConfig returns the defaults FromEnv starts from.
 func DefaultConfig() Config {
 	return Config{
 		Port:            8080,
+		ShutdownGrace:   8 * time.Second,
 		MaxBodyBytes:    1 << 20,
 		CallbackPorts:   ssrf.DefaultPorts,
 		SecretOverlap:   24 * time.Hour,
@@ -94,7 +99,7 @@ func DefaultConfig() Config {
 func FromEnv(getenv func(string) string) (Config, error) {
 	c := DefaultConfig()
 	r := envconfig.New(getenv)
-	r.Int(EnvPort, &c.Port)
+	r.Port(EnvPort, &c.Port)
 	r.String(EnvProject, &c.ProjectID)
 	r.String(EnvAdminKey, &c.AdminKey)
 	r.Int64(EnvMaxBodyBytes, &c.MaxBodyBytes)
@@ -112,6 +117,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String(EnvSecretsKey, &c.SecretsKey)
 	r.Int(EnvEventsPerTenant, &c.EventsPerTenant)
 	r.Duration(EnvEventsHeartbeat, &c.EventsHeartbeat)
+	r.Duration(EnvShutdownGrace, &c.ShutdownGrace)
 	return c, r.Err()
 }
 
@@ -140,9 +146,6 @@ const minAdminKey = 16
 // Validate checks the configuration, naming the variable of each bad value.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Port < 0 || c.Port > 65535 {
-		errs = append(errs, fmt.Errorf("%s: %d is not a port", EnvPort, c.Port))
-	}
 	if c.ProjectID == "" {
 		errs = append(errs, fmt.Errorf("%s is required", EnvProject))
 	}
@@ -165,7 +168,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{EnvSecretOverlap, c.SecretOverlap}, {EnvNudgeGrace, c.NudgeGrace}, {EnvPublishTimeout, c.PublishTimeout}, {EnvLimitsTTL, c.LimitsTTL}, {EnvEventsHeartbeat, c.EventsHeartbeat}} {
+	}{{EnvSecretOverlap, c.SecretOverlap}, {EnvNudgeGrace, c.NudgeGrace}, {EnvPublishTimeout, c.PublishTimeout}, {EnvLimitsTTL, c.LimitsTTL}, {EnvEventsHeartbeat, c.EventsHeartbeat}, {EnvShutdownGrace, c.ShutdownGrace}} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive", d.name))
 		}

@@ -15,14 +15,14 @@ func TestFromEnv(t *testing.T) {
 		EnvAllowInsecureCallbacks: "true", EnvPublicURL: "https://api.example.com", EnvSecretOverlap: "1h",
 		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvLimitsTTL: "5s",
 		EnvCallbackPorts: "443, 9443", EnvSecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k",
-		EnvEventsPerTenant: "3", EnvEventsHeartbeat: "1s",
+		EnvEventsPerTenant: "3", EnvEventsHeartbeat: "1s", EnvShutdownGrace: "5s",
 	}
 	asked := map[string]bool{}
 	c, err := FromEnv(func(k string) string { asked[k] = true; return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Port: 9090, ProjectID: "p", AdminKey: "0123456789abcdef", MaxBodyBytes: 2048, AllowInsecureCallbacks: true,
+	want := Config{Port: 9090, ShutdownGrace: 5 * time.Second, ProjectID: "p", AdminKey: "0123456789abcdef", MaxBodyBytes: 2048, AllowInsecureCallbacks: true,
 		PublicURL: "https://api.example.com", SecretOverlap: time.Hour, PromptsDir: "/etc/prompts", NudgeGrace: 10 * time.Second,
 		PublishTimeout: 2 * time.Second, LimitsTTL: 5 * time.Second, CallbackPorts: []uint16{443, 9443},
 		SecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k", EventsPerTenant: 3, EventsHeartbeat: time.Second}

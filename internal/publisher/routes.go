@@ -30,8 +30,6 @@ var idemHeader = param{Name: client.HeaderIdempotencyKey, Type: "string",
 func (s *Server) routeTable() []route {
 	tenantErrs := []int{400, 401, 404, 503}
 	return []route{
-		{Method: "GET", Path: "/healthz", Summary: "Liveness", Auth: authNone, Handle: s.handleHealth,
-			Doc: opDoc{OK: 200, Result: client.Health{}}},
 		{Method: "GET", Path: "/openapi.json", Summary: "This OpenAPI document", Auth: authNone, Handle: s.handleOpenAPI,
 			Doc: opDoc{OK: 200, Result: map[string]any{}}},
 		{Method: "POST", Path: "/v1/tasks", Summary: "Submit a task", Auth: authTenant, Handle: s.handleSubmit,

@@ -434,8 +434,3 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, tenant str
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
-
-func (s *Server) handleHealth(w http.ResponseWriter, _ *http.Request, _ string) error {
-	writeJSON(w, http.StatusOK, "application/json", client.Health{Status: "ok"})
-	return nil
-}

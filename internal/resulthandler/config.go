@@ -31,7 +31,7 @@ const (
 	EnvPushAudience   = "GENBOX_PUSH_AUDIENCE"
 	EnvPushAccount    = "GENBOX_PUSH_SERVICE_ACCOUNT"
 	EnvSecretsKey     = secretbox.EnvKey
-	defaultPort       = "8080"
+	defaultPort       = 8080
 	defaultLogEntries = 20
 )
 
@@ -50,7 +50,7 @@ var ErrConfig = errors.New("resulthandler: invalid configuration")
 // Config is the resulthandler's configuration, read from the environment.
 type Config struct {
 	Project      string // GOOGLE_CLOUD_PROJECT
-	Port         string // PORT: /healthz and, in push mode, the push endpoint
+	Port         int    // PORT: /healthz and, in push mode, the push endpoint
 	Instance     string // GENBOX_INSTANCE_ID: the delivery lease owner (hostname-pid when empty)
 	Subscription string // GENBOX_RESULTS_SUBSCRIPTION (pull mode)
 	Consumer     string // GENBOX_CONSUMER: push (Cloud Run request-driven) or pull
@@ -117,7 +117,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	r := envconfig.New(getenv)
 	r.String(EnvProject, &c.Project)
-	r.String(EnvPort, &c.Port)
+	r.Port(EnvPort, &c.Port)
 	r.String(EnvInstance, &c.Instance)
 	r.String(EnvSubscription, &c.Subscription)
 	r.String(EnvConsumer, &c.Consumer)
@@ -149,9 +149,6 @@ func (c Config) Validate() error {
 	bad := func(name, why string) { errs = append(errs, fmt.Errorf("%w: %s %s", ErrConfig, name, why)) }
 	if c.Project == "" {
 		bad(EnvProject, "is required")
-	}
-	if n, err := strconv.Atoi(c.Port); err != nil || n < 0 || n > 65535 {
-		bad(EnvPort, "must be a port number")
 	}
 	if c.Consumer != ConsumerPush && c.Consumer != ConsumerPull {
 		bad(EnvConsumer, "must be push or pull")

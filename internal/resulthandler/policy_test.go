@@ -95,7 +95,7 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Consumer != ConsumerPush || c.Port != "8080" || c.Timeout != 10*time.Second || c.Horizon != 24*time.Hour ||
+	if c.Consumer != ConsumerPush || c.Port != 8080 || c.Timeout != 10*time.Second || c.Horizon != 24*time.Hour ||
 		c.Owner != "i-1" || c.LeaseTTL() != 30*time.Second || c.AllowInsecure || c.Subscription == "" {
 		t.Fatalf("defaults %+v", c)
 	}

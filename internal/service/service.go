@@ -5,8 +5,9 @@
 // the grace Cloud Run allows.
 //
 // A service's main.go is one line, service.Main("worker", run); its run(ctx, getenv, stdout)
-// reads its own Config, calls Open, wires its handler and ends in Deps.Serve. Tests call the same
-// run on :0 against the emulators.
+// reads its own Config, calls Open, assembles the service, whose assembly says what runs as a
+// Lifecycle, and ends in Deps.Serve. Tests call the same run on :0 against the emulators; the dev
+// stack runs the same Lifecycles with Run, over the clients it shares between the services.
 package service
 
 import (
@@ -20,6 +21,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -101,20 +104,26 @@ func (d *Deps) Close(ctx context.Context) error {
 	return d.closeErr
 }
 
-// Listen listens on port of every interface; the error names PORT.
-func Listen(port string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", ":"+port)
+// Listen listens on port of every interface (0: a free one); the error names PORT.
+func Listen(port int) (net.Listener, error) {
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(port))
 	if err != nil {
 		return nil, fmt.Errorf("PORT: %w", err)
 	}
 	return ln, nil
 }
 
-// Lifecycle is what Serve runs.
+// ReadyTimeout bounds a readiness probe: each check of GET /readyz.
+const ReadyTimeout = 2 * time.Second
+
+// Lifecycle is what Serve runs: a service as its assembly describes it.
 type Lifecycle struct {
-	// Handler is the service's mux; Serve wraps it in obs.Handler under the service's name, or
-	// obs.PublicHandler when Public.
+	// Handler is the service's routes (nil: none); Serve answers GET /healthz and GET /readyz
+	// beside them and wraps them in obs.Handler under the service's name, or obs.PublicHandler
+	// when Public.
 	Handler http.Handler
+	// Ready are the checks of GET /readyz; a pull consumer's running is checked too ("pull").
+	Ready []obs.Check
 	// Public says the internet calls the service: its callers' trace headers are linked, not
 	// continued, and their baggage dropped.
 	Public bool
@@ -123,10 +132,9 @@ type Lifecycle struct {
 	// follows an Abort (the aborted work's lease releases, the background jobs' last flush, then
 	// minDrain) comes on top, so Grace must leave the platform's kill that much room.
 	Grace time.Duration
-	// Pull, when set, runs beside the server (a pull consumer) until shutdown cancels its context.
+	// Pull, when set, runs beside the server (a pull consumer) until shutdown cancels its
+	// context; readiness checks it runs, from its start to the start of the shutdown.
 	Pull func(ctx context.Context) error
-	// Pulling, when set, is the readiness of Pull: running from its start, not from shutdown.
-	Pulling *obs.Running
 	// Abort, when set, is called if Pull has not returned Grace after shutdown began: its
 	// in-flight work gives up (the worker's model calls release their lease) so Pull returns.
 	Abort func()
@@ -188,18 +196,25 @@ func NewServer(h http.Handler, l Limits) *http.Server {
 // Pull whose in-flight work used the whole grace still flushes.
 const minDrain = time.Second
 
-// Serve serves l.Handler on ln and runs l.Pull and l.Background until ctx ends, the server fails
-// or Pull returns. Then it cancels Pull and waits for it (its in-flight work is recorded, or
-// aborted by l.Abort once l.Grace has passed), stops the background jobs, shuts the server down
-// and closes d within what is left of l.Grace (at least minDrain), and returns every error
-// joined.
+// Serve runs l as service d (Run), then closes d within what is left of l.Grace.
 func (d *Deps) Serve(ctx context.Context, ln net.Listener, l Lifecycle) error {
+	return Run(ctx, ln, d.name, d.Log, l, d.Close)
+}
+
+// Run serves l.Handler, /healthz and /readyz on ln and runs l.Pull and l.Background until ctx
+// ends, the server fails or Pull returns. Then it cancels Pull and waits for it (its in-flight
+// work is recorded, or aborted by l.Abort once l.Grace has passed), stops the background jobs,
+// shuts the server down and, when set, calls flush within what is left of l.Grace (at least
+// minDrain), and returns every error joined.
+func Run(ctx context.Context, ln net.Listener, name string, log *slog.Logger, l Lifecycle, flush func(context.Context) error) error {
 	bg := context.WithoutCancel(ctx)
-	traced := obs.Handler
-	if l.Public {
-		traced = obs.PublicHandler
+	var pulling *obs.Running
+	ready := l.Ready
+	if l.Pull != nil {
+		pulling = new(obs.Running)
+		ready = append(slices.Clip(ready), pulling.Check("pull"))
 	}
-	srv := NewServer(traced(l.Handler, d.name), l.Limits)
+	srv := NewServer(routes(name, log, l, ready), l.Limits)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -212,12 +227,10 @@ func (d *Deps) Serve(ctx context.Context, ln net.Listener, l Lifecycle) error {
 	defer stopPull()
 	pulled := make(chan error, 1)
 	if l.Pull != nil {
-		if l.Pulling != nil {
-			l.Pulling.Set(true, "")
-		}
+		pulling.Set(true, "")
 		go func() { pulled <- l.Pull(pullCtx) }()
 	}
-	d.Log.InfoContext(ctx, d.name+" started", append([]any{"addr", ln.Addr().String()}, l.Started...)...)
+	log.InfoContext(ctx, name+" started", append([]any{"addr", ln.Addr().String()}, l.Started...)...)
 
 	var runErr error
 	pullEnded := l.Pull == nil
@@ -228,10 +241,10 @@ func (d *Deps) Serve(ctx context.Context, ln net.Listener, l Lifecycle) error {
 	case runErr = <-pulled:
 		pullEnded = true
 	}
-	if l.Pulling != nil {
-		l.Pulling.Set(false, "shutting down")
+	if pulling != nil {
+		pulling.Set(false, "shutting down")
 	}
-	d.Log.InfoContext(bg, "shutting down", "grace", l.Grace.String())
+	log.InfoContext(bg, "shutting down", "grace", l.Grace.String())
 	deadline := time.Now().Add(l.Grace)
 	stopPull()
 	if !pullEnded {
@@ -251,5 +264,22 @@ func (d *Deps) Serve(ctx context.Context, ln net.Listener, l Lifecycle) error {
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		runErr = errors.Join(runErr, err)
 	}
-	return errors.Join(runErr, d.Close(sctx))
+	if flush != nil {
+		runErr = errors.Join(runErr, flush(sctx))
+	}
+	return runErr
+}
+
+// routes are l.Handler's beside the probes, traced as service name.
+func routes(name string, log *slog.Logger, l Lifecycle, ready []obs.Check) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", obs.Live())
+	mux.Handle("GET /readyz", obs.Ready(log, ReadyTimeout, ready...))
+	if l.Handler != nil {
+		mux.Handle("/", l.Handler)
+	}
+	if l.Public {
+		return obs.PublicHandler(mux, name)
+	}
+	return obs.Handler(mux, name)
 }

@@ -39,22 +39,21 @@ func TestServeDrainsOnShutdown(t *testing.T) {
 		<-release
 		_, _ = io.WriteString(w, "done")
 	})
-	pulling := new(obs.Running)
-	pullEnded := make(chan struct{})
-	ln, err := service.Listen("0")
+	pullStopping, pullRelease := make(chan struct{}), make(chan struct{})
+	ln, err := service.Listen(0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() {
-		served <- d.Serve(ctx, ln, service.Lifecycle{Handler: mux, Grace: 30 * time.Second, Pulling: pulling,
-			Pull: func(ctx context.Context) error { <-ctx.Done(); close(pullEnded); return nil }})
+		served <- d.Serve(ctx, ln, service.Lifecycle{Handler: mux, Grace: 30 * time.Second,
+			Pull: func(ctx context.Context) error { <-ctx.Done(); close(pullStopping); <-pullRelease; return nil }})
 	}()
-	ready := pulling.Check("pull").Probe
+	base := "http://" + ln.Addr().String()
 	answered := make(chan string, 1)
 	go func() {
-		resp, err := http.Get("http://" + ln.Addr().String() + "/slow")
+		resp, err := http.Get(base + "/slow")
 		if err != nil {
 			answered <- err.Error()
 			return
@@ -64,14 +63,15 @@ func TestServeDrainsOnShutdown(t *testing.T) {
 		answered <- string(b)
 	}()
 	<-entered
-	if err := ready(ctx); err != nil {
-		t.Fatalf("pull not ready while running: %v", err)
+	if code, body := get(t, base+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz while pulling = %d %s, want 200", code, body)
 	}
 	cancel()
-	<-pullEnded
-	if err := ready(context.Background()); err == nil {
-		t.Error("pull still ready while shutting down")
+	<-pullStopping
+	if code, body := get(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, `"pull"`) {
+		t.Errorf("/readyz while shutting down = %d %s, want 503 naming the pull", code, body)
 	}
+	close(pullRelease)
 	select {
 	case err := <-served:
 		t.Fatalf("Serve returned %v before the request in flight was answered", err)
@@ -89,12 +89,64 @@ func TestServeDrainsOnShutdown(t *testing.T) {
 	}
 }
 
+// get GETs url and returns the status and body.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// Every service answers the probes beside its routes: /healthz always, /readyz with its checks,
+// naming the one that failed without its error.
+func TestServeAnswersTheProbes(t *testing.T) {
+	t.Parallel()
+	d := open(t)
+	ln, err := service.Listen(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /own", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "own") })
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- d.Serve(ctx, ln, service.Lifecycle{Handler: mux, Grace: time.Second, Ready: []obs.Check{
+			{Name: "up", Probe: func(context.Context) error { return nil }},
+			{Name: "down", Probe: func(context.Context) error { return errors.New("10.0.0.7: connection refused") }},
+		}})
+	}()
+	base := "http://" + ln.Addr().String()
+	if code, body := get(t, base+"/healthz"); code != http.StatusOK || !strings.Contains(body, `"status":"ok"`) {
+		t.Errorf("/healthz = %d %s, want 200 ok", code, body)
+	}
+	code, body := get(t, base+"/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `"down":"failed"`) || strings.Contains(body, `"up"`) ||
+		strings.Contains(body, "10.0.0.7") {
+		t.Errorf("/readyz = %d %s, want 503 naming only the failed check, without its error", code, body)
+	}
+	if code, body := get(t, base+"/own"); code != http.StatusOK || body != "own" {
+		t.Errorf("/own = %d %s, want the service's route", code, body)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("Serve = %v", err)
+	}
+}
+
 // Work in flight past the grace is aborted, so the pull consumer returns and Serve with it;
 // background jobs run from the start and are stopped only once the pull consumer has returned.
 func TestServeAbortsWhatOutlivesGrace(t *testing.T) {
 	t.Parallel()
 	d := open(t)
-	ln, err := service.Listen("0")
+	ln, err := service.Listen(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +191,7 @@ func TestServeEndsWhenPullFails(t *testing.T) {
 	t.Parallel()
 	d := open(t)
 	boom := errors.New("subscription gone")
-	ln, err := service.Listen("0")
+	ln, err := service.Listen(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +207,7 @@ func TestServeEndsWhenPullFails(t *testing.T) {
 
 func TestErrorsNameTheVariable(t *testing.T) {
 	t.Parallel()
-	if _, err := service.Listen("-1"); err == nil || !strings.Contains(err.Error(), "PORT") {
+	if _, err := service.Listen(-1); err == nil || !strings.Contains(err.Error(), "PORT") {
 		t.Errorf("Listen = %v, want an error naming PORT", err)
 	}
 	env := map[string]string{"GENBOX_TELEMETRY": "jaeger"}

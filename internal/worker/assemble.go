@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 
@@ -63,6 +64,10 @@ type Assembly struct {
 	// configured, the fallback drill; the flush writes once more when its context ends, so the
 	// spend of the calls that finished during the grace is counted.
 	Background []func(ctx context.Context)
+
+	grace   time.Duration
+	ready   []obs.Check
+	started []any
 }
 
 // Consume pulls Subscription into h (Handler, or a wrapper of it) and runs Local beside it until
@@ -123,6 +128,9 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 		Subscription: cfg.Subscription,
 		Pull:         bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension},
 		Local:        local,
+		grace:        cfg.ShutdownGrace,
+		ready:        []obs.Check{{Name: "firestore", Probe: in.Store.Ping}},
+		started:      []any{"instance", cfg.Instance, "subscription", cfg.Subscription},
 		Background: []func(context.Context){
 			breakers.Run,
 			func(ctx context.Context) { _ = sw.Run(ctx) },

@@ -19,7 +19,7 @@ import (
 // Config is the worker service's configuration, read from the environment.
 type Config struct {
 	Project      string // GOOGLE_CLOUD_PROJECT
-	Port         string // PORT: /healthz
+	Port         int    // PORT: /healthz
 	Instance     string // GENBOX_INSTANCE_ID: the lease owner name (hostname-pid when empty)
 	Subscription string // GENBOX_TASKS_SUBSCRIPTION
 	PromptsDir   string // GENBOX_PROMPTS_DIR: family files over the built-in ones (prompts.Load), as the publisher's
@@ -58,7 +58,7 @@ var ErrConfig = errors.New("worker: invalid configuration")
 // FromEnv reads the configuration, with defaults, calling getenv for every variable it knows.
 func FromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		Port:          "8080",
+		Port:          8080,
 		Subscription:  bus.SubWorker,
 		LeaseTTL:      30 * time.Second,
 		RenewEvery:    10 * time.Second,
@@ -83,7 +83,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	r := envconfig.New(getenv)
 	r.String("GOOGLE_CLOUD_PROJECT", &c.Project)
-	r.String("PORT", &c.Port)
+	r.Port("PORT", &c.Port)
 	r.String("GENBOX_INSTANCE_ID", &c.Instance)
 	r.String("GENBOX_TASKS_SUBSCRIPTION", &c.Subscription)
 	r.String(prompts.EnvDir, &c.PromptsDir)

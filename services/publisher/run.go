@@ -4,22 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
-	"strconv"
-	"time"
 
-	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/publisher"
 	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 )
-
-// shutdownBudget bounds the drain after SIGTERM, inside Cloud Run's 10 s grace.
-const shutdownBudget = 8 * time.Second
-
-// readyTimeout bounds a readiness probe's Firestore read.
-const readyTimeout = 2 * time.Second
 
 // run serves the API until ctx ends, then drains in-flight requests and flushes the publisher
 // and telemetry.
@@ -45,13 +35,9 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /readyz", obs.Ready(d.Log, readyTimeout, obs.Check{Name: "firestore", Probe: st.Ping}))
-	mux.Handle("/", a.Server)
-	ln, err := service.Listen(strconv.Itoa(cfg.Port))
+	ln, err := service.Listen(cfg.Port)
 	if err != nil {
 		return err
 	}
-	return d.Serve(ctx, ln, service.Lifecycle{Handler: mux, Public: true, Grace: shutdownBudget, Background: a.Background,
-		Started: []any{"project", cfg.ProjectID, "admin", cfg.AdminKey != ""}})
+	return d.Serve(ctx, ln, a.Lifecycle())
 }
