@@ -620,7 +620,7 @@ func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Ta
 func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, id string, fn store.MutateFunc) (*store.Task, error) {
 	deadline := time.Now().Add(h.pol.CommitRetry)
 	warned := false
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+	for attempt := 1; ; attempt++ {
 		t, err := h.store.MutateTask(ctx, id, fn)
 		if !retryable(err) {
 			return t, err
@@ -635,10 +635,14 @@ func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, id strin
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(jitter(wait)):
+		case <-time.After(commitBackoff.Delay(attempt, nil)):
 		}
 	}
 }
+
+// commitBackoff spaces the tries of a commit that may pass: soon at first, the store's worst
+// hiccups later.
+var commitBackoff = backoff.Policy{Base: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: backoff.Equal}
 
 // retryable reports whether a failed commit may succeed if tried again: it may or may not have
 // happened (Unavailable, DeadlineExceeded, Unknown), lost a contention (Aborted), or met a
@@ -829,4 +833,7 @@ func (p Policy) parkBackoff() backoff.Policy {
 	return backoff.Policy{Base: p.ParkBase, Max: p.ParkMax, Jitter: backoff.Equal}
 }
 
-func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
+// jitter is a draw from the upper half of d, so that waits begun together do not end together.
+func jitter(d time.Duration) time.Duration {
+	return backoff.Policy{Base: d, Max: d, Jitter: backoff.Equal}.Delay(1, nil)
+}
