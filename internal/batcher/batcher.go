@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -30,6 +29,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
+	"github.com/genbox-dev/genbox/pkg/backoff"
 	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -486,8 +486,7 @@ func (b *Batcher) poll(ctx context.Context, log *slog.Logger, j *store.BatchJob)
 
 // pollBackoff is the wait after poll n: doubling from Interval, capped at PollMax.
 func (b *Batcher) pollBackoff(n int) time.Duration {
-	d := float64(b.cfg.Interval) * math.Pow(2, float64(max(n-1, 0)))
-	return time.Duration(min(d, float64(b.cfg.PollMax)))
+	return backoff.Policy{Base: b.cfg.Interval, Max: b.cfg.PollMax}.Ceiling(n)
 }
 
 // settle applies the done job to each of its tasks, then marks it done and deletes the Gemini

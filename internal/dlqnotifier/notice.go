@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/backoff"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -162,8 +162,7 @@ func (s *Service) postFailed(ctx context.Context, log *slog.Logger, id, dlID str
 
 // backoff is the capped exponential delay after n failed Slack calls.
 func (s *Service) backoff(n int) time.Duration {
-	d := float64(s.cfg.PostBackoffBase) * math.Pow(2, float64(max(n-1, 0)))
-	return time.Duration(min(d, float64(s.cfg.PostBackoffMax)))
+	return backoff.Policy{Base: s.cfg.PostBackoffBase, Max: s.cfg.PostBackoffMax}.Ceiling(n)
 }
 
 // queueSlackUpdate asks for the original message of dlID to be updated; the sweeper carries it

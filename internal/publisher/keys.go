@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/backoff"
 )
 
 // keys resolves API keys to tenants, from memory where that is safe. A key's tenant never
@@ -83,22 +84,19 @@ func (k *keys) markRevoked(ids ...string) {
 	}
 }
 
-// Listener restarts back off from keysRetryMin to keysRetryMax.
-const (
-	keysRetryMin = 500 * time.Millisecond
-	keysRetryMax = 30 * time.Second
-)
+// keysRetry spaces the listener's restarts; a listener that delivered a snapshot starts over.
+var keysRetry = backoff.Policy{Base: 500 * time.Millisecond, Max: 30 * time.Second}
 
 // watch keeps the revocation listener running until ctx ends, restarting it after a failure.
 func (k *keys) watch(ctx context.Context) {
-	wait := keysRetryMin
+	failures := 0
 	for {
 		err := k.st.WatchRevokedKeys(ctx, func(ids []string) {
 			k.markRevoked(ids...)
 			k.mu.Lock()
 			k.current = true
 			k.mu.Unlock()
-			wait = keysRetryMin
+			failures = 0
 		})
 		k.mu.Lock()
 		k.current = false
@@ -106,12 +104,13 @@ func (k *keys) watch(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		failures++
+		wait := keysRetry.Ceiling(failures)
 		k.log.WarnContext(ctx, "API key revocation listener stopped; keys are read on every request until it is back", "error", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, keysRetryMax)
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -32,6 +31,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/backoff"
 	"github.com/genbox-dev/genbox/pkg/task"
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
@@ -81,10 +81,10 @@ type Handler struct {
 	policy  Policy
 	metrics *obs.Metrics // nil records nothing
 
-	// Now stamps webhook-timestamp (leases and schedules use the store's clock). Jitter returns
-	// a uniformly random duration in [0, d]. Tests replace them.
-	Now    func() time.Time
-	Jitter func(d time.Duration) time.Duration
+	// Now stamps webhook-timestamp (leases and schedules use the store's clock). Rand draws the
+	// backoff's jitter from [0, 1] (nil: math/rand/v2; 1 gives the ceiling). Tests replace them.
+	Now  func() time.Time
+	Rand func() float64
 
 	// inHand holds the ids of the tasks whose delivery this instance is carrying: a duplicate
 	// nudge for one of them is acked without a transaction (see Handle).
@@ -98,8 +98,7 @@ func New(st Store, sec Secrets, pub Publisher, client Doer, log *slog.Logger, p 
 	}
 	h := &Handler{
 		store: st, secrets: sec, pub: pub, client: client, log: log, policy: p,
-		Now:    time.Now,
-		Jitter: func(d time.Duration) time.Duration { return rand.N(d + 1) },
+		Now: time.Now,
 	}
 	for _, o := range opts {
 		o(h)
@@ -286,14 +285,8 @@ func classify(resp *http.Response) outcome {
 // floored at BackoffMin, and at least what the receiver asked for (up to BackoffMax).
 func (h *Handler) backoff(n int, retryAfter time.Duration) time.Duration {
 	p := h.policy
-	ceiling := p.BackoffMax
-	if n < 40 {
-		if c := p.BackoffMin << (n - 1); c > 0 && c < ceiling {
-			ceiling = c
-		}
-	}
-	d := max(h.Jitter(ceiling), p.BackoffMin)
-	return min(max(d, retryAfter), p.BackoffMax)
+	d := backoff.Policy{Base: p.BackoffMin, Max: p.BackoffMax, Jitter: backoff.Full}.Delay(n, h.Rand)
+	return min(max(d, p.BackoffMin, retryAfter), p.BackoffMax)
 }
 
 // record commits one attempt's outcome. A delivery counts for a matching event whatever the

@@ -27,7 +27,7 @@ func TestWebhookAttemptsAreTracedAndMetered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Jitter = func(d time.Duration) time.Duration { return d }
+	h.Rand = func() float64 { return 1 }
 	e.h = h
 	e.recv.Schedule = func(n int) int {
 		if n == 1 {

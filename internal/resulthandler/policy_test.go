@@ -56,13 +56,13 @@ func TestClassify(t *testing.T) {
 func TestBackoff(t *testing.T) {
 	t.Parallel()
 	p := testPolicy("x") // 1s .. 10s
-	h := &Handler{policy: p, Jitter: func(d time.Duration) time.Duration { return d }}
+	h := &Handler{policy: p, Rand: func() float64 { return 1 }}
 	for n, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 8 * time.Second, 5: 10 * time.Second, 64: 10 * time.Second, 1000: 10 * time.Second} {
 		if got := h.backoff(n, 0); got != want {
 			t.Errorf("backoff(%d) at the ceiling = %v, want %v", n, got, want)
 		}
 	}
-	h.Jitter = func(time.Duration) time.Duration { return 0 }
+	h.Rand = func() float64 { return 0 }
 	if got := h.backoff(5, 0); got != p.BackoffMin {
 		t.Errorf("backoff with zero jitter = %v, want the floor %v", got, p.BackoffMin)
 	}

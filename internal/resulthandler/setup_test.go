@@ -64,7 +64,7 @@ func (e *env) handler(t testing.TB, p Policy) *Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Jitter = func(d time.Duration) time.Duration { return d } // the ceiling: predictable schedules
+	h.Rand = func() float64 { return 1 } // the ceiling: predictable schedules
 	return h
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/secretbox"
+	"github.com/genbox-dev/genbox/pkg/backoff"
 )
 
 // Sentinel errors.
@@ -146,7 +146,7 @@ func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task
 				select {
 				case <-ctx.Done():
 					return nil, fmt.Errorf("mutate task %s: %w", id, ctx.Err())
-				case <-time.After(contentionBackoff(attempt)):
+				case <-time.After(contentionBackoff.Delay(attempt, nil)):
 				}
 				continue
 			}
@@ -179,10 +179,7 @@ func (s *Store) writeTask(ctx context.Context, ref *firestore.DocumentRef, t *Ta
 }
 
 // contentionBackoff is the jittered wait before attempt n+1 of a contended write.
-func contentionBackoff(n int) time.Duration {
-	ceil := min(10*time.Millisecond<<min(n, 6), 500*time.Millisecond)
-	return ceil/2 + rand.N(ceil/2)
-}
+var contentionBackoff = backoff.Policy{Base: 20 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: backoff.Equal}
 
 // taskFields are the document fields of Task: name, whether an empty value is left out, and the
 // struct field's index.

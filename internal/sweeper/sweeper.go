@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/backoff"
 	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -412,7 +412,7 @@ func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, 
 	delay := hold.Sub(now)
 	if hold.IsZero() {
 		t.Nudges++
-		delay = time.Duration(min(float64(s.cfg.BackoffBase)*math.Pow(2, float64(t.Nudges-1)), float64(s.cfg.BackoffMax)))
+		delay = backoff.Policy{Base: s.cfg.BackoffBase, Max: s.cfg.BackoffMax}.Ceiling(t.Nudges)
 		next = now.Add(delay)
 	}
 	t.NudgeAt = &next

@@ -24,7 +24,7 @@ func (h *Handler) tier(t *store.Task, now time.Time) gemini.Tier {
 // flexCanWait reports whether a shed flex task may wait out its next shed backoff and still be
 // called on the Flex tier before run_before.
 func (h *Handler) flexCanWait(t *store.Task, now time.Time) bool {
-	worst := ceiling(h.pol.RetryBase, h.pol.RetryMax, t.Sheds+1)
+	worst := h.pol.retryBackoff().Ceiling(t.Sheds + 1)
 	return t.RunBefore == nil || now.Add(worst+h.pol.FlexMargin).Before(*t.RunBefore)
 }
 
@@ -58,7 +58,7 @@ func sumResults(a, b gemini.Result) gemini.Result {
 func (h *Handler) shed(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
 	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "shed", func(t *store.Task, now time.Time) {
 		t.Sheds++
-		nb := now.Add(fullJitter(h.pol.RetryBase, h.pol.RetryMax, t.Sheds))
+		nb := now.Add(h.pol.retryBackoff().Delay(t.Sheds, nil))
 		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	}); ok {

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -27,6 +26,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
+	"github.com/genbox-dev/genbox/pkg/backoff"
 	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -63,7 +63,7 @@ type Policy struct {
 	ClaimCap    int           // takeovers of an expired lease before dead
 	RetryBase   time.Duration // transient retry backoff: full jitter over base·2^(attempts-1), capped
 	RetryMax    time.Duration
-	ParkBase    time.Duration // park backoff: base·2^(parks-1), capped, with jitter
+	ParkBase    time.Duration // park backoff: uniform in the upper half of base·2^(parks-1), capped
 	ParkMax     time.Duration
 	NudgeGrace  time.Duration // the sweeper holds off this long after the worker's own nudge
 	CommitRetry time.Duration // how long a failed commit (of an output, of spend) is retried
@@ -620,7 +620,7 @@ func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Ta
 func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, id string, fn store.MutateFunc) (*store.Task, error) {
 	deadline := time.Now().Add(h.pol.CommitRetry)
 	warned := false
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+	for attempt := 1; ; attempt++ {
 		t, err := h.store.MutateTask(ctx, id, fn)
 		if !retryable(err) {
 			return t, err
@@ -635,10 +635,14 @@ func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, id strin
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(jitter(wait)):
+		case <-time.After(commitBackoff.Delay(attempt, nil)):
 		}
 	}
 }
+
+// commitBackoff spaces the tries of a commit that may pass: soon at first, the store's worst
+// hiccups later.
+var commitBackoff = backoff.Policy{Base: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: backoff.Equal}
 
 // retryable reports whether a failed commit may succeed if tried again: it may or may not have
 // happened (Unavailable, DeadlineExceeded, Unknown), lost a contention (Aborted), or met a
@@ -734,7 +738,7 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 			h.kill(t, now)
 			return
 		}
-		nb := now.Add(max(fullJitter(h.pol.RetryBase, h.pol.RetryMax, t.Attempts), wait))
+		nb := now.Add(max(h.pol.retryBackoff().Delay(t.Attempts, nil), wait))
 		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
 		if e.Kind != task.KindNetwork {
 			t.Parks = 0 // a model answered: the chain takes calls again
@@ -763,7 +767,7 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch int64, chain []string, res gemini.Result) {
 	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "park", func(t *store.Task, now time.Time) {
 		t.Parks++
-		nb := now.Add(parkBackoff(h.pol.ParkBase, h.pol.ParkMax, t.Parks))
+		nb := now.Add(h.pol.parkBackoff().Delay(t.Parks, nil))
 		if h.mp.Estimator != nil {
 			if at := h.mp.Estimator.NextCall(chain); at.Before(nb) {
 				nb = maxTime(at, now)
@@ -817,20 +821,19 @@ func taskError(err error) *store.TaskError {
 	return &store.TaskError{Kind: task.KindTransient, Message: err.Error()}
 }
 
-// fullJitter is a uniform draw in [0, min(max, base·2^(n-1))].
-func fullJitter(base, maxD time.Duration, n int) time.Duration {
-	return time.Duration(rand.Float64() * float64(ceiling(base, maxD, n)))
+// retryBackoff is the not_before of a transient retry or a shed: full jitter, so the retries of
+// one outage spread over the whole ceiling.
+func (p Policy) retryBackoff() backoff.Policy {
+	return backoff.Policy{Base: p.RetryBase, Max: p.RetryMax, Jitter: backoff.Full}
 }
 
-// parkBackoff is the exponential ceiling with ±50 % jitter, so parked tasks never wake together.
-func parkBackoff(base, maxD time.Duration, n int) time.Duration {
-	c := float64(ceiling(base, maxD, n))
-	return time.Duration(c/2 + rand.Float64()*c/2)
+// parkBackoff is the not_before of a parked task: equal jitter, uniform over the upper half of the
+// ceiling, so parked tasks never wake together and none waits past ParkMax.
+func (p Policy) parkBackoff() backoff.Policy {
+	return backoff.Policy{Base: p.ParkBase, Max: p.ParkMax, Jitter: backoff.Equal}
 }
 
-func ceiling(base, maxD time.Duration, n int) time.Duration {
-	c := float64(base) * math.Pow(2, float64(max(n-1, 0)))
-	return time.Duration(min(c, float64(maxD)))
+// jitter is a draw from the upper half of d, so that waits begun together do not end together.
+func jitter(d time.Duration) time.Duration {
+	return backoff.Policy{Base: d, Max: d, Jitter: backoff.Equal}.Delay(1, nil)
 }
-
-func jitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }

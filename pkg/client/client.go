@@ -16,13 +16,13 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/pkg/backoff"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -33,8 +33,7 @@ type Client struct {
 	key        string
 	hc         *http.Client
 	retries    int
-	minBackoff time.Duration
-	maxBackoff time.Duration
+	retryDelay backoff.Policy // full jitter: the ceiling of retry n is min·2^(n-1), capped
 }
 
 // Option configures a Client.
@@ -48,13 +47,13 @@ func WithRetries(n int) Option { return func(c *Client) { c.retries = n } }
 
 // WithBackoff sets the bounds of the retry backoff (200 ms .. 10 s by default).
 func WithBackoff(minDelay, maxDelay time.Duration) Option {
-	return func(c *Client) { c.minBackoff, c.maxBackoff = minDelay, maxDelay }
+	return func(c *Client) { c.retryDelay.Base, c.retryDelay.Max = minDelay, maxDelay }
 }
 
 // New returns a client of the publisher at baseURL (e.g. "https://genbox.example.com").
 func New(baseURL, key string, opts ...Option) *Client {
 	c := &Client{base: strings.TrimRight(baseURL, "/"), key: key, hc: http.DefaultClient,
-		retries: 4, minBackoff: 200 * time.Millisecond, maxBackoff: 10 * time.Second}
+		retries: 4, retryDelay: backoff.Policy{Base: 200 * time.Millisecond, Max: 10 * time.Second, Jitter: backoff.Full}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -267,7 +266,7 @@ func (c *Client) do(ctx context.Context, method, path, idemKey string, in, out a
 		if !retryable(err) || attempt >= c.retries || ctx.Err() != nil {
 			return nil, err
 		}
-		delay := c.backoff(attempt)
+		delay := c.retryDelay.Delay(attempt+1, nil)
 		if retryAfter > 0 {
 			delay = retryAfter
 		}
@@ -295,14 +294,6 @@ func retryable(err error) bool {
 	}
 	var p *Problem
 	return errors.As(err, &p) && (p.Status >= 500 || p.Status == http.StatusTooManyRequests)
-}
-
-func (c *Client) backoff(attempt int) time.Duration {
-	d := c.minBackoff << min(attempt, 20)
-	if d <= 0 || d > c.maxBackoff {
-		d = c.maxBackoff
-	}
-	return mrand.N(d + 1) // full jitter
 }
 
 func (c *Client) once(ctx context.Context, method, path, idemKey string, body []byte, out any) (http.Header, time.Duration, error) {

@@ -45,7 +45,7 @@ func (c *Client) Watch(ctx context.Context, id string, fn func(Event) error) err
 		if failures >= c.retries {
 			return err
 		}
-		delay := c.backoff(failures)
+		delay := c.retryDelay.Delay(failures+1, nil)
 		var p *Problem
 		if errors.As(err, &p) && p.RetryAfter > 0 {
 			delay = p.RetryAfter

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
+	"net/http"
+	"net/http/httptest"
 	"time"
 
 	"github.com/genbox-dev/genbox/pkg/client"
@@ -77,4 +80,32 @@ func ExampleClient_CreateTenant() {
 		log.Fatal(err)
 	}
 	fmt.Println(tn.WebhookSecret, key.Key, key.KeyID)
+}
+
+// A call that meets a 503 is retried after the client's backoff, under the same Idempotency-Key,
+// so the publisher makes one task of it.
+func ExampleWithBackoff() {
+	var keys []string
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		if len(keys) == 1 {
+			http.Error(w, "overloaded", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, `{"task_id":"t-1","state":"queued","status_url":"/v1/tasks/t-1"}`)
+	}))
+	defer hs.Close()
+
+	c := client.New(hs.URL, "gbx_...", client.WithBackoff(time.Millisecond, 10*time.Millisecond))
+	r, err := c.Submit(context.Background(), task.Request{Family: "summarize", Input: "..."})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(r.TaskID, r.State)
+	fmt.Println("calls:", len(keys), "same key:", keys[0] == keys[1])
+	// Output:
+	// t-1 queued
+	// calls: 2 same key: true
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"google.golang.org/genai"
 
+	"github.com/genbox-dev/genbox/pkg/backoff"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -241,9 +241,8 @@ func (c *Client) MaxSpend(req Request) float64 { return c.cfg.MaxSpend(req) }
 // backoff returns the wait before retry n (1-based) of one model: full jitter over an exponential
 // ceiling, never shorter than the server's RetryInfo delay.
 func (c *Client) backoff(n int, retryAfter time.Duration) time.Duration {
-	ceil := float64(c.cfg.BackoffBase) * math.Pow(2, float64(n-1))
-	d := time.Duration(c.rand() * min(ceil, float64(c.cfg.BackoffMax)))
-	return max(d, retryAfter)
+	p := backoff.Policy{Base: c.cfg.BackoffBase, Max: c.cfg.BackoffMax, Jitter: backoff.Full}
+	return max(p.Delay(n, c.rand), retryAfter)
 }
 
 // Generate runs req under the policy: one attempt budget across the chain; per model, retries of
