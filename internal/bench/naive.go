@@ -16,6 +16,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/geminienv"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/ssrf"
@@ -188,7 +189,7 @@ func (s *stack) startNaive(ctx context.Context, emu *emulator.Emulators, project
 	}
 	getenv := env(emu, s.cfg.Concurrency, map[string]string{"GOOGLE_CLOUD_PROJECT": project, "GOOGLE_GEMINI_BASE_URL": fake.URL,
 		secretbox.EnvKey: secretsKey})
-	gcfg, err := gemini.ConfigFromEnv(getenv)
+	gcfg, err := geminienv.Config(getenv)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/geminienv"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -40,7 +41,7 @@ func (e *env) pipeline(t *testing.T) *pipeline {
 		"GENBOX_MAX_ATTEMPTS": "2", "GENBOX_MODEL_ATTEMPTS": "2",
 		"GENBOX_BACKOFF_BASE": "5ms", "GENBOX_BACKOFF_MAX": "10ms",
 	}
-	gcfg, err := gemini.ConfigFromEnv(func(k string) string { return vars[k] })
+	gcfg, err := geminienv.Config(func(k string) string { return vars[k] })
 	if err != nil {
 		t.Fatal(err)
 	}

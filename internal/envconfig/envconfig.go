@@ -57,17 +57,20 @@ func (r *Reader) String(name string, dst *string) {
 // List sets *dst to the variable's comma-separated items, trimmed, empty ones dropped, when it
 // is set (so " , " gives an empty list).
 func (r *Reader) List(name string, dst *[]string) {
-	s := r.getenv(name)
-	if s == "" {
-		return
+	if s := r.getenv(name); s != "" {
+		*dst = Split(s)
 	}
+}
+
+// Split returns the comma-separated items of s, trimmed, empty ones dropped.
+func Split(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			out = append(out, p)
 		}
 	}
-	*dst = out
+	return out
 }
 
 // Int sets *dst to the variable's decimal integer when it is set.

@@ -14,6 +14,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/fscount"
+	"github.com/genbox-dev/genbox/internal/geminienv"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -90,7 +91,7 @@ func BenchmarkWorker(b *testing.B) {
 	srv := geminitest.NewServer(geminitest.WithLatency("", geminitest.Fixed(latency)))
 	defer srv.Close()
 	env := map[string]string{"GOOGLE_GEMINI_BASE_URL": srv.URL, "GENBOX_MODEL_CHAIN": "m"}
-	gcfg, err := gemini.ConfigFromEnv(func(k string) string { return env[k] })
+	gcfg, err := geminienv.Config(func(k string) string { return env[k] })
 	if err != nil {
 		b.Fatal(err)
 	}

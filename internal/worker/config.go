@@ -10,6 +10,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
+	"github.com/genbox-dev/genbox/internal/geminienv"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -124,7 +125,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.Batch, err = batcher.FromEnv(getenv); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Gemini, err = gemini.ConfigFromEnv(getenv); err != nil {
+	if c.Gemini, err = geminienv.Config(getenv); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/genai"
 
+	"github.com/genbox-dev/genbox/internal/geminienv"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -215,7 +216,7 @@ func (s slowCaches) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestContextCacheCreationIsSingleFlightInAnInstance(t *testing.T) {
 	t.Parallel()
 	c := setupCaches(t, time.Hour)
-	cfg, err := gemini.ConfigFromEnv(func(k string) string {
+	cfg, err := geminienv.Config(func(k string) string {
 		return map[string]string{"GOOGLE_GEMINI_BASE_URL": c.srv.URL, "GENBOX_MODEL_CHAIN": "m", "GENBOX_PRICES": flashLike}[k]
 	})
 	if err != nil {

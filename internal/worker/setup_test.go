@@ -13,6 +13,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/geminienv"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -97,7 +98,7 @@ func setupOn(t *testing.T, project string, fs *firestore.Client, lat time.Durati
 		"GENBOX_BACKOFF_BASE": "5ms", "GENBOX_BACKOFF_MAX": "10ms",
 	}
 	maps.Copy(env, extra)
-	cfg, err := gemini.ConfigFromEnv(func(k string) string { return env[k] })
+	cfg, err := geminienv.Config(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/genbox-dev/genbox/internal/geminienv"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/obs/obstest"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -22,7 +23,7 @@ func TestAttemptSpansAndBreakerGauge(t *testing.T) {
 	t.Cleanup(srv.Close)
 	env := map[string]string{"GOOGLE_GEMINI_BASE_URL": srv.URL, "GENBOX_MODEL_CHAIN": "m", "GENBOX_PRICES": "m=1/2",
 		"GENBOX_BACKOFF_BASE": "1ms", "GENBOX_BACKOFF_MAX": "2ms"}
-	cfg, err := gemini.ConfigFromEnv(func(k string) string { return env[k] })
+	cfg, err := geminienv.Config(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,18 +88,15 @@ func (b *bundle) alertKeys() []string {
 // testConfig is the production policy with a two-model chain of the fake's, pointed at srv.
 func testConfig(t testing.TB, srv *geminitest.Server) gemini.Config {
 	t.Helper()
-	cfg, err := gemini.ConfigFromEnv(func(k string) string {
-		switch k {
-		case "GOOGLE_GEMINI_BASE_URL":
-			return srv.URL
-		case "GENBOX_MODEL_CHAIN":
-			return primary + "," + fallback
-		case "GENBOX_PRICES":
-			return primary + "=1/2," + fallback + "=0.5/1"
-		}
-		return ""
-	})
+	cfg := gemini.DefaultConfig()
+	cfg.BaseURL = srv.URL
+	cfg.Models = []string{primary, fallback}
+	prices, err := gemini.ParsePrices(primary + "=1/2," + fallback + "=0.5/1")
 	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Prices = prices
+	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	return cfg

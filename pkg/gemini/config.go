@@ -3,13 +3,9 @@ package gemini
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/genbox-dev/genbox/internal/envconfig"
 )
 
 // Backends.
@@ -37,7 +33,7 @@ type BreakerConfig struct {
 // Pricing is what prices a call before it is made (Estimate): the default chain, the price table
 // and the output assumed when a request sets no bound. It needs no model credentials, so a
 // service that only prices calls (the dlqnotifier's Regenerate button) reads it alone, with
-// PricingFromEnv, and prices exactly as the worker does.
+// genbox's internal/geminienv.Pricing, and prices exactly as the worker does.
 type Pricing struct {
 	// Models is the default fallback chain.
 	Models []string
@@ -47,27 +43,9 @@ type Pricing struct {
 	DefaultMaxOutputTokens int64
 }
 
-// defaultPricing is the pricing of an unset environment.
-func defaultPricing() Pricing {
+// DefaultPricing returns the default chain and the built-in price table.
+func DefaultPricing() Pricing {
 	return Pricing{Models: slices.Clone(DefaultModelChain), DefaultMaxOutputTokens: 8192}
-}
-
-// read points r at the pricing's variables: GENBOX_MODEL_CHAIN and GENBOX_PRICES.
-func (p *Pricing) read(r *envconfig.Reader) {
-	r.List("GENBOX_MODEL_CHAIN", &p.Models)
-	r.Func("GENBOX_PRICES", func(s string) (err error) { p.Prices, err = ParsePrices(s); return err })
-}
-
-// PricingFromEnv reads the pricing alone, as ConfigFromEnv reads it: GENBOX_MODEL_CHAIN
-// ("a,b") and GENBOX_PRICES ("model=in/out,..." USD per 1M tokens).
-func PricingFromEnv(getenv func(string) string) (Pricing, error) {
-	p := defaultPricing()
-	r := envconfig.New(getenv)
-	p.read(r)
-	if err := r.Err(); err != nil {
-		return Pricing{}, err
-	}
-	return p, p.Validate()
 }
 
 // Validate reports a pricing that cannot work, naming its variable.
@@ -78,8 +56,8 @@ func (p Pricing) Validate() error {
 	return nil
 }
 
-// Config is the model-call policy. Zero durations and counts take their defaults in FromEnv;
-// a Config built by hand must pass Validate.
+// Config is the model-call policy: start from DefaultConfig; a Config built by hand must pass
+// Validate.
 type Config struct {
 	Backend  string // "gemini" (Gemini API) or "vertex" (Vertex AI)
 	APIKey   string // GEMINI_API_KEY, for the Gemini API backend
@@ -125,19 +103,13 @@ type Config struct {
 	Breaker BreakerConfig
 }
 
-// ConfigFromEnv reads the policy from the environment. It calls getenv for every variable it knows:
-// GEMINI_API_KEY, GOOGLE_GEMINI_BASE_URL, GENBOX_GEMINI_BACKEND (gemini|vertex),
-// GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (vertex), GENBOX_MODEL_CHAIN ("a,b"),
-// GENBOX_MAX_ATTEMPTS, GENBOX_MODEL_ATTEMPTS, GENBOX_QUALITY_ATTEMPTS, GENBOX_BACKOFF_BASE,
-// GENBOX_BACKOFF_MAX, GENBOX_MAX_RETRY_WAIT, GENBOX_CALL_TIMEOUT, GENBOX_FLEX_CALL_TIMEOUT, GENBOX_RPM and GENBOX_TPM
-// ("model=n,..."), GENBOX_RATE_WINDOW, GENBOX_INSTANCE_SHARE, GENBOX_RATE_HEADROOM,
-// GENBOX_PRICES ("model=in/out,..." USD per 1M tokens), GENBOX_BREAKER_FAILURES,
-// GENBOX_BREAKER_WINDOW, GENBOX_BREAKER_FAILURE_RATIO, GENBOX_BREAKER_MIN_VOLUME and
-// GENBOX_BREAKER_COOLDOWN.
-func ConfigFromEnv(getenv func(string) string) (Config, error) {
-	c := Config{
+// DefaultConfig returns the policy's defaults: a Config for the Gemini API backend that needs
+// only its credentials (APIKey, or BaseURL for a compatible endpoint) to pass Validate. The
+// library reads no environment; genbox's services read theirs over these defaults.
+func DefaultConfig() Config {
+	return Config{
 		Backend:              BackendGemini,
-		Pricing:              defaultPricing(),
+		Pricing:              DefaultPricing(),
 		MaxAttempts:          8,
 		ModelAttempts:        4,
 		QualityAttempts:      3,
@@ -158,35 +130,6 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			Cooldown:            15 * time.Second,
 		},
 	}
-	r := envconfig.New(getenv)
-	r.String("GENBOX_GEMINI_BACKEND", &c.Backend)
-	r.String("GEMINI_API_KEY", &c.APIKey)
-	r.String("GOOGLE_GEMINI_BASE_URL", &c.BaseURL)
-	r.String("GOOGLE_CLOUD_PROJECT", &c.Project)
-	r.String("GOOGLE_CLOUD_LOCATION", &c.Location)
-	c.Pricing.read(r)
-	r.Int("GENBOX_MAX_ATTEMPTS", &c.MaxAttempts)
-	r.Int("GENBOX_MODEL_ATTEMPTS", &c.ModelAttempts)
-	r.Int("GENBOX_QUALITY_ATTEMPTS", &c.QualityAttempts)
-	r.Int("GENBOX_BREAKER_FAILURES", &c.Breaker.ConsecutiveFailures)
-	r.Int("GENBOX_BREAKER_MIN_VOLUME", &c.Breaker.MinVolume)
-	r.Duration("GENBOX_BACKOFF_BASE", &c.BackoffBase)
-	r.Duration("GENBOX_BACKOFF_MAX", &c.BackoffMax)
-	r.Duration("GENBOX_MAX_RETRY_WAIT", &c.MaxRetryWait)
-	r.Duration("GENBOX_CALL_TIMEOUT", &c.CallTimeout)
-	r.Duration("GENBOX_FLEX_CALL_TIMEOUT", &c.FlexCallTimeout)
-	r.Duration("GENBOX_RATE_WINDOW", &c.RateWindow)
-	r.Duration("GENBOX_BREAKER_WINDOW", &c.Breaker.Window)
-	r.Duration("GENBOX_BREAKER_COOLDOWN", &c.Breaker.Cooldown)
-	r.Float("GENBOX_INSTANCE_SHARE", &c.InstanceShare)
-	r.Float("GENBOX_RATE_HEADROOM", &c.RateHeadroom)
-	r.Float("GENBOX_BREAKER_FAILURE_RATIO", &c.Breaker.FailureRatio)
-	r.Func("GENBOX_RPM", func(s string) (err error) { c.RPM, err = parseRates(s); return err })
-	r.Func("GENBOX_TPM", func(s string) (err error) { c.TPM, err = parseRates(s); return err })
-	if err := r.Err(); err != nil {
-		return Config{}, err
-	}
-	return c, c.Validate()
 }
 
 // Validate reports the first setting that cannot work, naming its variable.
@@ -240,26 +183,6 @@ func (c Config) Validate() error {
 func (c Config) LongestGenerate() time.Duration {
 	n := time.Duration(c.MaxAttempts)
 	return n*c.CallTimeout + (n-1)*max(c.BackoffMax, c.MaxRetryWait)
-}
-
-// parseRates parses "model=n,..." into positive per-minute rates.
-func parseRates(s string) (map[string]float64, error) {
-	out := map[string]float64{}
-	for _, item := range splitList(s) {
-		model, val, ok := strings.Cut(item, "=")
-		if !ok || strings.TrimSpace(model) == "" {
-			return nil, fmt.Errorf("%q: want model=n", item)
-		}
-		n, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
-		if err != nil {
-			return nil, fmt.Errorf("%q: %w", item, err)
-		}
-		if !(n > 0) || math.IsInf(n, 0) {
-			return nil, fmt.Errorf("%q: want a finite positive rate", item)
-		}
-		out[strings.TrimSpace(model)] = n
-	}
-	return out, nil
 }
 
 func splitList(s string) []string {

@@ -15,18 +15,9 @@ import (
 func ExampleClient_Generate() {
 	srv := geminitest.NewServer()
 	defer srv.Close()
-	cfg, err := gemini.ConfigFromEnv(func(k string) string {
-		switch k {
-		case "GOOGLE_GEMINI_BASE_URL":
-			return srv.URL
-		case "GENBOX_MODEL_CHAIN":
-			return "model-a,model-b"
-		}
-		return ""
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
+	cfg := gemini.DefaultConfig()
+	cfg.BaseURL = srv.URL // the fake; a real client sets APIKey
+	cfg.Models = []string{"model-a", "model-b"}
 	cfg.BackoffBase, cfg.BackoffMax = time.Millisecond, 10*time.Millisecond
 	ctx := context.Background()
 	c, err := gemini.New(ctx, cfg)
