@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/genbox-dev/genbox/internal/safetext"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -234,6 +235,7 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 			return nil
 		}
 		d.UpdatedAt = now
+		d.LastError = safetext.Error(d.LastError)
 		return tx.Set(dref, d)
 	}, s.txOptions()...)
 	if err != nil {
