@@ -13,12 +13,17 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/safetext"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // slackBudget bounds one Slack Web API call.
 const slackBudget = 5 * time.Second
+
+// maxAlertText bounds an alert's text (escaped): it names models, subscriptions and task ids, and
+// a fallback drill's report quotes model errors.
+const maxAlertText = 2500
 
 // noticeIndex finds the notice of t that announces the same dead letter as n, or -1.
 func noticeIndex(t *store.Task, n store.Notice) int {
@@ -247,7 +252,7 @@ func (s *Service) alert(ctx context.Context, key, text string) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, slackBudget)
 	defer cancel()
-	msg := ":rotating_light: *genbox alert* `" + key + "`\n" + text
+	msg := ":rotating_light: *genbox alert* `" + esc(key) + "`\n" + safetext.Slack(text, maxAlertText)
 	if _, _, err := s.slack.PostMessageContext(pctx, s.cfg.Channel, slack.MsgOptionText(msg, false)); err != nil {
 		log.WarnContext(ctx, "dlqnotifier: alert not posted; the next one of its key will be", "error", err)
 		if err := s.store.UnclaimAlert(context.WithoutCancel(ctx), key, prev); err != nil {
