@@ -80,7 +80,7 @@ func (s *Service) notice(ctx context.Context, log *slog.Logger, id string, n sto
 			t.OpenDeadLetters = append(t.OpenDeadLetters, dlID)
 			changed = true
 		}
-		if d.SlackTS != "" { // posted: only the notice was left behind
+		if d.SlackTS != "" || d.SlackFlood != "" { // posted, or counted by its flood's message: only the notice was left behind
 			t.Notices = slices.Delete(t.Notices, i, i+1)
 			return nil
 		}
@@ -109,6 +109,9 @@ func (s *Service) notice(ctx context.Context, log *slog.Logger, id string, n sto
 		return
 	}
 	open := d.State == store.DeadLetterOpen // the message about to be posted has buttons
+	if cause := floodCause(t, d); cause != "" && s.flood(ctx, log, id, dlID, n, epoch, d, cause) {
+		return
+	}
 	pctx, cancel := context.WithTimeout(ctx, slackBudget)
 	channel, ts, perr := s.slack.PostMessageContext(pctx, s.cfg.Channel,
 		slack.MsgOptionText(summary(d), false), slack.MsgOptionBlocks(s.blocks(d, t)...))

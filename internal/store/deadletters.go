@@ -64,6 +64,9 @@ type DeadLetter struct {
 	SlackChannel string `firestore:"slack_channel,omitempty" json:"slack_channel,omitempty"`
 	SlackTS      string `firestore:"slack_ts,omitempty" json:"slack_ts,omitempty"`
 	PostAttempts int    `firestore:"post_attempts" json:"post_attempts"` // failed Slack posts; sizes the notice's backoff
+	// SlackFlood is the flood (FloodKey) whose one message counts this dead letter instead of a
+	// message of its own.
+	SlackFlood string `firestore:"slack_flood,omitempty" json:"slack_flood,omitempty"`
 
 	CreatedAt time.Time `firestore:"created_at" json:"created_at"`
 	UpdatedAt time.Time `firestore:"updated_at" json:"updated_at"`

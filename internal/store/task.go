@@ -242,6 +242,9 @@ func (t *Task) View() task.View {
 	if v.Delivery.State == "" {
 		v.Delivery.State = task.DeliveryNone
 	}
+	if v.Delivery.State == task.DeliveryDead {
+		v.Delivery.LastStatus, v.Delivery.LastError = t.Delivery.LastStatus, t.Delivery.LastError
+	}
 	if v.Mode == "" {
 		v.Mode = task.ModeStandard
 	}
