@@ -91,6 +91,12 @@ func showTask(w io.Writer, asJSON bool, v *task.View) error {
 	webhook := ""
 	if v.Delivery.State != "" && v.Delivery.State != task.DeliveryNone {
 		webhook = fmt.Sprintf("%s (%s)", v.Delivery.State, plural(v.Delivery.Attempts, "attempt"))
+		if v.Delivery.LastStatus != 0 {
+			webhook += fmt.Sprintf(", last status %d", v.Delivery.LastStatus)
+		}
+		if v.Delivery.LastError != "" {
+			webhook += ": " + v.Delivery.LastError
+		}
 	}
 	errText := ""
 	if v.Error != nil {

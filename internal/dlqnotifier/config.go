@@ -36,6 +36,7 @@ const (
 	EnvPostBackoffBase  = "GENBOX_SLACK_BACKOFF_BASE"
 	EnvPostBackoffMax   = "GENBOX_SLACK_BACKOFF_MAX"
 	EnvFollowUpGrace    = "GENBOX_DECISION_GRACE"
+	EnvFloodWindow      = "GENBOX_SLACK_FLOOD_WINDOW"
 	EnvShutdownGrace    = "GENBOX_SHUTDOWN_GRACE"
 	EnvPushAudience     = "GENBOX_PUSH_AUDIENCE"
 	EnvPushAccount      = "GENBOX_PUSH_SERVICE_ACCOUNT"
@@ -101,6 +102,10 @@ type Policy struct {
 	// FollowUpGrace holds the sweeper off a decision's nudges and Slack update while this
 	// process carries them itself (GENBOX_DECISION_GRACE).
 	FollowUpGrace time.Duration
+	// FloodWindow groups a tenant's delivery dead letters of one receiver refusal: the first of a
+	// window gets its own message, the others one message updated with their count
+	// (GENBOX_SLACK_FLOOD_WINDOW).
+	FloodWindow time.Duration
 }
 
 // DefaultPolicy returns the production timing.
@@ -108,6 +113,7 @@ func DefaultPolicy() Policy {
 	return Policy{
 		AlertCooldown: 30 * time.Minute, PostLease: 30 * time.Second,
 		PostBackoffBase: 10 * time.Second, PostBackoffMax: 10 * time.Minute, FollowUpGrace: time.Minute,
+		FloodWindow: time.Hour,
 	}
 }
 
@@ -150,6 +156,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration(EnvPostBackoffBase, &c.PostBackoffBase)
 	r.Duration(EnvPostBackoffMax, &c.PostBackoffMax)
 	r.Duration(EnvFollowUpGrace, &c.FollowUpGrace)
+	r.Duration(EnvFloodWindow, &c.FloodWindow)
 	r.Duration(EnvShutdownGrace, &c.ShutdownGrace)
 	var errs []error
 	if err := r.Err(); err != nil {
@@ -223,7 +230,7 @@ func (c Config) Validate() error {
 		d    time.Duration
 	}{
 		{EnvAlertCooldown, c.AlertCooldown}, {EnvPostLease, c.PostLease}, {EnvPostBackoffBase, c.PostBackoffBase},
-		{EnvFollowUpGrace, c.FollowUpGrace}, {EnvShutdownGrace, c.ShutdownGrace},
+		{EnvFollowUpGrace, c.FollowUpGrace}, {EnvFloodWindow, c.FloodWindow}, {EnvShutdownGrace, c.ShutdownGrace},
 	} {
 		if v.d <= 0 {
 			bad(v.name, "must be positive")

@@ -12,6 +12,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/safetext"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/backoff"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -19,6 +20,10 @@ import (
 
 // slackBudget bounds one Slack Web API call.
 const slackBudget = 5 * time.Second
+
+// maxAlertText bounds an alert's text (escaped): it names models, subscriptions and task ids, and
+// a fallback drill's report quotes model errors.
+const maxAlertText = 2500
 
 // noticeIndex finds the notice of t that announces the same dead letter as n, or -1.
 func noticeIndex(t *store.Task, n store.Notice) int {
@@ -75,7 +80,7 @@ func (s *Service) notice(ctx context.Context, log *slog.Logger, id string, n sto
 			t.OpenDeadLetters = append(t.OpenDeadLetters, dlID)
 			changed = true
 		}
-		if d.SlackTS != "" { // posted: only the notice was left behind
+		if d.SlackTS != "" || d.SlackFlood != "" { // posted, or counted by its flood's message: only the notice was left behind
 			t.Notices = slices.Delete(t.Notices, i, i+1)
 			return nil
 		}
@@ -104,6 +109,9 @@ func (s *Service) notice(ctx context.Context, log *slog.Logger, id string, n sto
 		return
 	}
 	open := d.State == store.DeadLetterOpen // the message about to be posted has buttons
+	if cause := floodCause(t, d); cause != "" && s.flood(ctx, log, id, dlID, n, epoch, d, cause) {
+		return
+	}
 	pctx, cancel := context.WithTimeout(ctx, slackBudget)
 	channel, ts, perr := s.slack.PostMessageContext(pctx, s.cfg.Channel,
 		slack.MsgOptionText(summary(d), false), slack.MsgOptionBlocks(s.blocks(d, t)...))
@@ -246,7 +254,7 @@ func (s *Service) alert(ctx context.Context, key, text string) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, slackBudget)
 	defer cancel()
-	msg := ":rotating_light: *genbox alert* `" + key + "`\n" + text
+	msg := ":rotating_light: *genbox alert* `" + esc(key) + "`\n" + safetext.Slack(text, maxAlertText)
 	if _, _, err := s.slack.PostMessageContext(pctx, s.cfg.Channel, slack.MsgOptionText(msg, false)); err != nil {
 		log.WarnContext(ctx, "dlqnotifier: alert not posted; the next one of its key will be", "error", err)
 		if err := s.store.UnclaimAlert(context.WithoutCancel(ctx), key, prev); err != nil {

@@ -158,6 +158,7 @@ func testConfig(slackURL string) Config {
 		Policy: Policy{
 			AlertCooldown: time.Minute, PostLease: 30 * time.Second,
 			PostBackoffBase: 10 * time.Second, PostBackoffMax: time.Minute, FollowUpGrace: time.Minute,
+			FloodWindow: time.Hour,
 		},
 		ShutdownGrace: time.Second,
 	}

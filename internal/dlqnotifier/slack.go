@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"time"
 
 	"github.com/slack-go/slack"
 
+	"github.com/genbox-dev/genbox/internal/safetext"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -28,8 +30,27 @@ const (
 // original message and stay far below it.
 const MaxInteractionBytes = 256 << 10
 
-// maxErrorChars bounds the last error shown in a message.
-const maxErrorChars = 500
+// Bounds of the tenant-influenced text in a message, escaped (safetext.Slack): a Block Kit
+// section holds at most 3000 characters.
+const (
+	maxErrorText = 500
+	maxFieldText = 200
+)
+
+// esc is a tenant-influenced field as a message shows it: escaped for mrkdwn and bounded.
+func esc(s string) string { return safetext.Slack(s, maxFieldText) }
+
+// slackMention is how a decision by a Slack user is recorded: a mention of their verified id.
+var slackMention = regexp.MustCompile(`^<@[A-Z0-9]+>$`)
+
+// decider shows who decided: a Slack user as the mention recorded from their verified click, an
+// operator of the admin path (a name they typed) escaped.
+func decider(by string) string {
+	if slackMention.MatchString(by) {
+		return by
+	}
+	return esc(by)
+}
 
 // SignSlackRequest returns the headers Slack sends with body at ts: the v0 signature over
 // "v0:{ts}:{body}" with the signing secret. Tests and the `genbox dev` Slack console sign with it.
@@ -79,27 +100,26 @@ func DecodeInteraction(body []byte) (*slack.InteractionCallback, error) {
 
 // summary is a message's plain-text fallback (notifications, screen readers).
 func summary(d *store.DeadLetter) string {
-	return fmt.Sprintf("Dead letter: task %s, %s stage (%s)", d.TaskID, d.Stage, d.State)
+	return fmt.Sprintf("Dead letter: task %s, %s stage (%s)", esc(d.TaskID), d.Stage, d.State)
 }
 
 // blocks renders a dead letter: what died, what it cost, and either its buttons (open) or who
-// decided what and when. t (the task, when at hand) prices the Regenerate button.
+// decided what and when. t (the task, when at hand) prices the Regenerate button. Every field a
+// tenant, a receiver or a model can influence is escaped and bounded: a receiver's error text
+// must neither ping the channel nor draw a link next to the buttons.
 func (s *Service) blocks(d *store.DeadLetter, t *store.Task) []slack.Block {
-	errText := d.LastError
-	if len(errText) > maxErrorChars {
-		errText = errText[:maxErrorChars] + "…"
-	}
+	errText := safetext.Slack(d.LastError, maxErrorText)
 	if errText == "" {
 		errText = "(none recorded)"
 	}
 	what := "generation"
 	if d.Stage == task.StageDelivery {
-		what = "webhook delivery of `" + string(d.EventType) + "` (webhook-id `" + d.EventID + "`, round " + strconv.Itoa(d.Round) + ")"
+		what = "webhook delivery of `" + esc(string(d.EventType)) + "` (webhook-id `" + esc(d.EventID) + "`, round " + strconv.Itoa(d.Round) + ")"
 	}
 	text := fmt.Sprintf("*Dead letter* — the %s of task `%s` died.\n"+
 		"*Tenant:* %s   *Family:* %s/%s   *Stage:* %s   *Replay:* %d\n"+
 		"*Attempts:* %d   *Spent:* %d tokens (%d in, %d out), $%.6f\n*Last error:* %s",
-		what, d.TaskID, d.Tenant, d.Family, d.Variant, d.Stage, d.Replay,
+		what, esc(d.TaskID), esc(d.Tenant), esc(d.Family), esc(d.Variant), d.Stage, d.Replay,
 		d.Attempts, d.Usage.TotalTokens, d.Usage.PromptTokens, d.Usage.OutputTokens, d.CostUSD, errText)
 	out := []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, text, false, false), nil, nil)}
 	if d.State != store.DeadLetterOpen {
@@ -107,7 +127,7 @@ func (s *Service) blocks(d *store.DeadLetter, t *store.Task) []slack.Block {
 		if d.DecidedAt != nil {
 			at = d.DecidedAt.UTC().Format(time.RFC3339)
 		}
-		done := fmt.Sprintf("*%s* by %s at %s", decidedWord(d.State), d.DecidedBy, at)
+		done := fmt.Sprintf("*%s* by %s at %s", decidedWord(d.State), decider(d.DecidedBy), at)
 		if d.State == store.DeadLetterSuperseded {
 			done = "*Superseded* at " + at + ": the task moved on (a newer event or a regeneration replaced this delivery); nothing is left to decide."
 		}

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/safetext"
 )
 
 // Option configures a Handler.
@@ -30,6 +31,9 @@ func (h *Handler) observedPost(ctx context.Context, c claim) outcome {
 	ctx, span := obs.Start(ctx, "webhook POST", attribute.String(spanEventID, c.eventID), attribute.Int(obs.SpanAttempt, c.attempt))
 	start := time.Now()
 	o := h.post(ctx, c)
+	// The error quotes what the receiver answered and the URL it was sent to: bounded and
+	// redacted once, here, it is the same text in the span, the log line, the task and Slack.
+	o.err = safetext.Error(o.err)
 	h.metrics.WebhookAttempt(ctx, o.kind.String(), time.Since(start))
 	if o.kind == retry {
 		h.metrics.Retry(ctx, RetryClassDelivery)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/genbox-dev/genbox/internal/safetext"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -63,6 +64,9 @@ type DeadLetter struct {
 	SlackChannel string `firestore:"slack_channel,omitempty" json:"slack_channel,omitempty"`
 	SlackTS      string `firestore:"slack_ts,omitempty" json:"slack_ts,omitempty"`
 	PostAttempts int    `firestore:"post_attempts" json:"post_attempts"` // failed Slack posts; sizes the notice's backoff
+	// SlackFlood is the flood (FloodKey) whose one message counts this dead letter instead of a
+	// message of its own.
+	SlackFlood string `firestore:"slack_flood,omitempty" json:"slack_flood,omitempty"`
 
 	CreatedAt time.Time `firestore:"created_at" json:"created_at"`
 	UpdatedAt time.Time `firestore:"updated_at" json:"updated_at"`
@@ -234,6 +238,7 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 			return nil
 		}
 		d.UpdatedAt = now
+		d.LastError = safetext.Error(d.LastError)
 		return tx.Set(dref, d)
 	}, s.txOptions()...)
 	if err != nil {

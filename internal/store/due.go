@@ -76,8 +76,10 @@ func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
 
 // Finalize stores what DueAt derives, and the fields that follow from it: pending_since (set when
 // work becomes pending, cleared when none is) and expire_at (the TTL, set only when nothing is
-// pending, no dead letter is open and the task has ended). Every writer calls it before writing.
+// pending, no dead letter is open and the task has ended), and it bounds the task's error texts.
+// Every writer calls it before writing.
 func Finalize(t *Task, now time.Time, retention time.Duration) {
+	t.boundText()
 	due, ok := DueAt(t, now)
 	if !ok {
 		t.DueAt, t.PendingSince, t.Nudges, t.NudgeAt = nil, nil, 0, nil

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/safetext"
 	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -241,6 +242,9 @@ func (t *Task) View() task.View {
 	if v.Delivery.State == "" {
 		v.Delivery.State = task.DeliveryNone
 	}
+	if v.Delivery.State == task.DeliveryDead {
+		v.Delivery.LastStatus, v.Delivery.LastError = t.Delivery.LastStatus, t.Delivery.LastError
+	}
 	if v.Mode == "" {
 		v.Mode = task.ModeStandard
 	}
@@ -265,6 +269,28 @@ func (t *Task) Finish(state task.State, now time.Time) {
 	t.QueueEvent(state.Event(), now)
 }
 
+// boundText bounds the error texts of t with safetext.Error: its error (and those of earlier
+// replays), its delivery's last error and log. Services build these from what models and
+// receivers answered; bounding them here, where an event freezes them into its payload and where
+// Finalize readies every write, keeps the document below Firestore's 1 MiB however the text came.
+func (t *Task) boundText() {
+	boundError(t.Error)
+	for i := range t.Previous {
+		boundError(t.Previous[i].Error)
+	}
+	d := &t.Delivery
+	d.LastError = safetext.Error(d.LastError)
+	for i := range d.Log {
+		d.Log[i].Error = safetext.Error(d.Log[i].Error)
+	}
+}
+
+func boundError(e *TaskError) {
+	if e != nil {
+		e.Message = safetext.Error(e.Message)
+	}
+}
+
 // Request is the model request for t, its prompt rendered as r: t's own model chain where it names
 // one, and its max_cost_usd. The worker sends it and the dlqnotifier prices Regenerate with it, so
 // the price shown is the one the worker will check.
@@ -286,6 +312,7 @@ func (t *Task) QueueEvent(typ task.EventType, now time.Time) {
 		t.Delivery.State = task.DeliveryNone
 		return
 	}
+	t.boundText()
 	payload, err := json.Marshal(task.Event{Type: typ, Timestamp: now.UTC(), Data: t.View()})
 	if err != nil {
 		panic("store: marshal event: " + err.Error()) // a View always marshals

@@ -201,10 +201,14 @@ type ErrorView struct {
 	Message string    `json:"message"`
 }
 
-// DeliveryView is a task's webhook delivery as the API shows it.
+// DeliveryView is a task's webhook delivery as the API shows it. A dead delivery also shows why
+// it died — the receiver's last status (0 when none answered) and the error, bounded and its URLs
+// redacted — so that a tenant whose receiver refuses deliveries sees it on the task.
 type DeliveryView struct {
-	State    DeliveryState `json:"state"`
-	Attempts int           `json:"attempts"`
+	State      DeliveryState `json:"state"`
+	Attempts   int           `json:"attempts"`
+	LastStatus int           `json:"last_status,omitempty"`
+	LastError  string        `json:"last_error,omitempty"`
 }
 
 // View is the task as GET /v1/tasks/{id} shows it and as webhook payloads carry it in "data".
