@@ -30,41 +30,40 @@ func WithCapacity(calls, reserve, inHand int) Option {
 	}
 }
 
-// enter waits for room for one more task in hand, and for its claim, until ctx ends; it reports
-// whether it got them.
-func (c *capacity) enter(ctx context.Context) (*place, bool) {
+// enter takes room for one more task in hand and for its claim, waiting for it until ctx ends
+// when wait is set, and reports whether it got both. ctx is also what ends the task's wait for
+// a model-call slot: the pull's or Local's context.
+func (c *capacity) enter(ctx context.Context, wait bool) (*place, bool) {
 	p := &place{c: c, stop: ctx}
 	if c == nil {
 		return p, true
 	}
 	for _, sem := range []chan struct{}{c.inHand, c.ahead} {
-		select {
-		case sem <- struct{}{}:
-			p.held = append(p.held, sem)
-		case <-ctx.Done():
+		if !take(ctx, sem, wait) {
 			p.leave()
 			return nil, false
 		}
+		p.held = append(p.held, sem)
 	}
 	return p, true
 }
 
-// tryEnter is enter without waiting.
-func (c *capacity) tryEnter(ctx context.Context) (*place, bool) {
-	p := &place{c: c, stop: ctx}
-	if c == nil {
-		return p, true
-	}
-	for _, sem := range []chan struct{}{c.inHand, c.ahead} {
+// take takes a place of sem, waiting for one until ctx ends when wait is set.
+func take(ctx context.Context, sem chan struct{}, wait bool) bool {
+	if !wait {
 		select {
 		case sem <- struct{}{}:
-			p.held = append(p.held, sem)
+			return true
 		default:
-			p.leave()
-			return nil, false
+			return false
 		}
 	}
-	return p, true
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // place is what one task holds of a Handler's capacity; on a Handler without one it holds

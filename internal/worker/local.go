@@ -36,7 +36,7 @@ func (l *Local) Offer(id string) bool {
 		return false
 	}
 	h, ctx := l.h, l.ctx
-	p, ok := h.room.tryEnter(ctx)
+	p, ok := h.room.enter(ctx, false)
 	if !ok {
 		return false
 	}

@@ -200,7 +200,7 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		return bus.Ack
 	}
 	defer h.inHand.Delete(id)
-	p, ok := h.room.enter(ctx)
+	p, ok := h.room.enter(ctx, true)
 	if !ok { // pulling stopped before there was room: the task is still due
 		return bus.Ack
 	}
