@@ -21,7 +21,9 @@ generate-then-publish pattern, side by side.
 --mode batch|flex (--shed F: the fraction of flex requests shed) runs the workload on the
 standard tier, then in that mode, and prints cost per task ÷ the standard run's; --context-cache
 runs seed 000's shape (a 9k-token shared prefix) with context caching off, then on, and prints
-the cost ratio with storage beside the break-even rule's prediction.`)
+the cost ratio with storage beside the break-even rule's prediction. --backlog submits every task
+before the worker takes any, then lets it drain them with --concurrency model-call slots, and
+prints the drain's throughput ÷ (slots ÷ mean model latency) beside the same figures.`)
 	cfg := bench.DefaultConfig()
 	cfg.RegisterFlags(fs)
 	asJSON := jsonFlag(fs)

@@ -289,7 +289,7 @@ variable "model_prices" {
 }
 
 variable "worker_concurrency" {
-  description = "Task messages each worker instance handles at once (most of the time is spent waiting on Gemini, so this is well above the CPU count)."
+  description = "Model calls each worker instance runs at once: its model-call slots (most of the time is spent waiting on Gemini, so this is well above the CPU count). The claim reserve and the messages in hand are derived from it."
   type        = number
   default     = 64
 

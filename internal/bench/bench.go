@@ -43,7 +43,7 @@ var ErrConfig = errors.New("bench: invalid configuration")
 // Config is one bench run.
 type Config struct {
 	Tasks        int           // --tasks: tasks submitted in all
-	Concurrency  int           // --concurrency: tasks in flight at once (closed loop)
+	Concurrency  int           // --concurrency: tasks in flight at once (closed loop); with Backlog the worker's model-call slots
 	Latency      time.Duration // --latency: the model's mean latency
 	Distribution string        // --latency-dist: fixed, uniform or exponential
 	InputBytes   int           // --input-bytes: size of each task's input
@@ -56,6 +56,10 @@ type Config struct {
 	WebhookErrors float64 // --fail-webhook: webhook POSTs answered 503
 
 	Baseline string // --baseline: "" or naive (run it too, side by side)
+	// Backlog submits every task before the worker takes any, then lets it drain them with
+	// Concurrency model-call slots (GENBOX_CONCURRENCY): a job queue's benchmark (River's, with
+	// jobs queued first). Throughput is the drain's, and its bound slots ÷ mean model latency.
+	Backlog bool // --backlog
 	// Mode, when set, runs the workload online on the standard tier and then in this mode
 	// (flex or batch; standard compares standard with itself), and reports cost per task ÷ the
 	// standard run's.
@@ -100,6 +104,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.AckLoss, "fail-ack", c.AckLoss, "probability a worker's ack is lost (the message comes back)")
 	fs.Float64Var(&c.WebhookErrors, "fail-webhook", c.WebhookErrors, "probability a webhook POST is answered 503")
 	fs.StringVar(&c.Baseline, "baseline", c.Baseline, "also run a baseline under the same failures: naive")
+	fs.BoolVar(&c.Backlog, "backlog", c.Backlog, "submit every task first, then let the worker drain them with --concurrency model-call slots")
 	fs.StringVar(&c.Mode, "mode", c.Mode, "run the workload on the standard tier, then as flex or batch tasks, and compare cost per task")
 	fs.Float64Var(&c.Shed, "shed", c.Shed, "with --mode flex: the fraction of flex requests the fake sheds")
 	fs.BoolVar(&c.ContextCache, "context-cache", c.ContextCache, "run seed 000's shape (9k-token shared prefix) with context caching off, then on, and compare cost")
@@ -148,6 +153,9 @@ func (c Config) Validate() error {
 	if (c.Mode != ModeNone || c.ContextCache) && c.Baseline != BaselineNone {
 		bad("baseline", "compares the plain workload; --mode and --context-cache bring their own baseline")
 	}
+	if c.Backlog && (c.Baseline != BaselineNone || c.Mode != ModeNone || c.ContextCache) {
+		bad("backlog", "drains genbox's own backlog; pass it without --baseline, --mode and --context-cache")
+	}
 	if c.Mode != ModeNone && c.ContextCache {
 		bad("context-cache", "runs its own workload; pass it without --mode")
 	}
@@ -168,12 +176,15 @@ type Result struct {
 	Lost      int // tasks whose webhook never arrived within the timeout
 	Wall      time.Duration
 
-	Throughput float64       // completed tasks per second
-	Bound      float64       // Little's law: concurrency ÷ mean model latency, tasks per second
+	Throughput float64       // completed tasks per second (a backlog's: over the drain)
+	Bound      float64       // Little's law: concurrency (a backlog's model-call slots) ÷ mean model latency, tasks per second
 	ModelMean  time.Duration // mean model latency of the tasks (the fake's draws)
-	P50, P99   time.Duration // end to end: submit to the first verified webhook
+	// P50 and P99 are end to end: submit to the first verified webhook; in a backlog, from the
+	// start of the drain.
+	P50, P99 time.Duration
 	// OverheadP50 and OverheadP99 are the quantiles of each task's end-to-end latency minus its
-	// model latency.
+	// model latency; in a backlog, whose tasks wait before their call by design, of the time
+	// from the call's answer to the webhook.
 	OverheadP50, OverheadP99 time.Duration
 
 	FirestoreReads, FirestoreWrites, FirestoreCommits int64
@@ -285,8 +296,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 // Print writes the report as a table, genbox and the baseline side by side.
 func (r Report) Print(w io.Writer) {
 	c := r.Config
-	fmt.Fprintf(w, "workload: %d tasks, concurrency %d, model latency %s (%s), input %d B\n",
-		c.Tasks, c.Concurrency, c.Latency, c.Distribution, c.InputBytes)
+	if c.Backlog {
+		fmt.Fprintf(w, "workload: backlog of %d tasks submitted first, drained with %d model-call slots, model latency %s (%s), input %d B\n",
+			c.Tasks, c.Concurrency, c.Latency, c.Distribution, c.InputBytes)
+	} else {
+		fmt.Fprintf(w, "workload: %d tasks, concurrency %d, model latency %s (%s), input %d B\n",
+			c.Tasks, c.Concurrency, c.Latency, c.Distribution, c.InputBytes)
+	}
 	fmt.Fprintf(w, "failures: model 503 %.0f%%, result step lost %.0f%%, ack lost %.0f%%, webhook 503 %.0f%% (seed %d)\n\n",
 		100*c.ModelErrors, 100*c.ResultLoss, 100*c.AckLoss, 100*c.WebhookErrors, c.Seed)
 	results := []Result{r.Genbox}
@@ -302,12 +318,23 @@ func (r Report) Print(w io.Writer) {
 	}
 	row("", func(r Result) string { return r.System })
 	row("completed / lost", func(r Result) string { return fmt.Sprintf("%d / %d", r.Completed, r.Lost) })
-	row("throughput (tasks/s)", func(r Result) string { return fmt.Sprintf("%.1f", r.Throughput) })
-	row("Little's-law bound (tasks/s)", func(r Result) string { return fmt.Sprintf("%.1f", r.Bound) })
-	row("throughput ÷ bound", func(r Result) string { return fmt.Sprintf("%.2f", r.Efficiency()) })
+	if c.Backlog {
+		row("drain throughput (tasks/s)", func(r Result) string { return fmt.Sprintf("%.1f", r.Throughput) })
+		row("bound: slots ÷ mean latency", func(r Result) string { return fmt.Sprintf("%.1f", r.Bound) })
+		row("drain throughput ÷ bound", func(r Result) string { return fmt.Sprintf("%.2f", r.Efficiency()) })
+	} else {
+		row("throughput (tasks/s)", func(r Result) string { return fmt.Sprintf("%.1f", r.Throughput) })
+		row("Little's-law bound (tasks/s)", func(r Result) string { return fmt.Sprintf("%.1f", r.Bound) })
+		row("throughput ÷ bound", func(r Result) string { return fmt.Sprintf("%.2f", r.Efficiency()) })
+	}
 	row("mean model latency", func(r Result) string { return r.ModelMean.Round(time.Millisecond).String() })
-	row("end-to-end p50 / p99", func(r Result) string { return dur(r.P50) + " / " + dur(r.P99) })
-	row("overhead p50 / p99", func(r Result) string { return dur(r.OverheadP50) + " / " + dur(r.OverheadP99) })
+	if c.Backlog {
+		row("drain start to webhook p50 / p99", func(r Result) string { return dur(r.P50) + " / " + dur(r.P99) })
+		row("answer to webhook p50 / p99", func(r Result) string { return dur(r.OverheadP50) + " / " + dur(r.OverheadP99) })
+	} else {
+		row("end-to-end p50 / p99", func(r Result) string { return dur(r.P50) + " / " + dur(r.P99) })
+		row("overhead p50 / p99", func(r Result) string { return dur(r.OverheadP50) + " / " + dur(r.OverheadP99) })
+	}
 	row("Firestore reads / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(r.FirestoreReads)) })
 	row("Firestore writes / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(r.FirestoreWrites)) })
 	row("Firestore commits / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(r.FirestoreCommits)) })

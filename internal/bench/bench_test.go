@@ -8,9 +8,12 @@ import (
 	"flag"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
 )
 
@@ -76,6 +79,83 @@ func TestRunGenboxAgainstNaive(t *testing.T) {
 	if !strings.Contains(bar.String(), "genbox") || !strings.Contains(bar.String(), "16/16") {
 		t.Errorf("progress bar: %q", bar.String())
 	}
+}
+
+// A backlog run submits every task before the worker takes any, so its drain can never beat
+// the bound of its model-call slots: with a fixed latency, 32 tasks on 4 slots take at least 8
+// rounds of the model. Each task is generated and delivered once, and the report and its JSON
+// say the throughput is the drain's.
+func TestRunBacklog(t *testing.T) {
+	t.Parallel()
+	cfg := small(t)
+	cfg.Baseline, cfg.Backlog = BaselineNone, true
+	cfg.Tasks, cfg.Concurrency, cfg.Latency, cfg.Distribution = 32, 4, 100*time.Millisecond, DistFixed
+	cfg.ModelErrors, cfg.ResultLoss, cfg.AckLoss, cfg.WebhookErrors = 0, 0, 0, 0
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), cfg, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	g := rep.Genbox
+	if g.Completed != cfg.Tasks || g.Lost != 0 || g.Generations != cfg.Tasks || g.BilledRatio() != 1 || g.Duplicates != 0 {
+		t.Errorf("completed %d lost %d, %d generations, billed ratio %.3f, %d duplicates; want %d tasks each generated and delivered once",
+			g.Completed, g.Lost, g.Generations, g.BilledRatio(), g.Duplicates, cfg.Tasks)
+	}
+	if want := 4 / cfg.Latency.Seconds(); g.Bound != want {
+		t.Errorf("bound %.1f tasks/s, want the slots ÷ the latency: %.1f", g.Bound, want)
+	}
+	if rounds := time.Duration(cfg.Tasks/cfg.Concurrency) * cfg.Latency; g.Wall < rounds {
+		t.Errorf("drained in %s, faster than %d rounds of the model (%s): tasks ran before the drain began", g.Wall, cfg.Tasks/cfg.Concurrency, rounds)
+	}
+	if g.OverheadP50 <= 0 || g.OverheadP50 > g.P50 {
+		t.Errorf("answer to webhook p50 %s, drain start to webhook p50 %s: want a positive share of it", g.OverheadP50, g.P50)
+	}
+	if !strings.Contains(out.String(), "drain throughput ÷ bound") {
+		t.Errorf("report lacks the drain's ratio:\n%s", out.String())
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"backlog":true`) {
+		t.Errorf("JSON report does not say it is a backlog: %s", b)
+	}
+}
+
+// The gate holds the worker's messages until the drain begins, and nacks those whose pull
+// stops first: a backlog's tasks are all submitted before any is taken.
+func TestGatedHoldsMessagesUntilOpened(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var handled atomic.Int64
+		gate := make(chan struct{})
+		h := gated(bus.HandlerFunc(func(context.Context, *bus.Message) bus.Result { handled.Add(1); return bus.Ack }), gate)
+		results := make(chan bus.Result, 3)
+		for range 2 {
+			go func() { results <- h.Handle(context.Background(), &bus.Message{}) }()
+		}
+		stopped, stop := context.WithCancel(context.Background())
+		go func() { results <- h.Handle(stopped, &bus.Message{}) }()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := handled.Load(); n != 0 {
+			t.Fatalf("%d messages handled before the gate opened", n)
+		}
+		stop()
+		if r := <-results; r != bus.Nack {
+			t.Errorf("a message whose pull stopped at the gate: %v, want a nack", r)
+		}
+		close(gate)
+		for range 2 {
+			if r := <-results; r != bus.Ack {
+				t.Errorf("a message past the open gate: %v, want the handler's ack", r)
+			}
+		}
+		if n := handled.Load(); n != 2 {
+			t.Errorf("%d messages handled after the gate opened, want 2", n)
+		}
+	})
 }
 
 func TestInjectorIsAFunctionOfSeedKindKeyAndOccurrence(t *testing.T) {
@@ -168,6 +248,10 @@ func TestConfigFlagsAndValidate(t *testing.T) {
 		{[]string{"-mode", "flex", "-shed", "1"}, "--shed"},
 		{[]string{"-mode", "batch", "-baseline", "naive"}, "--baseline"},
 		{[]string{"-mode", "flex", "-context-cache"}, "--context-cache"},
+		{[]string{"-backlog", "-tasks", "2000", "-concurrency", "64"}, ""},
+		{[]string{"-backlog", "-baseline", "naive"}, "--backlog"},
+		{[]string{"-backlog", "-mode", "flex"}, "--backlog"},
+		{[]string{"-backlog", "-context-cache"}, "--backlog"},
 	} {
 		cfg := DefaultConfig()
 		fs := flag.NewFlagSet("bench", flag.ContinueOnError)

@@ -213,6 +213,14 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// arrival is when eventID was first received.
+func (r *receiver) arrival(eventID string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.at[eventID]
+	return at, ok
+}
+
 // tally returns the distinct webhook-ids received, the deliveries beyond the first of each, and
 // the deliveries that failed verification.
 func (r *receiver) tally() (distinct, duplicates, bad int) {

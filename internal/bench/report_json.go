@@ -15,6 +15,7 @@ type reportJSON struct {
 type workloadJSON struct {
 	Tasks          int                `json:"tasks"`
 	Concurrency    int                `json:"concurrency"`
+	Backlog        bool               `json:"backlog"` // every task submitted first: throughput is the drain's, concurrency the model-call slots
 	LatencySeconds float64            `json:"latency_seconds"`
 	Distribution   string             `json:"latency_dist"`
 	InputBytes     int                `json:"input_bytes"`
@@ -57,7 +58,7 @@ func (r Report) MarshalJSON() ([]byte, error) {
 	c := r.Config
 	out := reportJSON{
 		Workload: workloadJSON{
-			Tasks: c.Tasks, Concurrency: c.Concurrency, LatencySeconds: c.Latency.Seconds(),
+			Tasks: c.Tasks, Concurrency: c.Concurrency, Backlog: c.Backlog, LatencySeconds: c.Latency.Seconds(),
 			Distribution: c.Distribution, InputBytes: c.InputBytes, Seed: c.Seed,
 			Failures: map[string]float64{failModel: c.ModelErrors, failPublish: c.ResultLoss, failAck: c.AckLoss, failWebhook: c.WebhookErrors},
 		},

@@ -43,6 +43,11 @@ const (
 // own nudge.
 const nudgeGrace = time.Second
 
+// backlogGrace is the nudge grace of a backlog's tasks: the publisher's default
+// GENBOX_NUDGE_GRACE, so that, as in production, the sweeper leaves a backlog to its nudges
+// rather than nudging every task of it again while the worker drains it.
+const backlogGrace = time.Minute
+
 // taskIDRE finds a bench task id in a prompt, so the fake knows which task a call is for.
 var taskIDRE = regexp.MustCompile(`\bbt\d{6}\b`)
 
@@ -91,11 +96,13 @@ func topology() bus.Topology {
 }
 
 // latencies draws each task's model latency from the distribution, as a pure function of the
-// seed and the task id (a task's retries take as long as its first call), and remembers it.
+// seed and the task id (a task's retries take as long as its first call), and remembers it and
+// when the task's last call began.
 type latencies struct {
-	cfg Config
-	mu  sync.Mutex
-	of  map[string]time.Duration
+	cfg   Config
+	mu    sync.Mutex
+	of    map[string]time.Duration
+	began map[string]time.Time
 }
 
 func (l *latencies) draw(r geminitest.Request) time.Duration {
@@ -116,6 +123,7 @@ func (l *latencies) draw(r geminitest.Request) time.Duration {
 	}
 	l.mu.Lock()
 	l.of[id] = d
+	l.began[id] = time.Now()
 	l.mu.Unlock()
 	return d
 }
@@ -125,6 +133,14 @@ func (l *latencies) get(id string) (time.Duration, bool) {
 	defer l.mu.Unlock()
 	d, ok := l.of[id]
 	return d, ok
+}
+
+// answered is when the task's last model call answered.
+func (l *latencies) answered(id string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.began[id]
+	return at.Add(l.of[id]), ok
 }
 
 // stack is a run's workload side, the same for both systems — the Firestore operation counter,
@@ -140,6 +156,8 @@ type stack struct {
 	recvURL string
 	secret  string
 	log     *slog.Logger
+	// gate holds the worker's messages until it is closed (Backlog); nil: none.
+	gate chan struct{}
 
 	// Set by the system's start.
 	store *store.Store
@@ -152,7 +170,10 @@ type stack struct {
 
 func newStack(cfg Config) (s *stack, err error) {
 	s = &stack{cfg: cfg, counter: &fscount.Counter{}, pubs: newPublishCounts(), in: newInjector(cfg.Seed), log: cfg.Log,
-		lat: &latencies{cfg: cfg, of: map[string]time.Duration{}}}
+		lat: &latencies{cfg: cfg, of: map[string]time.Duration{}, began: map[string]time.Time{}}}
+	if cfg.Backlog {
+		s.gate = make(chan struct{})
+	}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -199,13 +220,18 @@ func (s *stack) createTenant(ctx context.Context) error {
 
 // startGenbox runs genbox as `genbox dev` assembles it (internal/devstack) on the emulators,
 // with the bench's counted Firestore client, counted publishers, the worker's lost result
-// publishes and acks, and the bench's fake Gemini.
+// publishes and acks, and the bench's fake Gemini. A backlog run gives the worker exactly
+// Concurrency model-call slots and holds its messages at the gate.
 func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, project string) error {
 	loopback := "127.0.0.1:0"
+	more := s.cfg.run.env
+	if s.cfg.Backlog {
+		more = map[string]string{"GENBOX_CONCURRENCY": fmt.Sprint(s.cfg.Concurrency)}
+	}
 	st, err := devstack.Start(ctx, devstack.Config{
 		Project:       project,
 		PublisherAddr: loopback, DLQAddr: loopback, SlackAddr: loopback, WebhookAddr: loopback, GeminiAddr: loopback,
-		Getenv:        env(emu, s.cfg.Concurrency, s.cfg.run.env),
+		Getenv:        env(emu, s.cfg.Concurrency, more),
 		Log:           s.log,
 		Topology:      topology(),
 		Fake:          s.fakeOptions(),
@@ -222,7 +248,7 @@ func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, projec
 		},
 		WrapHandler: func(service string, h bus.Handler) bus.Handler {
 			if service == devstack.ServiceWorker {
-				return lostAcks(h, s.in, s.cfg.AckLoss)
+				return gated(lostAcks(h, s.in, s.cfg.AckLoss), s.gate)
 			}
 			return h
 		},
@@ -245,10 +271,10 @@ func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, projec
 // BenchmarkSubmitOverhead in internal/publisher measures), so that genbox and the naive baseline
 // start from the same submission: write the task (due a grace later, so the sweeper leaves it to
 // its own nudge), then nudge gemini-tasks.
-func (s *stack) submit(ctx context.Context, id string) error {
-	grace := time.Now().Add(nudgeGrace)
+func (s *stack) submit(ctx context.Context, id string, grace time.Duration) error {
+	nudgeAt := time.Now().Add(grace)
 	doc := &store.Task{ID: id, Tenant: benchTenant, Family: s.familyOf(id), Variant: "default",
-		Input: input(id, s.cfg.InputBytes), State: task.StateQueued, CallbackURL: s.recvURL, NudgeAt: &grace, Mode: s.cfg.run.mode}
+		Input: input(id, s.cfg.InputBytes), State: task.StateQueued, CallbackURL: s.recvURL, NudgeAt: &nudgeAt, Mode: s.cfg.run.mode}
 	if err := s.store.CreateTask(ctx, doc); err != nil {
 		return err
 	}
@@ -299,55 +325,14 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 	resetPeakRSS()
 	ops0 := s.counter.Counts()
 
-	type done struct {
-		id  string
-		e2e time.Duration
-		ok  bool
-	}
 	bar := startProgress(cfg.Progress, system, cfg.Tasks)
-	work := make(chan int)
-	results := make(chan done, cfg.Tasks)
-	var submitErr error
-	var errOnce sync.Once
-	start := time.Now()
-	var wg sync.WaitGroup
-	for range cfg.Concurrency {
-		wg.Go(func() {
-			for i := range work {
-				id := taskID(i)
-				t0 := time.Now()
-				arrived := s.recv.wait(task.EventID(id, task.EventSucceeded, 0))
-				if err := s.submit(ctx, id); err != nil {
-					errOnce.Do(func() { submitErr = err })
-					results <- done{id: id}
-					continue
-				}
-				timer := time.NewTimer(cfg.Timeout)
-				select {
-				case <-arrived:
-					results <- done{id: id, e2e: time.Since(t0), ok: true}
-				case <-timer.C:
-					results <- done{id: id}
-				case <-ctx.Done():
-					results <- done{id: id}
-				}
-				timer.Stop()
-				bar.add()
-			}
-		})
+	drive := s.closedLoop
+	if cfg.Backlog {
+		drive = s.drainBacklog
 	}
-	for i := range cfg.Tasks {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	wall := time.Since(start)
+	results, wall, err := drive(ctx, bar)
 	bar.stop()
-	close(results)
-	if submitErr != nil {
-		return Result{}, fmt.Errorf("submit: %w", submitErr)
-	}
-	if err := ctx.Err(); err != nil {
+	if err != nil {
 		return Result{}, err
 	}
 	// Let what the last tasks left in flight (redeliveries, re-nudges) run, then stop the
@@ -367,7 +352,7 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 	r.FirestoreReads, r.FirestoreWrites, r.FirestoreCommits = ops.Reads, ops.Writes, ops.Commits
 	var e2e, over []time.Duration
 	var modelSum time.Duration
-	for d := range results {
+	for _, d := range results {
 		if !d.ok {
 			r.Lost++
 			continue
@@ -376,7 +361,7 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 		e2e = append(e2e, d.e2e)
 		m, _ := s.lat.get(d.id)
 		modelSum += m
-		over = append(over, d.e2e-m)
+		over = append(over, d.over)
 	}
 	e2e, over = sortedCopy(e2e), sortedCopy(over)
 	r.P50, r.P99 = percentile(e2e, 0.5), percentile(e2e, 0.99)
@@ -395,6 +380,154 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 	r.CostUSD, r.BatchJobs, r.Caches = led.CostUSD(benchPricing), len(led.Batches), led.Caches
 	r.Webhooks, r.Duplicates, _ = s.recv.tally()
 	return r, nil
+}
+
+// done is how one task of a run ended.
+type done struct {
+	id string
+	ok bool // its webhook arrived within the timeout
+	// e2e is the closed loop's end-to-end latency (submit to webhook), and a backlog's time from
+	// the start of the drain to the webhook.
+	e2e time.Duration
+	// over is what the task took beyond its model call: e2e minus the model's latency in the
+	// closed loop; in a backlog, which waits before the call by design, the webhook's arrival
+	// after the call answered.
+	over time.Duration
+}
+
+// closedLoop keeps cfg.Concurrency tasks in flight: each driver submits a task, waits for its
+// webhook, then submits the next. It returns the tasks and the wall time of the run.
+func (s *stack) closedLoop(ctx context.Context, bar *progress) ([]done, time.Duration, error) {
+	cfg := s.cfg
+	work := make(chan int)
+	results := make(chan done, cfg.Tasks)
+	var submitErr error
+	var errOnce sync.Once
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			for i := range work {
+				id := taskID(i)
+				t0 := time.Now()
+				arrived := s.recv.wait(task.EventID(id, task.EventSucceeded, 0))
+				if err := s.submit(ctx, id, nudgeGrace); err != nil {
+					errOnce.Do(func() { submitErr = err })
+					results <- done{id: id}
+					continue
+				}
+				timer := time.NewTimer(cfg.Timeout)
+				select {
+				case <-arrived:
+					e2e := time.Since(t0)
+					m, _ := s.lat.get(id)
+					results <- done{id: id, e2e: e2e, over: e2e - m, ok: true}
+				case <-timer.C:
+					results <- done{id: id}
+				case <-ctx.Done():
+					results <- done{id: id}
+				}
+				timer.Stop()
+				bar.add()
+			}
+		})
+	}
+	for i := range cfg.Tasks {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	wall := time.Since(start)
+	close(results)
+	if submitErr != nil {
+		return nil, 0, fmt.Errorf("submit: %w", submitErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	var out []done
+	for d := range results {
+		out = append(out, d)
+	}
+	return out, wall, nil
+}
+
+// backlogSubmitters submit a backlog's tasks side by side.
+const backlogSubmitters = 16
+
+// drainBacklog submits every task while the worker's messages wait at the gate, then opens it
+// and waits until every webhook has arrived or cfg.Timeout has passed since. The wall time is
+// the drain's: from the gate's opening to the last webhook.
+func (s *stack) drainBacklog(ctx context.Context, bar *progress) ([]done, time.Duration, error) {
+	cfg := s.cfg
+	ids := make(chan string)
+	submitted := make(chan error, backlogSubmitters)
+	for range backlogSubmitters {
+		go func() {
+			var err error
+			for id := range ids {
+				if err == nil {
+					err = s.submit(ctx, id, backlogGrace)
+				}
+			}
+			submitted <- err
+		}()
+	}
+	arrived := make([]<-chan struct{}, cfg.Tasks)
+	for i := range cfg.Tasks {
+		id := taskID(i)
+		arrived[i] = s.recv.wait(task.EventID(id, task.EventSucceeded, 0))
+		ids <- id
+	}
+	close(ids)
+	var errs []error
+	for range backlogSubmitters {
+		errs = append(errs, <-submitted)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, 0, fmt.Errorf("submit: %w", err)
+	}
+	start := time.Now()
+	close(s.gate)
+	deadline := time.NewTimer(cfg.Timeout)
+	defer deadline.Stop()
+	out := make([]done, cfg.Tasks)
+	last := start
+	for i := range cfg.Tasks {
+		id := taskID(i)
+		out[i] = done{id: id}
+		select {
+		case <-arrived[i]:
+		case <-deadline.C:
+			continue
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+		at, _ := s.recv.arrival(task.EventID(id, task.EventSucceeded, 0))
+		answered, _ := s.lat.answered(id)
+		out[i] = done{id: id, ok: true, e2e: at.Sub(start), over: at.Sub(answered)}
+		if at.After(last) {
+			last = at
+		}
+		bar.add()
+	}
+	return out, last.Sub(start), nil
+}
+
+// gated holds every message of h until gate is closed; a nil gate holds none. A message whose
+// pull stops first is nacked: nothing was done.
+func gated(h bus.Handler, gate <-chan struct{}) bus.Handler {
+	if gate == nil {
+		return h
+	}
+	return bus.HandlerFunc(func(ctx context.Context, m *bus.Message) bus.Result {
+		select {
+		case <-gate:
+			return h.Handle(ctx, m)
+		case <-ctx.Done():
+			return bus.Nack
+		}
+	})
 }
 
 // neededTokens is what the work needed: one generation per task billed at least once (the

@@ -418,6 +418,8 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_LEASE_TTL":             tuning,
 		"GENBOX_LEASE_RENEW":           tuning,
 		"GENBOX_MAX_EXTENSION":         tuning,
+		"GENBOX_CLAIM_AHEAD":           "derived from GENBOX_CONCURRENCY (the model-call slots)",
+		"GENBOX_MAX_IN_FLIGHT":         "derived from GENBOX_CONCURRENCY (the model-call slots)",
 		"GENBOX_TASK_ATTEMPTS":         tuning,
 		"GENBOX_CLAIM_CAP":             tuning,
 		"GENBOX_RETRY_BASE":            tuning,

@@ -100,7 +100,7 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	if cfg.ContextTTL > 0 {
 		mp.ContextCaches = NewContextCaches(in.Store, gen, cfg.Gemini.Pricing, cfg.ContextTTL, cfg.Gemini.InstanceShare, cfg.Instance, in.Metrics, mp.Budgets)
 	}
-	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics), WithCapacity(cfg.Concurrency)}
+	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics), WithCapacity(cfg.Concurrency, cfg.ClaimAhead, cfg.MaxInFlight)}
 	if cfg.Gemini.Backend == gemini.BackendGemini {
 		opts = append(opts, WithBatch(cfg.Batch)) // Vertex AI's batch jobs read Cloud Storage or BigQuery, not inlined requests
 	} else {
@@ -126,7 +126,7 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	a := &Assembly{
 		Handler:      h,
 		Subscription: cfg.Subscription,
-		Pull:         bus.PullSettings{MaxOutstandingMessages: cfg.Concurrency, MaxExtension: cfg.MaxExtension},
+		Pull:         bus.PullSettings{MaxOutstandingMessages: cfg.MaxInFlight, MaxExtension: cfg.MaxExtension},
 		Local:        local,
 		grace:        cfg.ShutdownGrace,
 		ready:        []obs.Check{{Name: "firestore", Probe: in.Store.Ping}},

@@ -28,7 +28,9 @@ type Config struct {
 	LeaseTTL     time.Duration // GENBOX_LEASE_TTL: how long a claim lasts without renewal
 	RenewEvery   time.Duration // GENBOX_LEASE_RENEW: renewal interval while the model runs
 	MaxExtension time.Duration // GENBOX_MAX_EXTENSION: ack-deadline extension; at least LongestHold (its default)
-	Concurrency  int           // GENBOX_CONCURRENCY: messages handled at once
+	Concurrency  int           // GENBOX_CONCURRENCY: model calls at once (the model-call slots)
+	ClaimAhead   int           // GENBOX_CLAIM_AHEAD: tasks claimed ahead of a free slot at most (default Concurrency/2, at least 1)
+	MaxInFlight  int           // GENBOX_MAX_IN_FLIGHT: task messages in hand at once, the pull's flow control (default 2·Concurrency + ClaimAhead)
 	MaxAttempts  int           // GENBOX_TASK_ATTEMPTS: failed generations before a task is dead
 	ClaimCap     int           // GENBOX_CLAIM_CAP: takeovers of an expired lease before a task is dead
 
@@ -111,6 +113,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration("GENBOX_FALLBACK_DRILL_INTERVAL", &c.DrillEvery)
 	r.Duration("GENBOX_PREVIEW_INTERVAL", &c.PreviewEvery)
 	r.Int("GENBOX_CONCURRENCY", &c.Concurrency)
+	r.Int("GENBOX_CLAIM_AHEAD", &c.ClaimAhead)
+	r.Int("GENBOX_MAX_IN_FLIGHT", &c.MaxInFlight)
 	r.Int("GENBOX_TASK_ATTEMPTS", &c.MaxAttempts)
 	r.Int("GENBOX_CLAIM_CAP", &c.ClaimCap)
 	r.Func("GENBOX_BUDGET_POLICY", func(s string) (err error) { c.BudgetPolicy, err = gemini.ParseBudgetPolicy(s); return err })
@@ -133,6 +137,16 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.MaxExtension == 0 {
 		c.MaxExtension = max(c.LongestHold(), c.LeaseTTL)
+	}
+	// A claim takes a Firestore transaction: enough of them must be under way, while every slot
+	// calls, to start the next call the moment one returns. After its call a task still commits
+	// its output, nudges its result and is acked, holding its message but no slot: as many again
+	// as the slots leaves room for that.
+	if getenv("GENBOX_CLAIM_AHEAD") == "" {
+		c.ClaimAhead = max(1, c.Concurrency/2)
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 2*c.Concurrency + c.ClaimAhead
 	}
 	return c, c.Validate()
 }
@@ -166,6 +180,12 @@ func (c Config) Validate() error {
 	}
 	if c.Concurrency < 1 {
 		bad("GENBOX_CONCURRENCY", "must be at least 1")
+	}
+	if c.ClaimAhead < 0 {
+		bad("GENBOX_CLAIM_AHEAD", "must not be negative (0: a task is claimed only when a model-call slot is free)")
+	}
+	if c.MaxInFlight < 1 {
+		bad("GENBOX_MAX_IN_FLIGHT", "must be at least 1")
 	}
 	if c.MaxAttempts < 1 {
 		bad("GENBOX_TASK_ATTEMPTS", "must be at least 1")

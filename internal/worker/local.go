@@ -12,8 +12,8 @@ import (
 // to nobody), without going through Pub/Sub. A message the leader publishes can be lost for a
 // while — handed to a process that then died, it waits out its ack deadline; the Pub/Sub
 // emulator keeps routing new messages to a killed subscriber's stream — and Local is what lets
-// the leader carry what it finds due whoever crashed. It takes a task only while the Handler has a
-// free slot (WithCapacity).
+// the leader carry what it finds due whoever crashed. It takes a task only while the Handler has
+// room to claim it (WithCapacity).
 type Local struct {
 	h *Handler
 
@@ -27,33 +27,27 @@ var _ sweeper.Local = (*Local)(nil)
 // NewLocal returns a Local that runs tasks through h.
 func NewLocal(h *Handler) *Local { return &Local{h: h} }
 
-// Offer handles the task in this instance if it is consuming and has a free slot, and reports
-// whether it did. It never waits.
+// Offer handles the task in this instance if it is consuming and has room to claim it, and
+// reports whether it did. It never waits.
 func (l *Local) Offer(id string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil || l.ctx.Err() != nil {
 		return false
 	}
-	h := l.h
-	if h.slots != nil {
-		select {
-		case h.slots <- struct{}{}:
-		default:
-			return false
-		}
+	h, ctx := l.h, l.ctx
+	p, ok := h.room.enter(ctx, false)
+	if !ok {
+		return false
 	}
-	ctx := l.ctx
 	l.wg.Go(func() {
-		if h.slots != nil {
-			defer func() { <-h.slots }()
-		}
+		defer p.leave()
 		log := h.log.With("task_id", id, "delivery_attempt", 0)
 		if !h.takeInHand(ctx, log, id) {
 			return
 		}
 		defer h.inHand.Delete(id)
-		h.handle(ctx, log, id)
+		h.handle(ctx, log, id, p)
 	})
 	return true
 }

@@ -18,7 +18,7 @@ func TestLocalRunsWhatItTakes(t *testing.T) {
 	defer gate.Release()
 	b.task(t, "a")
 	b.task(t, "b")
-	l := NewLocal(New(b.store, b.gen, chain("m"), b.pub, b.log, policy("w"), WithCapacity(1)))
+	l := NewLocal(New(b.store, b.gen, chain("m"), b.pub, b.log, policy("w"), WithCapacity(1, 0, 1)))
 	if l.Offer("a") {
 		t.Fatal("an offer before Run was taken")
 	}

@@ -142,12 +142,14 @@ type answer struct {
 // ticket is a call the policy let through: what it holds until the call has ended.
 type ticket struct {
 	h      *Handler
+	place  *place // holds the model-call slot
 	tenant string
 	slot   bool
 	hold   *gemini.Hold
 }
 
-// done settles the budget hold with what the call cost and frees the tenant's slot.
+// done settles the budget hold with what the call cost and frees the tenant's slot and the
+// model-call slot.
 func (tk *ticket) done(res gemini.Result) {
 	if tk.hold != nil {
 		tk.hold.Settle(res.CostUSD)
@@ -155,6 +157,7 @@ func (tk *ticket) done(res gemini.Result) {
 	if tk.slot {
 		tk.h.mp.Slots.Release(tk.tenant)
 	}
+	tk.place.endCall()
 }
 
 // cacheKey is the fingerprint of req when the task asked for the cache, its family allows it and
@@ -169,10 +172,12 @@ func (h *Handler) cacheKey(t *store.Task, r *prompts.Rendered, req gemini.Reques
 }
 
 // before runs the policy's steps between the claim and the call, in order: the cache (a hit
-// answers without a call), max_cost_usd against the estimate, the tenant's concurrency cap and
-// its daily budget. It returns a ticket when the call may go ahead; otherwise it has written the
-// task's outcome (stored, failed, waiting or handed back) and the caller stops.
-func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request, fp string) (*ticket, bool) {
+// answers without a call), max_cost_usd against the estimate, a model-call slot of p (waited
+// for; the lease released when the instance stops taking work first), the tenant's concurrency
+// cap and its daily budget. It returns a ticket, holding the call slot, when the call may go
+// ahead; otherwise it has freed the slot and written the task's outcome (stored, failed,
+// waiting, handed back or released) and the caller stops.
+func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request, fp string, p *place) (*ticket, bool) {
 	epoch := t.Lease.Epoch
 	if fp != "" {
 		o, err := h.store.GetOutput(ctx, t.Tenant, fp)
@@ -181,6 +186,7 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 			log.InfoContext(ctx, "cache hit; no model call", "fingerprint", fp)
 			h.stats.cacheHits.Add(1)
 			h.metrics.CacheHit(ctx, t.Family)
+			p.endCall()
 			h.persist(ctx, log, t, epoch, answer{res: gemini.Result{Text: o.Payload, Model: o.Model}, cached: true, fingerprint: fp})
 			return nil, false
 		case !errors.Is(err, store.ErrNotFound):
@@ -191,28 +197,39 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 	if h.mp.Estimator != nil {
 		_, estimate := h.mp.Estimator.Estimate(req)
 		if req.MaxCostUSD > 0 && estimate > req.MaxCostUSD {
+			p.endCall()
 			h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindBudget,
 				Message: fmt.Sprintf("estimated $%.6f exceeds max_cost_usd $%.6f; no model call", estimate, req.MaxCostUSD)})
 			return nil, false
 		}
 		worst = h.mp.Estimator.MaxSpend(req)
 	}
+	// The tenant's cap counts calls, so the slot comes first: a task waiting for one holds none
+	// of its tenant's.
+	if !p.startCall(ctx) {
+		p.endCall()
+		log.WarnContext(ctx, "shutting down before a model-call slot was free; lease released")
+		h.release(ctx, log, t.ID, epoch, gemini.Result{})
+		return nil, false
+	}
+	tk := &ticket{h: h, place: p, tenant: t.Tenant}
 	if h.mp.Slots == nil && h.mp.Budgets == nil {
-		return &ticket{h: h}, true
+		return tk, true
 	}
 	var limits store.Limits
 	if h.mp.Tenants != nil {
 		l, err := h.mp.Tenants.Limits(ctx, t.Tenant)
 		if err != nil {
+			tk.done(gemini.Result{})
 			h.handBack(ctx, log, t.ID, epoch, h.readRetry(), "tenant limits unreadable", err)
 			return nil, false
 		}
 		limits = l
 	}
-	tk := &ticket{h: h, tenant: t.Tenant}
 	if h.mp.Slots != nil {
 		ok, wait := h.mp.Slots.Acquire(t.Tenant, limits.Concurrency)
 		if !ok {
+			tk.done(gemini.Result{})
 			h.handBack(ctx, log, t.ID, epoch, wait, "tenant at its concurrency cap", nil)
 			return nil, false
 		}

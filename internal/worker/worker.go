@@ -91,9 +91,9 @@ type Handler struct {
 	// inHand holds the ids of the tasks this instance is claiming or running: a duplicate nudge
 	// for one of them is acked without a write (see Handle).
 	inHand sync.Map
-	// slots bounds the tasks handled at once, whether their nudge came through Pub/Sub or from
-	// this instance's sweeper (Local); nil: no bound (WithCapacity).
-	slots chan struct{}
+	// room bounds the tasks in hand, claimed and calling the model, whether their nudge came
+	// through Pub/Sub or from this instance's sweeper (Local); nil: no bound (WithCapacity).
+	room *capacity
 
 	// beforeRemember runs between an output's commit and the writes of its cache entry and last
 	// good output: the window a test erases the task in.
@@ -105,10 +105,6 @@ type Option func(*Handler)
 
 // WithMetrics records task states, generations and retries in m.
 func WithMetrics(m *obs.Metrics) Option { return func(h *Handler) { h.metrics = m } }
-
-// WithCapacity bounds the tasks the handler runs at once to n (GENBOX_CONCURRENCY), counting
-// those its Local takes: a Pub/Sub message beyond it waits for a slot, and Local takes no more.
-func WithCapacity(n int) Option { return func(h *Handler) { h.slots = make(chan struct{}, max(n, 1)) } }
 
 var _ bus.Handler = (*Handler)(nil)
 
@@ -204,15 +200,12 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		return bus.Ack
 	}
 	defer h.inHand.Delete(id)
-	if h.slots != nil {
-		select {
-		case h.slots <- struct{}{}:
-		case <-ctx.Done(): // pulling stopped before a slot was free: the task is still due
-			return bus.Ack
-		}
-		defer func() { <-h.slots }()
+	p, ok := h.room.enter(ctx, true)
+	if !ok { // pulling stopped before there was room: the task is still due
+		return bus.Ack
 	}
-	return h.handle(ctx, log, id)
+	defer p.leave()
+	return h.handle(ctx, log, id, p)
 }
 
 // takeInHand records that this instance has task id in hand, or reports that it already had.
@@ -230,8 +223,8 @@ func (h *Handler) takeInHand(ctx context.Context, log *slog.Logger, id string) b
 	return true
 }
 
-// handle is Handle for a task this instance has in hand, within its capacity.
-func (h *Handler) handle(ctx context.Context, log *slog.Logger, id string) bus.Result {
+// handle is Handle for a task this instance has in hand, in its place p of the capacity.
+func (h *Handler) handle(ctx context.Context, log *slog.Logger, id string, p *place) bus.Result {
 	// The work outlives the pull's context (it ends when pulling stops) and ends only by Abort.
 	work, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
@@ -243,6 +236,9 @@ func (h *Handler) handle(ctx context.Context, log *slog.Logger, id string) bus.R
 		log.WarnContext(ctx, "claim failed; acked, the sweeper will nudge again", "error", err)
 		h.stats.notClaimed.Add(1)
 		return bus.Ack
+	}
+	if c.outcome != claimed {
+		p.endCall() // no call to make: the place among the claimed goes to the next task
 	}
 	switch c.outcome {
 	case claimNot:
@@ -267,7 +263,7 @@ func (h *Handler) handle(ctx context.Context, log *slog.Logger, id string) bus.R
 	log.DebugContext(ctx, "claimed", "due_lag_ms", c.late.Milliseconds())
 	h.metrics.TaskState(ctx, c.task.Family, task.StateRunning)
 	crashpoint.Hit(crashpoint.AfterClaim)
-	h.run(work, log, c.task)
+	h.run(work, log, c.task, p)
 	return bus.Ack
 }
 
@@ -361,8 +357,10 @@ func (h *Handler) finish(t *store.Task, state task.State, now time.Time) {
 // errOutputStored cancels a model call whose task already has its output.
 var errOutputStored = errors.New("worker: the task already has its output")
 
-// run is steps 2–5 of docs/architecture.md §4 for a claimed task.
-func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
+// run is steps 2–5 of docs/architecture.md §4 for a claimed task in its place p: the model call
+// holds a call slot, freed as soon as it returns, before the outcome is written.
+func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *place) {
+	defer p.endCall()
 	epoch := t.Lease.Epoch
 	log = log.With("epoch", epoch)
 	r, req, err := h.request(t)
@@ -382,7 +380,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task) {
 	defer cancel(nil)
 	stopRenewal := h.keepLease(ctx, cancel, log, t.ID, epoch)
 	defer stopRenewal()
-	tk, ok := h.before(ctx, log, t, req, fp)
+	tk, ok := h.before(ctx, log, t, req, fp, p)
 	if !ok {
 		return
 	}

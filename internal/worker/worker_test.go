@@ -482,6 +482,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{"budget policy", map[string]string{"GENBOX_BUDGET_POLICY": "spend"}, "GENBOX_BUDGET_POLICY"},
 		{"cache ttl", map[string]string{"GENBOX_CACHE_TTL": "0s"}, "GENBOX_CACHE_TTL"},
 		{"slot retry", map[string]string{"GENBOX_TENANT_SLOT_RETRY": "-1s"}, "GENBOX_TENANT_SLOT_RETRY"},
+		{"claim ahead", map[string]string{"GENBOX_CLAIM_AHEAD": "-1"}, "GENBOX_CLAIM_AHEAD"},
+		{"in flight", map[string]string{"GENBOX_MAX_IN_FLIGHT": "-1"}, "GENBOX_MAX_IN_FLIGHT"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -498,7 +500,7 @@ func TestConfigFromEnv(t *testing.T) {
 				if err != nil || c.Subscription != bus.SubWorker || c.ShutdownGrace != 8*time.Second || c.BudgetPolicy != gemini.BudgetWait {
 					t.Fatalf("%+v %v", c, err)
 				}
-				for _, k := range []string{"GENBOX_LEASE_TTL", "GENBOX_LEASE_RENEW", "GENBOX_MAX_EXTENSION", "GENBOX_CONCURRENCY", "GENBOX_TASK_ATTEMPTS", "GENBOX_CLAIM_CAP", "GENBOX_SWEEP_INTERVAL", "GENBOX_TASKS_SUBSCRIPTION", "GOOGLE_CLOUD_PROJECT", "PORT", "GENBOX_SHUTDOWN_GRACE", "GEMINI_API_KEY",
+				for _, k := range []string{"GENBOX_LEASE_TTL", "GENBOX_LEASE_RENEW", "GENBOX_MAX_EXTENSION", "GENBOX_CONCURRENCY", "GENBOX_CLAIM_AHEAD", "GENBOX_MAX_IN_FLIGHT", "GENBOX_TASK_ATTEMPTS", "GENBOX_CLAIM_CAP", "GENBOX_SWEEP_INTERVAL", "GENBOX_TASKS_SUBSCRIPTION", "GOOGLE_CLOUD_PROJECT", "PORT", "GENBOX_SHUTDOWN_GRACE", "GEMINI_API_KEY",
 					"GENBOX_BUDGET_POLICY", "GENBOX_BUDGET_RETRY", "GENBOX_TENANT_REFRESH", "GENBOX_TENANT_SLOT_RETRY", "GENBOX_CACHE_TTL"} {
 					if !asked[k] {
 						t.Errorf("FromEnv never read %s", k)

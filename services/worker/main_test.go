@@ -290,8 +290,11 @@ func TestCrashMatrix(t *testing.T) {
 			for _, id := range ids {
 				s.submit(t, id, true)
 			}
-			// One message at a time, so the crash cuts exactly one task's protocol short.
-			crashed := spawn(t, s.env("GENBOX_CRASHPOINT", string(point), "GENBOX_CONCURRENCY", "1", "GENBOX_INSTANCE_ID", "crashing"))
+			// One task in hand at a time — one model-call slot, one message — so the crash cuts
+			// exactly one task's protocol short: with more, it would fall inside the paid window
+			// of another task's call, which the pipeline overlaps with this one's commit.
+			crashed := spawn(t, s.env("GENBOX_CRASHPOINT", string(point), "GENBOX_CONCURRENCY", "1", "GENBOX_MAX_IN_FLIGHT", "1",
+				"GENBOX_INSTANCE_ID", "crashing"))
 			crashed.waitKilled(t, crashRecovery)
 			spawn(t, s.env("GENBOX_INSTANCE_ID", "fresh"))
 			s.waitState(t, crashRecovery, task.StateSucceeded, ids...)

@@ -22,7 +22,8 @@ func (p *proc) configure(env map[string]string, supervised bool) {
 }
 
 // The worker is SIGKILLed at each of its crash points in turn — one worker process per point,
-// one message at a time so the crash cuts exactly one task short — then a fresh worker carries
+// one task in hand at a time (one model-call slot, one message) so the crash cuts exactly one task
+// short, never another's paid window — then a fresh worker carries
 // every task to its webhook. Only the crashes between the start of a model call and its commit
 // (mid_generation, answered) may cost a second generation; nothing else may.
 func TestWorkerCrashPoints(t *testing.T) {
@@ -34,7 +35,7 @@ func TestWorkerCrashPoints(t *testing.T) {
 	extra := 0
 	for round := range scale(1, 3) {
 		for _, point := range crashpoint.Points {
-			w.configure(s.procEnv("GENBOX_CRASHPOINT", string(point), "GENBOX_CONCURRENCY", "1",
+			w.configure(s.procEnv("GENBOX_CRASHPOINT", string(point), "GENBOX_CONCURRENCY", "1", "GENBOX_MAX_IN_FLIGHT", "1",
 				"GENBOX_INSTANCE_ID", "crash-"+string(point)+"-"+strconv.Itoa(round)), false)
 			w.start(t)
 			killed, exited := w.waitExit(90 * time.Second)

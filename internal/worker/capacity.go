@@ -1,0 +1,114 @@
+package worker
+
+import (
+	"context"
+	"sync"
+)
+
+// capacity bounds a Handler's work at three points (WithCapacity): the tasks in hand — a message
+// or a Local offer, from before its claim until its ack —, the tasks claimed or calling the
+// model, and the model calls. A task holds a call slot only while its model call runs: it is
+// claimed ahead of a free slot, within a small reserve (calls + reserve claimed or calling), and
+// its output is persisted, its result nudged and its message acked after the slot is freed, so
+// that no slot waits on Firestore or Pub/Sub. A claimed task waiting for a slot holds its lease,
+// renewed as any other, and releases it when the instance stops taking work.
+type capacity struct {
+	inHand chan struct{}
+	ahead  chan struct{}
+	calls  chan struct{}
+}
+
+// WithCapacity bounds the handler's work (docs/architecture.md §4): calls model calls at once
+// (GENBOX_CONCURRENCY), calls + reserve tasks claimed or calling (GENBOX_CLAIM_AHEAD), and
+// inHand tasks in hand at once (GENBOX_MAX_IN_FLIGHT: the pull's flow control), counting those
+// its Local takes. A message beyond them waits, unclaimed, and Local takes no more.
+func WithCapacity(calls, reserve, inHand int) Option {
+	return func(h *Handler) {
+		calls = max(calls, 1)
+		h.room = &capacity{inHand: make(chan struct{}, max(inHand, 1)), ahead: make(chan struct{}, calls+max(reserve, 0)),
+			calls: make(chan struct{}, calls)}
+	}
+}
+
+// enter takes room for one more task in hand and for its claim, waiting for it until ctx ends
+// when wait is set, and reports whether it got both. ctx is also what ends the task's wait for
+// a model-call slot: the pull's or Local's context.
+func (c *capacity) enter(ctx context.Context, wait bool) (*place, bool) {
+	p := &place{c: c, stop: ctx}
+	if c == nil {
+		return p, true
+	}
+	for _, sem := range []chan struct{}{c.inHand, c.ahead} {
+		if !take(ctx, sem, wait) {
+			p.leave()
+			return nil, false
+		}
+		p.held = append(p.held, sem)
+	}
+	return p, true
+}
+
+// take takes a place of sem, waiting for one until ctx ends when wait is set.
+func take(ctx context.Context, sem chan struct{}, wait bool) bool {
+	if !wait {
+		select {
+		case sem <- struct{}{}:
+			return true
+		default:
+			return false
+		}
+	}
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// place is what one task holds of a Handler's capacity; on a Handler without one it holds
+// nothing and never waits.
+type place struct {
+	c    *capacity
+	stop context.Context // ends when the instance stops taking work: the pull's or Local's context
+
+	mu   sync.Mutex
+	held []chan struct{} // in the order taken: inHand, ahead, calls
+}
+
+// startCall waits for a model-call slot until the instance stops taking work or ctx ends, and
+// reports whether it got one.
+func (p *place) startCall(ctx context.Context) bool {
+	if p.c == nil {
+		return true
+	}
+	select {
+	case p.c.calls <- struct{}{}:
+	case <-p.stop.Done():
+		return false
+	case <-ctx.Done():
+		return false
+	}
+	p.mu.Lock()
+	p.held = append(p.held, p.c.calls)
+	p.mu.Unlock()
+	return true
+}
+
+// endCall frees the task's call slot and its place among the claimed: what follows (persisting,
+// publishing, acking, or any other write of the outcome) holds only its place in hand. It may be
+// called more than once.
+func (p *place) endCall() { p.free(1) }
+
+// leave frees everything the task holds. It may be called more than once.
+func (p *place) leave() { p.free(0) }
+
+// free releases what the task holds beyond the first keep of held.
+func (p *place) free(keep int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.held) > keep {
+		<-p.held[len(p.held)-1]
+		p.held = p.held[:len(p.held)-1]
+	}
+}
