@@ -7,6 +7,7 @@
 package ssrf
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -463,20 +464,28 @@ func dial(ctx context.Context, p Policy, d *net.Dialer, network, addr string) (n
 	return nil, errors.Join(errs...)
 }
 
+// redirectTarget is where guard moves a redirect's Location: http.Client parses a Location
+// before CheckRedirect can refuse to follow it, so an unparseable one would fail the attempt as a
+// transport error (retried to the horizon) instead of refusing the destination.
+const redirectTarget = "Genbox-Redirect-Target"
+
 // CheckResponse turns a redirect answer, which the client never follows, into a refusal naming
-// where it pointed; any other response passes.
+// where it pointed (its Location, moved aside by the client's transport or not); any other
+// response passes.
 func CheckResponse(resp *http.Response) error {
-	if resp.StatusCode < 300 || resp.StatusCode > 399 {
+	if !isRedirect(resp.StatusCode) {
 		return nil
 	}
 	return &BlockedError{
 		Addr:   resp.Request.URL.Redacted(),
-		Reason: fmt.Sprintf("%s: %d to %q", ReasonRedirect, resp.StatusCode, resp.Header.Get("Location")),
+		Reason: fmt.Sprintf("%s: %d to %q", ReasonRedirect, resp.StatusCode, cmp.Or(resp.Header.Get(redirectTarget), resp.Header.Get("Location"))),
 	}
 }
 
-// guard refuses disallowed schemes and userinfo before the transport sees a request, and caps
-// the response body.
+func isRedirect(code int) bool { return code >= 300 && code <= 399 }
+
+// guard refuses disallowed schemes and userinfo before the transport sees a request, moves a
+// redirect's Location aside (redirectTarget) and caps the response body.
 type guard struct {
 	p  Policy
 	rt http.RoundTripper
@@ -493,6 +502,11 @@ func (g *guard) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := g.rt.RoundTrip(r)
 	if err != nil {
 		return nil, err
+	}
+	if isRedirect(resp.StatusCode) {
+		// Without a Location the client returns the answer as it is, for CheckResponse.
+		resp.Header.Set(redirectTarget, resp.Header.Get("Location"))
+		resp.Header.Del("Location")
 	}
 	resp.Body = cappedBody{Reader: io.LimitReader(resp.Body, MaxResponseBytes), Closer: resp.Body}
 	return resp, nil

@@ -464,3 +464,23 @@ func BenchmarkHugeResponseHeaders(b *testing.B) {
 		}
 	}
 }
+
+// A redirect is refused naming its target even when its Location does not parse: http.Client
+// would fail such an answer as a transport error (retried for a day) before CheckRedirect runs.
+func TestUnparseableRedirectIsRefused(t *testing.T) {
+	t.Parallel()
+	const location = "<!channel> <https://evil|Approve>"
+	srv, _ := serve(t, "tcp4", "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Location", location)
+		w.WriteHeader(http.StatusFound)
+	}))
+	resp, err := NewClient(Policy{AllowHTTP: true, AllowLoopback: true}).Get(fmt.Sprintf("http://127.0.0.1:%d/", port(srv)))
+	if err != nil {
+		t.Fatalf("the answer failed as %v, want it returned for CheckResponse", err)
+	}
+	resp.Body.Close()
+	b, ok := IsBlocked(CheckResponse(resp))
+	if !ok || !strings.HasPrefix(b.Reason, ReasonRedirect) || !strings.Contains(b.Reason, location) {
+		t.Fatalf("CheckResponse = %v, want a redirect refusal quoting %q", b, location)
+	}
+}
