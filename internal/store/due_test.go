@@ -150,7 +150,7 @@ func TestDueAtProperties(t *testing.T) {
 			}
 		}
 
-		Finalize(doc, now, time.Hour)
+		Finalize(doc, now, time.Hour, 1)
 		switch {
 		case !ok && doc.DueAt != nil:
 			fail("due_at %v with nothing pending", *doc.DueAt)
@@ -209,7 +209,7 @@ func TestFinalizeExpiry(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			doc := tc.doc
-			Finalize(&doc, now, time.Hour)
+			Finalize(&doc, now, time.Hour, 1)
 			if (doc.DueAt != nil) != tc.wantDue || (doc.ExpireAt != nil) != tc.wantExpire {
 				t.Fatalf("due_at %v expire_at %v; want due %v expire %v", doc.DueAt, doc.ExpireAt, tc.wantDue, tc.wantExpire)
 			}
