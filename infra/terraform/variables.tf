@@ -57,8 +57,8 @@ variable "sweep_shards" {
   default     = 4
 
   validation {
-    condition     = var.sweep_shards >= 1 && var.sweep_shards <= 64 && floor(var.sweep_shards) == var.sweep_shards
-    error_message = "sweep_shards must be a whole number from 1 to 64."
+    condition     = var.sweep_shards >= 1 && var.sweep_shards <= 128 && floor(var.sweep_shards) == var.sweep_shards
+    error_message = "sweep_shards must be a whole number from 1 to 128."
   }
 }
 

@@ -113,7 +113,7 @@ func Shard(id string, shards int) int {
 
 // MaxShards bounds GENBOX_SWEEP_SHARDS: every instance reads each shard's lease every sweep
 // interval.
-const MaxShards = 64
+const MaxShards = 128
 
 // ShardsFromEnv reads GENBOX_SWEEP_SHARDS (default 1): every service that writes tasks spreads
 // them over that many sweep shards, and the worker's sweeper leads them.

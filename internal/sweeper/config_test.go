@@ -30,7 +30,7 @@ func TestFromEnv(t *testing.T) {
 		{name: "ttl not above interval", env: map[string]string{"GENBOX_SWEEP_LEADER_TTL": "5s"}, wantErr: "GENBOX_SWEEP_LEADER_TTL"},
 		{name: "zero limit", env: map[string]string{"GENBOX_SWEEP_LIMIT": "0"}, wantErr: "GENBOX_SWEEP_LIMIT"},
 		{name: "no shard", env: map[string]string{"GENBOX_SWEEP_SHARDS": "0"}, wantErr: "GENBOX_SWEEP_SHARDS"},
-		{name: "too many shards", env: map[string]string{"GENBOX_SWEEP_SHARDS": "65"}, wantErr: "GENBOX_SWEEP_SHARDS"},
+		{name: "too many shards", env: map[string]string{"GENBOX_SWEEP_SHARDS": "129"}, wantErr: "GENBOX_SWEEP_SHARDS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
