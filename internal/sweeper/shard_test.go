@@ -100,7 +100,9 @@ func TestEveryShardIsRedriven(t *testing.T) {
 	}
 
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), shardConfig(shards), "me")
-	for k := shards - 1; k >= 0; k-- {
+	// Shard 0 first: its strays' pass finds the due documents of the other shards too, and must
+	// leave them to their leaders.
+	for k := range shards {
 		if _, err := sw.passShard(ctx, sw.shards[k]); err != nil {
 			t.Fatal(err)
 		}
