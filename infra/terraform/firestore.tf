@@ -17,6 +17,24 @@ resource "google_firestore_database" "default" {
   depends_on = [google_project_service.required]
 }
 
+# store.Queries "sweep": a sweep shard's due documents, oldest due first (docs/architecture.md §4,
+# the sweeper). due_shard leads the index so its writes spread over GENBOX_SWEEP_SHARDS ranges
+# instead of all landing at the near-now end of one (docs/capacity.md).
+resource "google_firestore_index" "sweep" {
+  project    = var.project_id
+  database   = google_firestore_database.default.name
+  collection = "tasks"
+
+  fields {
+    field_path = "due_shard"
+    order      = "ASCENDING"
+  }
+  fields {
+    field_path = "due_at"
+    order      = "ASCENDING"
+  }
+}
+
 # store.Queries "tasks-by-tenant": GET /v1/tasks, newest first.
 resource "google_firestore_index" "tasks_by_tenant" {
   project    = var.project_id

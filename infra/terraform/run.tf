@@ -19,6 +19,8 @@ locals {
     GENBOX_LOG_LEVEL        = "info"
     # Prompts, outputs and secrets stay out of the logs in production.
     GENBOX_LOG_CONTENT = "false"
+    # Every writer of a task spreads due_at over the shards the workers' sweepers lead.
+    GENBOX_SWEEP_SHARDS = tostring(var.sweep_shards)
   }
 
   # How a call is priced before it is made: the worker's max_cost_usd check and budgets, and the

@@ -51,6 +51,17 @@ variable "artifact_repository" {
   }
 }
 
+variable "sweep_shards" {
+  description = "Sweep shards (GENBOX_SWEEP_SHARDS): each has its own leader among the worker instances, and its own range of the due_at index. Re-drive throughput and the index's write ceiling grow with it; size it in docs/capacity.md."
+  type        = number
+  default     = 4
+
+  validation {
+    condition     = var.sweep_shards >= 1 && var.sweep_shards <= 128 && floor(var.sweep_shards) == var.sweep_shards
+    error_message = "sweep_shards must be a whole number from 1 to 128."
+  }
+}
+
 variable "worker_instances" {
   description = "Fixed number of worker instances. Autoscaling never removes one in the middle of a paid generation; raise it for throughput (the Gemini rate limits are shared between instances)."
   type        = number

@@ -54,7 +54,7 @@ func TestConfigDocListsEveryVariable(t *testing.T) {
 // upstreamDocs are the hosts the documentation may link to: public upstream documentation. Every
 // other link stays inside the repository.
 var upstreamDocs = []string{
-	"go.dev", "cloud.google.com", "www.standardwebhooks.com", "api.slack.com",
+	"go.dev", "cloud.google.com", "www.standardwebhooks.com", "api.slack.com", "ai.google.dev",
 }
 
 // markdownLink matches [text](target); the target ends at a space or the closing parenthesis.

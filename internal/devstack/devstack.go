@@ -448,6 +448,9 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	s.stopMu.Lock()
 	s.services = len(s.stops)
 	s.stopMu.Unlock()
+	if s.Store.Shards, err = store.ShardsFromEnv(env); err != nil {
+		return nil, err
+	}
 	if err := s.startPublisher(env); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/geminienv"
+	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 )
@@ -67,6 +68,7 @@ type Config struct {
 	Channel       string   // GENBOX_SLACK_CHANNEL: where dead letters and alerts are posted
 	Approvers     []string // GENBOX_SLACK_APPROVERS: comma-separated Slack user ids who may decide
 	SlackAPIURL   string   // GENBOX_SLACK_API_URL: Slack's base URL, https://slack.com (a local double in dev)
+	SweepShards   int      // GENBOX_SWEEP_SHARDS: the sweep shards the tasks it writes are spread over
 	AdminKey      string   // GENBOX_ADMIN_KEY: Bearer key of /admin/...; empty disables the admin path
 	Consumer      string   // GENBOX_CONSUMER: push (Cloud Run) or pull
 	Instance      string   // GENBOX_INSTANCE_ID: the post lease owner (hostname-pid when empty)
@@ -164,6 +166,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	var err error
 	if c.Pricing, err = geminienv.Pricing(getenv); err != nil {
+		errs = append(errs, err)
+	}
+	if c.SweepShards, err = store.ShardsFromEnv(getenv); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

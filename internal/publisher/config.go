@@ -11,6 +11,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/ssrf"
+	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 )
 
@@ -39,6 +40,9 @@ type Config struct {
 	SecretOverlap time.Duration
 	// PromptsDir holds prompt families overriding the built-in ones (GENBOX_PROMPTS_DIR).
 	PromptsDir string
+	// SweepShards is the number of sweep shards new tasks are spread over (GENBOX_SWEEP_SHARDS,
+	// default 1): the worker's, so each shard's leader finds them.
+	SweepShards int
 	// NudgeGrace is how long after a submission the sweeper nudges a task nobody claimed, in
 	// case the publish after the write was lost (GENBOX_NUDGE_GRACE, default 30s).
 	NudgeGrace time.Duration
@@ -118,7 +122,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Int(EnvEventsPerTenant, &c.EventsPerTenant)
 	r.Duration(EnvEventsHeartbeat, &c.EventsHeartbeat)
 	r.Duration(EnvShutdownGrace, &c.ShutdownGrace)
-	return c, r.Err()
+	shards, err := store.ShardsFromEnv(getenv)
+	c.SweepShards = shards
+	return c, errors.Join(r.Err(), err)
 }
 
 // anyPort is the GENBOX_CALLBACK_PORTS value that admits every port.

@@ -58,7 +58,7 @@ func (m *memStore) MutateTask(_ context.Context, id string, fn store.MutateFunc)
 	} else if err != nil {
 		return nil, err
 	}
-	store.Finalize(&t, now, store.DefaultRetention)
+	store.Finalize(&t, now, store.DefaultRetention, 1)
 	m.tasks[id] = t
 	return &t, nil
 }

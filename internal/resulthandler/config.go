@@ -11,6 +11,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/ssrf"
+	"github.com/genbox-dev/genbox/internal/store"
 )
 
 // Environment variables the resulthandler reads (besides the telemetry ones of internal/obs).
@@ -55,6 +56,7 @@ type Config struct {
 	Subscription string // GENBOX_RESULTS_SUBSCRIPTION (pull mode)
 	Consumer     string // GENBOX_CONSUMER: push (Cloud Run request-driven) or pull
 	Concurrency  int    // GENBOX_CONCURRENCY: messages handled at once in pull mode
+	SweepShards  int    // GENBOX_SWEEP_SHARDS: the sweep shards the tasks it writes are spread over
 
 	// The push route admits only OIDC tokens for PushAudience (GENBOX_PUSH_AUDIENCE) signed for
 	// PushAccount (GENBOX_PUSH_SERVICE_ACCOUNT) when both are set: a second check behind Cloud
@@ -137,7 +139,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration(EnvShutdownGrace, &c.ShutdownGrace)
 	r.Int(EnvConcurrency, &c.Concurrency)
 	r.Bool(EnvAllowInsecure, &c.AllowInsecure)
-	if err := r.Err(); err != nil {
+	shards, err := store.ShardsFromEnv(getenv)
+	c.SweepShards = shards
+	if err := errors.Join(r.Err(), err); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return c, c.Validate()

@@ -1,8 +1,11 @@
 package store
 
 import (
+	"fmt"
+	"hash/fnv"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -74,12 +77,13 @@ func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
 	return due, ok
 }
 
-// Finalize stores what DueAt derives, and the fields that follow from it: pending_since (set when
-// work becomes pending, cleared when none is) and expire_at (the TTL, set only when nothing is
-// pending, no dead letter is open and the task has ended), and it bounds the task's error texts.
-// Every writer calls it before writing.
-func Finalize(t *Task, now time.Time, retention time.Duration) {
+// Finalize stores what DueAt derives, and the fields that follow from it: due_shard (Shard of the
+// id among shards), pending_since (set when work becomes pending, cleared when none is) and
+// expire_at (the TTL, set only when nothing is pending, no dead letter is open and the task has
+// ended), and it bounds the task's error texts. Every writer calls it before writing.
+func Finalize(t *Task, now time.Time, retention time.Duration, shards int) {
 	t.boundText()
+	t.DueShard = Shard(t.ID, shards)
 	due, ok := DueAt(t, now)
 	if !ok {
 		t.DueAt, t.PendingSince, t.Nudges, t.NudgeAt = nil, nil, 0, nil
@@ -94,4 +98,35 @@ func Finalize(t *Task, now time.Time, retention time.Duration) {
 		exp := now.Add(retention)
 		t.ExpireAt = &exp
 	}
+}
+
+// Shard is the sweep shard of task id among shards (docs/architecture.md §4, the sweeper): a hash
+// of the id, so a task keeps its shard across writes and the tasks of a burst spread evenly over
+// the shards' index ranges. Fewer than two shards is one, shard 0.
+func Shard(id string, shards int) int {
+	if shards < 2 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(shards))
+}
+
+// MaxShards bounds GENBOX_SWEEP_SHARDS: every instance reads each shard's lease every sweep
+// interval.
+const MaxShards = 128
+
+// ShardsFromEnv reads GENBOX_SWEEP_SHARDS (default 1): every service that writes tasks spreads
+// them over that many sweep shards, and the worker's sweeper leads them.
+func ShardsFromEnv(getenv func(string) string) (int, error) {
+	n := 1
+	r := envconfig.New(getenv)
+	r.Int("GENBOX_SWEEP_SHARDS", &n)
+	if err := r.Err(); err != nil {
+		return 0, err
+	}
+	if n < 1 || n > MaxShards {
+		return 0, fmt.Errorf("GENBOX_SWEEP_SHARDS must be between 1 and %d, got %d", MaxShards, n)
+	}
+	return n, nil
 }

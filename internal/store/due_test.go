@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -150,7 +151,7 @@ func TestDueAtProperties(t *testing.T) {
 			}
 		}
 
-		Finalize(doc, now, time.Hour)
+		Finalize(doc, now, time.Hour, 1)
 		switch {
 		case !ok && doc.DueAt != nil:
 			fail("due_at %v with nothing pending", *doc.DueAt)
@@ -209,10 +210,40 @@ func TestFinalizeExpiry(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			doc := tc.doc
-			Finalize(&doc, now, time.Hour)
+			Finalize(&doc, now, time.Hour, 1)
 			if (doc.DueAt != nil) != tc.wantDue || (doc.ExpireAt != nil) != tc.wantExpire {
 				t.Fatalf("due_at %v expire_at %v; want due %v expire %v", doc.DueAt, doc.ExpireAt, tc.wantDue, tc.wantExpire)
 			}
 		})
+	}
+}
+
+// A task keeps its shard across writes (the shard is a function of its id), every shard is in
+// range, and the ids of a burst spread over the shards evenly enough that no shard's range takes
+// much more than its share of the writes.
+func TestShardSpreadsIDs(t *testing.T) {
+	t.Parallel()
+	const shards, ids = 8, 8000
+	counts := make([]int, shards)
+	for i := range ids {
+		id := fmt.Sprintf("task-%d", i)
+		k := Shard(id, shards)
+		if k < 0 || k >= shards {
+			t.Fatalf("Shard(%q, %d) = %d, out of range", id, shards, k)
+		}
+		if again := Shard(id, shards); again != k {
+			t.Fatalf("Shard(%q) is %d, then %d", id, k, again)
+		}
+		counts[k]++
+	}
+	for k, n := range counts {
+		if n < ids/shards*8/10 || n > ids/shards*12/10 {
+			t.Errorf("shard %d holds %d of %d ids, want within 20%% of %d: %v", k, n, ids, ids/shards, counts)
+		}
+	}
+	for _, n := range []int{0, 1} {
+		if k := Shard("x", n); k != 0 {
+			t.Errorf("Shard with %d shards = %d, want 0: fewer than two is one shard", n, k)
+		}
 	}
 }

@@ -36,7 +36,8 @@ type Exemption struct {
 
 // Queries is the registry of every query genbox runs.
 var Queries = []Query{
-	{Name: "sweep", Collection: TasksCollection, Fields: []IndexField{{"due_at", Asc}}},
+	{Name: "sweep", Collection: TasksCollection, Fields: []IndexField{{"due_shard", Asc}, {"due_at", Asc}}},
+	{Name: "sweep-strays", Collection: TasksCollection, Fields: []IndexField{{"due_at", Asc}}},
 	{Name: "tasks-by-tenant", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"created_at", Desc}}},
 	{Name: "tasks-by-tenant-state", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"state", Asc}, {"created_at", Desc}}},
 	{Name: "dead-letters-by-state", Collection: DeadLettersCollection, Fields: []IndexField{{"state", Asc}, {"created_at", Asc}}},

@@ -35,6 +35,9 @@ type Store struct {
 	FS        *firestore.Client
 	Now       func() time.Time
 	Retention time.Duration
+	// Shards is the number of sweep shards (GENBOX_SWEEP_SHARDS) Finalize spreads due documents
+	// over; 0 is one.
+	Shards int
 	// MaxAttempts bounds the attempts of a read-modify-write under contention: MutateTask's
 	// conditioned writes, and the transactions of the other documents (default 5).
 	MaxAttempts int
@@ -61,7 +64,7 @@ func (s *Store) CreateTask(ctx context.Context, t *Task) error {
 		t.CreatedAt = now
 	}
 	t.UpdatedAt = now
-	Finalize(t, now, s.Retention)
+	Finalize(t, now, s.Retention, s.Shards)
 	wr, err := s.Tasks().Doc(t.ID).Create(ctx, t)
 	if status.Code(err) == codes.AlreadyExists {
 		return fmt.Errorf("create task %s: %w", t.ID, ErrExists)
@@ -248,7 +251,7 @@ func (s *Store) applyTask(snap *firestore.DocumentSnapshot, now time.Time, fn Mu
 	}
 	closed = supersede(t)
 	t.UpdatedAt = now
-	Finalize(t, now, s.Retention)
+	Finalize(t, now, s.Retention, s.Shards)
 	return t, true, closed, nil
 }
 

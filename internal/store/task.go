@@ -23,6 +23,7 @@ const (
 	TenantsCollection     = "tenants"
 	BreakersCollection    = "breakers"
 	LeadersCollection     = "leaders"
+	SweepersCollection    = "sweepers"
 )
 
 // Task is the tasks/{task_id} document: the task, its generation outbox, its webhook delivery,
@@ -72,6 +73,7 @@ type Task struct {
 
 	// Scheduling. DueAt is derived by Finalize, never set by hand.
 	DueAt        *time.Time `firestore:"due_at,omitempty"`
+	DueShard     int        `firestore:"due_shard"` // the sweep shard whose leader finds it (Shard)
 	NotBefore    *time.Time `firestore:"not_before,omitempty"`
 	Nudges       int        `firestore:"nudges"`             // sweeper nudges since the last progress
 	NudgeAt      *time.Time `firestore:"nudge_at,omitempty"` // no sweeper nudge before this

@@ -164,7 +164,7 @@ func (s *Sweeper) hold(key string, models []string) {
 // nothing to wait for).
 func (s *Sweeper) releaseParked(ctx context.Context, full bool) (time.Time, error) {
 	now := s.store.Now().UTC()
-	rd := newRound()
+	rd := newRound(0)
 	views := rd.chains
 	s.mu.Lock()
 	held := make(map[string][]string, len(s.held))

@@ -1,5 +1,5 @@
-// Package sweeper guarantees progress (docs/architecture.md §0): one leader at a time finds every task
-// document whose due_at has passed and nudges what is due on it — the task itself, its webhook
+// Package sweeper guarantees progress (docs/architecture.md §0): one leader per sweep shard finds
+// every task document of its shard whose due_at has passed and nudges what is due on it — the task itself, its webhook
 // delivery, its DLQ notices, a decision's unpublished nudges, a Slack update — then records a
 // capped nudge backoff in a write guarded by the document's update time, so a backlog is never
 // re-published on every pass and a concurrent change is never erased.
@@ -57,6 +57,7 @@ type Config struct {
 	LeaderTTL   time.Duration // GENBOX_SWEEP_LEADER_TTL: the leadership lease
 	BackoffBase time.Duration // GENBOX_SWEEP_BACKOFF_BASE: the first re-nudge delay
 	BackoffMax  time.Duration // GENBOX_SWEEP_BACKOFF_MAX: the cap of the re-nudge delay
+	Shards      int           // GENBOX_SWEEP_SHARDS: sweep shards, each with its own leader (0 is one)
 }
 
 // ErrConfig means a sweeper setting is invalid; the message names the variable.
@@ -79,6 +80,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if err := r.Err(); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	shards, err := store.ShardsFromEnv(getenv)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	c.Shards = shards
 	if c.LeaderTTL == 0 {
 		c.LeaderTTL = 3 * c.Interval
 	}
@@ -107,8 +113,18 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// LeaderDoc is the leaders/{id} document whose lease makes one sweeper the leader.
+// LeaderDoc is the leaders/{id} document whose lease makes one sweeper the leader of shard 0;
+// shard k > 0 has leaders/sweeper-{k} (LeaderDocOf).
 const LeaderDoc = "sweeper"
+
+// LeaderDocOf is the leaders/{id} document of shard k's leadership. Shard 0 keeps the name the
+// unsharded sweeper used, so an old and a new instance never both lead it during a rollout.
+func LeaderDocOf(k int) string {
+	if k == 0 {
+		return LeaderDoc
+	}
+	return fmt.Sprintf("%s-%d", LeaderDoc, k)
+}
 
 // routing lists the only fields a pass reads (Select): what is due, and what Finalize needs to
 // recompute due_at, pending_since and expire_at after the nudge.
@@ -116,19 +132,19 @@ var routing = []string{
 	"state", "created_at", "not_before", "run_before", "lease", "model_chain", "parks", "error", "nudges",
 	"nudge_at", "due_at", "pending_since", "open_dead_letters",
 	"delivery.state", "delivery.next_attempt_at", "delivery.lease",
-	"dlq_notices", "decision", "slack_update",
+	"dlq_notices", "decision", "slack_update", "due_shard",
 }
 
-// Sweeper nudges due work. Run it in every instance: only the leader sweeps.
+// Sweeper nudges due work. Run it in every instance: each shard is swept by its leader only.
 type Sweeper struct {
 	store        *store.Store
 	pub          Publisher
 	defaultChain []string
 	log          *slog.Logger
 	cfg          Config
-	leader       *claim.Doc
+	shards       []*shard
+	members      *members // nil with one shard: there is nothing to spread
 
-	pace     *rate.Limiter
 	release  *rate.Limiter
 	gauges   *gauges  // nil without WithMetrics
 	local    Local    // nil without WithLocal
@@ -145,23 +161,33 @@ type Sweeper struct {
 // document's lock and ended in Aborted. It holds for the document version it was computed from;
 // any later write is progress and ends it, as it resets a recorded backoff.
 type unrecorded struct {
+	pass       int // the shard whose pass recorded it, or strayPass
 	updateTime time.Time
 	nudges     int
 	nudgeAt    time.Time
 }
 
-// New returns a Sweeper whose leadership lease is held as owner. defaultChain is the model
+// New returns a Sweeper whose leadership leases are held as owner. defaultChain is the model
 // chain of a task that names none (GENBOX_MODEL_CHAIN): its parked tasks wait on that chain.
 func New(s *store.Store, pub Publisher, defaultChain []string, log *slog.Logger, cfg Config, owner string, opts ...Option) *Sweeper {
+	cfg.Shards = max(cfg.Shards, 1)
 	sw := &Sweeper{
 		store: s, pub: pub, defaultChain: defaultChain, log: log, cfg: cfg,
-		leader:  &claim.Doc{FS: s.FS, Ref: s.FS.Collection(store.LeadersCollection).Doc(LeaderDoc), Owner: owner, TTL: cfg.LeaderTTL, Now: s.Now},
-		pace:    rate.NewLimiter(rate.Limit(cfg.Pace), max(1, int(cfg.Pace))),
 		release: rate.NewLimiter(rate.Limit(cfg.ReleaseRate), 1),
 
 		unrecorded: map[string]unrecorded{},
 		unreadable: map[string]time.Time{},
 		held:       map[string][]string{},
+	}
+	for k := range cfg.Shards {
+		sw.shards = append(sw.shards, &shard{
+			n:     k,
+			lease: &claim.Doc{FS: s.FS, Ref: s.FS.Collection(store.LeadersCollection).Doc(LeaderDocOf(k)), Owner: owner, TTL: cfg.LeaderTTL, Now: s.Now},
+			pace:  rate.NewLimiter(rate.Limit(cfg.Pace), max(1, int(cfg.Pace))),
+		})
+	}
+	if cfg.Shards > 1 {
+		sw.members = newMembers(s, owner, cfg.LeaderTTL)
 	}
 	sw.breakers = s
 	for _, o := range opts {
@@ -170,45 +196,82 @@ func New(s *store.Store, pub Publisher, defaultChain []string, log *slog.Logger,
 	return sw
 }
 
-// Run sweeps every Interval while this instance leads, until ctx ends; it then gives the
-// leadership up so another instance need not wait for the lease to expire. A leader also wakes
-// when the breakers change and when a chain whose parked tasks it holds may take a probe, and
-// releases what they allow (releaseParked) before its pass.
+// Run sweeps every Interval each shard this instance leads, until ctx ends; it then gives the
+// leaderships up so other instances need not wait for the leases to expire. Every shard is
+// offered to every instance: one takes a shard that is free and assigned to it (members), or
+// whose leader let its lease expire, and hands a shard it leads over to the instance it is
+// assigned to; so the shards spread over the instances and a dead one's are taken over as soon
+// as their leases expire. The leader of shard 0 also sweeps the strays (strays), releases parked
+// tasks and reports the backlog gauges.
 func (s *Sweeper) Run(ctx context.Context) error {
+	defer s.registerGauges(ctx)()
+	var wg sync.WaitGroup
+	if s.members != nil {
+		s.members.refreshLogged(ctx, s.log)
+		wg.Go(func() { s.members.run(ctx, s.cfg.Interval, s.log) })
+	}
+	for _, sh := range s.shards {
+		wg.Go(func() { s.runShard(ctx, sh) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// shard is one sweep shard as this instance sees it; its fields other than n, lease and pace
+// belong to the shard's Run goroutine.
+type shard struct {
+	n     int
+	lease *claim.Doc
+	pace  *rate.Limiter // GENBOX_SWEEP_PACE holds per shard, so re-drive throughput grows with shards
+
+	epoch int64     // the lease's epoch while this instance leads, else 0
+	since time.Time // when this instance took the lease at epoch
+}
+
+// runShard leads and sweeps shard sh while it can, until ctx ends. The leader of shard 0 also
+// wakes when the breakers change and when a chain whose parked tasks it holds may take a probe,
+// and releases what they allow (releaseParked) before its pass.
+func (s *Sweeper) runShard(ctx context.Context, sh *shard) {
 	tick := time.NewTicker(s.cfg.Interval)
 	defer tick.Stop()
-	defer s.registerGauges(ctx)()
-	var epoch int64
 	defer func() {
-		if epoch > 0 {
-			_ = s.leader.Release(context.WithoutCancel(ctx), epoch)
+		if sh.epoch > 0 {
+			_ = sh.lease.Release(context.WithoutCancel(ctx), sh.epoch)
 		}
 	}()
+	first := sh.n == 0
 	full := true       // every parked task is to be looked at: this instance has just taken the lead
 	var next time.Time // when a held chain may take a probe
 	for {
-		changed := s.changed()
-		l, err := s.leader.Acquire(ctx)
+		var changed <-chan struct{}
+		if first {
+			changed = s.changed()
+		}
+		l, err := s.lead(ctx, sh)
 		switch {
 		case err == nil:
-			if l.Epoch != epoch {
-				full = true
+			if l.Epoch != sh.epoch {
+				full, sh.since = true, s.store.Now()
 			}
-			epoch = l.Epoch
-			var rerr error
-			if next, rerr = s.releaseParked(ctx, full); rerr != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "parked tasks not released; retried next pass", "error", rerr)
+			sh.epoch = l.Epoch
+			if first {
+				var rerr error
+				if next, rerr = s.releaseParked(ctx, full); rerr != nil && ctx.Err() == nil {
+					s.log.WarnContext(ctx, "parked tasks not released; retried next pass", "error", rerr)
+				}
+				full = full && rerr != nil
 			}
-			full = full && rerr != nil
-			if _, err := s.Pass(ctx); err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "sweep pass failed", "error", err)
+			if _, err := s.passShard(ctx, sh); err != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "sweep pass failed", "shard", sh.n, "error", err)
 			}
-			s.observe(ctx)
-		case errors.Is(err, claim.ErrHeld):
-			epoch, next = 0, time.Time{}
-			s.forgetAll()
+			if first {
+				s.observe(ctx)
+			}
+		case errors.Is(err, claim.ErrHeld), errors.Is(err, claim.ErrLeaseLost):
+			sh.epoch, next = 0, time.Time{}
+			s.forgetAll(sh.n)
 		case ctx.Err() == nil:
-			s.log.WarnContext(ctx, "sweeper leadership", "error", err)
+			s.log.WarnContext(ctx, "sweeper leadership", "shard", sh.n, "error", err)
 		}
 		var retry <-chan time.Time
 		var timer *time.Timer
@@ -226,31 +289,101 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			timer.Stop()
 		}
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 	}
 }
 
-// Pass runs one sweep: the due documents, oldest due first, at most Limit, paced. It returns
-// how many documents it nudged.
+// lead takes or renews this instance's leadership of sh, or fails with claim.ErrHeld when it is
+// not to lead it. A shard assigned to this instance is taken when free. One assigned to another
+// instance is taken only from a leader that let its lease expire (it died: its shards must not
+// wait for the membership to notice), and a shard this instance leads is handed back once the
+// instance it is assigned to has shown itself alive since this one took it.
+func (s *Sweeper) lead(ctx context.Context, sh *shard) (claim.Lease, error) {
+	if s.members == nil {
+		return sh.lease.Acquire(ctx)
+	}
+	owner, beat, ok := s.members.assigned(sh.n)
+	if !ok || owner == sh.lease.Owner {
+		return sh.lease.Acquire(ctx)
+	}
+	if sh.epoch > 0 {
+		if !beat.After(sh.since) {
+			return sh.lease.Acquire(ctx)
+		}
+		if err := sh.lease.Release(ctx, sh.epoch); err != nil {
+			return claim.Lease{}, err
+		}
+		s.log.InfoContext(ctx, "sweep shard handed over", "shard", sh.n, "to", owner)
+		return claim.Lease{}, claim.ErrHeld
+	}
+	l, err := sh.lease.Get(ctx)
+	if err != nil {
+		return claim.Lease{}, err
+	}
+	if !l.Expired(s.store.Now()) {
+		return claim.Lease{}, claim.ErrHeld
+	}
+	return sh.lease.Acquire(ctx)
+}
+
+// strayPass tags the unrecorded backoffs of the strays' pass.
+const strayPass = -1
+
+// Pass runs one sweep of every shard and of the strays, as their leaders would: the due
+// documents, oldest due first, at most Limit per shard, paced. It returns how many documents it
+// nudged.
 func (s *Sweeper) Pass(ctx context.Context) (int, error) {
+	total := 0
+	for _, sh := range s.shards {
+		n, err := s.passShard(ctx, sh)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// passShard sweeps the due documents of shard sh, and for shard 0 the strays as well: documents
+// without a due_shard (written before there were shards) or with one out of range (written with
+// more shards than there are now). With one shard, its query is the strays' — every due document.
+func (s *Sweeper) passShard(ctx context.Context, sh *shard) (int, error) {
 	now := s.store.Now().UTC()
-	it := s.store.Tasks().Where("due_at", "<=", now).OrderBy("due_at", firestore.Asc).
-		Limit(s.cfg.Limit).Select(routing...).Documents(ctx)
+	n := 0
+	if s.cfg.Shards > 1 {
+		q := s.store.Tasks().Where("due_shard", "==", sh.n).Where("due_at", "<=", now).OrderBy("due_at", firestore.Asc)
+		var err error
+		if n, err = s.pass(ctx, sh, sh.n, q, now); err != nil || sh.n != 0 {
+			return n, err
+		}
+	}
+	q := s.store.Tasks().Where("due_at", "<=", now).OrderBy("due_at", firestore.Asc)
+	m, err := s.pass(ctx, sh, strayPass, q, now)
+	return n + m, err
+}
+
+// pass sweeps what q returns (tagged pass in the unrecorded backoffs), at most Limit documents,
+// paced by sh. The strays' pass skips the documents of a shard, which their leaders sweep.
+func (s *Sweeper) pass(ctx context.Context, sh *shard, pass int, q firestore.Query, now time.Time) (int, error) {
+	it := q.Limit(s.cfg.Limit).Select(routing...).Documents(ctx)
 	defer it.Stop()
 	n, docs := 0, 0
 	seen := map[string]bool{}
-	r := newRound()
+	r := newRound(pass)
 	for {
 		snap, err := it.Next()
 		if errors.Is(err, iterator.Done) {
-			s.forgetUnseen(seen, docs < s.cfg.Limit, now)
+			s.forgetUnseen(pass, seen, docs < s.cfg.Limit, now)
 			return n, r.unpublished
 		}
 		if err != nil {
 			return n, fmt.Errorf("sweep query: %w", err)
 		}
 		docs++
+		if pass == strayPass && s.cfg.Shards > 1 && s.sharded(snap) {
+			continue
+		}
 		seen[snap.Ref.ID] = true
 		t, err := store.DecodeTask(snap)
 		if err != nil {
@@ -260,7 +393,7 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 		if s.backingOff(t, now) {
 			continue
 		}
-		if err := s.pace.Wait(ctx); err != nil {
+		if err := sh.pace.Wait(ctx); err != nil {
 			return n, nil
 		}
 		if s.sweep(ctx, t, r, false) {
@@ -269,17 +402,25 @@ func (s *Sweeper) Pass(ctx context.Context) (int, error) {
 	}
 }
 
+// sharded reports whether snap's due_shard names one of the shards, whose leader sweeps it.
+func (s *Sweeper) sharded(snap *firestore.DocumentSnapshot) bool {
+	v, err := snap.DataAt("due_shard")
+	k, ok := v.(int64)
+	return err == nil && ok && k >= 0 && k < int64(s.cfg.Shards)
+}
+
 // round is what one pass, or one release of parked tasks, keeps across its documents: what it
 // learnt of each chain's breakers, and the first publish that failed. Pub/Sub is then taken as
 // unreachable for the rest of the round: nothing more is published (each try would wait out the
 // publish timeout), a document with nothing else to do is left due for the next round, and due
 // tasks still go to the leader's own instance.
 type round struct {
+	pass        int // the shard swept, or strayPass: it tags the backoffs left unrecorded
 	chains      chainViews
 	unpublished error
 }
 
-func newRound() *round { return &round{chains: chainViews{}} }
+func newRound(pass int) *round { return &round{pass: pass, chains: chainViews{}} }
 
 // sweep nudges what is due on t and records the nudge, and reports whether it nudged anything.
 // A released task (releaseParked) is nudged whatever its own backoff says, and that backoff is
@@ -343,7 +484,7 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released b
 	if skipped && !nudged && !nudge && hold.IsZero() {
 		return false // nothing went out: left due for the next pass
 	}
-	s.backoff(ctx, log, t, now, hold, decided, released)
+	s.backoff(ctx, log, t, r.pass, now, hold, decided, released)
 	// The task's nudge comes after its backoff is written: a claim taken here at once would
 	// otherwise race that write for the document, and a released task's backoff must be gone
 	// before its claim.
@@ -407,7 +548,7 @@ func taskDue(t *store.Task, now time.Time) bool {
 // document someone changed meanwhile is left as they wrote it (their write reset the backoff and
 // recomputed due_at). A write that fails otherwise leaves the backoff in this process
 // (backingOff), so the next pass does not publish the same nudges again.
-func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, now time.Time, hold time.Time, decided, released bool) {
+func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, pass int, now time.Time, hold time.Time, decided, released bool) {
 	next := hold
 	delay := hold.Sub(now)
 	if hold.IsZero() {
@@ -425,7 +566,7 @@ func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, 
 		t.NotBefore = nil
 		updates = append(updates, firestore.Update{Path: "not_before", Value: firestore.Delete})
 	}
-	store.Finalize(t, now, s.store.Retention)
+	store.Finalize(t, now, s.store.Retention, s.cfg.Shards)
 	orDelete := func(v *time.Time) any {
 		if v == nil {
 			return firestore.Delete
@@ -436,6 +577,7 @@ func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, 
 		firestore.Update{Path: "nudges", Value: t.Nudges},
 		firestore.Update{Path: "nudge_at", Value: orDelete(t.NudgeAt)},
 		firestore.Update{Path: "due_at", Value: orDelete(t.DueAt)},
+		firestore.Update{Path: "due_shard", Value: t.DueShard},
 		firestore.Update{Path: "pending_since", Value: orDelete(t.PendingSince)},
 		firestore.Update{Path: "expire_at", Value: orDelete(t.ExpireAt)},
 	)
@@ -452,7 +594,7 @@ func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, 
 		// this process, counted from now (the wait may have outlasted it), until the document
 		// changes.
 		at := s.store.Now().UTC().Add(delay)
-		s.remember(t.ID, unrecorded{updateTime: t.UpdateTime, nudges: t.Nudges, nudgeAt: at})
+		s.remember(t.ID, unrecorded{pass: pass, updateTime: t.UpdateTime, nudges: t.Nudges, nudgeAt: at})
 		log.WarnContext(ctx, "nudge backoff not recorded; kept in memory", "nudges", t.Nudges, "nudge_at", at, "error", err)
 	}
 }
@@ -489,24 +631,28 @@ func (s *Sweeper) forget(id string) {
 	s.mu.Unlock()
 }
 
-// forgetUnseen drops the entries whose backoff had ended by now but whose document the pass did
-// not return: after a complete pass, it is no longer due (changed, finished or deleted); after one
+// forgetUnseen drops the entries of pass whose backoff had ended by now but whose document the
+// pass did not return: after a complete pass, it is no longer due (changed, finished or deleted); after one
 // cut at Limit, it may still be due behind the others, so only entries ended BackoffMax ago go,
 // which bounds the map under a lasting backlog. Forgetting one only loses the unrecorded count.
-func (s *Sweeper) forgetUnseen(seen map[string]bool, complete bool, now time.Time) {
+func (s *Sweeper) forgetUnseen(pass int, seen map[string]bool, complete bool, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, u := range s.unrecorded {
-		if !seen[id] && (complete && !now.Before(u.nudgeAt) || now.Sub(u.nudgeAt) >= s.cfg.BackoffMax) {
+		if u.pass == pass && !seen[id] && (complete && !now.Before(u.nudgeAt) || now.Sub(u.nudgeAt) >= s.cfg.BackoffMax) {
 			delete(s.unrecorded, id)
 		}
 	}
 }
 
-// forgetAll drops every unrecorded backoff, when another instance leads: the leader that takes
-// over has its own.
-func (s *Sweeper) forgetAll() {
+// forgetAll drops the unrecorded backoffs of shard k's passes (for shard 0, the strays' too), when
+// another instance leads it: the leader that takes over has its own.
+func (s *Sweeper) forgetAll(k int) {
 	s.mu.Lock()
-	clear(s.unrecorded)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	for id, u := range s.unrecorded {
+		if u.pass == k || k == 0 && u.pass == strayPass {
+			delete(s.unrecorded, id)
+		}
+	}
 }

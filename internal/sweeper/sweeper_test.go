@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
@@ -196,7 +197,7 @@ func TestGuardedWriteNeverErasesAChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
-	sw.sweep(ctx, stale, newRound(), false)
+	sw.sweep(ctx, stale, newRound(strayPass), false)
 	doc, _ := s.GetTask(ctx, "t")
 	if doc.State != task.StateCancelled || doc.Nudges != 0 || doc.DueAt != nil {
 		t.Errorf("guarded write applied over a change: state %s nudges %d due_at %v", doc.State, doc.Nudges, doc.DueAt)
@@ -362,10 +363,10 @@ func TestOneLeader(t *testing.T) {
 	a := New(s, pub, nil, slog.New(slog.DiscardHandler), cfg, "a")
 	b := New(s, pub, nil, slog.New(slog.DiscardHandler), cfg, "b")
 	ctx := context.Background()
-	if _, err := a.leader.Acquire(ctx); err != nil {
+	if _, err := a.shards[0].lease.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.leader.Acquire(ctx); err == nil {
+	if _, err := b.shards[0].lease.Acquire(ctx); err == nil {
 		t.Fatal("two leaders")
 	}
 	runCtx, stop := context.WithCancel(ctx)
@@ -376,23 +377,28 @@ func TestOneLeader(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.leader.Acquire(ctx); err != nil {
+	if _, err := b.shards[0].lease.Acquire(ctx); err != nil {
 		t.Errorf("leadership not handed over after the leader stopped: %v", err)
 	}
 }
 
-// The registry the Terraform indexes are checked against lists the sweep query as it runs.
+// The registry the Terraform indexes are checked against lists the sweep queries as they run: a
+// shard's (due_shard == k, due_at <= now, by due_at) and the strays' (due_at <= now, by due_at).
 func TestSweepQueryRegistered(t *testing.T) {
 	t.Parallel()
+	want := map[string][]store.IndexField{
+		"sweep":        {{Path: "due_shard", Order: store.Asc}, {Path: "due_at", Order: store.Asc}},
+		"sweep-strays": {{Path: "due_at", Order: store.Asc}},
+	}
+	got := map[string][]store.IndexField{}
 	for _, q := range store.Queries {
-		if q.Name == "sweep" {
-			if q.Collection != store.TasksCollection || len(q.Fields) != 1 || q.Fields[0] != (store.IndexField{Path: "due_at", Order: store.Asc}) {
-				t.Fatalf("registered sweep query %+v, want tasks by due_at ascending", q)
-			}
-			return
+		if _, ok := want[q.Name]; ok && q.Collection == store.TasksCollection {
+			got[q.Name] = q.Fields
 		}
 	}
-	t.Fatal("the sweep query is not in store.Queries")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("registered sweep queries (-want +got):\n%s", diff)
+	}
 }
 
 // Once a decision's nudges are out and nothing else is pending, the document leaves the sweep:
@@ -515,11 +521,11 @@ func TestUnrecordedBackoffsAreBounded(t *testing.T) {
 		sw.remember(id, unrecorded{nudgeAt: at})
 	}
 	kept := func() []string { return slices.Sorted(maps.Keys(sw.unrecorded)) }
-	sw.forgetUnseen(map[string]bool{}, false, now)
+	sw.forgetUnseen(0, map[string]bool{}, false, now)
 	if got := kept(); !slices.Equal(got, []string{"ended", "running"}) {
 		t.Errorf("after a pass cut at Limit: %v, want ended and running", got)
 	}
-	sw.forgetUnseen(map[string]bool{}, true, now)
+	sw.forgetUnseen(0, map[string]bool{}, true, now)
 	if got := kept(); !slices.Equal(got, []string{"running"}) {
 		t.Errorf("after a complete pass: %v, want running", got)
 	}
@@ -535,7 +541,7 @@ func TestLosingLeadershipForgetsUnrecordedBackoffs(t *testing.T) {
 	a := New(s, pub, nil, slog.New(slog.DiscardHandler), cfg, "a")
 	b := New(s, pub, nil, slog.New(slog.DiscardHandler), cfg, "b")
 	ctx := context.Background()
-	if _, err := a.leader.Acquire(ctx); err != nil {
+	if _, err := a.shards[0].lease.Acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
 	b.remember("t", unrecorded{nudgeAt: time.Now().Add(time.Hour)})

@@ -25,6 +25,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	defer d.Close(ctx)
 	st := store.New(d.Firestore)
+	st.Shards = cfg.SweepShards
 	svc := dlqnotifier.Assemble(set, dlqnotifier.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
 	con, err := console.New(console.Config{AdminKey: cfg.AdminKey}, console.Deps{Store: st, Decider: svc, Estimator: svc, Pricing: cfg.Pricing, Log: d.Log})
 	if err != nil {

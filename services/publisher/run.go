@@ -25,6 +25,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	defer d.Close(ctx)
 	st := store.New(d.Firestore)
+	st.Shards = cfg.SweepShards
 	box, closeBox, err := secretbox.FromKey(ctx, cfg.SecretsKey)
 	if err != nil {
 		return fmt.Errorf("%s: %w", secretbox.EnvKey, err)

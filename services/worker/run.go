@@ -24,6 +24,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	defer d.Close(ctx)
 	st := store.New(d.Firestore)
+	st.Shards = cfg.Sweep.Shards
 	a, err := worker.Assemble(ctx, set, worker.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
 	if err != nil {
 		return err
