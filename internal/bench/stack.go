@@ -94,6 +94,7 @@ func topology() bus.Topology {
 // seed and the task id (a task's retries take as long as its first call), and remembers it.
 type latencies struct {
 	cfg Config
+	tl  *timeline // marks each call's start and end
 	mu  sync.Mutex
 	of  map[string]time.Duration
 }
@@ -117,6 +118,9 @@ func (l *latencies) draw(r geminitest.Request) time.Duration {
 	l.mu.Lock()
 	l.of[id] = d
 	l.mu.Unlock()
+	now := time.Now()
+	l.tl.mark(id, markModelStart, now)
+	l.tl.mark(id, markModelEnd, now.Add(d))
 	return d
 }
 
@@ -136,6 +140,7 @@ type stack struct {
 	pubs    *publishCounts
 	in      *injector
 	lat     *latencies
+	tl      *timeline
 	recv    *receiver
 	recvURL string
 	secret  string
@@ -151,8 +156,9 @@ type stack struct {
 }
 
 func newStack(cfg Config) (s *stack, err error) {
-	s = &stack{cfg: cfg, counter: &fscount.Counter{}, pubs: newPublishCounts(), in: newInjector(cfg.Seed), log: cfg.Log,
-		lat: &latencies{cfg: cfg, of: map[string]time.Duration{}}}
+	tl := newTimeline()
+	s = &stack{cfg: cfg, counter: &fscount.Counter{Step: callerStep, OnWrite: tl.onWrite}, pubs: newPublishCounts(), in: newInjector(cfg.Seed), log: cfg.Log,
+		lat: &latencies{cfg: cfg, of: map[string]time.Duration{}, tl: tl}, tl: tl}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -216,7 +222,8 @@ func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, projec
 			case devstack.ServicePublisher:
 				s.pub = counted // submit publishes its nudges as the publisher service does
 			case devstack.ServiceWorker:
-				return &lossyPublisher{next: counted, in: s.in, topic: bus.TopicResults, rate: s.cfg.ResultLoss}
+				marked := &markingPublisher{next: counted, tl: s.tl, topic: bus.TopicResults, mark: markPublished}
+				return &lossyPublisher{next: marked, in: s.in, topic: bus.TopicResults, rate: s.cfg.ResultLoss}
 			}
 			return counted
 		},
@@ -297,7 +304,7 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 		cfg.run.setup(s.fake)
 	}
 	resetPeakRSS()
-	ops0 := s.counter.Counts()
+	ops0, steps0 := s.counter.Counts(), s.counter.ByStep()
 
 	type done struct {
 		id  string
@@ -316,6 +323,7 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 			for i := range work {
 				id := taskID(i)
 				t0 := time.Now()
+				s.tl.mark(id, markSubmitted, t0)
 				arrived := s.recv.wait(task.EventID(id, task.EventSucceeded, 0))
 				if err := s.submit(ctx, id); err != nil {
 					errOnce.Do(func() { submitErr = err })
@@ -325,7 +333,9 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 				timer := time.NewTimer(cfg.Timeout)
 				select {
 				case <-arrived:
-					results <- done{id: id, e2e: time.Since(t0), ok: true}
+					e2e := time.Since(t0)
+					s.tl.mark(id, markDelivered, t0.Add(e2e))
+					results <- done{id: id, e2e: e2e, ok: true}
 				case <-timer.C:
 					results <- done{id: id}
 				case <-ctx.Done():
@@ -365,7 +375,9 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 	r := Result{System: system, Tasks: cfg.Tasks, Wall: wall, Publishes: s.pubs.counts(), Injected: s.in.counts(), PeakRSS: peakRSS()}
 	ops := s.counter.Counts().Sub(ops0)
 	r.FirestoreReads, r.FirestoreWrites, r.FirestoreCommits = ops.Reads, ops.Writes, ops.Commits
+	r.Ops = stepOps(s.counter.ByStep(), steps0)
 	var e2e, over []time.Duration
+	overOf := map[string]time.Duration{}
 	var modelSum time.Duration
 	for d := range results {
 		if !d.ok {
@@ -377,7 +389,9 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 		m, _ := s.lat.get(d.id)
 		modelSum += m
 		over = append(over, d.e2e-m)
+		overOf[d.id] = d.e2e - m
 	}
+	r.Steps = s.tl.stepLatencies(overOf)
 	e2e, over = sortedCopy(e2e), sortedCopy(over)
 	r.P50, r.P99 = percentile(e2e, 0.5), percentile(e2e, 0.99)
 	r.OverheadP50, r.OverheadP99 = percentile(over, 0.5), percentile(over, 0.99)
