@@ -40,8 +40,14 @@ const (
 )
 
 // nudgeGrace is GENBOX_NUDGE_GRACE in a bench run: how long the sweeper leaves a new task to its
-// own nudge.
-const nudgeGrace = time.Second
+// own nudge, and how long a finished task's delivery stays reserved for the worker's nudge; it
+// outlasts webhookTimeout, so the resulthandler delivers under the reservation as in production
+// (a minute against 10 s).
+const nudgeGrace = 5 * time.Second
+
+// webhookTimeout is GENBOX_WEBHOOK_TIMEOUT in a bench run: the receiver is local and answers at
+// once.
+const webhookTimeout = 2 * time.Second
 
 // taskIDRE finds a bench task id in a prompt, so the fake knows which task a call is for.
 var taskIDRE = regexp.MustCompile(`\bbt\d{6}\b`)
@@ -62,6 +68,7 @@ func env(emu *emulator.Emulators, concurrency int, more map[string]string) func(
 		"GENBOX_INSTANCE_ID":              "bench",
 		"GENBOX_CONCURRENCY":              fmt.Sprint(2 * concurrency),
 		"GENBOX_NUDGE_GRACE":              nudgeGrace.String(),
+		"GENBOX_WEBHOOK_TIMEOUT":          webhookTimeout.String(),
 		"GENBOX_RETRY_BASE":               "100ms",
 		"GENBOX_RETRY_MAX":                "1s",
 		"GENBOX_SWEEP_INTERVAL":           "250ms",
