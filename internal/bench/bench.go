@@ -188,7 +188,11 @@ type Result struct {
 	OverheadP50, OverheadP99 time.Duration
 
 	FirestoreReads, FirestoreWrites, FirestoreCommits int64
-	Publishes                                         map[string]int // per topic
+	// Ops breaks the Firestore operations down by the step of the path that made them, and Steps
+	// the overhead by the step of the path it was spent in.
+	Ops       []StepOps
+	Steps     []StepLatency
+	Publishes map[string]int // per topic
 
 	ModelCalls   int   // calls that reached the fake (failed ones included)
 	Generations  int   // billed generations
@@ -345,6 +349,9 @@ func (r Report) Print(w io.Writer) {
 	row("webhook duplicates", func(r Result) string { return fmt.Sprintf("%d", r.Duplicates) })
 	row("peak RSS (MiB)", func(r Result) string { return fmt.Sprintf("%.0f", float64(r.PeakRSS)/(1<<20)) })
 	row("failures injected", func(r Result) string { return injected(r.Injected) })
+	for _, res := range results {
+		printSteps(w, res)
+	}
 	if r.Naive != nil && r.Naive.BilledTokens > 0 {
 		saved := 1 - float64(r.Genbox.BilledTokens)/float64(r.Naive.BilledTokens)
 		fmt.Fprintf(w, "\ngenbox billed %d tokens, the naive baseline %d: %.1f%% saved under the same failures.\n",

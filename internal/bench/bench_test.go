@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -333,5 +334,42 @@ func TestReportJSON(t *testing.T) {
 	}
 	if got.Systems[1]["system"] != "naive" || got.Systems[1]["lost"] != 1.0 {
 		t.Errorf("naive %v", got.Systems[1])
+	}
+}
+
+// With nothing failing, a task's whole path — submit, claim, output commit, delivery — costs at
+// most 3 Firestore reads and 4 writes (issue #20): the delivery claim is folded into the output
+// commit, the commit and the delivery record start from the task their claim wrote or read, and
+// the tenant's limits and secrets are read once per refresh, not per task. Counts, not timings:
+// they do not depend on the machine's speed.
+func TestPathOperationsPerTask(t *testing.T) {
+	t.Parallel()
+	cfg := small(t)
+	cfg.Tasks, cfg.Concurrency, cfg.Distribution, cfg.Baseline = 40, 8, DistFixed, BaselineNone
+	cfg.ModelErrors, cfg.ResultLoss, cfg.AckLoss, cfg.WebhookErrors = 0, 0, 0, 0
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), cfg, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", out.String())
+	g := rep.Genbox
+	if g.Completed != cfg.Tasks {
+		t.Fatalf("completed %d of %d", g.Completed, cfg.Tasks)
+	}
+	p := g.PathOps()
+	if reads := g.PerTask(p.Reads); reads > 3 {
+		t.Errorf("%.2f Firestore reads per task on the path, want at most 3 (by step: %+v)", reads, g.Ops)
+	}
+	if writes := g.PerTask(p.Writes); writes > 4 {
+		t.Errorf("%.2f Firestore writes per task on the path, want at most 4 (by step: %+v)", writes, g.Ops)
+	}
+	for _, step := range []string{stepSubmit, stepClaim, stepCommit, stepDeliveryClaim, stepRecord} {
+		if !slices.ContainsFunc(g.Ops, func(s StepOps) bool { return s.Step == step }) {
+			t.Errorf("no operations counted for step %q: %+v", step, g.Ops)
+		}
+	}
+	if len(g.Steps) != len(overheadSteps) {
+		t.Errorf("overhead broken down into %d steps, want %d: %+v", len(g.Steps), len(overheadSteps), g.Steps)
 	}
 }

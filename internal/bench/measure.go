@@ -62,6 +62,24 @@ func (p *countingPublisher) Publish(ctx context.Context, topic string, data []by
 	return p.next.Publish(ctx, topic, data, attrs)
 }
 
+// markingPublisher marks on tl the first successful publish of each task to topic.
+type markingPublisher struct {
+	next  Publisher
+	tl    *timeline
+	topic string
+	mark  int
+}
+
+var _ Publisher = (*markingPublisher)(nil)
+
+func (p *markingPublisher) Publish(ctx context.Context, topic string, data []byte, attrs map[string]string) (string, error) {
+	id, err := p.next.Publish(ctx, topic, data, attrs)
+	if err == nil && topic == p.topic {
+		p.tl.mark(attrs[task.AttrTaskID], p.mark, time.Now())
+	}
+	return id, err
+}
+
 // injector decides the failures of a run. A decision is a pure function of the seed, the kind of
 // failure, the task and how many times that kind was already decided for that task, so two runs
 // of the same workload (genbox and the naive baseline) meet exactly the same failures.

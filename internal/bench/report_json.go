@@ -40,6 +40,8 @@ type resultJSON struct {
 	FirestoreReads     int64          `json:"firestore_reads"`
 	FirestoreWrites    int64          `json:"firestore_writes"`
 	FirestoreCommits   int64          `json:"firestore_commits"`
+	FirestoreByStep    []stepOpsJSON  `json:"firestore_by_step"` // per task
+	OverheadByStep     []stepLatJSON  `json:"overhead_by_step"`
 	Publishes          map[string]int `json:"publishes"` // per topic
 	ModelCalls         int            `json:"model_calls"`
 	Generations        int            `json:"generations"`
@@ -50,6 +52,20 @@ type resultJSON struct {
 	Duplicates         int            `json:"duplicates"`
 	Injected           map[string]int `json:"injected"` // failures injected, per kind
 	PeakRSSBytes       int64          `json:"peak_rss_bytes"`
+}
+
+type stepOpsJSON struct {
+	Step    string  `json:"step"`
+	Reads   float64 `json:"reads_per_task"`
+	Writes  float64 `json:"writes_per_task"`
+	Commits float64 `json:"commits_per_task"`
+}
+
+type stepLatJSON struct {
+	Step            string  `json:"step"`
+	P50Seconds      float64 `json:"p50_seconds"`
+	P99Seconds      float64 `json:"p99_seconds"`
+	TailMeanSeconds float64 `json:"slowest_1pct_mean_seconds"`
 }
 
 // MarshalJSON writes the report for scripts: the workload and its failure mix, then each
@@ -76,7 +92,16 @@ func (r Report) MarshalJSON() ([]byte, error) {
 
 func (r Result) json() resultJSON {
 	s := func(d time.Duration) float64 { return d.Seconds() }
+	ops := make([]stepOpsJSON, 0, len(r.Ops))
+	for _, o := range r.Ops {
+		ops = append(ops, stepOpsJSON{Step: o.Step, Reads: r.PerTask(o.Reads), Writes: r.PerTask(o.Writes), Commits: r.PerTask(o.Commits)})
+	}
+	steps := make([]stepLatJSON, 0, len(r.Steps))
+	for _, l := range r.Steps {
+		steps = append(steps, stepLatJSON{Step: l.Step, P50Seconds: s(l.P50), P99Seconds: s(l.P99), TailMeanSeconds: s(l.TailMean)})
+	}
 	return resultJSON{
+		FirestoreByStep: ops, OverheadByStep: steps,
 		System: r.System, Tasks: r.Tasks, Completed: r.Completed, Lost: r.Lost, WallSeconds: s(r.Wall),
 		Throughput: r.Throughput, Bound: r.Bound, Efficiency: r.Efficiency(), ModelMeanSeconds: s(r.ModelMean),
 		P50Seconds: s(r.P50), P99Seconds: s(r.P99), OverheadP50Seconds: s(r.OverheadP50), OverheadP99Seconds: s(r.OverheadP99),

@@ -40,8 +40,14 @@ const (
 )
 
 // nudgeGrace is GENBOX_NUDGE_GRACE in a bench run: how long the sweeper leaves a new task to its
-// own nudge.
-const nudgeGrace = time.Second
+// own nudge, and how long a finished task's delivery stays reserved for the worker's nudge; it
+// outlasts webhookTimeout, so the resulthandler delivers under the reservation as in production
+// (a minute against 10 s).
+const nudgeGrace = 5 * time.Second
+
+// webhookTimeout is GENBOX_WEBHOOK_TIMEOUT in a bench run: the receiver is local and answers at
+// once.
+const webhookTimeout = 2 * time.Second
 
 // backlogGrace is the nudge grace of a backlog's tasks: the publisher's default
 // GENBOX_NUDGE_GRACE, so that, as in production, the sweeper leaves a backlog to its nudges
@@ -67,6 +73,7 @@ func env(emu *emulator.Emulators, concurrency int, more map[string]string) func(
 		"GENBOX_INSTANCE_ID":              "bench",
 		"GENBOX_CONCURRENCY":              fmt.Sprint(2 * concurrency),
 		"GENBOX_NUDGE_GRACE":              nudgeGrace.String(),
+		"GENBOX_WEBHOOK_TIMEOUT":          webhookTimeout.String(),
 		"GENBOX_RETRY_BASE":               "100ms",
 		"GENBOX_RETRY_MAX":                "1s",
 		"GENBOX_SWEEP_INTERVAL":           "250ms",
@@ -100,6 +107,7 @@ func topology() bus.Topology {
 // when the task's last call began.
 type latencies struct {
 	cfg   Config
+	tl    *timeline // marks each call's start and end
 	mu    sync.Mutex
 	of    map[string]time.Duration
 	began map[string]time.Time
@@ -121,10 +129,13 @@ func (l *latencies) draw(r geminitest.Request) time.Duration {
 	default:
 		d = l.cfg.Latency
 	}
+	now := time.Now()
 	l.mu.Lock()
 	l.of[id] = d
-	l.began[id] = time.Now()
+	l.began[id] = now
 	l.mu.Unlock()
+	l.tl.mark(id, markModelStart, now)
+	l.tl.mark(id, markModelEnd, now.Add(d))
 	return d
 }
 
@@ -152,6 +163,7 @@ type stack struct {
 	pubs    *publishCounts
 	in      *injector
 	lat     *latencies
+	tl      *timeline
 	recv    *receiver
 	recvURL string
 	secret  string
@@ -169,8 +181,9 @@ type stack struct {
 }
 
 func newStack(cfg Config) (s *stack, err error) {
-	s = &stack{cfg: cfg, counter: &fscount.Counter{}, pubs: newPublishCounts(), in: newInjector(cfg.Seed), log: cfg.Log,
-		lat: &latencies{cfg: cfg, of: map[string]time.Duration{}, began: map[string]time.Time{}}}
+	tl := newTimeline()
+	s = &stack{cfg: cfg, counter: &fscount.Counter{Step: callerStep, OnWrite: tl.onWrite}, pubs: newPublishCounts(), in: newInjector(cfg.Seed), log: cfg.Log,
+		lat: &latencies{cfg: cfg, of: map[string]time.Duration{}, began: map[string]time.Time{}, tl: tl}, tl: tl}
 	if cfg.Backlog {
 		s.gate = make(chan struct{})
 	}
@@ -242,7 +255,8 @@ func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, projec
 			case devstack.ServicePublisher:
 				s.pub = counted // submit publishes its nudges as the publisher service does
 			case devstack.ServiceWorker:
-				return &lossyPublisher{next: counted, in: s.in, topic: bus.TopicResults, rate: s.cfg.ResultLoss}
+				marked := &markingPublisher{next: counted, tl: s.tl, topic: bus.TopicResults, mark: markPublished}
+				return &lossyPublisher{next: marked, in: s.in, topic: bus.TopicResults, rate: s.cfg.ResultLoss}
 			}
 			return counted
 		},
@@ -323,7 +337,7 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 		cfg.run.setup(s.fake)
 	}
 	resetPeakRSS()
-	ops0 := s.counter.Counts()
+	ops0, steps0 := s.counter.Counts(), s.counter.ByStep()
 
 	bar := startProgress(cfg.Progress, system, cfg.Tasks)
 	drive := s.closedLoop
@@ -350,7 +364,9 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 	r := Result{System: system, Tasks: cfg.Tasks, Wall: wall, Publishes: s.pubs.counts(), Injected: s.in.counts(), PeakRSS: peakRSS()}
 	ops := s.counter.Counts().Sub(ops0)
 	r.FirestoreReads, r.FirestoreWrites, r.FirestoreCommits = ops.Reads, ops.Writes, ops.Commits
+	r.Ops = stepOps(s.counter.ByStep(), steps0)
 	var e2e, over []time.Duration
+	overOf := map[string]time.Duration{}
 	var modelSum time.Duration
 	for _, d := range results {
 		if !d.ok {
@@ -362,7 +378,9 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 		m, _ := s.lat.get(d.id)
 		modelSum += m
 		over = append(over, d.over)
+		overOf[d.id] = d.over
 	}
+	r.Steps = s.tl.stepLatencies(overOf)
 	e2e, over = sortedCopy(e2e), sortedCopy(over)
 	r.P50, r.P99 = percentile(e2e, 0.5), percentile(e2e, 0.99)
 	r.OverheadP50, r.OverheadP99 = percentile(over, 0.5), percentile(over, 0.99)
@@ -410,6 +428,7 @@ func (s *stack) closedLoop(ctx context.Context, bar *progress) ([]done, time.Dur
 			for i := range work {
 				id := taskID(i)
 				t0 := time.Now()
+				s.tl.mark(id, markSubmitted, t0)
 				arrived := s.recv.wait(task.EventID(id, task.EventSucceeded, 0))
 				if err := s.submit(ctx, id, nudgeGrace); err != nil {
 					errOnce.Do(func() { submitErr = err })
@@ -420,6 +439,7 @@ func (s *stack) closedLoop(ctx context.Context, bar *progress) ([]done, time.Dur
 				select {
 				case <-arrived:
 					e2e := time.Since(t0)
+					s.tl.mark(id, markDelivered, t0.Add(e2e))
 					m, _ := s.lat.get(id)
 					results <- done{id: id, e2e: e2e, over: e2e - m, ok: true}
 				case <-timer.C:

@@ -409,6 +409,7 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_DELIVERY_BACKOFF_MIN": tuning,
 		"GENBOX_DELIVERY_BACKOFF_MAX": tuning,
 		"GENBOX_NOTICE_GRACE":         tuning,
+		"GENBOX_TENANT_REFRESH":       tuning,
 	},
 	"worker": {
 		"PORT":                         "a worker pool gets no PORT and no traffic; /healthz stays on the default port",

@@ -31,7 +31,7 @@ func (e *env) kill(t *testing.T, p *pipeline, id string) {
 func (e *env) killBoth(t *testing.T, p *pipeline, id string, seen *int) {
 	t.Helper()
 	e.kill(t, p, id)
-	p.rh.Handle(e.ctx, idMsg(id))
+	p.rh.Handle(e.ctx, e.resultNudge(id))
 	if got := e.get(t, id); got.State != task.StateDead || got.Delivery.State != task.DeliveryDead || got.Delivery.EventType != task.EventDead {
 		t.Fatalf("state %s delivery %s of %s; want dead, its task.dead delivery dead", got.State, got.Delivery.State, got.Delivery.EventType)
 	}
@@ -59,7 +59,7 @@ func TestSecondDeadDeliveryInOneReplay(t *testing.T) {
 	seen := 0
 	e.killBoth(t, p, id, &seen)
 	e.approve(t, ActionDiscard, id+":generation:0:0")
-	p.rh.Handle(e.ctx, idMsg(id)) // task.discarded: refused, dead
+	p.rh.Handle(e.ctx, e.resultNudge(id)) // task.discarded: refused, dead
 	if got := e.get(t, id); got.Delivery.State != task.DeliveryDead || got.Delivery.EventType != task.EventDiscarded {
 		t.Fatalf("delivery %s of %s, want task.discarded dead", got.Delivery.State, got.Delivery.EventType)
 	}
@@ -76,7 +76,7 @@ func TestSecondDeadDeliveryInOneReplay(t *testing.T) {
 		t.Fatalf("dead letter %+v, want open, of task.discarded", d)
 	}
 	e.approve(t, ActionRedeliver, dl)
-	p.rh.Handle(e.ctx, idMsg(id))
+	p.rh.Handle(e.ctx, e.resultNudge(id))
 	hooks := p.recv.Hooks()
 	last := hooks[len(hooks)-1]
 	if last.ID != task.EventID(id, task.EventDiscarded, 0) || last.Status != http.StatusNoContent {

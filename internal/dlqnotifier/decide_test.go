@@ -82,6 +82,18 @@ func idMsg(id string) *bus.Message {
 	return &bus.Message{ID: "m-" + id, Attributes: map[string]string{task.AttrTaskID: id}}
 }
 
+// resultNudge is the latest gemini-results nudge published for task id, as the resulthandler
+// receives it: the worker's names the delivery its commit reserved for it.
+func (e *env) resultNudge(id string) *bus.Message {
+	msgs := e.pub.On(bus.TopicResults)
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Attrs[task.AttrTaskID] == id {
+			return &bus.Message{ID: "m-" + id, Attributes: msgs[i].Attrs}
+		}
+	}
+	return idMsg(id)
+}
+
 // deliverNotices hands every DLQ notice published since *seen to the notifier.
 func (e *env) deliverNotices(seen *int) {
 	var all []testenv.Published
@@ -129,7 +141,7 @@ func TestRegenerate(t *testing.T) {
 	if b := buttons(t, posts[0]); len(b) != 2 || b[0][0] != string(ActionRegenerate) || b[0][2] != dl {
 		t.Fatalf("buttons %v", b)
 	}
-	p.rh.Handle(e.ctx, idMsg(id)) // the task.dead webhook
+	p.rh.Handle(e.ctx, e.resultNudge(id)) // the task.dead webhook
 	bills := len(p.gem.Ledger().Bills)
 
 	e.approve(t, ActionRegenerate, dl)
@@ -177,7 +189,7 @@ func TestRegenerate(t *testing.T) {
 	if n := len(p.gem.Ledger().Bills); n != bills+1 {
 		t.Fatalf("ledger %d bills, want %d (one generation)", n, bills+1)
 	}
-	p.rh.Handle(e.ctx, idMsg(id))
+	p.rh.Handle(e.ctx, e.resultNudge(id))
 	var ids []string
 	for _, h := range p.recv.Hooks() {
 		if h.VerifyErr != nil {
@@ -214,7 +226,7 @@ func TestRedeliver(t *testing.T) {
 		}
 		return http.StatusNoContent
 	}
-	p.rh.Handle(e.ctx, idMsg(id))
+	p.rh.Handle(e.ctx, e.resultNudge(id))
 	if got := e.get(t, id); got.Delivery.State != task.DeliveryDead {
 		t.Fatalf("delivery %s, want dead", got.Delivery.State)
 	}
@@ -236,7 +248,7 @@ func TestRedeliver(t *testing.T) {
 	if r, k := e.nudged(bus.TopicResults, id)-results, e.nudged(bus.TopicTasks, id)-tasks; r != 1 || k != 0 {
 		t.Fatalf("nudges by the Redeliver: results %d tasks %d, want 1 and 0", r, k)
 	}
-	p.rh.Handle(e.ctx, idMsg(id)) // round 1: refused again → dead again
+	p.rh.Handle(e.ctx, e.resultNudge(id)) // round 1: refused again → dead again
 	e.deliverNotices(&seen)
 	posts := e.slack.posts(t)
 	dl1 := store.Notice{Stage: task.StageDelivery, Round: 1, Event: failed}.DeadLetterID(id)
@@ -244,7 +256,7 @@ func TestRedeliver(t *testing.T) {
 		t.Fatalf("dead again: %d posts, want a second one for round 1", len(posts))
 	}
 	e.approve(t, ActionRedeliver, dl1)
-	p.rh.Handle(e.ctx, idMsg(id))
+	p.rh.Handle(e.ctx, e.resultNudge(id))
 
 	hooks := p.recv.Hooks()
 	if len(hooks) != 3 {

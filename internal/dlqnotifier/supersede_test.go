@@ -52,7 +52,7 @@ func TestSupersededDeadLettersClose(t *testing.T) {
 	}
 
 	p.worker.Handle(e.ctx, idMsg(id)) // replay 1 succeeds: task.succeeded replaces the dead delivery
-	p.rh.Handle(e.ctx, idMsg(id))
+	p.rh.Handle(e.ctx, e.resultNudge(id))
 	got := e.get(t, id)
 	if got.State != task.StateSucceeded || got.Delivery.State != task.DeliveryDelivered || len(got.OpenDeadLetters) != 0 || got.ExpireAt == nil {
 		t.Fatalf("after the rerun: %s delivery %s open %v expire_at %v; want succeeded, delivered, no open dead letter, a TTL",
@@ -85,7 +85,7 @@ func TestDeadDeliveryReplacedByNewerEvent(t *testing.T) {
 		}
 		return http.StatusNoContent
 	}
-	p.rh.Handle(e.ctx, idMsg(id)) // task.dead dies during replay 1
+	p.rh.Handle(e.ctx, e.resultNudge(id)) // task.dead dies during replay 1
 	e.deliverNotices(&seen)
 	dl := deliveryDL(id, task.EventDead, 0, 1) // it died while the task was on replay 1
 	if got := e.get(t, id); len(got.OpenDeadLetters) != 1 || got.OpenDeadLetters[0] != dl {

@@ -63,7 +63,7 @@ func (a *Assembly) Lifecycle(ps *pubsub.Client, h bus.Handler) service.Lifecycle
 // Assemble builds the resulthandler of cfg over in, delivering through the SSRF-guarded client
 // of cfg's callback policy.
 func Assemble(cfg Config, in Infra) (*Assembly, error) {
-	h, err := New(in.Store, in.Store, in.Publisher, ssrf.NewClient(cfg.SSRF()), in.Log, cfg.Policy, WithMetrics(in.Metrics))
+	h, err := New(in.Store, NewSecretsCache(in.Store, cfg.TenantRefresh), in.Publisher, ssrf.NewClient(cfg.SSRF()), in.Log, cfg.Policy, WithMetrics(in.Metrics))
 	if err != nil {
 		return nil, err
 	}

@@ -63,6 +63,23 @@ func (m *memStore) MutateTask(_ context.Context, id string, fn store.MutateFunc)
 	return &t, nil
 }
 
+// MutateTaskFrom ignores known: the map is always current, so there is nothing to save.
+func (m *memStore) MutateTaskFrom(ctx context.Context, known *store.Task, fn store.MutateFunc) (*store.Task, error) {
+	return m.MutateTask(ctx, known.ID, fn)
+}
+
+func (m *memStore) GetTask(_ context.Context, id string) (*store.Task, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.tasks[id]
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	return &t, nil
+}
+
+func (m *memStore) Clock() time.Time { return time.Now().UTC() }
+
 type staticSecrets []string
 
 func (s staticSecrets) WebhookSecrets(context.Context, string) ([]string, error) { return s, nil }

@@ -23,6 +23,7 @@ const (
 	EnvConsumer       = "GENBOX_CONSUMER"
 	EnvConcurrency    = "GENBOX_CONCURRENCY"
 	EnvTimeout        = "GENBOX_WEBHOOK_TIMEOUT"
+	EnvTenantRefresh  = "GENBOX_TENANT_REFRESH"
 	EnvHorizon        = "GENBOX_DELIVERY_HORIZON"
 	EnvBackoffMin     = "GENBOX_DELIVERY_BACKOFF_MIN"
 	EnvBackoffMax     = "GENBOX_DELIVERY_BACKOFF_MAX"
@@ -72,6 +73,9 @@ type Config struct {
 	// AllowInsecure admits http callbacks and loopback receivers: local use only.
 	AllowInsecure bool          // GENBOX_ALLOW_INSECURE_CALLBACKS
 	ShutdownGrace time.Duration // GENBOX_SHUTDOWN_GRACE: in-flight deliveries may finish within it
+	// TenantRefresh is how long a tenant's webhook secrets, once read, sign its deliveries
+	// (GENBOX_TENANT_REFRESH): a rotation or revocation is applied within it.
+	TenantRefresh time.Duration
 }
 
 // Policy is what the Handler needs of the configuration.
@@ -116,6 +120,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		Consumer:      ConsumerPush,
 		Concurrency:   64,
 		ShutdownGrace: 8 * time.Second,
+		TenantRefresh: 10 * time.Second,
 	}
 	r := envconfig.New(getenv)
 	r.String(EnvProject, &c.Project)
@@ -137,6 +142,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration(EnvBackoffMax, &c.BackoffMax)
 	r.Duration(EnvNoticeGrace, &c.NoticeGrace)
 	r.Duration(EnvShutdownGrace, &c.ShutdownGrace)
+	r.Duration(EnvTenantRefresh, &c.TenantRefresh)
 	r.Int(EnvConcurrency, &c.Concurrency)
 	r.Bool(EnvAllowInsecure, &c.AllowInsecure)
 	shards, err := store.ShardsFromEnv(getenv)
@@ -170,6 +176,9 @@ func (c Config) Validate() error {
 		bad(EnvSecretsKey, "is required (the key that opens the tenants' webhook secrets)")
 	} else if err := secretbox.CheckKey(c.SecretsKey); err != nil {
 		bad(EnvSecretsKey, err.Error())
+	}
+	if c.TenantRefresh <= 0 {
+		bad(EnvTenantRefresh, "must be positive")
 	}
 	if c.ShutdownGrace <= 0 {
 		bad(EnvShutdownGrace, "must be positive")

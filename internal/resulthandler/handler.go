@@ -1,6 +1,7 @@
 // Package resulthandler delivers genbox's webhooks (docs/architecture.md §6). It consumes gemini-results
 // nudges; for each, it claims the task's pending delivery in Firestore under a lease that
-// outlasts three HTTP timeouts (so two instances never POST the same event at once), POSTs the
+// outlasts three HTTP timeouts (so two instances never POST the same event at once) — or, for the
+// worker's nudge, delivers under the lease the worker's commit reserved for it — POSTs the
 // payload frozen when the event was queued, signed per Standard Webhooks with every active
 // secret of the tenant, through the SSRF-guarded client of internal/ssrf, and records the
 // outcome on the task: delivered (then the next queued event starts), a retry at now +
@@ -38,12 +39,31 @@ import (
 
 // Store is the task access the handler needs; *store.Store implements it.
 type Store interface {
+	GetTask(ctx context.Context, id string) (*store.Task, error)
 	MutateTask(ctx context.Context, id string, fn store.MutateFunc) (*store.Task, error)
+	MutateTaskFrom(ctx context.Context, known *store.Task, fn store.MutateFunc) (*store.Task, error)
+	Clock() time.Time // the clock of the leases it writes
 }
 
 // Secrets gives a tenant's active webhook secrets, newest first; *store.Store implements it.
 type Secrets interface {
 	WebhookSecrets(ctx context.Context, tenant string) ([]string, error)
+}
+
+// SecretsCache keeps each tenant's active webhook secrets for a refresh period, so a delivery
+// neither reads the tenant document nor opens its sealed secrets every time.
+type SecretsCache struct {
+	cache *store.Cache[[]string]
+}
+
+// NewSecretsCache returns a SecretsCache over sec that re-reads a tenant at most every refresh.
+func NewSecretsCache(sec Secrets, refresh time.Duration) *SecretsCache {
+	return &SecretsCache{cache: store.NewCache(refresh, sec.WebhookSecrets)}
+}
+
+// WebhookSecrets returns tenant's active secrets as last read, newest first.
+func (c *SecretsCache) WebhookSecrets(ctx context.Context, tenant string) ([]string, error) {
+	return c.cache.Get(ctx, tenant)
 }
 
 // Publisher publishes DLQ notices; *bus.Publisher implements it.
@@ -59,6 +79,7 @@ type Doer interface {
 var (
 	_ Store       = (*store.Store)(nil)
 	_ Secrets     = (*store.Store)(nil)
+	_ Secrets     = (*SecretsCache)(nil)
 	_ Publisher   = (*bus.Publisher)(nil)
 	_ Doer        = (*http.Client)(nil)
 	_ bus.Handler = (*Handler)(nil)
@@ -125,19 +146,25 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 	}
 	defer h.inHand.Delete(id)
 	ctx = obs.WithTask(ctx, id)
+	// The worker's nudge names the delivery lease its commit reserved for it: the first delivery
+	// goes under it, without a claim of its own.
+	reserved, _ := strconv.ParseInt(m.Attributes[task.AttrDeliveryEpoch], 10, 64)
 	for range maxChain {
-		if !h.deliverOnce(ctx, id) {
+		if !h.deliverOnce(ctx, id, reserved) {
 			break
 		}
+		reserved = 0
 	}
 	return bus.Ack
 }
 
-// claim is what a claim transaction decided, acted on after it commits.
+// claim is what a claim decided, acted on after it commits.
 type claim struct {
 	eventID, payload, url, tenant string
+	owner                         string // of the lease: this instance, or store.NudgeOwner under a reservation
 	epoch                         int64
 	round, attempt                int
+	known                         *store.Task // the task as the claim wrote or read it; the record starts from it
 }
 
 // outcome is what one POST came to.
@@ -158,8 +185,8 @@ const (
 
 // deliverOnce claims, POSTs and records one attempt. It reports whether another event of the
 // task became due at once (the next queued one started after a delivery).
-func (h *Handler) deliverOnce(ctx context.Context, id string) bool {
-	c, ok := h.claim(ctx, id)
+func (h *Handler) deliverOnce(ctx context.Context, id string, reserved int64) bool {
+	c, ok := h.claim(ctx, id, reserved)
 	if !ok {
 		return false
 	}
@@ -191,15 +218,27 @@ func (k outcomeKind) String() string {
 	return "dead"
 }
 
-// claim takes the delivery lease when the delivery is pending, due and not held.
-func (h *Handler) claim(ctx context.Context, id string) (claim, bool) {
+// claim takes the delivery lease when the delivery is pending, due and not held; reserved, when
+// not 0, is the epoch of a reservation for this nudge (store.Task.ReserveDelivery), which it
+// delivers under when it leaves a whole POST's time, and otherwise takes over.
+func (h *Handler) claim(ctx context.Context, id string, reserved int64) (claim, bool) {
+	if reserved > 0 {
+		if c, ok, decided := h.claimReserved(ctx, id, reserved); decided {
+			return c, ok
+		}
+	}
 	var c claim
 	var ok bool
-	_, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+	t, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
 		ok = false
 		d := &t.Delivery
-		if d.State != task.DeliveryPending || d.Lease.Live(now) || (d.NextAttemptAt != nil && now.Before(*d.NextAttemptAt)) {
+		mine := reserved > 0 && t.ReservedDelivery(now) == reserved
+		if d.State != task.DeliveryPending || d.Lease.Live(now) && !mine || (d.NextAttemptAt != nil && now.Before(*d.NextAttemptAt)) {
 			return store.ErrNoChange
+		}
+		if mine {
+			d.Lease.Clear()
+			d.Attempts-- // the reservation counted this attempt
 		}
 		if err := d.Lease.Take(h.policy.Owner, now, h.policy.LeaseTTL()); err != nil {
 			return store.ErrNoChange
@@ -209,7 +248,7 @@ func (h *Handler) claim(ctx context.Context, id string) (claim, bool) {
 		}
 		d.Attempts++
 		c = claim{eventID: d.EventID, payload: d.Payload, url: t.CallbackURL, tenant: t.Tenant,
-			epoch: d.Lease.Epoch, round: d.Round, attempt: d.Attempts}
+			owner: h.policy.Owner, epoch: d.Lease.Epoch, round: d.Round, attempt: d.Attempts}
 		ok = true
 		return nil
 	})
@@ -222,7 +261,35 @@ func (h *Handler) claim(ctx context.Context, id string) (claim, bool) {
 		h.log.WarnContext(ctx, "resulthandler: claim", "error", err)
 		return claim{}, false
 	}
+	c.known = t
 	return c, ok
+}
+
+// claimReserved reads the task and, when the delivery is still under the reservation named
+// reserved with at least a POST's timeout left, delivers under it: the reservation is this
+// nudge's claim, written by the commit that published it, so nothing is written before the POST.
+// decided is false when the reservation is not usable as it is (too little time left, or another
+// epoch): then claim takes it over or claims as usual.
+func (h *Handler) claimReserved(ctx context.Context, id string, reserved int64) (c claim, ok, decided bool) {
+	t, err := h.store.GetTask(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		h.log.InfoContext(ctx, "resulthandler: no such task")
+		return claim{}, false, true
+	case err != nil:
+		h.log.WarnContext(ctx, "resulthandler: read the task", "error", err)
+		return claim{}, false, true
+	}
+	d := &t.Delivery
+	if d.State != task.DeliveryPending {
+		return claim{}, false, true // delivered, dead or discarded meanwhile
+	}
+	now := h.store.Clock()
+	if t.ReservedDelivery(now) != reserved || d.Lease.ExpiresAt.Sub(now) < h.policy.Timeout {
+		return claim{}, false, false
+	}
+	return claim{eventID: d.EventID, payload: d.Payload, url: t.CallbackURL, tenant: t.Tenant,
+		owner: store.NudgeOwner, epoch: reserved, round: d.Round, attempt: d.Attempts, known: t}, true, true
 }
 
 // post sends the frozen payload, signed, and classifies the answer.
@@ -295,7 +362,7 @@ func (h *Handler) backoff(n int, retryAfter time.Duration) time.Duration {
 func (h *Handler) record(ctx context.Context, id string, c claim, o outcome) (bool, *store.Notice, error) {
 	var next bool
 	var notice *store.Notice
-	_, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+	_, err := h.store.MutateTaskFrom(ctx, c.known, func(t *store.Task, now time.Time) error {
 		next, notice = false, nil
 		d := &t.Delivery
 		if d.EventID != c.eventID || d.State != task.DeliveryPending {
@@ -313,7 +380,7 @@ func (h *Handler) record(ctx context.Context, id string, c claim, o outcome) (bo
 			next = t.Delivery.State == task.DeliveryPending
 			return nil
 		}
-		if d.Round != c.round || (d.Lease.Live(now) && !d.Lease.HeldBy(h.policy.Owner, c.epoch, now)) {
+		if d.Round != c.round || (d.Lease.Live(now) && !d.Lease.HeldBy(c.owner, c.epoch, now)) {
 			return nil // someone else owns the delivery now: only the log entry is ours to write
 		}
 		d.LastStatus, d.LastError = o.status, o.err

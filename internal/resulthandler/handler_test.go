@@ -476,6 +476,13 @@ func (f *failingStore) MutateTask(ctx context.Context, id string, fn store.Mutat
 	return f.Store.MutateTask(ctx, id, fn)
 }
 
+func (f *failingStore) MutateTaskFrom(ctx context.Context, known *store.Task, fn store.MutateFunc) (*store.Task, error) {
+	if f.calls.Add(1) == 2 {
+		return nil, errors.New("process died")
+	}
+	return f.Store.MutateTaskFrom(ctx, known, fn)
+}
+
 // The documented duplicate window: when the delivered commit is lost, the lease expires and the
 // event is delivered again — with the same webhook-id — and never before the lease expires.
 func TestLostCommitRedeliversSameID(t *testing.T) {

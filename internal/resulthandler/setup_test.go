@@ -24,15 +24,16 @@ const tenant = "acme"
 var _ Publisher = (*testenv.Publisher)(nil)
 
 type env struct {
-	ctx    context.Context
-	fs     *firestore.Client
-	st     *store.Store
-	clock  *testenv.Clock
-	recv   *testenv.Receiver
-	pub    *testenv.Publisher
-	h      *Handler
-	policy Policy
-	secret string
+	ctx     context.Context
+	fs      *firestore.Client
+	project string
+	st      *store.Store
+	clock   *testenv.Clock
+	recv    *testenv.Receiver
+	pub     *testenv.Publisher
+	h       *Handler
+	policy  Policy
+	secret  string
 }
 
 func testPolicy(owner string) Policy {
@@ -45,13 +46,14 @@ func testPolicy(owner string) Policy {
 func setup(t testing.TB) *env {
 	t.Helper()
 	ctx := context.Background()
-	fs := testenv.Firestore(t, emulator.ProjectID(t))
+	project := emulator.ProjectID(t)
+	fs := testenv.Firestore(t, project)
 	c := testenv.NewClock(time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC))
 	st := store.New(fs)
 	st.Now = c.Now
 	st.MaxAttempts = 30
 	secret := testenv.Tenant(t, st, tenant)
-	e := &env{ctx: ctx, fs: fs, st: st, clock: c, recv: testenv.NewReceiver(t, secret), pub: &testenv.Publisher{}, policy: testPolicy("rh-1"), secret: secret}
+	e := &env{ctx: ctx, fs: fs, project: project, st: st, clock: c, recv: testenv.NewReceiver(t, secret), pub: &testenv.Publisher{}, policy: testPolicy("rh-1"), secret: secret}
 	e.h = e.handler(t, e.policy)
 	return e
 }

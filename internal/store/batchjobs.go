@@ -125,7 +125,7 @@ func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []
 			if !snap.Exists() {
 				continue
 			}
-			t, changed, closed, err := s.applyTask(snap, now, func(t *Task, now time.Time) error {
+			t, changed, closed, err := s.applySnap(snap, now, func(t *Task, now time.Time) error {
 				if !claim(t, now) {
 					return ErrNoChange
 				}

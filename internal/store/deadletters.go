@@ -211,7 +211,7 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 			return err
 		}
 		now := s.now()
-		t, changed, closed, err := s.applyTask(snaps[0], now, func(t *Task, now time.Time) error { return fn(t, d, now) })
+		t, changed, closed, err := s.applySnap(snaps[0], now, func(t *Task, now time.Time) error { return fn(t, d, now) })
 		if err != nil {
 			return err
 		}

@@ -51,6 +51,9 @@ func New(client *firestore.Client) *Store {
 	return &Store{FS: client, Now: time.Now, Retention: DefaultRetention}
 }
 
+// Clock is the store's clock, as it stamps documents and leases.
+func (s *Store) Clock() time.Time { return s.now() }
+
 // now is truncated to Firestore's microsecond precision, so a task in memory equals the stored one.
 func (s *Store) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond) }
 
@@ -117,10 +120,34 @@ const defaultAttempts = 5
 // transaction (about a minute, on the emulator as in production) — every claim, output and
 // delivery of that task waits, or aborts, until then. A conditioned write holds nothing.
 func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task, error) {
+	return s.MutateTaskFrom(ctx, &Task{ID: id}, fn)
+}
+
+// MutateTaskFrom is MutateTask starting from known, the task as this process last read or wrote
+// it (with its UpdateTime; a zero UpdateTime means unknown, and the task is read first): fn runs
+// on a copy of known and the write is conditioned on known's update time, so a document nobody
+// changed since costs no read. Only that write is taken from the copy: when the document changed
+// since, or fn returns ErrNoChange or an error, the task is read and fn decides again on what is
+// stored, as in MutateTask.
+func (s *Store) MutateTaskFrom(ctx context.Context, known *Task, fn MutateFunc) (*Task, error) {
+	id := known.ID
 	ref := s.Tasks().Doc(id)
 	attempts := s.MaxAttempts
 	if attempts <= 0 {
 		attempts = defaultAttempts
+	}
+	if !known.UpdateTime.IsZero() {
+		now := s.now()
+		t, changed, closed, err := s.applyTask(known.Clone(), now, fn)
+		if err == nil && changed {
+			switch err := s.writeTask(ctx, ref, t, known.UpdateTime, closed, now); status.Code(err) {
+			case codes.OK:
+				return t, nil
+			case codes.FailedPrecondition, codes.Aborted: // changed since: read it
+			default:
+				return nil, fmt.Errorf("mutate task %s: %w", id, err)
+			}
+		}
 	}
 	for attempt := 1; ; attempt++ {
 		snap, err := ref.Get(ctx)
@@ -131,7 +158,7 @@ func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task
 			return nil, fmt.Errorf("mutate task %s: %w", id, err)
 		}
 		now := s.now()
-		t, changed, closed, err := s.applyTask(snap, now, fn)
+		t, changed, closed, err := s.applySnap(snap, now, fn)
 		if err != nil {
 			return nil, fmt.Errorf("mutate task %s: %w", id, err)
 		}
@@ -232,20 +259,16 @@ func empty(v reflect.Value) bool {
 	return v.IsZero()
 }
 
-// applyTask is the task side of every read-modify-write: it decodes snap, resets the sweeper's
-// nudge backoff (a write is progress), runs fn and, when fn changed something, closes the dead
-// letters the change superseded (their ids are returned, for the caller to write in the same
-// transaction), stamps updated_at and finalizes due_at and what follows from it. Unchanged, it
-// returns the task as read.
-func (s *Store) applyTask(snap *firestore.DocumentSnapshot, now time.Time, fn MutateFunc) (t *Task, changed bool, closed []string, err error) {
-	t, err = DecodeTask(snap)
-	if err != nil {
-		return nil, false, nil, err
-	}
+// applyTask is the task side of every read-modify-write: given t as read (which it may change),
+// it resets the sweeper's nudge backoff (a write is progress), runs fn and, when fn changed
+// something, closes the dead letters the change superseded (their ids are returned, for the
+// caller to write in the same transaction), stamps updated_at and finalizes due_at and what
+// follows from it. Unchanged, it returns the task as read.
+func (s *Store) applyTask(t *Task, now time.Time, fn MutateFunc) (_ *Task, changed bool, closed []string, err error) {
+	read := t.Clone()
 	t.Nudges, t.NudgeAt = 0, nil
 	if err := fn(t, now); errors.Is(err, ErrNoChange) {
-		read, err := DecodeTask(snap)
-		return read, false, nil, err
+		return read, false, nil, nil
 	} else if err != nil {
 		return nil, false, nil, err
 	}
@@ -253,6 +276,15 @@ func (s *Store) applyTask(snap *firestore.DocumentSnapshot, now time.Time, fn Mu
 	t.UpdatedAt = now
 	Finalize(t, now, s.Retention, s.Shards)
 	return t, true, closed, nil
+}
+
+// applySnap is applyTask on the task snap holds.
+func (s *Store) applySnap(snap *firestore.DocumentSnapshot, now time.Time, fn MutateFunc) (*Task, bool, []string, error) {
+	t, err := DecodeTask(snap)
+	if err != nil {
+		return nil, false, nil, err
+	}
+	return s.applyTask(t, now, fn)
 }
 
 func (s *Store) txOptions() []firestore.TransactionOption {

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/fscount"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -212,5 +215,49 @@ func TestNewerEventQueuesBehindThePendingOne(t *testing.T) {
 	noHook.Finish(task.StateSucceeded, now)
 	if noHook.Delivery.State != task.DeliveryNone {
 		t.Fatalf("without a callback there is nothing to deliver: %s", noHook.Delivery.State)
+	}
+}
+
+// MutateTaskFrom writes from the task as last written without reading it, when nobody wrote it
+// since; when someone did, the conditioned write is refused and fn decides again on what is
+// stored, so the other write is never overwritten.
+func TestMutateTaskFromReadsOnlyWhenChanged(t *testing.T) {
+	t.Parallel()
+	counter := &fscount.Counter{}
+	fs, err := counter.EmulatorClient(context.Background(), os.Getenv(emulator.FirestoreHostEnv), emulator.ProjectID(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fs.Close() })
+	s := store.New(fs)
+	ctx := context.Background()
+	if err := s.CreateTask(ctx, newTask("t1")); err != nil {
+		t.Fatal(err)
+	}
+	known, err := s.MutateTask(ctx, "t1", func(t *store.Task, _ time.Time) error { t.Attempts = 1; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := counter.Counts()
+	known, err = s.MutateTaskFrom(ctx, known, func(t *store.Task, _ time.Time) error { t.Attempts++; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(fscount.Counts{Writes: 1, Commits: 1}, counter.Counts().Sub(before)); diff != "" {
+		t.Errorf("an unchanged document (-want +got):\n%s", diff)
+	}
+
+	if _, err := s.MutateTask(ctx, "t1", func(t *store.Task, _ time.Time) error { t.Labels = map[string]string{"by": "other"}; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.MutateTaskFrom(ctx, known, func(t *store.Task, _ time.Time) error { t.Attempts++; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _ := s.GetTask(ctx, "t1")
+	for _, tk := range []*store.Task{got, stored} {
+		if tk.Attempts != 3 || tk.Labels["by"] != "other" {
+			t.Errorf("attempts %d labels %v, want 3 and the other write's label", tk.Attempts, tk.Labels)
+		}
 	}
 }

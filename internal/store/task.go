@@ -5,6 +5,7 @@ package store
 
 import (
 	"encoding/json"
+	"reflect"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/safetext"
@@ -229,6 +230,67 @@ type Pending struct {
 	NextAttemptAt *time.Time `firestore:"next_attempt_at,omitempty"`
 }
 
+// Clone returns a deep copy of t: nothing it points to is shared with t.
+func (t *Task) Clone() *Task {
+	c := new(Task)
+	deepCopy(reflect.ValueOf(c).Elem(), reflect.ValueOf(t).Elem())
+	return c
+}
+
+// deepCopy sets dst to a copy of src that shares no pointer, slice or map with it. A struct is
+// copied whole first, so its unexported fields (a time.Time's) are kept as they are.
+func deepCopy(dst, src reflect.Value) {
+	switch src.Kind() {
+	case reflect.Pointer:
+		if src.IsNil() {
+			dst.SetZero()
+			return
+		}
+		p := reflect.New(src.Elem().Type())
+		deepCopy(p.Elem(), src.Elem())
+		dst.Set(p)
+	case reflect.Slice:
+		if src.IsNil() {
+			dst.SetZero()
+			return
+		}
+		s := reflect.MakeSlice(src.Type(), src.Len(), src.Len())
+		for i := range src.Len() {
+			deepCopy(s.Index(i), src.Index(i))
+		}
+		dst.Set(s)
+	case reflect.Map:
+		if src.IsNil() {
+			dst.SetZero()
+			return
+		}
+		m := reflect.MakeMapWithSize(src.Type(), src.Len())
+		for iter := src.MapRange(); iter.Next(); {
+			v := reflect.New(iter.Value().Type()).Elem()
+			deepCopy(v, iter.Value())
+			m.SetMapIndex(iter.Key(), v)
+		}
+		dst.Set(m)
+	case reflect.Interface:
+		if src.IsNil() {
+			dst.SetZero()
+			return
+		}
+		v := reflect.New(src.Elem().Type()).Elem()
+		deepCopy(v, src.Elem())
+		dst.Set(v)
+	case reflect.Struct:
+		dst.Set(src)
+		for i := range src.NumField() {
+			if dst.Field(i).CanSet() {
+				deepCopy(dst.Field(i), src.Field(i))
+			}
+		}
+	default:
+		dst.Set(src)
+	}
+}
+
 // HasOutput reports whether the current replay's output is stored.
 func (t *Task) HasOutput() bool { return t.OutputAt != nil }
 
@@ -305,6 +367,41 @@ func (t *Task) Request(r *prompts.Rendered) gemini.Request {
 		req.MaxCostUSD = *t.MaxCostUSD
 	}
 	return req
+}
+
+// NudgeOwner owns a delivery lease that a commit reserved for the gemini-results nudge it
+// publishes (ReserveDelivery).
+const NudgeOwner = "nudge"
+
+// ReserveDelivery folds the delivery claim into the commit that starts the delivery: when the
+// pending delivery is claimable now (no live lease, no retry backoff), it takes the delivery lease
+// for the nudge the writer publishes after its commit, until now+ttl, as the resulthandler's claim
+// would (attempts + 1, first_attempt_at). The resulthandler that receives that nudge — it carries
+// the epoch, task.AttrDeliveryEpoch — delivers under the reservation without a write of its own;
+// if the nudge is lost, the delivery is due when the reservation expires and the sweeper nudges
+// it. It returns the reservation's epoch, or 0 when there is nothing to reserve.
+func (t *Task) ReserveDelivery(now time.Time, ttl time.Duration) int64 {
+	d := &t.Delivery
+	if d.State != task.DeliveryPending || d.Lease.Live(now) || d.NextAttemptAt != nil && now.Before(*d.NextAttemptAt) {
+		return 0
+	}
+	if err := d.Lease.Take(NudgeOwner, now, ttl); err != nil {
+		return 0
+	}
+	if d.FirstAttemptAt == nil {
+		d.FirstAttemptAt = &now
+	}
+	d.Attempts++
+	return d.Lease.Epoch
+}
+
+// ReservedDelivery returns the epoch of the delivery lease a commit reserved for its nudge while
+// that reservation is live at now, else 0.
+func (t *Task) ReservedDelivery(now time.Time) int64 {
+	if t.Delivery.State != task.DeliveryPending || t.Delivery.Lease.Owner != NudgeOwner || !t.Delivery.Lease.Live(now) {
+		return 0
+	}
+	return t.Delivery.Lease.Epoch
 }
 
 // QueueEvent queues a webhook event, frozen from the task as it is now. Without a callback URL

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/store"
@@ -86,48 +85,27 @@ func FlushSpend(ctx context.Context, log *slog.Logger, b *gemini.Budgets, every 
 // TenantCache reads tenants' limits through the store and keeps them for a refresh period, so
 // the hot path does not read the tenant document of every task. Safe for concurrent use.
 type TenantCache struct {
-	store   *store.Store
-	refresh time.Duration
-
-	mu sync.Mutex
-	m  map[string]cachedLimits
-}
-
-type cachedLimits struct {
-	limits store.Limits
-	readAt time.Time
+	cache *store.Cache[store.Limits]
 }
 
 // NewTenantCache returns a TenantCache that re-reads a tenant at most every refresh.
 func NewTenantCache(s *store.Store, refresh time.Duration) *TenantCache {
-	return &TenantCache{store: s, refresh: refresh, m: map[string]cachedLimits{}}
+	return &TenantCache{cache: store.NewCache(refresh, func(ctx context.Context, tenant string) (store.Limits, error) {
+		t, err := s.GetTenant(ctx, tenant)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return store.Limits{}, nil
+		case err != nil:
+			return store.Limits{}, fmt.Errorf("limits of tenant %s: %w", tenant, err)
+		}
+		return t.Limits, nil
+	})}
 }
 
 // Limits returns tenant's limits: zero (no limit) for a tenant without a document; the last
 // known ones when a re-read fails.
 func (c *TenantCache) Limits(ctx context.Context, tenant string) (store.Limits, error) {
-	now := time.Now()
-	c.mu.Lock()
-	cl, ok := c.m[tenant]
-	c.mu.Unlock()
-	if ok && now.Sub(cl.readAt) < c.refresh {
-		return cl.limits, nil
-	}
-	var limits store.Limits
-	t, err := c.store.GetTenant(ctx, tenant)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-	case err != nil && ok:
-		return cl.limits, nil
-	case err != nil:
-		return store.Limits{}, fmt.Errorf("limits of tenant %s: %w", tenant, err)
-	default:
-		limits = t.Limits
-	}
-	c.mu.Lock()
-	c.m[tenant] = cachedLimits{limits: limits, readAt: now}
-	c.mu.Unlock()
-	return limits, nil
+	return c.cache.Get(ctx, tenant)
 }
 
 // answer is how a claimed task got its output.
@@ -137,6 +115,9 @@ type answer struct {
 	cached      bool      // served from outputs/{fingerprint}
 	stale       bool      // the tenant's last good output for the subject, every model unavailable
 	fingerprint string    // the cache key when the request may be cached, else ""
+	// known is the task as this worker last wrote it, when it is known: the commit starts from
+	// it instead of reading the task again.
+	known *store.Task
 }
 
 // ticket is a call the policy let through: what it holds until the call has ended.

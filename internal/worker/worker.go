@@ -345,12 +345,15 @@ func (h *Handler) kill(t *store.Task, now time.Time) {
 }
 
 // finish ends t in state. Its webhook, if it has one, is nudged by this worker right after the
-// commit (nudgeResult), so the sweeper holds off for NudgeGrace instead of nudging it too.
+// commit (nudgeResult), so the sweeper holds off for NudgeGrace instead of nudging it too; and
+// the commit reserves the delivery for that nudge for as long, so that the resulthandler
+// receiving it claims nothing (docs/architecture.md §6).
 func (h *Handler) finish(t *store.Task, state task.State, now time.Time) {
 	t.Finish(state, now)
 	if t.Delivery.State == task.DeliveryPending {
 		grace := now.Add(h.pol.NudgeGrace)
 		t.NudgeAt = &grace
+		t.ReserveDelivery(now, h.pol.NudgeGrace)
 	}
 }
 
@@ -378,7 +381,8 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 	// works on it: a paid output held while its commit is retried is not generated again elsewhere.
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stopRenewal := h.keepLease(ctx, cancel, log, t.ID, epoch)
+	last := &lastWrite{t: t.Clone()}
+	stopRenewal := h.keepLease(ctx, cancel, log, last, epoch)
 	defer stopRenewal()
 	tk, ok := h.before(ctx, log, t, req, fp, p)
 	if !ok {
@@ -403,7 +407,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 	switch {
 	case err == nil:
 		crashpoint.Hit(crashpoint.Answered)
-		h.persist(ctx, log, t, epoch, answer{res: res, start: start, fingerprint: fp})
+		h.persist(ctx, log, t, epoch, answer{res: res, start: start, fingerprint: fp, known: last.get()})
 	case errors.Is(cause, errOutputStored):
 		log.InfoContext(ctx, "another worker stored the output first; call cancelled")
 		h.stats.lost.Add(1)
@@ -441,12 +445,12 @@ func (h *Handler) request(t *store.Task) (*prompts.Rendered, gemini.Request, err
 // keepLease runs renew until the returned stop is called (stop waits for it and may be called
 // again). Renewal outlives ctx: an answered output is committed even during shutdown, under its
 // lease.
-func (h *Handler) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, epoch int64) (stop func()) {
+func (h *Handler) keepLease(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, last *lastWrite, epoch int64) (stop func()) {
 	renewCtx, end := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		h.renew(renewCtx, cancel, log, id, epoch)
+		h.renew(renewCtx, cancel, log, last, epoch)
 	}()
 	return func() { end(); <-done }
 }
@@ -456,7 +460,7 @@ func (h *Handler) keepLease(ctx context.Context, cancel context.CancelCauseFunc,
 // second rather than at the next tick, so that two failures in a row do not let it lapse. When it
 // finds the output already stored it cancels the call. A lost lease does not stop the call: a
 // zombie's paid output is still kept if it comes first.
-func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, id string, epoch int64) {
+func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, last *lastWrite, epoch int64) {
 	wait := h.pol.RenewEvery
 	lost, failing := false, false
 	for {
@@ -468,7 +472,7 @@ func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log
 		case <-timer.C:
 		}
 		crashpoint.Hit(crashpoint.MidGenerate)
-		_, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+		renewed, err := h.store.MutateTaskFrom(ctx, last.get(), func(t *store.Task, now time.Time) error {
 			if t.HasOutput() {
 				return errOutputStored
 			}
@@ -497,8 +501,29 @@ func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log
 			}
 		default:
 			failing = false
+			last.set(renewed)
 		}
 	}
+}
+
+// lastWrite holds the task as the claim or the latest renewal wrote it: the renewals and the
+// output commit start from it rather than read the task again (store.MutateTaskFrom). Safe for
+// concurrent use; nobody changes the task it holds.
+type lastWrite struct {
+	mu sync.Mutex
+	t  *store.Task
+}
+
+func (w *lastWrite) get() *store.Task {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.t
+}
+
+func (w *lastWrite) set(t *store.Task) {
+	w.mu.Lock()
+	w.t = t
+	w.mu.Unlock()
 }
 
 // renewRetry is the jittered delay before a failed renewal is tried again: well inside any lease.
@@ -573,7 +598,11 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 		outcome = persistStored
 		return nil
 	}
-	t, err := h.mutateRetrying(ctx, log, claimed.ID, fn)
+	known := a.known
+	if known == nil {
+		known = &store.Task{ID: claimed.ID}
+	}
+	t, err := h.mutateRetrying(ctx, log, known, fn)
 	if err != nil {
 		// The output is lost with this process; the lease expires and the sweeper re-runs the task.
 		log.ErrorContext(ctx, "could not persist the output", "error", err)
@@ -607,7 +636,11 @@ func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Ta
 	if t.Delivery.State != task.DeliveryPending {
 		return
 	}
-	if _, err := h.pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: t.ID}); err != nil {
+	attrs := map[string]string{task.AttrTaskID: t.ID}
+	if epoch := t.ReservedDelivery(time.Now()); epoch > 0 {
+		attrs[task.AttrDeliveryEpoch] = strconv.FormatInt(epoch, 10)
+	}
+	if _, err := h.pub.Publish(ctx, bus.TopicResults, nil, attrs); err != nil {
 		log.WarnContext(ctx, "result nudge not published; the sweeper will", "error", err)
 	}
 }
@@ -615,11 +648,12 @@ func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Ta
 // mutateRetrying runs MutateTask, retrying for up to CommitRetry while it fails in a way that
 // may pass: a paid output (or spend) held in memory is worth far more than the wait. The
 // renewal keeps the lease meanwhile.
-func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, id string, fn store.MutateFunc) (*store.Task, error) {
+func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, known *store.Task, fn store.MutateFunc) (*store.Task, error) {
 	deadline := time.Now().Add(h.pol.CommitRetry)
 	warned := false
 	for attempt := 1; ; attempt++ {
-		t, err := h.store.MutateTask(ctx, id, fn)
+		t, err := h.store.MutateTaskFrom(ctx, known, fn)
+		known = &store.Task{ID: known.ID} // after an unknown outcome, decide on what is stored
 		if !retryable(err) {
 			return t, err
 		}
@@ -666,7 +700,7 @@ func retryable(err error) bool {
 func (h *Handler) fencedWrite(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, what string, change func(t *store.Task, now time.Time)) (*store.Task, bool) {
 	ctx = context.WithoutCancel(ctx)
 	applied := false
-	t, err := h.mutateRetrying(ctx, log, id, func(t *store.Task, now time.Time) error {
+	t, err := h.mutateRetrying(ctx, log, &store.Task{ID: id}, func(t *store.Task, now time.Time) error {
 		applied = h.fenced(t, epoch)
 		if added := h.addSpend(t, epoch, res); !applied && !added {
 			return store.ErrNoChange
@@ -692,7 +726,7 @@ func (h *Handler) account(ctx context.Context, log *slog.Logger, id string, epoc
 	if !spent(res) {
 		return
 	}
-	if _, err := h.mutateRetrying(context.WithoutCancel(ctx), log, id, func(t *store.Task, _ time.Time) error {
+	if _, err := h.mutateRetrying(context.WithoutCancel(ctx), log, &store.Task{ID: id}, func(t *store.Task, _ time.Time) error {
 		if !h.addSpend(t, epoch, res) {
 			return store.ErrNoChange
 		}

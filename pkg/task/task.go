@@ -141,16 +141,19 @@ const (
 // Pub/Sub message attributes. A message is only a nudge: the task id names the document
 // that holds the truth; the rest helps routing and tracing.
 const (
-	AttrTaskID  = "task_id"
-	AttrTenant  = "tenant"
-	AttrFamily  = "family"
-	AttrVariant = "variant"
-	AttrStage   = "stage"
-	AttrReplay  = "replay"
-	AttrRound   = "round"
-	AttrEvent   = "event_id" // on a delivery stage DLQ notice: the webhook event that died
-	AttrKind    = "kind"     // "notice" on a DLQ notice, "alert" on an alert
-	AttrAlert   = "alert_key"
+	AttrTaskID = "task_id"
+	// AttrDeliveryEpoch, on a gemini-results nudge, is the epoch of the delivery lease the
+	// commit before it reserved for that nudge (store.Task.ReserveDelivery).
+	AttrDeliveryEpoch = "delivery_epoch"
+	AttrTenant        = "tenant"
+	AttrFamily        = "family"
+	AttrVariant       = "variant"
+	AttrStage         = "stage"
+	AttrReplay        = "replay"
+	AttrRound         = "round"
+	AttrEvent         = "event_id" // on a delivery stage DLQ notice: the webhook event that died
+	AttrKind          = "kind"     // "notice" on a DLQ notice, "alert" on an alert
+	AttrAlert         = "alert_key"
 )
 
 // GenConfig is the bounded set of generation overrides a request may carry.
