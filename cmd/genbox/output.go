@@ -123,7 +123,7 @@ func showTenant(w io.Writer, asJSON bool, t *client.Tenant) error {
 	l := t.Limits
 	limits := fmt.Sprintf("concurrency %s, %s, daily budget %s", orNone(l.Concurrency > 0, fmt.Sprint(l.Concurrency)),
 		orNone(l.SubmitRate > 0, fmt.Sprintf("%g submissions/s (burst %d)", l.SubmitRate, l.SubmitBurst)),
-		orNone(l.DailyBudgetUSD > 0, fmt.Sprintf("$%.2f", l.DailyBudgetUSD)))
+		budgetOf(l.DailyBudgetUSD))
 	secret := ""
 	if t.WebhookSecret != "" {
 		secret = t.WebhookSecret + "   (shown once: keep it)"
@@ -179,6 +179,14 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// budgetOf says what a tenant's daily budget is: its own, or the worker's default for 0.
+func budgetOf(usd float64) string {
+	if usd > 0 {
+		return fmt.Sprintf("$%.2f", usd)
+	}
+	return "the default (GENBOX_DEFAULT_DAILY_BUDGET_USD)"
 }
 
 func orNone(ok bool, s string) string {
