@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -154,13 +153,13 @@ func showRotated(w io.Writer, asJSON bool, r *client.RotatedSecret) error {
 }
 
 // showDeadLetter prints a dead letter (dlq show and the decisions).
-func showDeadLetter(w io.Writer, asJSON bool, d *store.DeadLetter) error {
+func showDeadLetter(w io.Writer, asJSON bool, d *client.DeadLetter) error {
 	decided := ""
 	if d.DecidedAt != nil {
 		decided = d.DecidedBy + " at " + when(d.DecidedAt)
 	}
 	return show(w, asJSON, d, [][2]string{
-		{"dead letter", d.ID}, {"task", d.TaskID}, {"stage", string(d.Stage)}, {"state", string(d.State)},
+		{"dead letter", d.ID}, {"task", d.TaskID}, {"stage", string(d.Stage)}, {"state", d.State},
 		{"tenant", d.Tenant}, {"family", d.Family + "/" + d.Variant}, {"event", d.EventID},
 		{"attempts", fmt.Sprint(d.Attempts)}, {"paid", fmt.Sprintf("%d tokens, $%.6f", d.Usage.TotalTokens, d.CostUSD)},
 		{"last error", d.LastError}, {"decided", decided},
