@@ -396,6 +396,7 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_SLACK_BACKOFF_BASE":       tuning,
 		"GENBOX_SLACK_BACKOFF_MAX":        tuning,
 		"GENBOX_DECISION_GRACE":           tuning,
+		"GENBOX_SLACK_FLOOD_WINDOW":       tuning,
 	},
 	"resulthandler": {
 		"PORT":                        "set by Cloud Run itself (a reserved name)",
