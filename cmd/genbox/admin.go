@@ -23,7 +23,7 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 	fs.IntVar(&lim.Concurrency, "concurrency", 0, "tenant create/limits: tasks running at once per worker instance (0: no limit)")
 	fs.Float64Var(&lim.SubmitRate, "submit-rate", 0, "tenant create/limits: submissions per second (0: no limit)")
 	fs.IntVar(&lim.SubmitBurst, "submit-burst", 0, "tenant create/limits: submissions at once above the rate")
-	fs.Float64Var(&lim.DailyBudgetUSD, "daily-budget", 0, "tenant create/limits: soft daily spending limit in USD (0: none)")
+	fs.Float64Var(&lim.DailyBudgetUSD, "daily-budget", 0, "tenant create/limits: soft daily spending limit in USD (0: the deployment's default, GENBOX_DEFAULT_DAILY_BUDGET_USD)")
 	output := formatFlags(fs)
 	pos, err := parse(e, fs, args)
 	if err != nil {

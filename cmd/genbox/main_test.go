@@ -249,7 +249,7 @@ func TestAdminVerbs(t *testing.T) {
 }
 
 // dlq lists a dead generation, shows it, regenerates it (the task then succeeds) and answers a
-// second decision as a conflict naming who decided.
+// second decision as a conflict naming who decided: the admin key, with the name it gave.
 func TestDLQVerbs(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, "GENBOX_TASK_ATTEMPTS", "1", "GENBOX_MAX_ATTEMPTS", "1", "GENBOX_MODEL_CHAIN", "m-dlq")
@@ -283,7 +283,7 @@ func TestDLQVerbs(t *testing.T) {
 	if r = cli(t, env, "", "dlq", "regenerate", dl, "--operator", "ops"); r.code != exitOK || !strings.Contains(r.stdout, "regenerated") {
 		t.Fatalf("dlq regenerate: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
-	if r = cli(t, env, "", "dlq", "discard", dl, "--operator", "someone"); r.code != exitRejected || !strings.Contains(r.stderr, "already decided by ops") {
+	if r = cli(t, env, "", "dlq", "discard", dl, "--operator", "someone"); r.code != exitRejected || !strings.Contains(r.stderr, `already decided by admin key `) || !strings.Contains(r.stderr, `(says "ops")`) {
 		t.Errorf("a second decision: exit %d, want %d\n%s", r.code, exitRejected, r.stderr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -123,7 +122,7 @@ func showTenant(w io.Writer, asJSON bool, t *client.Tenant) error {
 	l := t.Limits
 	limits := fmt.Sprintf("concurrency %s, %s, daily budget %s", orNone(l.Concurrency > 0, fmt.Sprint(l.Concurrency)),
 		orNone(l.SubmitRate > 0, fmt.Sprintf("%g submissions/s (burst %d)", l.SubmitRate, l.SubmitBurst)),
-		orNone(l.DailyBudgetUSD > 0, fmt.Sprintf("$%.2f", l.DailyBudgetUSD)))
+		budgetOf(l.DailyBudgetUSD))
 	secret := ""
 	if t.WebhookSecret != "" {
 		secret = t.WebhookSecret + "   (shown once: keep it)"
@@ -154,13 +153,13 @@ func showRotated(w io.Writer, asJSON bool, r *client.RotatedSecret) error {
 }
 
 // showDeadLetter prints a dead letter (dlq show and the decisions).
-func showDeadLetter(w io.Writer, asJSON bool, d *store.DeadLetter) error {
+func showDeadLetter(w io.Writer, asJSON bool, d *client.DeadLetter) error {
 	decided := ""
 	if d.DecidedAt != nil {
 		decided = d.DecidedBy + " at " + when(d.DecidedAt)
 	}
 	return show(w, asJSON, d, [][2]string{
-		{"dead letter", d.ID}, {"task", d.TaskID}, {"stage", string(d.Stage)}, {"state", string(d.State)},
+		{"dead letter", d.ID}, {"task", d.TaskID}, {"stage", string(d.Stage)}, {"state", d.State},
 		{"tenant", d.Tenant}, {"family", d.Family + "/" + d.Variant}, {"event", d.EventID},
 		{"attempts", fmt.Sprint(d.Attempts)}, {"paid", fmt.Sprintf("%d tokens, $%.6f", d.Usage.TotalTokens, d.CostUSD)},
 		{"last error", d.LastError}, {"decided", decided},
@@ -179,6 +178,14 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// budgetOf says what a tenant's daily budget is: its own, or the worker's default for 0.
+func budgetOf(usd float64) string {
+	if usd > 0 {
+		return fmt.Sprintf("$%.2f", usd)
+	}
+	return "the default (GENBOX_DEFAULT_DAILY_BUDGET_USD)"
 }
 
 func orNone(ok bool, s string) string {

@@ -268,10 +268,16 @@ func (a *apiFlags) client(keyEnv string) (*client.Client, error) {
 	if key == "" {
 		return nil, &exitError{code: exitAuth, msg: "no key: set " + keyEnv + " or pass --key (`genbox dev` prints the dev keys)"}
 	}
-	if u, err := url.Parse(a.url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usageErr("--url %q is not an http(s) URL (set --url or %s)", a.url, envURL)
+	return newClient(a.url, envURL, key)
+}
+
+// newClient is the CLI's client of the server at rawURL (set by --url or urlEnv), with key: the
+// publisher's, or the dlqnotifier's for the dlq verbs.
+func newClient(rawURL, urlEnv, key string) (*client.Client, error) {
+	if u, err := url.Parse(rawURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageErr("--url %q is not an http(s) URL (set --url or %s)", rawURL, urlEnv)
 	}
-	return client.New(a.url, key, client.WithRetries(2), client.WithBackoff(200*time.Millisecond, 2*time.Second)), nil
+	return client.New(rawURL, key, client.WithRetries(2), client.WithBackoff(200*time.Millisecond, 2*time.Second)), nil
 }
 
 func envOr(getenv func(string) string, name, def string) string {

@@ -60,6 +60,10 @@ locals {
       GENBOX_INSTANCE_SHARE     = format("%.6f", 1 / var.worker_instances)
       GENBOX_TASKS_SUBSCRIPTION = google_pubsub_subscription.worker.name
       GENBOX_CONCURRENCY        = tostring(var.worker_concurrency)
+      # Money is limited out of the box: a tenant without a budget of its own gets the default,
+      # and every tenant together stops at the project's budget (fail closed).
+      GENBOX_DEFAULT_DAILY_BUDGET_USD = tostring(var.default_tenant_daily_budget_usd)
+      GENBOX_PROJECT_DAILY_BUDGET_USD = tostring(var.project_daily_budget_usd)
       # Cloud Run kills an instance 10 s after SIGTERM: calls that cannot finish and persist
       # within this grace are released for another instance.
       GENBOX_SHUTDOWN_GRACE = "8s"

@@ -309,3 +309,25 @@ variable "worker_concurrency" {
     error_message = "worker_concurrency must be a whole number from 1 to 1000."
   }
 }
+
+variable "default_tenant_daily_budget_usd" {
+  description = "Daily budget in USD of a tenant whose limits set none (GENBOX_DEFAULT_DAILY_BUDGET_USD); 0 leaves such tenants unlimited."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.default_tenant_daily_budget_usd >= 0
+    error_message = "default_tenant_daily_budget_usd must not be negative."
+  }
+}
+
+variable "project_daily_budget_usd" {
+  description = "Daily budget in USD of every tenant together (GENBOX_PROJECT_DAILY_BUDGET_USD): when it is spent, or its counter cannot be read, no Gemini call starts; 0 turns it off."
+  type        = number
+  default     = 100
+
+  validation {
+    condition     = var.project_daily_budget_usd >= 0
+    error_message = "project_daily_budget_usd must not be negative."
+  }
+}

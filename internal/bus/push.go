@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/genbox-dev/genbox/internal/httpapi"
+	"github.com/genbox-dev/genbox/pkg/client"
 )
 
 // MaxPushBytes caps a push request body. Pub/Sub messages are at most 10 MB; the envelope's
@@ -122,13 +125,7 @@ func pushStatus(err error) int {
 	return http.StatusBadRequest
 }
 
-// writeProblem answers with an RFC 9457 problem document.
+// writeProblem answers with an RFC 9457 problem document, as every genbox service does.
 func writeProblem(w http.ResponseWriter, code int, detail string) {
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(struct {
-		Title  string `json:"title"`
-		Status int    `json:"status"`
-		Detail string `json:"detail"`
-	}{http.StatusText(code), code, detail})
+	httpapi.JSON(w, code, client.ProblemContentType, httpapi.StatusProblem(code, detail))
 }

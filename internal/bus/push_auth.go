@@ -43,6 +43,22 @@ type PushAuth struct {
 	Validator TokenValidator
 }
 
+// EnvUnauthenticatedPush, set true, lets a push route without push authentication admit
+// requests that carry no token: for genbox dev and tests on one machine, never for a deployment.
+const EnvUnauthenticatedPush = "GENBOX_UNAUTHENTICATED_PUSH"
+
+// PushRoute is the handler of a service's push route: Push(h) behind VerifyPush, so that with
+// push authentication unset every request is refused, unless unauthenticated (the service's
+// EnvUnauthenticatedPush) says explicitly that this is local use.
+func PushRoute(h Handler, a PushAuth, unauthenticated bool, log *slog.Logger) http.Handler {
+	push := Push(h, log)
+	if unauthenticated && !a.Enabled() {
+		log.Warn("push requests are not authenticated (" + EnvUnauthenticatedPush + " is set): local use only")
+		return push
+	}
+	return VerifyPush(push, a, log)
+}
+
 // Enabled reports whether both Audience and ServiceAccount are set: a service verifies pushes
 // only then.
 func (a PushAuth) Enabled() bool { return a.Audience != "" && a.ServiceAccount != "" }

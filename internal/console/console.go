@@ -10,7 +10,6 @@ package console
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/base64"
@@ -24,7 +23,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 )
@@ -78,6 +79,10 @@ type Console struct {
 	d     Deps
 	pages map[string]*template.Template
 	mux   *http.ServeMux
+	// admin checks login-token's Bearer admin key as the publisher and the dlqnotifier do;
+	// authFails throttles clients whose keys keep failing.
+	admin     httpapi.AdminKey
+	authFails *authlimit.Limiter
 }
 
 // New returns the console.
@@ -94,7 +99,8 @@ func New(cfg Config, d Deps) (*Console, error) {
 	if cfg.LoginTTL <= 0 {
 		cfg.LoginTTL = 10 * time.Minute
 	}
-	c := &Console{cfg: cfg, d: d, pages: map[string]*template.Template{}}
+	c := &Console{cfg: cfg, d: d, pages: map[string]*template.Template{},
+		admin: httpapi.NewAdminKey(cfg.AdminKey), authFails: authlimit.New(authlimit.DefaultConfig(), time.Now)}
 	for _, p := range []string{"overview", "tasks", "task", "deadletters", "bulk", "spend", "message"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/layout.html", "assets/parts.html", "assets/"+p+".html")
 		if err != nil {
@@ -171,25 +177,25 @@ type LoginTokenResponse struct {
 // loginToken is POST /console/login-token (Bearer GENBOX_ADMIN_KEY): a one-time login link for
 // the operator named in the body — how an operator logs in on Cloud Run.
 func (c *Console) loginToken(w http.ResponseWriter, r *http.Request) {
-	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	ks, as := sha256.Sum256([]byte(key)), sha256.Sum256([]byte(c.cfg.AdminKey))
-	if c.cfg.AdminKey == "" || !ok || subtle.ConstantTimeCompare(ks[:], as[:]) != 1 {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="genbox-admin"`)
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "admin key required"})
+	if p := c.admin.Authorize(r, c.authFails); p != nil {
+		if p.Status == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="genbox-admin"`)
+		}
+		httpapi.Error(w, r, c.d.Log, p, nil)
 		return
 	}
 	var body LoginTokenRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10)).Decode(&body); err != nil || !validOperator(body.Operator) {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `body must be {"operator": "<who logs in>"} (1-64 printable characters)`})
+		httpapi.Error(w, r, c.d.Log, httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid,
+			`body must be {"operator": "<who logs in>"} (1-64 printable characters)`), err)
 		return
 	}
 	path, err := c.IssueLogin(r.Context(), strings.TrimSpace(body.Operator))
 	if err != nil {
-		c.d.Log.ErrorContext(r.Context(), "console: issue login", "error", err)
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error"})
+		httpapi.Error(w, r, c.d.Log, httpapi.Problem(http.StatusInternalServerError, httpapi.TypeInternal, "internal error"), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, LoginTokenResponse{URL: baseURL(r) + path, ExpiresAt: time.Now().Add(c.cfg.LoginTTL).UTC()})
+	httpapi.JSON(w, http.StatusOK, "application/json", LoginTokenResponse{URL: baseURL(r) + path, ExpiresAt: time.Now().Add(c.cfg.LoginTTL).UTC()})
 }
 
 func validOperator(s string) bool {
@@ -333,10 +339,4 @@ func (c *Console) message(w http.ResponseWriter, code int, title, text string) {
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	c.d.Log.ErrorContext(r.Context(), "console: request failed", "path", r.URL.Path, "error", err)
 	c.message(w, http.StatusInternalServerError, "Something failed", "The console could not answer; try again. (It is logged.)")
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
 }

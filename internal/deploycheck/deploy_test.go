@@ -346,19 +346,17 @@ var services = map[string]service{
 		return errors.Join(err, oerr)
 	}},
 	"dlqnotifier": {"google_cloud_run_v2_service.http[dlqnotifier]", func(getenv func(string) string) error {
-		// Cloud Run sets K_SERVICE, which makes the push authentication variables required.
-		_, err := dlqnotifier.Load(func(name string) string {
-			if v := getenv(name); v != "" || name != dlqnotifier.EnvCloudRunService {
-				return v
-			}
-			return "genbox-dlqnotifier"
-		}) // validates too
+		_, err := dlqnotifier.Load(getenv) // validates too
 		_, oerr := obs.ConfigFromEnv(getenv, "dlqnotifier")
 		return errors.Join(err, oerr)
 	}},
 }
 
 const tuning = "a tuning knob whose code default is the production value"
+
+// unauthPush is why GENBOX_UNAUTHENTICATED_PUSH is left unset: a deployed push route verifies
+// every push token.
+const unauthPush = "local use only (genbox dev, tests): deployed, every push carries an OIDC token that is verified"
 
 // builtInPrompts is why GENBOX_PROMPTS_DIR is left unset: every service that reads it (the
 // publisher validates, the worker renders, the dlqnotifier prices) must see the same families.
@@ -386,7 +384,7 @@ var leftUnset = map[string]map[string]string{
 	},
 	"dlqnotifier": {
 		"PORT":                            "set by Cloud Run itself (a reserved name)",
-		"K_SERVICE":                       "set by Cloud Run itself (a reserved name); the loader is run as on Cloud Run",
+		"GENBOX_UNAUTHENTICATED_PUSH":     unauthPush,
 		"GENBOX_PROMPTS_DIR":              builtInPrompts,
 		"GENBOX_INSTANCE_ID":              "the default (hostname-pid) names each instance uniquely",
 		"GENBOX_SLACK_API_URL":            "Slack's own API; the override is for the Slack double in tests and genbox dev",
@@ -398,6 +396,7 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_SLACK_BACKOFF_BASE":       tuning,
 		"GENBOX_SLACK_BACKOFF_MAX":        tuning,
 		"GENBOX_DECISION_GRACE":           tuning,
+		"GENBOX_SLACK_FLOOD_WINDOW":       tuning,
 	},
 	"resulthandler": {
 		"PORT":                        "set by Cloud Run itself (a reserved name)",
@@ -410,6 +409,7 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_DELIVERY_BACKOFF_MAX": tuning,
 		"GENBOX_NOTICE_GRACE":         tuning,
 		"GENBOX_TENANT_REFRESH":       tuning,
+		"GENBOX_UNAUTHENTICATED_PUSH": unauthPush,
 	},
 	"worker": {
 		"PORT":                         "a worker pool gets no PORT and no traffic; /healthz stays on the default port",

@@ -12,6 +12,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/geminienv"
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -26,7 +27,7 @@ const (
 	EnvChannel          = "GENBOX_SLACK_CHANNEL"
 	EnvApprovers        = "GENBOX_SLACK_APPROVERS"
 	EnvSlackAPIURL      = "GENBOX_SLACK_API_URL"
-	EnvAdminKey         = "GENBOX_ADMIN_KEY"
+	EnvAdminKey         = httpapi.EnvAdminKey
 	EnvAlertCooldown    = "GENBOX_ALERT_COOLDOWN"
 	EnvConsumer         = "GENBOX_CONSUMER"
 	EnvInstance         = "GENBOX_INSTANCE_ID"
@@ -41,7 +42,7 @@ const (
 	EnvShutdownGrace    = "GENBOX_SHUTDOWN_GRACE"
 	EnvPushAudience     = "GENBOX_PUSH_AUDIENCE"
 	EnvPushAccount      = "GENBOX_PUSH_SERVICE_ACCOUNT"
-	EnvCloudRunService  = "K_SERVICE"
+	EnvUnauthPush       = bus.EnvUnauthenticatedPush
 	EnvPromptsDir       = prompts.EnvDir
 	ConsumerPush        = "push"
 	ConsumerPull        = "pull"
@@ -80,9 +81,11 @@ type Config struct {
 	// The service is public (Slack must reach it), so Cloud Run does not check push tokens: the
 	// push route admits only OIDC tokens for PushAudience (GENBOX_PUSH_AUDIENCE, the push
 	// subscriptions' oidc_token.audience) signed for PushAccount (GENBOX_PUSH_SERVICE_ACCOUNT).
-	// Both are required in push mode on Cloud Run (CloudRunService, K_SERVICE, is set there by
-	// Cloud Run itself); pull mode (genbox dev) and local push tests leave them unset.
-	PushAudience, PushAccount, CloudRunService string
+	// Both are required in push mode; without them the push route refuses every request, unless
+	// UnauthenticatedPush (GENBOX_UNAUTHENTICATED_PUSH: genbox dev and tests only) turns the
+	// check off.
+	PushAudience, PushAccount string
+	UnauthenticatedPush       bool
 
 	// The Regenerate button prices a task as the worker's max_cost_usd check does: its prompt
 	// rendered with the families of PromptsDir (GENBOX_PROMPTS_DIR, as the publisher and worker
@@ -143,7 +146,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String(EnvAlertsSub, &c.AlertsSub)
 	r.String(EnvPushAudience, &c.PushAudience)
 	r.String(EnvPushAccount, &c.PushAccount)
-	r.String(EnvCloudRunService, &c.CloudRunService)
+	r.Bool(EnvUnauthPush, &c.UnauthenticatedPush)
 	r.String(EnvPromptsDir, &c.PromptsDir)
 	c.SlackAPIURL = strings.TrimRight(c.SlackAPIURL, "/")
 	if c.SlackAPIURL == "" {
@@ -188,7 +191,7 @@ func (c Config) Estimator() (GeminiEstimator, error) {
 	return GeminiEstimator{Pricer: c.Pricing, Prompts: reg}, nil
 }
 
-// PushAuth is what the push route admits; it verifies nothing unless both variables are set.
+// PushAuth is what the push route admits: tokens of PushAccount for PushAudience.
 func (c Config) PushAuth() bus.PushAuth {
 	return bus.PushAuth{Audience: c.PushAudience, ServiceAccount: c.PushAccount}
 }
@@ -218,16 +221,18 @@ func (c Config) Validate() error {
 	if c.Consumer != ConsumerPush && c.Consumer != ConsumerPull {
 		bad(EnvConsumer, "must be push or pull")
 	}
-	onCloudRun := c.Consumer == ConsumerPush && c.CloudRunService != ""
+	if err := httpapi.CheckAdminKey(c.AdminKey); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err))
+	}
 	for _, v := range []struct{ name, value, other string }{
 		{EnvPushAudience, c.PushAudience, c.PushAccount}, {EnvPushAccount, c.PushAccount, c.PushAudience},
 	} {
 		switch {
 		case v.value != "":
-		case onCloudRun:
-			bad(v.name, "is required in push mode on Cloud Run (the public service must verify push tokens)")
 		case v.other != "":
 			bad(v.name, "is required with the other push authentication variable")
+		case c.Consumer == ConsumerPush && !c.UnauthenticatedPush:
+			bad(v.name, "is required in push mode (the public service verifies push tokens; "+EnvUnauthPush+"=1 turns that off, for local use only)")
 		}
 	}
 	for _, v := range []struct {

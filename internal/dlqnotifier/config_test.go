@@ -12,7 +12,7 @@ func TestFromEnv(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{
 		EnvProject: "p", EnvBotToken: "xoxb-1", EnvSigningSecret: "s", EnvChannel: "C1",
-		EnvApprovers: " U1, U2 ,,", EnvSlackAPIURL: "http://127.0.0.1:9999/",
+		EnvApprovers: " U1, U2 ,,", EnvSlackAPIURL: "http://127.0.0.1:9999/", EnvUnauthPush: "1",
 	}
 	tests := []struct {
 		name    string
@@ -48,25 +48,26 @@ func TestFromEnv(t *testing.T) {
 		{name: "consumer", set: map[string]string{EnvConsumer: "poll"}, wantErr: []string{EnvConsumer}},
 		{name: "slack url", set: map[string]string{EnvSlackAPIURL: "slack.com"}, wantErr: []string{EnvSlackAPIURL}},
 		{name: "prices", set: map[string]string{"GENBOX_PRICES": "gemini-2.5-flash=cheap"}, wantErr: []string{"GENBOX_PRICES"}},
-		{name: "push on Cloud Run needs push auth", set: map[string]string{EnvCloudRunService: "genbox-dlqnotifier"},
-			wantErr: []string{EnvPushAudience, EnvPushAccount}},
-		{name: "push on Cloud Run needs both", set: map[string]string{EnvCloudRunService: "genbox-dlqnotifier", EnvPushAudience: "aud"},
+		{name: "push needs push auth", set: map[string]string{EnvUnauthPush: ""},
+			wantErr: []string{EnvPushAudience, EnvPushAccount, EnvUnauthPush}},
+		{name: "push needs both", set: map[string]string{EnvUnauthPush: "", EnvPushAudience: "aud"},
 			wantErr: []string{EnvPushAccount}},
-		{name: "half push auth off Cloud Run", set: map[string]string{EnvPushAccount: "push@p.iam.gserviceaccount.com"},
+		{name: "half push auth in local use", set: map[string]string{EnvPushAccount: "push@p.iam.gserviceaccount.com"},
 			wantErr: []string{EnvPushAudience}},
-		{name: "push auth on Cloud Run", set: map[string]string{EnvCloudRunService: "genbox-dlqnotifier",
+		{name: "push auth", set: map[string]string{EnvUnauthPush: "",
 			EnvPushAudience: "aud", EnvPushAccount: "push@p.iam.gserviceaccount.com"}, check: func(t *testing.T, c Config) {
 			t.Helper()
 			if a := c.PushAuth(); !a.Enabled() || a.Audience != "aud" || a.ServiceAccount != "push@p.iam.gserviceaccount.com" {
 				t.Fatalf("%+v", a)
 			}
 		}},
-		{name: "pull on Cloud Run", set: map[string]string{EnvCloudRunService: "genbox-dlqnotifier", EnvConsumer: "pull"}, check: func(t *testing.T, c Config) {
+		{name: "pull needs no push auth", set: map[string]string{EnvUnauthPush: "", EnvConsumer: "pull"}, check: func(t *testing.T, c Config) {
 			t.Helper()
-			if c.PushAuth().Enabled() {
-				t.Fatalf("%+v", c.PushAuth())
+			if c.PushAuth().Enabled() || c.UnauthenticatedPush {
+				t.Fatalf("%+v", c)
 			}
 		}},
+		{name: "short admin key", set: map[string]string{EnvAdminKey: "short"}, wantErr: []string{EnvAdminKey, "16"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,7 +111,7 @@ func TestFromEnvAsksForEveryVariable(t *testing.T) {
 	for _, v := range []string{EnvPort, EnvProject, EnvBotToken, EnvSigningSecret, EnvChannel, EnvApprovers, EnvSlackAPIURL,
 		EnvAdminKey, EnvAlertCooldown, EnvConsumer, EnvInstance, EnvTasksDLQSub, EnvResultsDLQSub, EnvAlertsSub,
 		EnvPostLease, EnvPostBackoffBase, EnvPostBackoffMax, EnvFollowUpGrace, EnvShutdownGrace,
-		EnvPushAudience, EnvPushAccount, EnvCloudRunService, EnvPromptsDir, "GENBOX_MODEL_CHAIN", "GENBOX_PRICES"} {
+		EnvPushAudience, EnvPushAccount, EnvUnauthPush, EnvPromptsDir, "GENBOX_MODEL_CHAIN", "GENBOX_PRICES"} {
 		if !slices.Contains(asked, v) {
 			t.Errorf("FromEnv never asked for %s", v)
 		}

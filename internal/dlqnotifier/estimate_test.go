@@ -81,7 +81,7 @@ func TestRegenerateButtonPricesTheRenderedPrompt(t *testing.T) {
 	}
 	vars := map[string]string{
 		EnvProject: "p", EnvBotToken: "xoxb-test", EnvSigningSecret: testSecret, EnvChannel: testChannel,
-		EnvApprovers: testApprover, EnvSlackAPIURL: e.slack.srv.URL, EnvPromptsDir: dir,
+		EnvApprovers: testApprover, EnvSlackAPIURL: e.slack.srv.URL, EnvPromptsDir: dir, EnvConsumer: ConsumerPull,
 		"GENBOX_MODEL_CHAIN": "m-cheap", "GENBOX_PRICES": "m-cheap=0.1/0.4,m-dear=2/8",
 	}
 	cfg, err := FromEnv(func(k string) string { return vars[k] })

@@ -1,35 +1,31 @@
 package dlqnotifier
 
 import (
-	"crypto/subtle"
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/slack-go/slack"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/client"
 )
 
 // Handler returns the service's HTTP routes: POST /slack/interactions, the admin path under
 // /admin/dead-letters (Bearer GENBOX_ADMIN_KEY) and POST /pubsub/push (all three subscriptions
-// push here; messages say what they are; the push OIDC token is verified when configured).
+// push here; messages say what they are; the push OIDC token is verified, fail closed).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+InteractionsPath, s.interactions)
 	// The service is public: Cloud Run checks no token, so the push route checks it itself.
-	push := bus.Push(s, s.log)
-	if auth := s.cfg.PushAuth(); auth.Enabled() {
-		push = bus.VerifyPush(push, auth, s.log)
-	} else if s.cfg.Consumer == ConsumerPush {
-		s.log.Warn("dlqnotifier: push requests are not authenticated (" + EnvPushAudience + " and " + EnvPushAccount + " unset)")
-	}
-	mux.Handle("POST "+PushPath, push)
+	mux.Handle("POST "+PushPath, bus.PushRoute(s, s.cfg.PushAuth(), s.cfg.UnauthenticatedPush, s.log))
 	mux.Handle("GET "+AdminPrefix, s.admin(s.list))
 	mux.Handle("GET "+AdminPrefix+"/{id}", s.admin(s.show))
 	mux.Handle("POST "+AdminPrefix+"/{op}", s.admin(s.decideAdmin))
@@ -44,18 +40,18 @@ func (s *Service) interactions(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxInteractionBytes))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, "request body too large")
+		s.writeError(w, r, err)
 		return
 	}
 	if err := verifySlack(r.Header, body, s.cfg.SigningSecret); err != nil {
 		s.authFails.Failed(r)
 		s.log.WarnContext(r.Context(), "dlqnotifier: interaction refused: bad signature", "error", err)
-		writeError(w, http.StatusUnauthorized, "invalid Slack signature")
+		s.writeError(w, r, httpapi.Problem(http.StatusUnauthorized, httpapi.TypeUnauth, "invalid Slack signature"))
 		return
 	}
 	cb, err := DecodeInteraction(body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		s.writeError(w, r, httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, err.Error()))
 		return
 	}
 	if cb.Type != slack.InteractionTypeBlockActions || len(cb.ActionCallback.BlockActions) == 0 {
@@ -96,37 +92,35 @@ func (s *Service) ephemeral(r *http.Request, cb *slack.InteractionCallback, text
 	}
 }
 
-// admin authenticates the admin path with the Bearer GENBOX_ADMIN_KEY; without a key it is off.
-func (s *Service) admin(next http.HandlerFunc) http.Handler {
+// admin authenticates the admin path as the publisher does its admin routes (httpapi.AdminKey:
+// Bearer GENBOX_ADMIN_KEY, hashed and compared in constant time); without a key it is off.
+func (s *Service) admin(next func(w http.ResponseWriter, r *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.throttled(w, r) {
+		if p := s.adminKey.Authorize(r, s.authFails); p != nil {
+			if p.Status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="genbox-admin"`)
+			}
+			s.writeError(w, r, p)
 			return
 		}
-		key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if s.cfg.AdminKey == "" || !ok || subtle.ConstantTimeCompare([]byte(key), []byte(s.cfg.AdminKey)) != 1 {
-			s.authFails.Failed(r)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="genbox-admin"`)
-			writeError(w, http.StatusUnauthorized, "admin key required")
-			return
+		if err := next(w, r); err != nil {
+			s.writeError(w, r, err)
 		}
-		next(w, r)
 	})
 }
 
-// throttled answers 429 to a client whose credentials (admin key, Slack signature) failed too
-// often lately, before its next attempt is read or checked, and reports whether it did.
+// throttled answers 429 to a client whose Slack signatures failed too often lately, before its
+// next attempt is read or checked, and reports whether it did.
 func (s *Service) throttled(w http.ResponseWriter, r *http.Request) bool {
-	wait := s.authFails.Wait(r)
-	if wait <= 0 {
-		return false
+	p := httpapi.Throttled(s.authFails, r)
+	if p != nil {
+		s.writeError(w, r, p)
 	}
-	w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
-	writeError(w, http.StatusTooManyRequests, "too many failed authentications from this client; retry later")
-	return true
+	return p != nil
 }
 
 // list is GET /admin/dead-letters?state=open&limit=N, oldest first.
-func (s *Service) list(w http.ResponseWriter, r *http.Request) {
+func (s *Service) list(w http.ResponseWriter, r *http.Request) error {
 	state := store.DeadLetterState(r.URL.Query().Get("state"))
 	if state == "" {
 		state = store.DeadLetterOpen
@@ -135,81 +129,97 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) {
 	if l := r.URL.Query().Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {
-			writeError(w, http.StatusBadRequest, "limit must be 1..1000")
-			return
+			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "limit must be 1..1000",
+				client.FieldError{Field: "limit", Detail: "must be 1..1000"})
 		}
 		limit = n
 	}
-	out, err := s.store.ListDeadLetters(r.Context(), state, limit)
+	dls, err := s.store.ListDeadLetters(r.Context(), state, limit)
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
-	if out == nil {
-		out = []*store.DeadLetter{}
+	out := client.DeadLetterList{DeadLetters: make([]client.DeadLetter, 0, len(dls))}
+	for _, d := range dls {
+		out.DeadLetters = append(out.DeadLetters, deadLetterView(d))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out})
+	httpapi.JSON(w, http.StatusOK, "application/json", out)
+	return nil
 }
 
 // show is GET /admin/dead-letters/{id}.
-func (s *Service) show(w http.ResponseWriter, r *http.Request) {
+func (s *Service) show(w http.ResponseWriter, r *http.Request) error {
 	d, err := s.store.GetDeadLetter(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
-	writeJSON(w, http.StatusOK, d)
-}
-
-// AdminDecision is the body of POST /admin/dead-letters/{id}:{action}.
-type AdminDecision struct {
-	Operator string `json:"operator"`
+	httpapi.JSON(w, http.StatusOK, "application/json", deadLetterView(d))
+	return nil
 }
 
 // decideAdmin is POST /admin/dead-letters/{id}:redeliver|:regenerate|:discard, through the same
-// decision as a Slack click.
-func (s *Service) decideAdmin(w http.ResponseWriter, r *http.Request) {
+// decision as a Slack click. The decision is recorded as the admin key's (the credential is all
+// that was verified); a name the body gives is kept beside it, marked as what it is.
+func (s *Service) decideAdmin(w http.ResponseWriter, r *http.Request) error {
 	op := r.PathValue("op")
 	i := strings.LastIndexByte(op, ':')
 	if i < 0 {
-		writeError(w, http.StatusNotFound, "POST "+AdminPrefix+"/{id}:{redeliver|regenerate|discard}")
-		return
+		return httpapi.Problem(http.StatusNotFound, httpapi.TypeNoRoute, "POST "+AdminPrefix+"/{id}:{redeliver|regenerate|discard}")
 	}
 	id, action := op[:i], Action(op[i+1:])
-	var body AdminDecision
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10)).Decode(&body); err != nil || strings.TrimSpace(body.Operator) == "" {
-		writeError(w, http.StatusBadRequest, `body must be {"operator": "<who decides>"}`)
-		return
-	}
-	d, err := s.Decide(r.Context(), id, action, strings.TrimSpace(body.Operator)+" (admin)")
+	var body client.DeadLetterDecision
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<10))
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
-	writeJSON(w, http.StatusOK, d)
+	if len(bytes.TrimSpace(data)) > 0 {
+		if err := json.Unmarshal(data, &body); err != nil {
+			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, `the body must be empty or {"operator": "<your name>"}`)
+		}
+	}
+	by := s.adminKey.Operator()
+	if name := strings.TrimSpace(body.Operator); name != "" {
+		by += fmt.Sprintf(" (says %q)", name)
+	}
+	d, err := s.Decide(r.Context(), id, action, by)
+	if err != nil {
+		return err
+	}
+	httpapi.JSON(w, http.StatusOK, "application/json", deadLetterView(d))
+	return nil
 }
 
-// writeErr maps the service's errors to HTTP statuses, in this one place.
-func writeErr(w http.ResponseWriter, err error) {
+// deadLetterView is what the admin routes show of a dead letter: not how its Slack message is
+// kept (channel, timestamp, failed posts).
+func deadLetterView(d *store.DeadLetter) client.DeadLetter {
+	return client.DeadLetter{
+		ID: d.ID, TaskID: d.TaskID, Tenant: d.Tenant, Family: d.Family, Variant: d.Variant, Stage: d.Stage,
+		Replay: d.Replay, Round: d.Round, State: string(d.State), EventID: d.EventID, EventType: d.EventType,
+		Attempts: d.Attempts, LastError: d.LastError, Usage: d.Usage, CostUSD: d.CostUSD,
+		DecidedBy: d.DecidedBy, DecidedAt: d.DecidedAt, Applied: d.Applied, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt,
+	}
+}
+
+// problemFor is the one mapping from the service's errors to what it answers.
+func problemFor(err error) *client.Problem {
+	var p *client.Problem
+	var mbe *http.MaxBytesError
 	var decided *DecidedError
 	switch {
+	case errors.As(err, &p):
+		return p
+	case errors.As(err, &mbe):
+		return httpapi.Problem(http.StatusRequestEntityTooLarge, httpapi.TypeTooLarge, fmt.Sprintf("the body exceeds %d bytes", mbe.Limit))
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusNotFound, err.Error())
+		return httpapi.Problem(http.StatusNotFound, httpapi.TypeNotFound, err.Error())
 	case errors.As(err, &decided), errors.Is(err, ErrMovedOn):
-		writeError(w, http.StatusConflict, err.Error())
+		return httpapi.Problem(http.StatusConflict, httpapi.TypeConflict, err.Error())
 	case errors.Is(err, ErrAction), errors.Is(err, store.ErrBadDeadLetterID):
-		writeError(w, http.StatusBadRequest, err.Error())
-	default:
-		writeError(w, http.StatusInternalServerError, "internal error")
+		return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, err.Error())
 	}
+	return httpapi.Problem(http.StatusInternalServerError, httpapi.TypeInternal, "internal error")
 }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+// writeError answers err as problem+json; a 5xx is logged with err.
+func (s *Service) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	httpapi.Error(w, r, s.log, problemFor(err), err)
 }

@@ -3,7 +3,10 @@ package dlqnotifier
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -14,7 +17,9 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -140,7 +145,9 @@ func TestInteractionBodyCap(t *testing.T) {
 }
 
 // The admin path lists and shows dead letters and decides through the same decision as Slack;
-// it needs the Bearer key.
+// it needs the Bearer key, checked as the publisher checks its own (a wrong key is a 403). A
+// decision is recorded as the admin key's, whatever name the body gives; what it shows of a dead
+// letter leaves out how its Slack message is kept; every refusal is a problem document.
 func TestAdmin(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -162,15 +169,19 @@ func TestAdmin(t *testing.T) {
 		defer resp.Body.Close()
 		var out map[string]any
 		_ = json.NewDecoder(resp.Body).Decode(&out)
+		if ct := resp.Header.Get("Content-Type"); resp.StatusCode >= 400 && (ct != client.ProblemContentType || out["type"] == nil || out["title"] == nil || out["status"] != float64(resp.StatusCode)) {
+			t.Errorf("%s %s: a %d answered %s %v, want a problem document", method, path, resp.StatusCode, ct, out)
+		}
 		return resp.StatusCode, out
 	}
+	operator := httpapi.NewAdminKey(testAdminKey).Operator()
 	tests := []struct {
 		name, method, path, key, body string
 		want                          int
 		check                         func(t *testing.T, out map[string]any)
 	}{
 		{name: "no key", method: "GET", path: AdminPrefix, want: http.StatusUnauthorized},
-		{name: "wrong key", method: "GET", path: AdminPrefix, key: "nope", want: http.StatusUnauthorized},
+		{name: "wrong key", method: "GET", path: AdminPrefix, key: "nope-nope-nope-nope", want: http.StatusForbidden},
 		{name: "list open", method: "GET", path: AdminPrefix + "?state=open", key: testAdminKey, want: http.StatusOK,
 			check: func(t *testing.T, out map[string]any) {
 				t.Helper()
@@ -182,24 +193,30 @@ func TestAdmin(t *testing.T) {
 		{name: "show", method: "GET", path: AdminPrefix + "/t-admin-2:delivery:0:0", key: testAdminKey, want: http.StatusOK,
 			check: func(t *testing.T, out map[string]any) {
 				t.Helper()
-				if out["task_id"] != "t-admin-2" || out["state"] != "open" || out["slack_ts"] == "" {
+				if out["task_id"] != "t-admin-2" || out["state"] != "open" {
 					t.Fatalf("show %v", out)
+				}
+				for _, field := range []string{"slack_ts", "slack_channel", "post_attempts"} {
+					if _, ok := out[field]; ok {
+						t.Errorf("show exposes the store's %s: %v", field, out)
+					}
 				}
 			}},
 		{name: "show missing", method: "GET", path: AdminPrefix + "/t-none:delivery:0:0", key: testAdminKey, want: http.StatusNotFound},
-		{name: "no operator", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:redeliver", key: testAdminKey, body: `{}`, want: http.StatusBadRequest},
+		{name: "not JSON", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:redeliver", key: testAdminKey, body: `ops`, want: http.StatusBadRequest},
+		{name: "no action", method: "POST", path: AdminPrefix + "/t-admin-1", key: testAdminKey, want: http.StatusNotFound},
 		{name: "wrong stage", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:regenerate", key: testAdminKey, body: `{"operator":"ops"}`, want: http.StatusBadRequest},
 		{name: "redeliver", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:redeliver", key: testAdminKey, body: `{"operator":"ops"}`, want: http.StatusOK,
 			check: func(t *testing.T, out map[string]any) {
 				t.Helper()
-				if out["state"] != "redelivered" || out["decided_by"] != "ops (admin)" {
+				if out["state"] != "redelivered" || out["decided_by"] != operator+` (says "ops")` {
 					t.Fatalf("decision %v", out)
 				}
 			}},
-		{name: "again", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:discard", key: testAdminKey, body: `{"operator":"ops2"}`, want: http.StatusConflict,
+		{name: "again", method: "POST", path: AdminPrefix + "/t-admin-1:delivery:0:0:discard", key: testAdminKey, want: http.StatusConflict,
 			check: func(t *testing.T, out map[string]any) {
 				t.Helper()
-				if !strings.Contains(out["error"].(string), "already decided by ops (admin)") {
+				if detail, _ := out["detail"].(string); !strings.Contains(detail, "already decided by "+operator) {
 					t.Fatalf("error %v", out)
 				}
 			}},
@@ -225,7 +242,7 @@ func TestAdmin(t *testing.T) {
 	if got.Delivery.State != task.DeliveryPending || got.Delivery.Round != 1 || e.nudged(bus.TopicResults, "t-admin-1") != 1 {
 		t.Fatalf("admin redeliver: %+v", got.Delivery)
 	}
-	if u := e.slack.calls("chat.update"); len(u) != 1 || !strings.Contains(textOf(t, u[0]), "Redelivered* by ops (admin)") {
+	if u := e.slack.calls("chat.update"); len(u) != 1 || !strings.Contains(textOf(t, u[0]), "Redelivered* by "+operator) {
 		t.Fatalf("chat.update %+v", u)
 	}
 }
@@ -333,13 +350,13 @@ func TestFailedAuthThrottled(t *testing.T) {
 	forged, admin := map[int]int{}, map[int]int{}
 	for range burst + extra {
 		forged[send(InteractionsPath, "203.0.113.1", click, SignSlackRequest("not-the-secret", time.Now(), click))]++
-		admin[send(AdminPrefix, "203.0.113.2", nil, http.Header{"Authorization": {"Bearer wrong-key"}})]++
+		admin[send(AdminPrefix, "203.0.113.2", nil, http.Header{"Authorization": {"Bearer wrong-key-of-the-right-length"}})]++
 	}
 	want := func(refused int) map[int]int { return map[int]int{refused: burst, http.StatusTooManyRequests: extra} }
 	if diff := cmp.Diff(want(http.StatusUnauthorized), forged); diff != "" {
 		t.Errorf("forged clicks (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(want(http.StatusUnauthorized), admin); diff != "" {
+	if diff := cmp.Diff(want(http.StatusForbidden), admin); diff != "" {
 		t.Errorf("wrong admin keys (-want +got):\n%s", diff)
 	}
 	if code := send(InteractionsPath, "198.51.100.1", click, SignSlackRequest(testSecret, time.Now(), click)); code != http.StatusOK {
@@ -350,5 +367,26 @@ func TestFailedAuthThrottled(t *testing.T) {
 	}
 	if got := e.deadLetter(t, dl); got.State != store.DeadLetterRedelivered {
 		t.Errorf("dead letter %s after Slack's click, want redelivered", got.State)
+	}
+}
+
+// An error the client cannot fix is answered as a bare 500 problem document, without its cause,
+// and logged with it.
+func TestInternalErrorLogged(t *testing.T) {
+	t.Parallel()
+	var logged bytes.Buffer
+	s := &Service{log: slog.New(slog.NewJSONHandler(&logged, nil))}
+	rec := httptest.NewRecorder()
+	s.writeError(rec, httptest.NewRequest(http.MethodGet, AdminPrefix, nil), errors.New("firestore: the store caught fire"))
+	var p client.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+		t.Fatal(err)
+	}
+	want := client.Problem{Type: httpapi.ProblemBase + httpapi.TypeInternal, Title: "Internal Server Error", Status: 500, Detail: "internal error"}
+	if diff := cmp.Diff(want, p); diff != "" || rec.Code != 500 || rec.Header().Get("Content-Type") != client.ProblemContentType {
+		t.Errorf("answered %d %s (-want +got):\n%s", rec.Code, rec.Header().Get("Content-Type"), diff)
+	}
+	if !strings.Contains(logged.String(), "the store caught fire") || !strings.Contains(logged.String(), `"status":500`) {
+		t.Errorf("log %q, want the 500 with its cause", logged.String())
 	}
 }

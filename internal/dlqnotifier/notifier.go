@@ -31,6 +31,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -89,6 +90,8 @@ type Service struct {
 	metrics   *obs.Metrics // nil records nothing
 	// authFails throttles clients whose admin keys or Slack signatures keep failing.
 	authFails *authlimit.Limiter
+	// adminKey checks the admin path's Bearer key (GENBOX_ADMIN_KEY).
+	adminKey httpapi.AdminKey
 
 	// inHand holds the ids of the tasks whose notice or Slack update this instance is carrying: a
 	// duplicate nudge for one of them is acked without a transaction (see carry).
@@ -102,7 +105,8 @@ func New(cfg Config, st *store.Store, sl Slack, pub Publisher, est Estimator, lo
 		est = RecordedEstimator{}
 	}
 	s := &Service{cfg: cfg, store: st, slack: sl, pub: pub, est: est, log: log, approvers: map[string]bool{},
-		authFails: authlimit.New(authlimit.DefaultConfig(), func() time.Time { return st.Now() })}
+		authFails: authlimit.New(authlimit.DefaultConfig(), func() time.Time { return st.Now() }),
+		adminKey:  httpapi.NewAdminKey(cfg.AdminKey)}
 	for _, id := range cfg.Approvers {
 		s.approvers[id] = true
 	}

@@ -14,8 +14,9 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-// With push authentication configured, /pubsub/push refuses a request without a valid OIDC
-// token before anything is handled: an alert that the unauthenticated route posts to Slack is
+// With push authentication configured — and without it, unless GENBOX_UNAUTHENTICATED_PUSH says
+// this is local use — /pubsub/push refuses a request without a valid OIDC token before anything
+// is handled: an alert that the unauthenticated route posts to Slack is
 // not posted when it arrives unsigned or with a forged token.
 func TestPushRefusesUnsignedRequests(t *testing.T) {
 	t.Parallel()
@@ -71,8 +72,16 @@ func TestPushRefusesUnsignedRequests(t *testing.T) {
 	if n := len(e.slack.calls("")); n != 0 {
 		t.Fatalf("%d Slack calls after refused pushes", n)
 	}
-	// The same request is handled where push authentication is off: what was refused would
-	// have been acted on.
+	// Without push authentication the route still refuses, unless local use is explicit.
+	closed := e.cfg
+	closed.UnauthenticatedPush = false
+	failClosed := httptest.NewServer(New(closed, e.st, NewSlackClient(closed), e.pub, nil, slog.New(slog.DiscardHandler)).Handler())
+	defer failClosed.Close()
+	if got := post(failClosed.URL, ""); got != http.StatusUnauthorized {
+		t.Fatalf("no push authentication configured: status %d, want 401", got)
+	}
+	// The same request is handled where local use turns push authentication off: what was
+	// refused would have been acted on.
 	if got := post(e.http.URL, ""); got != http.StatusNoContent {
 		t.Fatalf("unauthenticated route: status %d, want 204", got)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -88,7 +89,7 @@ func (d *slackDouble) serve(w http.ResponseWriter, r *http.Request) {
 		<-hold
 	}
 	if r.PostForm.Get("token") != "xoxb-test" {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": "invalid_auth"})
+		httpapi.JSON(w, http.StatusOK, "application/json", map[string]any{"ok": false, "error": "invalid_auth"})
 		return
 	}
 	if failed {
@@ -97,13 +98,13 @@ func (d *slackDouble) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch method {
 	case "chat.postMessage":
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "channel": r.PostForm.Get("channel"), "ts": ts})
+		httpapi.JSON(w, http.StatusOK, "application/json", map[string]any{"ok": true, "channel": r.PostForm.Get("channel"), "ts": ts})
 	case "chat.update":
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "channel": r.PostForm.Get("channel"), "ts": r.PostForm.Get("ts"), "text": r.PostForm.Get("text")})
+		httpapi.JSON(w, http.StatusOK, "application/json", map[string]any{"ok": true, "channel": r.PostForm.Get("channel"), "ts": r.PostForm.Get("ts"), "text": r.PostForm.Get("text")})
 	case "chat.postEphemeral":
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "message_ts": ts})
+		httpapi.JSON(w, http.StatusOK, "application/json", map[string]any{"ok": true, "message_ts": ts})
 	default:
-		writeJSON(w, http.StatusOK, map[string]any{"ok": false, "error": "unknown_method"})
+		httpapi.JSON(w, http.StatusOK, "application/json", map[string]any{"ok": false, "error": "unknown_method"})
 	}
 }
 
@@ -153,7 +154,7 @@ type env struct {
 func testConfig(slackURL string) Config {
 	return Config{
 		Port: 0, Project: "p", BotToken: "xoxb-test", SigningSecret: testSecret, Channel: testChannel,
-		Approvers: []string{testApprover}, SlackAPIURL: slackURL, AdminKey: testAdminKey, Consumer: ConsumerPush,
+		Approvers: []string{testApprover}, SlackAPIURL: slackURL, AdminKey: testAdminKey, Consumer: ConsumerPush, UnauthenticatedPush: true,
 		Instance: "dn-1", TasksDLQSub: bus.SubTasksDLQ, ResultsDLQSub: bus.SubResultsDLQ, AlertsSub: bus.SubAlerts,
 		Policy: Policy{
 			AlertCooldown: time.Minute, PostLease: 30 * time.Second,

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
 )
@@ -49,7 +50,7 @@ func checkLimits(prefix string, l client.Limits) error {
 		fs = append(fs, client.FieldError{Field: prefix + "daily_budget_usd", Detail: "must not be negative"})
 	}
 	if len(fs) > 0 {
-		return problem(http.StatusBadRequest, probInvalid, fs[0].Field+": "+fs[0].Detail, fs...)
+		return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, fs[0].Field+": "+fs[0].Detail, fs...)
 	}
 	return nil
 }
@@ -79,14 +80,14 @@ func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request, _ st
 	}
 	t, err := s.st.CreateTenant(r.Context(), req.ID, limits, secret)
 	if errors.Is(err, store.ErrExists) {
-		return problem(http.StatusConflict, probConflict, fmt.Sprintf("tenant %s exists", req.ID))
+		return httpapi.Problem(http.StatusConflict, httpapi.TypeConflict, fmt.Sprintf("tenant %s exists", req.ID))
 	}
 	if err != nil {
 		return err
 	}
 	out := tenantView(t)
 	out.WebhookSecret = secret
-	writeJSON(w, http.StatusCreated, "application/json", out)
+	httpapi.JSON(w, http.StatusCreated, "application/json", out)
 	return nil
 }
 
@@ -99,7 +100,7 @@ func (s *Server) handleGetTenant(w http.ResponseWriter, r *http.Request, _ strin
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, "application/json", tenantView(t))
+	httpapi.JSON(w, http.StatusOK, "application/json", tenantView(t))
 	return nil
 }
 
@@ -124,7 +125,7 @@ func (s *Server) handleSetLimits(w http.ResponseWriter, r *http.Request, _ strin
 		return err
 	}
 	s.limits.forget(id)
-	writeJSON(w, http.StatusOK, "application/json", tenantView(t))
+	httpapi.JSON(w, http.StatusOK, "application/json", tenantView(t))
 	return nil
 }
 
@@ -140,7 +141,7 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ strin
 	}
 	out := keyView(k)
 	out.Key = key
-	writeJSON(w, http.StatusCreated, "application/json", out)
+	httpapi.JSON(w, http.StatusCreated, "application/json", out)
 	return nil
 }
 
@@ -154,7 +155,7 @@ func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request, _ strin
 		return err
 	}
 	s.keys.markRevoked(id)
-	writeJSON(w, http.StatusOK, "application/json", keyView(k))
+	httpapi.JSON(w, http.StatusOK, "application/json", keyView(k))
 	return nil
 }
 
@@ -177,6 +178,6 @@ func (s *Server) handleRotateSecret(w http.ResponseWriter, r *http.Request, _ st
 			out.PreviousExpireAt = *ws.ExpiresAt
 		}
 	}
-	writeJSON(w, http.StatusOK, "application/json", out)
+	httpapi.JSON(w, http.StatusOK, "application/json", out)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/webhook"
@@ -114,7 +115,7 @@ func TestAdminDisabled(t *testing.T) {
 	t.Parallel()
 	e := setup(t, func(c *Config, _ *Deps) { c.AdminKey = "" })
 	code, h, body := e.do("POST", "/admin/v1/tenants", "anything-at-all-123", []byte(`{"id":"x"}`), nil)
-	if p := problemOf(t, h, body); code != 403 || p.Type != problemBase+probForbidden {
+	if p := problemOf(t, h, body); code != 403 || p.Type != httpapi.ProblemBase+httpapi.TypeForbidden {
 		t.Fatalf("disabled admin: %d %s", code, body)
 	}
 }

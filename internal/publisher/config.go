@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/envconfig"
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -66,7 +67,7 @@ type Config struct {
 const (
 	EnvPort                   = "PORT"
 	EnvProject                = "GOOGLE_CLOUD_PROJECT"
-	EnvAdminKey               = "GENBOX_ADMIN_KEY"
+	EnvAdminKey               = httpapi.EnvAdminKey
 	EnvMaxBodyBytes           = "GENBOX_MAX_BODY_BYTES"
 	EnvAllowInsecureCallbacks = "GENBOX_ALLOW_INSECURE_CALLBACKS"
 	EnvCallbackPorts          = "GENBOX_CALLBACK_PORTS"
@@ -146,17 +147,14 @@ func parsePorts(v string) ([]uint16, error) {
 	return ports, nil
 }
 
-// minAdminKey is the shortest admin key accepted: it guards every tenant.
-const minAdminKey = 16
-
 // Validate checks the configuration, naming the variable of each bad value.
 func (c Config) Validate() error {
 	var errs []error
 	if c.ProjectID == "" {
 		errs = append(errs, fmt.Errorf("%s is required", EnvProject))
 	}
-	if c.AdminKey != "" && len(c.AdminKey) < minAdminKey {
-		errs = append(errs, fmt.Errorf("%s: must be at least %d characters", EnvAdminKey, minAdminKey))
+	if err := httpapi.CheckAdminKey(c.AdminKey); err != nil {
+		errs = append(errs, err)
 	}
 	if c.SecretsKey == "" {
 		errs = append(errs, fmt.Errorf("%s is required (the key that seals the tenants' webhook secrets)", EnvSecretsKey))

@@ -17,6 +17,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -49,7 +50,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, problem(http.StatusUnsupportedMediaType, probMedia, "the body must be application/json")
+			return nil, httpapi.Problem(http.StatusUnsupportedMediaType, httpapi.TypeMedia, "the body must be application/json")
 		}
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
@@ -57,7 +58,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		return nil, err
 	}
 	if !utf8.Valid(data) {
-		return nil, problem(http.StatusBadRequest, probInvalid, "the body is not valid UTF-8")
+		return nil, httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "the body is not valid UTF-8")
 	}
 	return data, nil
 }
@@ -71,7 +72,7 @@ func decodeStrict(data []byte, v any) error {
 		return decodeProblem(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return problem(http.StatusBadRequest, probInvalid, "the body holds more than one JSON value")
+		return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "the body holds more than one JSON value")
 	}
 	return nil
 }
@@ -82,14 +83,14 @@ func decodeProblem(err error) error {
 	var pe *time.ParseError
 	switch {
 	case errors.Is(err, io.EOF):
-		return problem(http.StatusBadRequest, probInvalid, "the body is empty")
+		return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "the body is empty")
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return problem(http.StatusBadRequest, probInvalid, "the body is truncated JSON")
+		return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "the body is truncated JSON")
 	case errors.As(err, &se):
-		return problem(http.StatusBadRequest, probInvalid, fmt.Sprintf("malformed JSON at byte %d", se.Offset))
+		return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, fmt.Sprintf("malformed JSON at byte %d", se.Offset))
 	case errors.As(err, &te):
 		if te.Field == "" {
-			return problem(http.StatusBadRequest, probInvalid, fmt.Sprintf("the body must be a JSON %s", jsonKind(te.Type.String())))
+			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, fmt.Sprintf("the body must be a JSON %s", jsonKind(te.Type.String())))
 		}
 		return fieldProblem(te.Field, "must be %s, not %s", jsonKind(te.Type.String()), te.Value)
 	case errors.As(err, &pe), strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"):
@@ -106,7 +107,7 @@ func decodeProblem(err error) error {
 	if errors.As(err, &mbe) {
 		return err
 	}
-	return problem(http.StatusBadRequest, probInvalid, "the body is not valid JSON")
+	return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "the body is not valid JSON")
 }
 
 // jsonKind names a Go type the way a JSON client thinks of it.
@@ -234,7 +235,7 @@ func (v validator) validate(req *task.Request) (variant *prompts.Variant, err er
 		bad("mode", "must be one of %v", task.Modes)
 	}
 	if len(fs) == 0 && refused != nil {
-		return nil, problem(http.StatusUnprocessableEntity, probCallbackRefused, "callback_url: "+refused.Detail, *refused)
+		return nil, httpapi.Problem(http.StatusUnprocessableEntity, probCallbackRefused, "callback_url: "+refused.Detail, *refused)
 	}
 	if refused != nil {
 		fs = append(fs, *refused)
@@ -243,7 +244,7 @@ func (v validator) validate(req *task.Request) (variant *prompts.Variant, err er
 		return variant, nil
 	}
 	slices.SortStableFunc(fs, func(a, b client.FieldError) int { return cmp.Compare(a.Field, b.Field) })
-	return nil, problem(http.StatusBadRequest, probInvalid, fmt.Sprintf("%d invalid field(s); first %s: %s", len(fs), fs[0].Field, fs[0].Detail), fs...)
+	return nil, httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, fmt.Sprintf("%d invalid field(s); first %s: %s", len(fs), fs[0].Field, fs[0].Detail), fs...)
 }
 
 // checkIdempotencyKey refuses keys that are empty, too long or not printable ASCII.

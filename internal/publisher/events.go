@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
@@ -137,7 +138,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	release, ok := s.streams.acquire(tenant)
 	if !ok {
-		p := problem(http.StatusTooManyRequests, probRateLimited,
+		p := httpapi.Problem(http.StatusTooManyRequests, httpapi.TypeRateLimited,
 			fmt.Sprintf("the tenant has %d event streams open on this instance, the most allowed (%s)", s.cfg.EventsPerTenant, EnvEventsPerTenant))
 		p.RetryAfter = time.Duration(eventRetryMS) * time.Millisecond
 		return p
@@ -147,14 +148,14 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, tenant str
 	if last := r.Header.Get("Last-Event-ID"); last != "" {
 		after, err = time.Parse(time.RFC3339Nano, last)
 		if err != nil {
-			return problem(http.StatusBadRequest, probInvalid, "Last-Event-ID: not an id of this stream", client.FieldError{Field: "Last-Event-ID", Detail: "not an id of this stream"})
+			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "Last-Event-ID: not an id of this stream", client.FieldError{Field: "Last-Event-ID", Detail: "not an id of this stream"})
 		}
 	}
 	ctx, cancel := context.WithCancel(obs.WithTask(r.Context(), id))
 	defer cancel()
 	select {
 	case <-s.streams.done:
-		return problem(http.StatusServiceUnavailable, probUnavailable, "the instance is shutting down; reconnect")
+		return httpapi.Problem(http.StatusServiceUnavailable, httpapi.TypeUnavailable, "the instance is shutting down; reconnect")
 	default:
 	}
 	go func() {

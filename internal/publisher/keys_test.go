@@ -14,6 +14,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/fscount"
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/client"
@@ -176,7 +177,7 @@ func TestFailedAuthThrottledBeforeFirestore(t *testing.T) {
 		code, h, body := e.do("GET", "/v1/tasks", fmt.Sprintf("gbx_unknown_%d", i), nil, nil)
 		codes[code]++
 		if code == 429 {
-			if p := problemOf(t, h, body); p.Type != problemBase+probRateLimited || h.Get("Retry-After") == "" {
+			if p := problemOf(t, h, body); p.Type != httpapi.ProblemBase+httpapi.TypeRateLimited || h.Get("Retry-After") == "" {
 				t.Fatalf("throttled answer %d %v %s", code, h, body)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -47,7 +48,7 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 			n++
 			concrete := strings.NewReplacer("{id}", "some-task", "{tenant}", "acme", "{key_id}", "some-key").Replace(path)
 			code, h, body := e.do(strings.ToUpper(method), concrete, testAdminKey, nil, nil)
-			if code == 405 || code == 404 && strings.Contains(string(body), probNoRoute) {
+			if code == 405 || code == 404 && strings.Contains(string(body), httpapi.TypeNoRoute) {
 				t.Errorf("documented %s %s is not served: %d %s", method, path, code, body)
 			}
 			_ = h

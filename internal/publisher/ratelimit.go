@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
 )
 
@@ -90,7 +91,7 @@ func (l *limiters) take(ctx context.Context, tenant string, now time.Time) error
 }
 
 func rateProblem(after time.Duration) error {
-	p := problem(http.StatusTooManyRequests, probRateLimited, "the tenant's submission rate limit is exceeded")
+	p := httpapi.Problem(http.StatusTooManyRequests, httpapi.TypeRateLimited, "the tenant's submission rate limit is exceeded")
 	p.RetryAfter = max(after, time.Second)
 	return p
 }

@@ -6,8 +6,6 @@ package publisher
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -69,7 +68,7 @@ type Server struct {
 	// authFails throttles clients whose credentials keep failing.
 	authFails *authlimit.Limiter
 	streams   *streams
-	adminSum  [sha256.Size]byte
+	admin     httpapi.AdminKey
 	routes    []route
 	doc       func() []byte
 	mux       *http.ServeMux
@@ -96,7 +95,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, st: d.Store, pub: d.Publisher, families: d.Families, checkURL: d.CheckCallback,
-		newSec: d.NewSecret, log: d.Log, metrics: d.Metrics, adminSum: sha256.Sum256([]byte(cfg.AdminKey))}
+		newSec: d.NewSecret, log: d.Log, metrics: d.Metrics, admin: httpapi.NewAdminKey(cfg.AdminKey)}
 	s.limits = newLimiters(d.Store, cfg.LimitsTTL)
 	s.keys = newKeys(d.Store, d.Log)
 	s.authFails = authlimit.New(authlimit.DefaultConfig(), func() time.Time { return d.Store.Now() })
@@ -170,7 +169,7 @@ func (s *Server) buildMux() *http.ServeMux {
 			i := strings.LastIndexByte(v, ':')
 			h, ok := handlers[v[i+1:]]
 			if i < 0 || !ok {
-				s.writeError(w, r, problem(http.StatusNotFound, probNoRoute, "no route "+r.Method+" "+r.URL.Path))
+				s.writeError(w, r, httpapi.Problem(http.StatusNotFound, httpapi.TypeNoRoute, "no route "+r.Method+" "+r.URL.Path))
 				return
 			}
 			r.SetPathValue(param, v[:i])
@@ -205,10 +204,10 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(allow) > 0 {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		s.writeError(w, r, problem(http.StatusMethodNotAllowed, probMethod, r.Method+" is not allowed here"))
+		s.writeError(w, r, httpapi.Problem(http.StatusMethodNotAllowed, httpapi.TypeMethod, r.Method+" is not allowed here"))
 		return
 	}
-	s.writeError(w, r, problem(http.StatusNotFound, probNoRoute, "no route "+r.Method+" "+r.URL.Path))
+	s.writeError(w, r, httpapi.Problem(http.StatusNotFound, httpapi.TypeNoRoute, "no route "+r.Method+" "+r.URL.Path))
 }
 
 // serve wraps a route with authentication and the one error writer.
@@ -231,25 +230,16 @@ func (s *Server) serve(rt route) http.Handler {
 	})
 }
 
-func bearer(r *http.Request) (string, bool) {
-	h := r.Header.Get("Authorization")
-	const prefix = "bearer "
-	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-		return "", false
-	}
-	return strings.TrimSpace(h[len(prefix):]), true
-}
-
 // authenticate resolves the API key to its tenant.
 func (s *Server) authenticate(r *http.Request) (string, error) {
-	key, ok := bearer(r)
+	key, ok := httpapi.Bearer(r)
 	if !ok {
-		return "", problem(http.StatusUnauthorized, probUnauth, "an Authorization: Bearer <api key> header is required")
+		return "", httpapi.Problem(http.StatusUnauthorized, httpapi.TypeUnauth, "an Authorization: Bearer <api key> header is required")
 	}
 	tenant, err := s.keys.authenticate(r.Context(), key, func() error { return s.throttled(r) })
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRevoked) {
 		s.authFails.Failed(r)
-		return "", problem(http.StatusUnauthorized, probUnauth, "the API key is unknown or revoked")
+		return "", httpapi.Problem(http.StatusUnauthorized, httpapi.TypeUnauth, "the API key is unknown or revoked")
 	}
 	if err != nil {
 		return "", fmt.Errorf("authenticate: %w", err)
@@ -258,20 +248,8 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 }
 
 func (s *Server) authorizeAdmin(r *http.Request) error {
-	if s.cfg.AdminKey == "" {
-		return problem(http.StatusForbidden, probForbidden, "the admin API is disabled ("+EnvAdminKey+" is not set)")
-	}
-	key, ok := bearer(r)
-	if !ok {
-		return problem(http.StatusUnauthorized, probUnauth, "an Authorization: Bearer <admin key> header is required")
-	}
-	if err := s.throttled(r); err != nil {
-		return err
-	}
-	sum := sha256.Sum256([]byte(key))
-	if subtle.ConstantTimeCompare(sum[:], s.adminSum[:]) != 1 {
-		s.authFails.Failed(r)
-		return problem(http.StatusForbidden, probForbidden, "the admin key is wrong")
+	if p := s.admin.Authorize(r, s.authFails); p != nil {
+		return p
 	}
 	return nil
 }
@@ -279,13 +257,10 @@ func (s *Server) authorizeAdmin(r *http.Request) error {
 // throttled refuses, with a 429, a client whose credentials failed too often lately: before its
 // next one costs a Firestore read (an API key not known in memory) or a comparison.
 func (s *Server) throttled(r *http.Request) error {
-	wait := s.authFails.Wait(r)
-	if wait <= 0 {
-		return nil
+	if p := httpapi.Throttled(s.authFails, r); p != nil {
+		return p
 	}
-	p := problem(http.StatusTooManyRequests, probRateLimited, "too many failed authentications from this client; retry later")
-	p.RetryAfter = wait
-	return p
+	return nil
 }
 
 // pathIDs are the shapes of the path parameters: anything else names nothing (and must not

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
@@ -66,7 +67,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant str
 		w.Header().Set(client.HeaderReplayed, "true")
 		code = http.StatusOK
 	}
-	writeJSON(w, code, "application/json", resp)
+	httpapi.JSON(w, code, "application/json", resp)
 	return nil
 }
 
@@ -144,7 +145,7 @@ func (s *Server) replay(ctx context.Context, tenant, id, hash string) (submitted
 		return submitted{}, err
 	}
 	if t.Tenant != tenant || t.RequestHash != hash {
-		return submitted{}, problem(http.StatusUnprocessableEntity, probIdemMismatch,
+		return submitted{}, httpapi.Problem(http.StatusUnprocessableEntity, probIdemMismatch,
 			"this Idempotency-Key was used with a different request", client.FieldError{Field: client.HeaderIdempotencyKey, Detail: "already used with a different request"})
 	}
 	return submitted{t: t, replayed: true}, nil
@@ -254,7 +255,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, tenant stri
 		s.batchResult(r, &results[i], submitted{}, err)
 	}
 	wg.Wait()
-	writeJSON(w, http.StatusOK, "application/json", client.BatchResponse{Results: results})
+	httpapi.JSON(w, http.StatusOK, "application/json", client.BatchResponse{Results: results})
 	return nil
 }
 
@@ -295,7 +296,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, tenant string
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, "application/json", t.View())
+	httpapi.JSON(w, http.StatusOK, "application/json", t.View())
 	return nil
 }
 
@@ -357,13 +358,13 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant strin
 	for _, t := range tasks {
 		out.Tasks = append(out.Tasks, t.View())
 	}
-	writeJSON(w, http.StatusOK, "application/json", out)
+	httpapi.JSON(w, http.StatusOK, "application/json", out)
 	return nil
 }
 
 // conflict is a 409 saying why the task cannot move.
 func conflict(t *store.Task, what string) error {
-	return problem(http.StatusConflict, probConflict, fmt.Sprintf("task %s is %s: %s", t.ID, t.State, what))
+	return httpapi.Problem(http.StatusConflict, httpapi.TypeConflict, fmt.Sprintf("task %s is %s: %s", t.ID, t.State, what))
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant string) error {
@@ -400,7 +401,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant str
 			s.log.WarnContext(ctx, "cancel nudge not published; the sweeper will nudge the delivery", "task_id", t.ID, "error", err)
 		}
 	}
-	writeJSON(w, http.StatusOK, "application/json", t.View())
+	httpapi.JSON(w, http.StatusOK, "application/json", t.View())
 	return nil
 }
 

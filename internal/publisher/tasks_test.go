@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/client"
@@ -265,7 +266,7 @@ func TestSubmitValidation(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", code, c.status, body)
 			}
 			p := problemOf(t, h, body)
-			if p.Status != c.status || !strings.HasPrefix(p.Type, problemBase) || p.Title == "" {
+			if p.Status != c.status || !strings.HasPrefix(p.Type, httpapi.ProblemBase) || p.Title == "" {
 				t.Fatalf("problem %+v", p)
 			}
 			if c.field != "" && !slices.Contains(fields(p), c.field) {
@@ -612,7 +613,7 @@ func TestRateLimit(t *testing.T) {
 		}
 	}
 	code, h, body := e.do("POST", "/v1/tasks", key, mustJSON(t, validRequest()), nil)
-	if p := problemOf(t, h, body); code != 429 || p.Type != problemBase+probRateLimited || h.Get("Retry-After") == "" || h.Get("Retry-After") == "0" {
+	if p := problemOf(t, h, body); code != 429 || p.Type != httpapi.ProblemBase+httpapi.TypeRateLimited || h.Get("Retry-After") == "" || h.Get("Retry-After") == "0" {
 		t.Fatalf("over the rate: %d Retry-After %q %s", code, h.Get("Retry-After"), body)
 	}
 	// Another tenant is not affected, and a batch refuses only the items over the rate.
@@ -668,16 +669,16 @@ func TestNotARoute(t *testing.T) {
 		code         int
 		slug         string
 	}{
-		{"GET", "/nope", 404, probNoRoute},
-		{"POST", "/v1/tasks/abc:bogus", 404, probNoRoute},
-		{"POST", "/v1/tasks/abc", 404, probNoRoute},
-		{"PUT", "/v1/tasks", 405, probMethod},
-		{"GET", "/v1/tasks/abc:cancel", 404, probNotFound},   // a task id that does not exist
-		{"GET", "/v1/tasks/__reserved__", 404, probNotFound}, // never reaches Firestore
-		{"DELETE", "/v1/tasks/..", 404, probNoRoute},
+		{"GET", "/nope", 404, httpapi.TypeNoRoute},
+		{"POST", "/v1/tasks/abc:bogus", 404, httpapi.TypeNoRoute},
+		{"POST", "/v1/tasks/abc", 404, httpapi.TypeNoRoute},
+		{"PUT", "/v1/tasks", 405, httpapi.TypeMethod},
+		{"GET", "/v1/tasks/abc:cancel", 404, httpapi.TypeNotFound},   // a task id that does not exist
+		{"GET", "/v1/tasks/__reserved__", 404, httpapi.TypeNotFound}, // never reaches Firestore
+		{"DELETE", "/v1/tasks/..", 404, httpapi.TypeNoRoute},
 	} {
 		code, h, body := e.do(c.method, c.path, e.key, nil, nil)
-		if p := problemOf(t, h, body); code != c.code || p.Type != problemBase+c.slug {
+		if p := problemOf(t, h, body); code != c.code || p.Type != httpapi.ProblemBase+c.slug {
 			t.Fatalf("%s %s: %d %s", c.method, c.path, code, body)
 		}
 	}
@@ -699,7 +700,7 @@ func TestCallbackPorts(t *testing.T) {
 	if !errors.As(err, &p) {
 		t.Fatalf("port 443 outside the list: %v, want a problem", err)
 	}
-	if diff := cmp.Diff([]string{"callback_url"}, fields(*p)); p.Status != 422 || p.Type != problemBase+probCallbackRefused || diff != "" {
+	if diff := cmp.Diff([]string{"callback_url"}, fields(*p)); p.Status != 422 || p.Type != httpapi.ProblemBase+probCallbackRefused || diff != "" {
 		t.Fatalf("problem %+v, want 422 %s naming callback_url (-want +got fields):\n%s", p, probCallbackRefused, diff)
 	}
 }

@@ -32,6 +32,7 @@ const (
 	EnvShutdownGrace  = "GENBOX_SHUTDOWN_GRACE"
 	EnvPushAudience   = "GENBOX_PUSH_AUDIENCE"
 	EnvPushAccount    = "GENBOX_PUSH_SERVICE_ACCOUNT"
+	EnvUnauthPush     = bus.EnvUnauthenticatedPush
 	EnvSecretsKey     = secretbox.EnvKey
 	defaultPort       = 8080
 	defaultLogEntries = 20
@@ -60,9 +61,11 @@ type Config struct {
 	SweepShards  int    // GENBOX_SWEEP_SHARDS: the sweep shards the tasks it writes are spread over
 
 	// The push route admits only OIDC tokens for PushAudience (GENBOX_PUSH_AUDIENCE) signed for
-	// PushAccount (GENBOX_PUSH_SERVICE_ACCOUNT) when both are set: a second check behind Cloud
-	// Run's, which already admits only that account on the private service. Both or neither.
+	// PushAccount (GENBOX_PUSH_SERVICE_ACCOUNT): a second check behind Cloud Run's, which already
+	// admits only that account on the private service. Both are required in push mode unless
+	// UnauthenticatedPush (GENBOX_UNAUTHENTICATED_PUSH, local use only) turns the check off.
 	PushAudience, PushAccount string
+	UnauthenticatedPush       bool
 
 	Policy
 
@@ -130,6 +133,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String(EnvConsumer, &c.Consumer)
 	r.String(EnvPushAudience, &c.PushAudience)
 	r.String(EnvPushAccount, &c.PushAccount)
+	r.Bool(EnvUnauthPush, &c.UnauthenticatedPush)
 	r.String(EnvSecretsKey, &c.SecretsKey)
 	if c.Instance == "" {
 		host, _ := os.Hostname()
@@ -163,11 +167,16 @@ func (c Config) Validate() error {
 	if c.Consumer != ConsumerPush && c.Consumer != ConsumerPull {
 		bad(EnvConsumer, "must be push or pull")
 	}
-	if c.PushAudience == "" && c.PushAccount != "" {
-		bad(EnvPushAudience, "is required with "+EnvPushAccount)
-	}
-	if c.PushAccount == "" && c.PushAudience != "" {
-		bad(EnvPushAccount, "is required with "+EnvPushAudience)
+	for _, v := range []struct{ name, value, other, otherName string }{
+		{EnvPushAudience, c.PushAudience, c.PushAccount, EnvPushAccount}, {EnvPushAccount, c.PushAccount, c.PushAudience, EnvPushAudience},
+	} {
+		switch {
+		case v.value != "":
+		case v.other != "":
+			bad(v.name, "is required with "+v.otherName)
+		case c.Consumer == ConsumerPush && !c.UnauthenticatedPush:
+			bad(v.name, "is required in push mode (the push route verifies every request; "+EnvUnauthPush+"=1 turns that off, for local use only)")
+		}
 	}
 	if c.Concurrency <= 0 {
 		bad(EnvConcurrency, "must be positive")

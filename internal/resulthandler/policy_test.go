@@ -90,7 +90,7 @@ func TestConfigFromEnv(t *testing.T) {
 		asked := map[string]bool{}
 		return func(k string) string { asked[k] = true; return kv[k] }, asked
 	}
-	getenv, asked := env(map[string]string{EnvProject: "p", EnvInstance: "i-1", EnvSecretsKey: testenv.SecretsKey})
+	getenv, asked := env(map[string]string{EnvProject: "p", EnvInstance: "i-1", EnvSecretsKey: testenv.SecretsKey, EnvUnauthPush: "1"})
 	c, err := FromEnv(getenv)
 	if err != nil {
 		t.Fatal(err)
@@ -99,11 +99,11 @@ func TestConfigFromEnv(t *testing.T) {
 		c.Owner != "i-1" || c.LeaseTTL() != 30*time.Second || c.AllowInsecure || c.Subscription == "" {
 		t.Fatalf("defaults %+v", c)
 	}
-	if c.PushAuth().Enabled() {
-		t.Fatalf("push auth on by default: %+v", c.PushAuth())
+	if c.PushAuth().Enabled() || !c.UnauthenticatedPush {
+		t.Fatalf("push auth %+v, unauthenticated push %v; want off by the local-use setting", c.PushAuth(), c.UnauthenticatedPush)
 	}
 	for _, v := range []string{EnvProject, EnvPort, EnvInstance, EnvSubscription, EnvConsumer, EnvConcurrency, EnvTimeout,
-		EnvHorizon, EnvBackoffMin, EnvBackoffMax, EnvNoticeGrace, EnvAllowInsecure, EnvShutdownGrace, EnvPushAudience, EnvPushAccount, EnvSecretsKey} {
+		EnvHorizon, EnvBackoffMin, EnvBackoffMax, EnvNoticeGrace, EnvAllowInsecure, EnvShutdownGrace, EnvPushAudience, EnvPushAccount, EnvUnauthPush, EnvSecretsKey} {
 		if !asked[v] {
 			t.Errorf("FromEnv did not ask for %s", v)
 		}
@@ -135,6 +135,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{map[string]string{EnvProject: "p", EnvPushAudience: "aud"}, EnvPushAccount},
 		{map[string]string{EnvProject: "p", EnvPushAccount: "push@p.iam.gserviceaccount.com"}, EnvPushAudience},
 		{map[string]string{EnvProject: "p"}, EnvSecretsKey},
+		{map[string]string{EnvProject: "p", EnvSecretsKey: testenv.SecretsKey}, EnvPushAudience}, // push mode verifies pushes
+		{map[string]string{EnvProject: "p", EnvSecretsKey: testenv.SecretsKey, EnvUnauthPush: "yes please"}, EnvUnauthPush},
 		{map[string]string{EnvProject: "p", EnvSecretsKey: "whsec_not_a_key"}, EnvSecretsKey},
 	} {
 		getenv, _ := env(tc.kv)

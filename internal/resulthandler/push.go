@@ -13,11 +13,8 @@ func (c Config) PushAuth() bus.PushAuth {
 }
 
 // PushHandler is the handler of PushPath: Pub/Sub push envelopes for h, admitted only with a
-// valid OIDC token of the push service account when c sets push authentication.
+// valid OIDC token of the push service account; without push authentication every request is
+// refused, unless c.UnauthenticatedPush says this is local use.
 func PushHandler(h bus.Handler, c Config, log *slog.Logger) http.Handler {
-	push := bus.Push(h, log)
-	if auth := c.PushAuth(); auth.Enabled() {
-		return bus.VerifyPush(push, auth, log)
-	}
-	return push
+	return bus.PushRoute(h, c.PushAuth(), c.UnauthenticatedPush, log)
 }

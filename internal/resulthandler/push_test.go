@@ -14,9 +14,9 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-// With push authentication set, the push route refuses a request without a valid OIDC token
-// before the handler sees it; without it, the same request reaches the handler (Cloud Run's own
-// check is then the only one).
+// The push route refuses a request without a valid OIDC token before the handler sees it, with
+// push authentication set and also without it (fail closed); only the explicit local-use
+// setting lets the same request reach the handler.
 func TestPushHandlerVerifiesWhenConfigured(t *testing.T) {
 	t.Parallel()
 	body, err := json.Marshal(map[string]any{
@@ -34,7 +34,9 @@ func TestPushHandlerVerifiesWhenConfigured(t *testing.T) {
 		authorization string
 		want          int
 	}{
-		{"no push auth: handled", Config{}, "", http.StatusNoContent},
+		{"no push auth: refused", Config{}, "", http.StatusUnauthorized},
+		{"no push auth, local use: handled", Config{UnauthenticatedPush: true}, "", http.StatusNoContent},
+		{"push auth and local use: verified", Config{PushAudience: secured.PushAudience, PushAccount: secured.PushAccount, UnauthenticatedPush: true}, "", http.StatusUnauthorized},
 		{"no token", secured, "", http.StatusUnauthorized},
 		{"not a JWT", secured, "Bearer opaque-token", http.StatusUnauthorized},
 		{"not Bearer", secured, "Basic dXNlcjpwYXNz", http.StatusUnauthorized},

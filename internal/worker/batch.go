@@ -112,9 +112,7 @@ func (h *Handler) SettleBatch(ctx context.Context, j *store.BatchJob, m store.Ba
 	if spent(o.Result) {
 		h.metrics.Generation(ctx, o.Result.Model, m.Tenant, o.Result.Usage, o.Result.CostUSD, 0)
 		if h.mp.Budgets != nil {
-			if hold, err := h.mp.Budgets.Reserve(ctx, m.Tenant, 0, 0); err == nil {
-				hold.Settle(o.Result.CostUSD)
-			}
+			h.mp.Budgets.Record(m.Tenant, o.Result.CostUSD)
 		}
 	}
 	switch class := gemini.ClassOf(o.Err); {

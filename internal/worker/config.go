@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"time"
@@ -50,6 +51,13 @@ type Config struct {
 	DrillEvery    time.Duration       // GENBOX_FALLBACK_DRILL_INTERVAL: time between fallback drills; 0: none
 	PreviewEvery  time.Duration       // GENBOX_PREVIEW_INTERVAL: at most one preview write per streamed task this often
 
+	// DefaultDailyBudgetUSD (GENBOX_DEFAULT_DAILY_BUDGET_USD) is the daily budget of a tenant
+	// whose limits set none; 0: such a tenant is not limited.
+	DefaultDailyBudgetUSD float64
+	// ProjectDailyBudgetUSD (GENBOX_PROJECT_DAILY_BUDGET_USD) caps every tenant together; 0: no
+	// cap. It fails closed: while its counter cannot be read, no call starts.
+	ProjectDailyBudgetUSD float64
+
 	Sweep  sweeper.Config
 	Batch  batcher.Config
 	Gemini gemini.Config
@@ -83,6 +91,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		ContextTTL:    time.Hour,
 		PreviewEvery:  500 * time.Millisecond,
 		BudgetPolicy:  gemini.BudgetWait,
+
+		DefaultDailyBudgetUSD: 10,
+		ProjectDailyBudgetUSD: 100,
 	}
 	r := envconfig.New(getenv)
 	r.String("GOOGLE_CLOUD_PROJECT", &c.Project)
@@ -117,6 +128,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Int("GENBOX_MAX_IN_FLIGHT", &c.MaxInFlight)
 	r.Int("GENBOX_TASK_ATTEMPTS", &c.MaxAttempts)
 	r.Int("GENBOX_CLAIM_CAP", &c.ClaimCap)
+	r.Float("GENBOX_DEFAULT_DAILY_BUDGET_USD", &c.DefaultDailyBudgetUSD)
+	r.Float("GENBOX_PROJECT_DAILY_BUDGET_USD", &c.ProjectDailyBudgetUSD)
 	r.Func("GENBOX_BUDGET_POLICY", func(s string) (err error) { c.BudgetPolicy, err = gemini.ParseBudgetPolicy(s); return err })
 	var errs []error
 	if err := r.Err(); err != nil {
@@ -220,6 +233,14 @@ func (c Config) Validate() error {
 	if c.ContextTTL < 0 {
 		bad("GENBOX_CONTEXT_CACHE_TTL", "must not be negative")
 	}
+	for _, v := range []struct {
+		name string
+		usd  float64
+	}{{"GENBOX_DEFAULT_DAILY_BUDGET_USD", c.DefaultDailyBudgetUSD}, {"GENBOX_PROJECT_DAILY_BUDGET_USD", c.ProjectDailyBudgetUSD}} {
+		if v.usd < 0 || math.IsInf(v.usd, 0) || math.IsNaN(v.usd) {
+			bad(v.name, "must be a non-negative amount of USD (0: none)")
+		}
+	}
 	if c.ShutdownGrace < 0 {
 		bad("GENBOX_SHUTDOWN_GRACE", "must not be negative")
 	}
@@ -245,12 +266,13 @@ func (c Config) Policy() Policy {
 // caller runs its Budgets' Flush every TenantRefresh and at shutdown.
 func (c Config) ModelPolicy(s *store.Store, est Estimator) ModelPolicy {
 	return ModelPolicy{
-		Estimator:    est,
-		Tenants:      NewTenantCache(s, c.TenantRefresh),
-		Slots:        gemini.NewSlots(c.SlotRetry),
-		Budgets:      gemini.NewBudgets(s, time.Now, c.TenantRefresh),
-		BudgetPolicy: c.BudgetPolicy,
-		BudgetRetry:  c.BudgetRetry,
-		CacheTTL:     c.CacheTTL,
+		Estimator:             est,
+		Tenants:               NewTenantCache(s, c.TenantRefresh),
+		Slots:                 gemini.NewSlots(c.SlotRetry),
+		Budgets:               gemini.NewBudgets(s, time.Now, c.TenantRefresh, gemini.WithProjectLimit(c.ProjectDailyBudgetUSD)),
+		BudgetPolicy:          c.BudgetPolicy,
+		DefaultDailyBudgetUSD: c.DefaultDailyBudgetUSD,
+		BudgetRetry:           c.BudgetRetry,
+		CacheTTL:              c.CacheTTL,
 	}
 }

@@ -261,9 +261,7 @@ func (cc *ContextCaches) extend(ctx context.Context, log *slog.Logger, id, tenan
 func (cc *ContextCaches) spend(ctx context.Context, tenant, model string, tokens int64, usd float64) {
 	cc.metrics.Generation(ctx, model, tenant, task.Usage{PromptTokens: tokens, TotalTokens: tokens}, usd, 0)
 	if cc.budgets != nil {
-		if hold, err := cc.budgets.Reserve(ctx, tenant, 0, 0); err == nil {
-			hold.Settle(usd)
-		}
+		cc.budgets.Record(tenant, usd)
 	}
 }
 

@@ -45,8 +45,12 @@ type ModelPolicy struct {
 	// Slots caps each tenant's calls in flight on this instance (its limits' Concurrency).
 	Slots *gemini.Slots
 	// Budgets holds each call's worst case (its attempt budget) against the tenant's
-	// DailyBudgetUSD; settled with the cost.
-	Budgets      *gemini.Budgets
+	// DailyBudgetUSD — DefaultDailyBudgetUSD when its limits set none — and the project's
+	// budget, if Budgets has one; settled with the cost.
+	Budgets               *gemini.Budgets
+	DefaultDailyBudgetUSD float64
+	// BudgetPolicy applies to a task whose tenant's budget is spent; a task the project's budget
+	// stops always waits, as it is not the tenant's doing.
 	BudgetPolicy gemini.BudgetPolicy
 	// BudgetRetry is how soon a task waiting on its tenant's budget looks again (jittered), capped
 	// by the day's reset: a raised budget is honoured without waiting for midnight.
@@ -217,8 +221,16 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		tk.slot = true
 	}
 	if h.mp.Budgets != nil {
-		hold, err := h.mp.Budgets.Reserve(ctx, t.Tenant, limits.DailyBudgetUSD, worst)
+		budget := limits.DailyBudgetUSD
+		if budget == 0 {
+			budget = h.mp.DefaultDailyBudgetUSD
+		}
+		hold, err := h.mp.Budgets.Reserve(ctx, t.Tenant, budget, worst)
 		switch {
+		case errors.Is(err, gemini.ErrProjectBudgetExhausted):
+			tk.done(gemini.Result{})
+			h.budgetWait(ctx, log, t.ID, epoch, err, "project daily budget exhausted; waiting")
+			return nil, false
 		case errors.Is(err, gemini.ErrBudgetExhausted):
 			tk.done(gemini.Result{})
 			h.budgetExhausted(ctx, log, t.ID, epoch, err)
@@ -252,11 +264,17 @@ func (h *Handler) handBack(ctx context.Context, log *slog.Logger, id string, epo
 // budgetExhausted applies the budget policy: wait (parked until the day resets or BudgetRetry,
 // whichever comes first) or fail with kind budget. No model call either way.
 func (h *Handler) budgetExhausted(ctx context.Context, log *slog.Logger, id string, epoch int64, cause error) {
-	e := &store.TaskError{Kind: task.KindBudget, Message: cause.Error()}
 	if h.mp.BudgetPolicy == gemini.BudgetFail {
-		h.fail(ctx, log, id, epoch, gemini.Result{}, e)
+		h.fail(ctx, log, id, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindBudget, Message: cause.Error()})
 		return
 	}
+	h.budgetWait(ctx, log, id, epoch, cause, "tenant daily budget exhausted; waiting")
+}
+
+// budgetWait parks the task until the day resets or BudgetRetry, whichever comes first, without
+// a call and without counting an attempt.
+func (h *Handler) budgetWait(ctx context.Context, log *slog.Logger, id string, epoch int64, cause error, why string) {
+	e := &store.TaskError{Kind: task.KindBudget, Message: cause.Error()}
 	if t, ok := h.fencedWrite(ctx, log, id, epoch, gemini.Result{}, "budget wait", func(t *store.Task, now time.Time) {
 		nb := gemini.ResetAt(now)
 		if h.mp.BudgetRetry > 0 {
@@ -266,7 +284,7 @@ func (h *Handler) budgetExhausted(ctx context.Context, log *slog.Logger, id stri
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	}); ok {
 		h.stats.parked.Add(1)
-		log.WarnContext(ctx, "tenant daily budget exhausted; waiting", "not_before", t.NotBefore)
+		log.WarnContext(ctx, why, "not_before", t.NotBefore)
 	}
 }
 

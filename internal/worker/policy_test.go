@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -423,5 +424,107 @@ func TestEraseBetweenCommitAndRemember(t *testing.T) {
 	}
 	if o, err := b.store.GetLastGood(ctx, "tenant-a", "summarize", "digest", "site-1"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("last good output written after the erase: %+v %v", o, err)
+	}
+}
+
+// A tenant whose limits set no daily budget is held to the deployment's default: created without
+// one and with $4.5 spent of a $5 default, its task waits without a call, while a tenant with a
+// budget of its own runs.
+func TestDefaultBudgetStopsATenantWithoutOne(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, 0, map[string]string{"GENBOX_PRICES": "m=1000/1000"}) // a call may cost about $1.08
+	ctx := context.Background()
+	b.tenant(t, "newcomer", store.DefaultLimits())
+	b.tenant(t, "funded", store.Limits{DailyBudgetUSD: 50})
+	for _, tenant := range []string{"newcomer", "funded"} {
+		if err := b.store.AddSpend(ctx, gemini.SpendFlush{Tenant: tenant, Day: gemini.Day(time.Now()), Origin: "earlier", Seq: 1, USD: 4.5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mp := b.modelPolicy(gemini.BudgetWait)
+	mp.DefaultDailyBudgetUSD = 5
+	h := b.policyHandler(t, policy("w1"), mp)
+	b.task(t, "new-1", func(d *store.Task) { d.Tenant = "newcomer" })
+	b.task(t, "funded-1", func(d *store.Task) { d.Tenant = "funded" })
+	h.Handle(ctx, msg("new-1"))
+	if got := b.get(t, "new-1"); got.State != task.StateWaiting || got.Error == nil || got.Error.Kind != task.KindBudget || got.ModelCalls != 0 {
+		t.Errorf("tenant without a budget, $4.5 spent of the $5 default: state %s error %+v calls %d; want waiting on its budget, no call",
+			got.State, got.Error, got.ModelCalls)
+	}
+	h.Handle(ctx, msg("funded-1"))
+	if got := b.get(t, "funded-1"); got.State != task.StateSucceeded {
+		t.Errorf("tenant with its own $50 budget: state %s error %+v; want succeeded (its budget, not the default)", got.State, got.Error)
+	}
+}
+
+// The project's budget stops every tenant together, each well within its own: tasks of two
+// tenants run in turn until the project's budget has no room for the next, which then waits
+// (whatever the tenant budget policy) without a call and without an attempt counted.
+func TestProjectBudgetStopsTenantsTogether(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, 0, map[string]string{"GENBOX_PRICES": "m=1000/1000"}) // reserves about $2.16 a call
+	ctx := context.Background()
+	b.tenant(t, "acme", store.Limits{DailyBudgetUSD: 100})
+	b.tenant(t, "globex", store.Limits{DailyBudgetUSD: 100})
+	mp := b.modelPolicy(gemini.BudgetFail)
+	mp.Budgets = gemini.NewBudgets(b.store, time.Now, time.Minute, gemini.WithProjectLimit(2.5))
+	h := b.policyHandler(t, policy("w1"), mp)
+	ran := map[string]int{}
+	var stopped *store.Task
+	for i := range 20 {
+		tenant := []string{"acme", "globex"}[i%2]
+		id := fmt.Sprintf("%s-%d", tenant, i)
+		b.task(t, id, func(d *store.Task) { d.Tenant = tenant })
+		h.Handle(ctx, msg(id))
+		got := b.get(t, id)
+		if got.State != task.StateSucceeded {
+			stopped = got
+			break
+		}
+		ran[tenant]++
+	}
+	if ran["acme"] == 0 || ran["globex"] == 0 || stopped == nil {
+		t.Fatalf("ran %v, stopped %v; want both tenants to run, then a task stopped by the project's $2.5", ran, stopped)
+	}
+	if stopped.State != task.StateWaiting || stopped.Error == nil || !strings.Contains(stopped.Error.Message, "project") ||
+		stopped.ModelCalls != 0 || stopped.Attempts != 0 || stopped.NotBefore == nil {
+		t.Errorf("stopped task: state %s error %+v calls %d attempts %d not_before %v; want waiting on the project's budget, nothing spent",
+			stopped.State, stopped.Error, stopped.ModelCalls, stopped.Attempts, stopped.NotBefore)
+	}
+	if calls := b.srv.Ledger().Total.Calls; calls != ran["acme"]+ran["globex"] {
+		t.Errorf("%d model calls for %v tasks run", calls, ran)
+	}
+}
+
+// unreadableProject is the store with the project's spend counter unreadable.
+type unreadableProject struct{ *store.Store }
+
+func (u unreadableProject) Spent(ctx context.Context, tenant, day, origin string) (float64, int64, error) {
+	if tenant == gemini.ProjectCounter {
+		return 0, 0, errors.New("rpc error: code = Unavailable desc = injected")
+	}
+	return u.Store.Spent(ctx, tenant, day, origin)
+}
+
+// While the project's spend counter cannot be read, no paid call starts: the task is handed
+// back, queued for later, with no attempt counted.
+func TestUnreadableProjectBudgetStartsNoCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	ctx := context.Background()
+	b.tenant(t, "acme", store.Limits{DailyBudgetUSD: 100})
+	mp := b.modelPolicy(gemini.BudgetWait)
+	mp.Budgets = gemini.NewBudgets(unreadableProject{b.store}, time.Now, time.Minute, gemini.WithProjectLimit(100))
+	h := b.policyHandler(t, policy("w1"), mp)
+	b.task(t, "blind", func(d *store.Task) { d.Tenant = "acme" })
+	start := time.Now()
+	h.Handle(ctx, msg("blind"))
+	got := b.get(t, "blind")
+	if got.State != task.StateQueued || got.Attempts != 0 || got.ModelCalls != 0 || got.Lease.Owner != "" || got.NotBefore == nil || !got.NotBefore.After(start) {
+		t.Errorf("state %s attempts %d calls %d lease %+v not_before %v; want handed back for later, nothing spent",
+			got.State, got.Attempts, got.ModelCalls, got.Lease, got.NotBefore)
+	}
+	if calls := b.srv.Ledger().Total.Calls; calls != 0 {
+		t.Errorf("%d model calls with the project's budget unreadable, want none", calls)
 	}
 }

@@ -484,6 +484,8 @@ func TestConfigFromEnv(t *testing.T) {
 		{"slot retry", map[string]string{"GENBOX_TENANT_SLOT_RETRY": "-1s"}, "GENBOX_TENANT_SLOT_RETRY"},
 		{"claim ahead", map[string]string{"GENBOX_CLAIM_AHEAD": "-1"}, "GENBOX_CLAIM_AHEAD"},
 		{"in flight", map[string]string{"GENBOX_MAX_IN_FLIGHT": "-1"}, "GENBOX_MAX_IN_FLIGHT"},
+		{"default budget", map[string]string{"GENBOX_DEFAULT_DAILY_BUDGET_USD": "-1"}, "GENBOX_DEFAULT_DAILY_BUDGET_USD"},
+		{"project budget", map[string]string{"GENBOX_PROJECT_DAILY_BUDGET_USD": "lots"}, "GENBOX_PROJECT_DAILY_BUDGET_USD"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -499,6 +501,9 @@ func TestConfigFromEnv(t *testing.T) {
 			if tc.wantErr == "" {
 				if err != nil || c.Subscription != bus.SubWorker || c.ShutdownGrace != 8*time.Second || c.BudgetPolicy != gemini.BudgetWait {
 					t.Fatalf("%+v %v", c, err)
+				}
+				if c.DefaultDailyBudgetUSD != 10 || c.ProjectDailyBudgetUSD != 100 || c.ModelPolicy(nil, nil).DefaultDailyBudgetUSD != 10 {
+					t.Errorf("budgets by default: tenant $%v, project $%v; want $10 and $100, money limited out of the box", c.DefaultDailyBudgetUSD, c.ProjectDailyBudgetUSD)
 				}
 				for _, k := range []string{"GENBOX_LEASE_TTL", "GENBOX_LEASE_RENEW", "GENBOX_MAX_EXTENSION", "GENBOX_CONCURRENCY", "GENBOX_CLAIM_AHEAD", "GENBOX_MAX_IN_FLIGHT", "GENBOX_TASK_ATTEMPTS", "GENBOX_CLAIM_CAP", "GENBOX_SWEEP_INTERVAL", "GENBOX_TASKS_SUBSCRIPTION", "GOOGLE_CLOUD_PROJECT", "PORT", "GENBOX_SHUTDOWN_GRACE", "GEMINI_API_KEY",
 					"GENBOX_BUDGET_POLICY", "GENBOX_BUDGET_RETRY", "GENBOX_TENANT_REFRESH", "GENBOX_TENANT_SLOT_RETRY", "GENBOX_CACHE_TTL"} {

@@ -37,6 +37,14 @@ func ParseBudgetPolicy(s string) (BudgetPolicy, error) {
 // ErrBudgetExhausted means a tenant's daily budget has no room for the estimate; no call was made.
 var ErrBudgetExhausted = errors.New("gemini: tenant daily budget exhausted")
 
+// ErrProjectBudgetExhausted means the project's daily budget (WithProjectLimit) has no room for
+// the estimate; no call was made. It is not an ErrBudgetExhausted: the tenant is not at fault.
+var ErrProjectBudgetExhausted = errors.New("gemini: project daily budget exhausted")
+
+// ProjectCounter is the tenant name of the project's counter, which counts every tenant's spend
+// once more: no tenant can have it (tenant ids start with a letter or a digit).
+const ProjectCounter = "_project"
+
 // SpendFlush is one batch of an instance's spend on a tenant's day. Origin names the Budgets that
 // wrote it (one per process) and Seq rises with every batch it writes, so that the store can
 // count a batch once however often it is retried.
@@ -68,6 +76,7 @@ type Budgets struct {
 	now     func() time.Time
 	refresh time.Duration
 	origin  string
+	project float64 // the project's daily limit; 0: none, and no project counter
 
 	flushing sync.Mutex // one Flush at a time: each tenant's batches are written in order
 
@@ -124,11 +133,23 @@ func (td *tenantDay) written(b batch) {
 	td.applied = max(td.applied, b.seq)
 }
 
+// BudgetsOption configures Budgets.
+type BudgetsOption func(*Budgets)
+
+// WithProjectLimit caps the spend of every tenant together at usd a day (0: no cap), as a soft
+// limit like a tenant's, counted in the ProjectCounter's counters. It fails closed: a Reserve
+// whose project total cannot be read reserves nothing and returns the read's error.
+func WithProjectLimit(usd float64) BudgetsOption { return func(b *Budgets) { b.project = usd } }
+
 // NewBudgets returns Budgets over store that re-reads a tenant's total at most every refresh.
-func NewBudgets(store SpendStore, now func() time.Time, refresh time.Duration) *Budgets {
+func NewBudgets(store SpendStore, now func() time.Time, refresh time.Duration, opts ...BudgetsOption) *Budgets {
 	var id [8]byte
 	_, _ = crand.Read(id[:]) // never fails (crypto/rand)
-	return &Budgets{store: store, now: now, refresh: refresh, origin: "b" + hex.EncodeToString(id[:]), tenants: map[string]*tenantDay{}}
+	b := &Budgets{store: store, now: now, refresh: refresh, origin: "b" + hex.EncodeToString(id[:]), tenants: map[string]*tenantDay{}}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
 }
 
 // Day is the budget day of t: its UTC date.
@@ -140,44 +161,88 @@ func ResetAt(now time.Time) time.Time {
 	return time.Date(y, m, d+1, 0, 0, 0, 0, time.UTC)
 }
 
-// Hold is an estimate reserved against a tenant's budget; Settle it with what the call cost.
+// Hold is an estimate reserved against a tenant's budget (and the project's, when limited);
+// Settle it with what the call cost.
 type Hold struct {
 	b        *Budgets
-	td       *tenantDay
+	td, pd   *tenantDay // the tenant's day and the project's (nil without a project limit)
 	estimate float64
 	once     sync.Once
 }
 
 // Reserve holds estimateUSD against tenant's daily budget limitUSD (0 means no limit: the spend is
-// still counted). It returns ErrBudgetExhausted when what is known spent, reserved and estimated
-// would pass the limit.
+// still counted) and the project's (WithProjectLimit). It returns ErrBudgetExhausted when what is
+// known spent, reserved and estimated would pass the tenant's limit, ErrProjectBudgetExhausted
+// when it would pass the project's, and the store's error when a total it must check cannot be
+// read; it reserves nothing then.
 func (b *Budgets) Reserve(ctx context.Context, tenant string, limitUSD, estimateUSD float64) (*Hold, error) {
 	now := b.now()
 	day := Day(now)
-	b.mu.Lock()
-	td, ok := b.tenants[tenant+"/"+day]
-	if !ok {
-		td = &tenantDay{tenant: tenant, day: day}
-		b.tenants[tenant+"/"+day] = td
+	td, err := b.current(ctx, tenant, day, limitUSD > 0, now)
+	if err != nil {
+		return nil, fmt.Errorf("read budget of %s: %w", tenant, err)
 	}
-	stale := limitUSD > 0 && (td.readAt.IsZero() || now.Sub(td.readAt) >= b.refresh)
-	b.mu.Unlock()
-	if stale {
-		total, applied, err := b.store.Spent(ctx, tenant, day, b.origin)
-		if err != nil {
-			return nil, fmt.Errorf("read budget of %s: %w", tenant, err)
+	var pd *tenantDay
+	if b.project > 0 {
+		if pd, err = b.current(ctx, ProjectCounter, day, true, now); err != nil {
+			return nil, fmt.Errorf("read the project's budget: %w", err)
 		}
-		b.mu.Lock()
-		td.read(total, applied, now)
-		b.mu.Unlock()
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if spent := td.counted(); limitUSD > 0 && spent+estimateUSD > limitUSD {
 		return nil, fmt.Errorf("%w: %s spent $%.4f of $%.4f on %s", ErrBudgetExhausted, tenant, spent-td.reserved, limitUSD, day)
 	}
+	if pd != nil {
+		if spent := pd.counted(); spent+estimateUSD > b.project {
+			return nil, fmt.Errorf("%w: every tenant together spent $%.4f of $%.4f on %s", ErrProjectBudgetExhausted, spent-pd.reserved, b.project, day)
+		}
+		pd.reserved += estimateUSD
+	}
 	td.reserved += estimateUSD
-	return &Hold{b: b, td: td, estimate: estimateUSD}, nil
+	return &Hold{b: b, td: td, pd: pd, estimate: estimateUSD}, nil
+}
+
+// current returns tenant's day, re-reading its total from the store first when checked says it
+// is checked against a limit and the total is older than the refresh interval.
+func (b *Budgets) current(ctx context.Context, tenant, day string, checked bool, now time.Time) (*tenantDay, error) {
+	b.mu.Lock()
+	td := b.dayOf(tenant, day)
+	stale := checked && (td.readAt.IsZero() || now.Sub(td.readAt) >= b.refresh)
+	b.mu.Unlock()
+	if !stale {
+		return td, nil
+	}
+	total, applied, err := b.store.Spent(ctx, tenant, day, b.origin)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	td.read(total, applied, now)
+	b.mu.Unlock()
+	return td, nil
+}
+
+// dayOf returns tenant's day, created empty if new; b.mu must be held.
+func (b *Budgets) dayOf(tenant, day string) *tenantDay {
+	td, ok := b.tenants[tenant+"/"+day]
+	if !ok {
+		td = &tenantDay{tenant: tenant, day: day}
+		b.tenants[tenant+"/"+day] = td
+	}
+	return td
+}
+
+// Record counts usd spent by tenant that no Reserve held — spend known only once paid (a batch
+// job's answers, a context cache's storage): it checks no limit and reads nothing.
+func (b *Budgets) Record(tenant string, usd float64) {
+	day := Day(b.now())
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.dayOf(tenant, day).unflushed += usd
+	if b.project > 0 {
+		b.dayOf(ProjectCounter, day).unflushed += usd
+	}
 }
 
 // Settle releases the hold and counts actualUSD as spent; later calls do nothing.
@@ -185,8 +250,12 @@ func (h *Hold) Settle(actualUSD float64) {
 	h.once.Do(func() {
 		h.b.mu.Lock()
 		defer h.b.mu.Unlock()
-		h.td.reserved -= h.estimate
-		h.td.unflushed += actualUSD
+		for _, d := range []*tenantDay{h.td, h.pd} {
+			if d != nil {
+				d.reserved -= h.estimate
+				d.unflushed += actualUSD
+			}
+		}
 	})
 }
 

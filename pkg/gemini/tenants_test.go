@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/genbox-dev/genbox/pkg/gemini"
 )
 
@@ -280,5 +283,63 @@ func TestParseBudgetPolicy(t *testing.T) {
 		if got != want || (err != nil) != (want == "") {
 			t.Errorf("ParseBudgetPolicy(%q) = %q, %v", in, got, err)
 		}
+	}
+}
+
+// A project limit caps every tenant together, each within its own budget; it is counted once
+// per dollar in the project's counter (Record included), and a project total that cannot be
+// read reserves nothing: the call does not start.
+func TestBudgetsProjectLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, mem := memSpend()
+	spent := store.SpentFunc
+	unreadable := false
+	store.SpentFunc = func(ctx context.Context, tenant, day, origin string) (float64, int64, error) {
+		if unreadable && tenant == gemini.ProjectCounter {
+			return 0, 0, errors.New("unavailable")
+		}
+		return spent(ctx, tenant, day, origin)
+	}
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	b := gemini.NewBudgets(store, func() time.Time { return now }, time.Minute, gemini.WithProjectLimit(1))
+	day := gemini.Day(now)
+
+	a, err := b.Reserve(ctx, "acme", 10, 0.6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Reserve(ctx, "other", 10, 0.6)
+	if !errors.Is(err, gemini.ErrProjectBudgetExhausted) || errors.Is(err, gemini.ErrBudgetExhausted) {
+		t.Fatalf("a second tenant past the project's $1: %v, want the project's budget exhausted (not the tenant's)", err)
+	}
+	a.Settle(0.5)
+	b.Record("other", 0.25)
+	o, err := b.Reserve(ctx, "other", 0, 0.2) // a tenant without a limit is still held to the project's
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Reserve(ctx, "acme", 10, 0.1); !errors.Is(err, gemini.ErrProjectBudgetExhausted) {
+		t.Fatalf("$0.1 more with $0.95 spent or held of the project's $1: %v, want exhausted", err)
+	}
+	o.Settle(0.2)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	totals, _ := mem.snapshot()
+	want := map[string]float64{"acme/" + day: 0.5, "other/" + day: 0.45, gemini.ProjectCounter + "/" + day: 0.95}
+	if diff := cmp.Diff(want, totals, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("flushed totals (-want +got):\n%s", diff)
+	}
+
+	// Another instance must read the project's total; while it cannot, it reserves nothing.
+	unreadable = true
+	c := gemini.NewBudgets(store, func() time.Time { return now }, time.Minute, gemini.WithProjectLimit(1))
+	if _, err := c.Reserve(ctx, "acme", 10, 0.01); err == nil || errors.Is(err, gemini.ErrProjectBudgetExhausted) {
+		t.Fatalf("project total unreadable: %v, want the read's error", err)
+	}
+	unreadable = false
+	if _, err := c.Reserve(ctx, "acme", 10, 0.04); err != nil {
+		t.Errorf("$0.04 of the $0.05 left, once readable: %v (the failed attempt must hold nothing)", err)
 	}
 }

@@ -85,6 +85,7 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 		"GOOGLE_CLOUD_PROJECT": project, "PORT": "0", "GENBOX_CONSUMER": mode,
 		"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": secret, "GENBOX_SLACK_CHANNEL": "C1",
 		"GENBOX_SLACK_APPROVERS": "U1", "GENBOX_SLACK_API_URL": slackSrv.URL, "GENBOX_SHUTDOWN_GRACE": "3s",
+		"GENBOX_UNAUTHENTICATED_PUSH": "1", // the emulator pushes without a token
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -156,7 +157,7 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 func TestRunConfigError(t *testing.T) {
 	t.Parallel()
 	valid := map[string]string{"GOOGLE_CLOUD_PROJECT": "p", "SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s",
-		"GENBOX_SLACK_CHANNEL": "C1", "GENBOX_SLACK_APPROVERS": "U1"}
+		"GENBOX_SLACK_CHANNEL": "C1", "GENBOX_SLACK_APPROVERS": "U1", "GENBOX_UNAUTHENTICATED_PUSH": "1"}
 	for _, c := range []struct{ name, value string }{
 		{"GENBOX_CONSUMER", "poll"},
 		{"GENBOX_PRICES", "gemini-2.5-flash=cheap"},

@@ -73,6 +73,7 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 		"GENBOX_WEBHOOK_TIMEOUT":          "2s",
 		"GENBOX_SHUTDOWN_GRACE":           "3s",
 		"GENBOX_WEBHOOK_SECRETS_KEY":      testenv.SecretsKey,
+		"GENBOX_UNAUTHENTICATED_PUSH":     "1", // the emulator pushes without a token
 	}
 	go func() { done <- run(runCtx, func(k string) string { return env[k] }, &out) }()
 	base := out.Started(t, "resulthandler", done, 20*time.Second)

@@ -1,0 +1,111 @@
+// Package httpapi is how genbox's servers answer API clients over HTTP: errors as RFC 9457
+// problem documents (the client.Problem of pkg/client, the public shape docs/api.md describes),
+// JSON answers, the Bearer credential of a request, and the admin key check. The publisher, the
+// dlqnotifier, the resulthandler's push route and the console all answer through it, so a
+// client reads every service's errors the same way.
+package httpapi
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/authlimit"
+	"github.com/genbox-dev/genbox/pkg/client"
+)
+
+// ProblemBase prefixes every problem type URI.
+const ProblemBase = "https://genbox.dev/problems/"
+
+// Problem type slugs shared by the services; a service may add its own.
+const (
+	TypeInvalid     = "invalid-request"
+	TypeUnauth      = "unauthenticated"
+	TypeForbidden   = "forbidden"
+	TypeNotFound    = "not-found"
+	TypeNoRoute     = "no-route"
+	TypeMethod      = "method-not-allowed"
+	TypeConflict    = "conflict"
+	TypeTooLarge    = "body-too-large"
+	TypeMedia       = "unsupported-media-type"
+	TypeRateLimited = "rate-limited"
+	TypeUnavailable = "unavailable"
+	TypeInternal    = "internal"
+)
+
+// statusTypes is the type of a problem known only by its status.
+var statusTypes = map[int]string{
+	http.StatusBadRequest: TypeInvalid, http.StatusUnauthorized: TypeUnauth, http.StatusForbidden: TypeForbidden,
+	http.StatusNotFound: TypeNotFound, http.StatusMethodNotAllowed: TypeMethod, http.StatusConflict: TypeConflict,
+	http.StatusRequestEntityTooLarge: TypeTooLarge, http.StatusUnsupportedMediaType: TypeMedia,
+	http.StatusTooManyRequests: TypeRateLimited, http.StatusServiceUnavailable: TypeUnavailable,
+	http.StatusInternalServerError: TypeInternal,
+}
+
+// Problem builds a problem of the slug's type; fields name the refused request fields.
+func Problem(status int, slug, detail string, fields ...client.FieldError) *client.Problem {
+	return &client.Problem{Type: ProblemBase + slug, Title: http.StatusText(status), Status: status, Detail: detail, Errors: fields}
+}
+
+// StatusProblem builds a problem whose type follows from its status alone.
+func StatusProblem(status int, detail string) *client.Problem {
+	slug, ok := statusTypes[status]
+	if !ok {
+		slug = TypeInternal
+		if status < 500 {
+			slug = TypeInvalid
+		}
+	}
+	return Problem(status, slug, detail)
+}
+
+// Error answers p as problem+json, with its Retry-After. A 5xx is logged with cause, which the
+// client never sees: the detail of a 5xx says only that it failed.
+func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, p *client.Problem, cause error) {
+	if p.Status >= 500 {
+		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "status", p.Status, "error", cause)
+	}
+	if p.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((p.RetryAfter+time.Second-1)/time.Second)))
+	}
+	JSON(w, p.Status, client.ProblemContentType, p)
+}
+
+// JSON answers v as JSON of contentType with status, newline-terminated and with its length.
+func JSON(w http.ResponseWriter, status int, contentType string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"title":"Internal Server Error","status":500}`)
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// Bearer returns the credential of r's "Authorization: Bearer <credential>" header (the scheme
+// in any case, RFC 9110) and whether there is one.
+func Bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	const prefix = "bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", false
+	}
+	cred := strings.TrimSpace(h[len(prefix):])
+	return cred, cred != ""
+}
+
+// Throttled is a 429 for a client whose credentials failed too often lately (nil otherwise):
+// its next attempt is refused before it costs a read or a comparison.
+func Throttled(fails *authlimit.Limiter, r *http.Request) *client.Problem {
+	wait := fails.Wait(r)
+	if wait <= 0 {
+		return nil
+	}
+	p := Problem(http.StatusTooManyRequests, TypeRateLimited, "too many failed authentications from this client; retry later")
+	p.RetryAfter = wait
+	return p
+}
