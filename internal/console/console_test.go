@@ -33,7 +33,7 @@ func deadDelivery(t *testing.T, ctx context.Context, s *devstack.Stack) (string,
 		t.Fatal(err)
 	}
 	dl := res.TaskID + ":delivery:0:0:" + task.EventID(res.TaskID, task.EventSucceeded, 0)[len(res.TaskID)+1:]
-	s.WaitDeadLetterPosted(t, ctx, dl)
+	s.WaitDeadLetterNotified(t, ctx, dl)
 	return res.TaskID, dl
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -99,6 +100,24 @@ func (s *Stack) SubmitWait(t testing.TB, ctx context.Context, req task.Request) 
 		t.Fatalf("wait for task %s: %v", res.TaskID, err)
 	}
 	return v
+}
+
+// WaitDeadLetterNotified waits until the dlqnotifier has shown dead letter dlID to the
+// operators — posted it with its buttons, or counted it in its tenant's flood message (a
+// receiver refusing every delivery is one message, not one per task) — and returns it. It fails
+// t if that does not happen before ctx ends.
+func (s *Stack) WaitDeadLetterNotified(t testing.TB, ctx context.Context, dlID string) *store.DeadLetter {
+	t.Helper()
+	for {
+		dl, err := s.Store.GetDeadLetter(ctx, dlID)
+		if err == nil && (dl.SlackTS != "" || dl.SlackFlood != "") {
+			return dl
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the dead letter %s was never shown in Slack: %+v %v", dlID, dl, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // WaitDeadLetterPosted waits until the dlqnotifier has posted dead letter dlID to the Slack
