@@ -54,6 +54,12 @@ func (w *watcher) next(t *testing.T) client.Event {
 	case ev := <-w.events:
 		return ev
 	case err := <-w.done:
+		w.done <- err // for a later wait on done
+		select {      // an event the stream sent before it ended is still delivered first
+		case ev := <-w.events:
+			return ev
+		default:
+		}
 		t.Fatalf("Watch ended (%v) while an event was awaited", err)
 	case <-time.After(eventsTimeout):
 		t.Fatal("no event")
