@@ -54,7 +54,7 @@ func (s *stack) killAll() time.Time {
 	for name, p := range s.procs {
 		for {
 			p.mu.Lock()
-			up := p.restarts > before[name] && p.cmd != nil && p.cmd.ProcessState == nil
+			up := p.restarts > before[name] && p.exited != nil && !closedChan(p.exited)
 			p.mu.Unlock()
 			if up {
 				break
@@ -85,6 +85,19 @@ func (s *stack) consumeByPush(ports map[string]string) {
 	for svc, port := range ports {
 		s.procs[svc].env["PORT"] = port
 		s.procs[svc].env["GENBOX_CONSUMER"] = "push"
+		// The emulator's pushes carry no OIDC token: the local-use setting lets them in.
+		s.procs[svc].env["GENBOX_UNAUTHENTICATED_PUSH"] = "1"
+	}
+}
+
+// closedChan reports whether c is closed (a process's exited: its Wait has returned, which
+// ProcessState would tell too, but Wait writes that without the process's lock).
+func closedChan(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
