@@ -93,6 +93,10 @@ type tenantDay struct {
 	reserved    float64   // estimates of calls under way
 	batches     []batch   // spend flushed or being flushed, not yet in known, oldest first
 	unflushed   float64   // spent here, not yet in a batch
+	// reading is closed when the read under way ends, with readErr its error: the reserves
+	// that find the total stale meanwhile wait for it instead of each reading the store.
+	reading chan struct{}
+	readErr error
 }
 
 // batch is spend handed to the store as one SpendFlush.
@@ -204,22 +208,45 @@ func (b *Budgets) Reserve(ctx context.Context, tenant string, limitUSD, estimate
 }
 
 // current returns tenant's day, re-reading its total from the store first when checked says it
-// is checked against a limit and the total is older than the refresh interval.
+// is checked against a limit and the total is older than the refresh interval: one read at a
+// time, which every caller that finds it stale meanwhile waits for.
 func (b *Budgets) current(ctx context.Context, tenant, day string, checked bool, now time.Time) (*tenantDay, error) {
 	b.mu.Lock()
 	td := b.dayOf(tenant, day)
 	stale := checked && (td.readAt.IsZero() || now.Sub(td.readAt) >= b.refresh)
-	b.mu.Unlock()
 	if !stale {
+		b.mu.Unlock()
 		return td, nil
 	}
+	if reading := td.reading; reading != nil {
+		b.mu.Unlock()
+		select {
+		case <-reading:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		b.mu.Lock()
+		err := td.readErr
+		b.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		return td, nil
+	}
+	reading := make(chan struct{})
+	td.reading = reading
+	b.mu.Unlock()
 	total, applied, err := b.store.Spent(ctx, tenant, day, b.origin)
+	b.mu.Lock()
+	if err == nil {
+		td.read(total, applied, now)
+	}
+	td.reading, td.readErr = nil, err
+	close(reading)
+	b.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	td.read(total, applied, now)
-	b.mu.Unlock()
 	return td, nil
 }
 

@@ -343,3 +343,52 @@ func TestBudgetsProjectLimit(t *testing.T) {
 		t.Errorf("$0.04 of the $0.05 left, once readable: %v (the failed attempt must hold nothing)", err)
 	}
 }
+
+// Reserves that find a total stale together read it once: the first reads, the others wait for
+// its answer (64 calls starting at once used to read the tenant's and the project's counters 64
+// times each).
+func TestBudgetsReadAStaleTotalOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, mem := memSpend()
+	release := make(chan struct{})
+	firstRead := make(chan struct{}, 1)
+	store := &spendStore{
+		AddSpendFunc: func(context.Context, gemini.SpendFlush) error { return nil },
+		SpentFunc: func(_ context.Context, tenant, day, origin string) (float64, int64, error) {
+			select {
+			case firstRead <- struct{}{}:
+			default:
+			}
+			<-release
+			total, applied := mem.spent(tenant, day, origin)
+			return total, applied, nil
+		},
+	}
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	b := gemini.NewBudgets(store, func() time.Time { return now }, time.Minute, gemini.WithProjectLimit(100))
+	const n = 64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	reserve := func() {
+		_, err := b.Reserve(ctx, "acme", 10, 0.01)
+		errs <- err
+	}
+	wg.Go(reserve) // the first reserve reads the tenant's counter and holds the read open
+	<-firstRead
+	for range n - 1 {
+		wg.Go(reserve)
+	}
+	time.Sleep(50 * time.Millisecond) // let the others find the read under way
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, got := mem.snapshot(); got != 2 {
+		t.Errorf("%d reads for %d reserves of a stale total, want 2 (the tenant's and the project's, once each)", got, n)
+	}
+}
