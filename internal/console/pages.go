@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
+	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -178,11 +179,11 @@ func (c *Console) spendByTenant(r *http.Request, days []time.Time) ([]spendRow, 
 	var out []spendRow
 	for _, t := range tenants {
 		for _, day := range days {
-			spent, _, err := c.d.Store.Spent(r.Context(), t.ID, gemini.Day(day), "")
+			spent, _, err := c.d.Store.Spent(r.Context(), t.ID, quota.Day(day), "")
 			if err != nil {
 				return nil, err
 			}
-			row := spendRow{Tenant: t.ID, Day: gemini.Day(day), Spent: spent, Budget: t.Limits.DailyBudgetUSD}
+			row := spendRow{Tenant: t.ID, Day: quota.Day(day), Spent: spent, Budget: t.Limits.DailyBudgetUSD}
 			if row.Budget > 0 {
 				row.Fraction = min(spent/row.Budget, 1)
 			}

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/internal/quota"
 )
 
 // BudgetsCollection holds the sharded daily spend counters: budgets/{tenant}:{day}:{shard}.
@@ -23,7 +23,7 @@ const BudgetShards = 8
 // budgetRetention keeps a day's counters a little past the day, for reports.
 const budgetRetention = 3 * 24 * time.Hour
 
-var _ gemini.SpendStore = (*Store)(nil)
+var _ quota.SpendStore = (*Store)(nil)
 
 func (s *Store) budgetShard(tenant, day string, shard int) *firestore.DocumentRef {
 	return s.FS.Collection(BudgetsCollection).Doc(fmt.Sprintf("%s:%s:%d", tenant, day, shard))
@@ -43,7 +43,7 @@ func flushedPath(origin string) firestore.FieldPath { return firestore.FieldPath
 // AddSpend adds f to its origin's shard of the tenant's counter for the day, in a transaction that
 // also records f.Seq as the origin's last counted batch; a batch at or below that record is
 // already counted and changes nothing.
-func (s *Store) AddSpend(ctx context.Context, f gemini.SpendFlush) error {
+func (s *Store) AddSpend(ctx context.Context, f quota.SpendFlush) error {
 	ref := s.budgetShard(f.Tenant, f.Day, spendShard(f.Origin))
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		var spent float64

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -194,19 +195,19 @@ func TestBudgetCounters(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {
-			if err := s.AddSpend(ctx, gemini.SpendFlush{Tenant: "acme", Day: "2026-12-02", Origin: fmt.Sprint("o", i), Seq: 1, USD: 0.25}); err != nil {
+			if err := s.AddSpend(ctx, quota.SpendFlush{Tenant: "acme", Day: "2026-12-02", Origin: fmt.Sprint("o", i), Seq: 1, USD: 0.25}); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	retried := gemini.SpendFlush{Tenant: "acme", Day: "2026-12-02", Origin: "o3", Seq: 2, USD: 1}
+	retried := quota.SpendFlush{Tenant: "acme", Day: "2026-12-02", Origin: "o3", Seq: 2, USD: 1}
 	for range 2 {
 		if err := s.AddSpend(ctx, retried); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.AddSpend(ctx, gemini.SpendFlush{Tenant: "acme", Day: "2026-12-03", Origin: "o3", Seq: 3, USD: 7}); err != nil {
+	if err := s.AddSpend(ctx, quota.SpendFlush{Tenant: "acme", Day: "2026-12-03", Origin: "o3", Seq: 3, USD: 7}); err != nil {
 		t.Fatal(err)
 	}
 	got, applied, err := s.Spent(ctx, "acme", "2026-12-02", "o3")
@@ -225,20 +226,20 @@ func TestBudgetsOverStore(t *testing.T) {
 	s := setup(t)
 	ctx := context.Background()
 	now := func() time.Time { return time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC) }
-	a := gemini.NewBudgets(s, now, 0)
-	b := gemini.NewBudgets(s, now, 0)
+	a := quota.NewBudgets(s, now, 0)
+	b := quota.NewBudgets(s, now, 0)
 	h, err := a.Reserve(ctx, "acme", 1.0, 0.6)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Reserve(ctx, "acme", 1.0, 0.6); !errors.Is(err, gemini.ErrBudgetExhausted) {
+	if _, err := a.Reserve(ctx, "acme", 1.0, 0.6); !errors.Is(err, quota.ErrBudgetExhausted) {
 		t.Fatalf("second reservation on one instance: %v, want exhausted", err)
 	}
 	h.Settle(0.7)
 	if err := a.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Reserve(ctx, "acme", 1.0, 0.5); !errors.Is(err, gemini.ErrBudgetExhausted) {
+	if _, err := b.Reserve(ctx, "acme", 1.0, 0.5); !errors.Is(err, quota.ErrBudgetExhausted) {
 		t.Errorf("the other instance does not see the flushed spend: %v", err)
 	}
 	if _, err := b.Reserve(ctx, "acme", 1.0, 0.2); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/geminienv"
+	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -41,15 +42,15 @@ type Config struct {
 	CommitRetry         time.Duration // GENBOX_COMMIT_RETRY: how long an answered output's commit is retried
 	ShutdownGrace       time.Duration // GENBOX_SHUTDOWN_GRACE: in-flight calls may finish within it on SIGTERM
 
-	BudgetPolicy  gemini.BudgetPolicy // GENBOX_BUDGET_POLICY: wait (default) or fail when a tenant's daily budget is spent
-	BudgetRetry   time.Duration       // GENBOX_BUDGET_RETRY: a task waiting on its budget looks again this often at most
-	TenantRefresh time.Duration       // GENBOX_TENANT_REFRESH: tenant limits and spend totals re-read, spend flushed
-	SlotRetry     time.Duration       // GENBOX_TENANT_SLOT_RETRY: not_before (jittered up to twice) of a task over its tenant's cap
-	CacheTTL      time.Duration       // GENBOX_CACHE_TTL: how long a cached output is served
-	FlexMargin    time.Duration       // GENBOX_FLEX_MARGIN: a flex task closer than this to run_before is called on the standard tier
-	ContextTTL    time.Duration       // GENBOX_CONTEXT_CACHE_TTL: an explicit context cache's TTL, extended while in use; 0 creates none
-	DrillEvery    time.Duration       // GENBOX_FALLBACK_DRILL_INTERVAL: time between fallback drills; 0: none
-	PreviewEvery  time.Duration       // GENBOX_PREVIEW_INTERVAL: at most one preview write per streamed task this often
+	BudgetPolicy  quota.BudgetPolicy // GENBOX_BUDGET_POLICY: wait (default) or fail when a tenant's daily budget is spent
+	BudgetRetry   time.Duration      // GENBOX_BUDGET_RETRY: a task waiting on its budget looks again this often at most
+	TenantRefresh time.Duration      // GENBOX_TENANT_REFRESH: tenant limits and spend totals re-read, spend flushed
+	SlotRetry     time.Duration      // GENBOX_TENANT_SLOT_RETRY: not_before (jittered up to twice) of a task over its tenant's cap
+	CacheTTL      time.Duration      // GENBOX_CACHE_TTL: how long a cached output is served
+	FlexMargin    time.Duration      // GENBOX_FLEX_MARGIN: a flex task closer than this to run_before is called on the standard tier
+	ContextTTL    time.Duration      // GENBOX_CONTEXT_CACHE_TTL: an explicit context cache's TTL, extended while in use; 0 creates none
+	DrillEvery    time.Duration      // GENBOX_FALLBACK_DRILL_INTERVAL: time between fallback drills; 0: none
+	PreviewEvery  time.Duration      // GENBOX_PREVIEW_INTERVAL: at most one preview write per streamed task this often
 
 	// DefaultDailyBudgetUSD (GENBOX_DEFAULT_DAILY_BUDGET_USD) is the daily budget of a tenant
 	// whose limits set none; 0: such a tenant is not limited.
@@ -90,7 +91,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		FlexMargin:    15 * time.Minute,
 		ContextTTL:    time.Hour,
 		PreviewEvery:  500 * time.Millisecond,
-		BudgetPolicy:  gemini.BudgetWait,
+		BudgetPolicy:  quota.BudgetWait,
 
 		DefaultDailyBudgetUSD: 10,
 		ProjectDailyBudgetUSD: 100,
@@ -130,7 +131,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Int("GENBOX_CLAIM_CAP", &c.ClaimCap)
 	r.Float("GENBOX_DEFAULT_DAILY_BUDGET_USD", &c.DefaultDailyBudgetUSD)
 	r.Float("GENBOX_PROJECT_DAILY_BUDGET_USD", &c.ProjectDailyBudgetUSD)
-	r.Func("GENBOX_BUDGET_POLICY", func(s string) (err error) { c.BudgetPolicy, err = gemini.ParseBudgetPolicy(s); return err })
+	r.Func("GENBOX_BUDGET_POLICY", func(s string) (err error) { c.BudgetPolicy, err = quota.ParseBudgetPolicy(s); return err })
 	var errs []error
 	if err := r.Err(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err))
@@ -268,8 +269,8 @@ func (c Config) ModelPolicy(s *store.Store, est Estimator) ModelPolicy {
 	return ModelPolicy{
 		Estimator:             est,
 		Tenants:               NewTenantCache(s, c.TenantRefresh),
-		Slots:                 gemini.NewSlots(c.SlotRetry),
-		Budgets:               gemini.NewBudgets(s, time.Now, c.TenantRefresh, gemini.WithProjectLimit(c.ProjectDailyBudgetUSD)),
+		Slots:                 quota.NewSlots(c.SlotRetry),
+		Budgets:               quota.NewBudgets(s, time.Now, c.TenantRefresh, quota.WithProjectLimit(c.ProjectDailyBudgetUSD)),
 		BudgetPolicy:          c.BudgetPolicy,
 		DefaultDailyBudgetUSD: c.DefaultDailyBudgetUSD,
 		BudgetRetry:           c.BudgetRetry,

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -48,7 +49,7 @@ type ContextCaches struct {
 	share   float64
 	owner   string
 	metrics *obs.Metrics
-	budgets *gemini.Budgets
+	budgets *quota.Budgets
 
 	mu       sync.Mutex
 	prefixes map[string]*prefixUse
@@ -71,7 +72,7 @@ type prefixUse struct {
 // NewContextCaches returns the context caches of an instance that takes share of the traffic,
 // each cache created for ttl and extended while in use. Cache creation and storage are
 // counted in metrics and the tenants' spend (budgets), both optional.
-func NewContextCaches(s *store.Store, api ContextCacheAPI, pricing gemini.Pricing, ttl time.Duration, share float64, owner string, metrics *obs.Metrics, budgets *gemini.Budgets) *ContextCaches {
+func NewContextCaches(s *store.Store, api ContextCacheAPI, pricing gemini.Pricing, ttl time.Duration, share float64, owner string, metrics *obs.Metrics, budgets *quota.Budgets) *ContextCaches {
 	return &ContextCaches{store: s, api: api, pricing: pricing, ttl: ttl, share: share, owner: owner, metrics: metrics, budgets: budgets,
 		prefixes: map[string]*prefixUse{}}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -43,15 +44,15 @@ type ModelPolicy struct {
 	Estimator Estimator
 	Tenants   TenantLimits
 	// Slots caps each tenant's calls in flight on this instance (its limits' Concurrency).
-	Slots *gemini.Slots
+	Slots *quota.Slots
 	// Budgets holds each call's worst case (its attempt budget) against the tenant's
 	// DailyBudgetUSD — DefaultDailyBudgetUSD when its limits set none — and the project's
 	// budget, if Budgets has one; settled with the cost.
-	Budgets               *gemini.Budgets
+	Budgets               *quota.Budgets
 	DefaultDailyBudgetUSD float64
 	// BudgetPolicy applies to a task whose tenant's budget is spent; a task the project's budget
 	// stops always waits, as it is not the tenant's doing.
-	BudgetPolicy gemini.BudgetPolicy
+	BudgetPolicy quota.BudgetPolicy
 	// BudgetRetry is how soon a task waiting on its tenant's budget looks again (jittered), capped
 	// by the day's reset: a raised budget is honoured without waiting for midnight.
 	BudgetRetry time.Duration
@@ -66,7 +67,7 @@ func WithModelPolicy(p ModelPolicy) Option { return func(h *Handler) { h.mp = p 
 
 // FlushSpend writes b's tenant spend to the sharded counters every period, and once more when
 // ctx ends, so that what was spent during shutdown is counted too. It returns when ctx ends.
-func FlushSpend(ctx context.Context, log *slog.Logger, b *gemini.Budgets, every time.Duration) {
+func FlushSpend(ctx context.Context, log *slog.Logger, b *quota.Budgets, every time.Duration) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -130,7 +131,7 @@ type ticket struct {
 	place  *place // holds the model-call slot
 	tenant string
 	slot   bool
-	hold   *gemini.Hold
+	hold   *quota.Hold
 }
 
 // done settles the budget hold with what the call cost and frees the tenant's slot and the
@@ -227,11 +228,11 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		}
 		hold, err := h.mp.Budgets.Reserve(ctx, t.Tenant, budget, worst)
 		switch {
-		case errors.Is(err, gemini.ErrProjectBudgetExhausted):
+		case errors.Is(err, quota.ErrProjectBudgetExhausted):
 			tk.done(gemini.Result{})
 			h.budgetWait(ctx, log, t.ID, epoch, err, "project daily budget exhausted; waiting")
 			return nil, false
-		case errors.Is(err, gemini.ErrBudgetExhausted):
+		case errors.Is(err, quota.ErrBudgetExhausted):
 			tk.done(gemini.Result{})
 			h.budgetExhausted(ctx, log, t.ID, epoch, err)
 			return nil, false
@@ -264,7 +265,7 @@ func (h *Handler) handBack(ctx context.Context, log *slog.Logger, id string, epo
 // budgetExhausted applies the budget policy: wait (parked until the day resets or BudgetRetry,
 // whichever comes first) or fail with kind budget. No model call either way.
 func (h *Handler) budgetExhausted(ctx context.Context, log *slog.Logger, id string, epoch int64, cause error) {
-	if h.mp.BudgetPolicy == gemini.BudgetFail {
+	if h.mp.BudgetPolicy == quota.BudgetFail {
 		h.fail(ctx, log, id, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindBudget, Message: cause.Error()})
 		return
 	}
@@ -276,7 +277,7 @@ func (h *Handler) budgetExhausted(ctx context.Context, log *slog.Logger, id stri
 func (h *Handler) budgetWait(ctx context.Context, log *slog.Logger, id string, epoch int64, cause error, why string) {
 	e := &store.TaskError{Kind: task.KindBudget, Message: cause.Error()}
 	if t, ok := h.fencedWrite(ctx, log, id, epoch, gemini.Result{}, "budget wait", func(t *store.Task, now time.Time) {
-		nb := gemini.ResetAt(now)
+		nb := quota.ResetAt(now)
 		if h.mp.BudgetRetry > 0 {
 			nb = minTime(nb, now.Add(jitter(h.mp.BudgetRetry)))
 		}

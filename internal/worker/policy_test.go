@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
-	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -20,10 +20,10 @@ import (
 
 // modelPolicy is the service's policy over the bundle: tenant limits from the store, quick
 // hand-backs and budget re-checks.
-func (b *bundle) modelPolicy(budget gemini.BudgetPolicy) ModelPolicy {
+func (b *bundle) modelPolicy(budget quota.BudgetPolicy) ModelPolicy {
 	return ModelPolicy{
 		Estimator: b.gen, Tenants: NewTenantCache(b.store, time.Minute),
-		Slots: gemini.NewSlots(20 * time.Millisecond), Budgets: gemini.NewBudgets(b.store, time.Now, time.Minute),
+		Slots: quota.NewSlots(20 * time.Millisecond), Budgets: quota.NewBudgets(b.store, time.Now, time.Minute),
 		BudgetPolicy: budget, BudgetRetry: time.Hour,
 	}
 }
@@ -61,7 +61,7 @@ func payload(t *testing.T, d *store.Task) task.Event {
 func TestCacheOneCallPerIdenticalRequest(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
-	h := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
+	h := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
 	same := func(d *store.Task) { d.Input, d.Cache = "The quarterly report says revenue rose.", true }
 	tests := []struct {
 		id       string
@@ -116,11 +116,11 @@ func TestNoCallBeyondBudgetOrDeadline(t *testing.T) {
 	b := setupWith(t, 0, map[string]string{"GENBOX_PRICES": "m=1000/1000"}) // a call costs about $1
 	ctx := context.Background()
 	b.tenant(t, "poor", store.Limits{DailyBudgetUSD: 5})
-	if err := b.store.AddSpend(ctx, gemini.SpendFlush{Tenant: "poor", Day: gemini.Day(time.Now()), Origin: "earlier", Seq: 1, USD: 4.5}); err != nil {
+	if err := b.store.AddSpend(ctx, quota.SpendFlush{Tenant: "poor", Day: quota.Day(time.Now()), Origin: "earlier", Seq: 1, USD: 4.5}); err != nil {
 		t.Fatal(err)
 	}
-	wait := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
-	fail := b.policyHandler(t, policy("w2"), b.modelPolicy(gemini.BudgetFail))
+	wait := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
+	fail := b.policyHandler(t, policy("w2"), b.modelPolicy(quota.BudgetFail))
 	now := time.Now()
 	tests := []struct {
 		id    string
@@ -144,8 +144,8 @@ func TestNoCallBeyondBudgetOrDeadline(t *testing.T) {
 		if got.Lease.Owner != "" || got.Attempts != 0 || got.ModelCalls != 0 {
 			t.Errorf("%s: lease %+v attempts %d calls %d, want released, nothing counted", tc.id, got.Lease, got.Attempts, got.ModelCalls)
 		}
-		if tc.state == task.StateWaiting && (got.NotBefore == nil || !got.NotBefore.After(now) || got.NotBefore.After(gemini.ResetAt(now))) {
-			t.Errorf("%s: not_before %v, want after now and no later than the budget day's reset %v", tc.id, got.NotBefore, gemini.ResetAt(now))
+		if tc.state == task.StateWaiting && (got.NotBefore == nil || !got.NotBefore.After(now) || got.NotBefore.After(quota.ResetAt(now))) {
+			t.Errorf("%s: not_before %v, want after now and no later than the budget day's reset %v", tc.id, got.NotBefore, quota.ResetAt(now))
 		}
 	}
 	if calls := b.srv.Ledger().Total.Calls; calls != 0 {
@@ -179,7 +179,7 @@ func TestStaleAnswerWhenEveryModelIsDown(t *testing.T) {
 		rep.Text = "- " + rep.Text
 		return rep
 	})
-	h := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
+	h := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
 	ctx := context.Background()
 	digest := func(tenant, subject string) func(*store.Task) {
 		return func(d *store.Task) { d.Tenant, d.Variant, d.SubjectKey = tenant, "digest", subject }
@@ -240,7 +240,7 @@ func TestTenantConcurrencyCap(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
 	b.tenant(t, "tenant-a", store.Limits{Concurrency: 2})
-	h := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
+	h := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
 	ctx := context.Background()
 	const n = 6
 	pending := map[string]bool{}
@@ -328,7 +328,7 @@ func TestDegradedRecordedNeverCached(t *testing.T) {
 	r := fakeRenderer{RenderFunc: func(_, _, input string, _ *task.GenConfig) (*prompts.Rendered, error) {
 		return &prompts.Rendered{Prompt: input, Models: []string{"primary", "fallback"}, CacheAllowed: true, Version: "v1"}, nil
 	}}
-	h := New(b.store, b.gen, r, b.pub, b.log, policy("w1"), WithModelPolicy(b.modelPolicy(gemini.BudgetWait)))
+	h := New(b.store, b.gen, r, b.pub, b.log, policy("w1"), WithModelPolicy(b.modelPolicy(quota.BudgetWait)))
 	ctx := context.Background()
 	for _, id := range []string{"one", "two"} {
 		b.task(t, id, func(d *store.Task) { d.Input, d.Cache = "the same text", true })
@@ -351,7 +351,7 @@ func TestDegradedRecordedNeverCached(t *testing.T) {
 func TestFlushSpendAtShutdown(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
-	budgets := gemini.NewBudgets(b.store, time.Now, time.Minute)
+	budgets := quota.NewBudgets(b.store, time.Now, time.Minute)
 	hold, err := budgets.Reserve(context.Background(), "tenant-a", 0, 0.5)
 	if err != nil {
 		t.Fatal(err)
@@ -362,7 +362,7 @@ func TestFlushSpendAtShutdown(t *testing.T) {
 	go func() { defer close(done); FlushSpend(ctx, b.log, budgets, time.Hour) }()
 	cancel()
 	<-done
-	spent, _, err := b.store.Spent(context.Background(), "tenant-a", gemini.Day(time.Now()), "")
+	spent, _, err := b.store.Spent(context.Background(), "tenant-a", quota.Day(time.Now()), "")
 	if err != nil || spent != 0.25 {
 		t.Errorf("spent %v (%v), want 0.25 flushed at shutdown", spent, err)
 	}
@@ -376,7 +376,7 @@ func TestBudgetReservesTheAttemptBudget(t *testing.T) {
 	b := setupWith(t, 0, map[string]string{"GENBOX_PRICES": "m=1000/1000"}) // a call may cost about $1.08; 2 attempts
 	ctx := context.Background()
 	b.tenant(t, "tight", store.Limits{DailyBudgetUSD: 1.5})
-	h := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
+	h := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
 	b.task(t, "tight-1", func(d *store.Task) { d.Tenant = "tight" })
 	h.Handle(ctx, msg("tight-1"))
 	got := b.get(t, "tight-1")
@@ -399,7 +399,7 @@ func TestEraseBetweenCommitAndRemember(t *testing.T) {
 		rep.Text = "- " + rep.Text
 		return rep
 	})
-	h := b.policyHandler(t, policy("w1"), b.modelPolicy(gemini.BudgetWait))
+	h := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
 	ctx := context.Background()
 	var committed *store.Task
 	h.beforeRemember = func(tk *store.Task) { // what DELETE /v1/tasks/{id} does, in the window
@@ -437,11 +437,11 @@ func TestDefaultBudgetStopsATenantWithoutOne(t *testing.T) {
 	b.tenant(t, "newcomer", store.DefaultLimits())
 	b.tenant(t, "funded", store.Limits{DailyBudgetUSD: 50})
 	for _, tenant := range []string{"newcomer", "funded"} {
-		if err := b.store.AddSpend(ctx, gemini.SpendFlush{Tenant: tenant, Day: gemini.Day(time.Now()), Origin: "earlier", Seq: 1, USD: 4.5}); err != nil {
+		if err := b.store.AddSpend(ctx, quota.SpendFlush{Tenant: tenant, Day: quota.Day(time.Now()), Origin: "earlier", Seq: 1, USD: 4.5}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mp := b.modelPolicy(gemini.BudgetWait)
+	mp := b.modelPolicy(quota.BudgetWait)
 	mp.DefaultDailyBudgetUSD = 5
 	h := b.policyHandler(t, policy("w1"), mp)
 	b.task(t, "new-1", func(d *store.Task) { d.Tenant = "newcomer" })
@@ -466,8 +466,8 @@ func TestProjectBudgetStopsTenantsTogether(t *testing.T) {
 	ctx := context.Background()
 	b.tenant(t, "acme", store.Limits{DailyBudgetUSD: 100})
 	b.tenant(t, "globex", store.Limits{DailyBudgetUSD: 100})
-	mp := b.modelPolicy(gemini.BudgetFail)
-	mp.Budgets = gemini.NewBudgets(b.store, time.Now, time.Minute, gemini.WithProjectLimit(2.5))
+	mp := b.modelPolicy(quota.BudgetFail)
+	mp.Budgets = quota.NewBudgets(b.store, time.Now, time.Minute, quota.WithProjectLimit(2.5))
 	h := b.policyHandler(t, policy("w1"), mp)
 	ran := map[string]int{}
 	var stopped *store.Task
@@ -500,7 +500,7 @@ func TestProjectBudgetStopsTenantsTogether(t *testing.T) {
 type unreadableProject struct{ *store.Store }
 
 func (u unreadableProject) Spent(ctx context.Context, tenant, day, origin string) (float64, int64, error) {
-	if tenant == gemini.ProjectCounter {
+	if tenant == quota.ProjectCounter {
 		return 0, 0, errors.New("rpc error: code = Unavailable desc = injected")
 	}
 	return u.Store.Spent(ctx, tenant, day, origin)
@@ -513,8 +513,8 @@ func TestUnreadableProjectBudgetStartsNoCall(t *testing.T) {
 	b := setup(t, 0)
 	ctx := context.Background()
 	b.tenant(t, "acme", store.Limits{DailyBudgetUSD: 100})
-	mp := b.modelPolicy(gemini.BudgetWait)
-	mp.Budgets = gemini.NewBudgets(unreadableProject{b.store}, time.Now, time.Minute, gemini.WithProjectLimit(100))
+	mp := b.modelPolicy(quota.BudgetWait)
+	mp.Budgets = quota.NewBudgets(unreadableProject{b.store}, time.Now, time.Minute, quota.WithProjectLimit(100))
 	h := b.policyHandler(t, policy("w1"), mp)
 	b.task(t, "blind", func(d *store.Task) { d.Tenant = "acme" })
 	start := time.Now()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -499,7 +500,7 @@ func TestConfigFromEnv(t *testing.T) {
 				return base[k]
 			})
 			if tc.wantErr == "" {
-				if err != nil || c.Subscription != bus.SubWorker || c.ShutdownGrace != 8*time.Second || c.BudgetPolicy != gemini.BudgetWait {
+				if err != nil || c.Subscription != bus.SubWorker || c.ShutdownGrace != 8*time.Second || c.BudgetPolicy != quota.BudgetWait {
 					t.Fatalf("%+v %v", c, err)
 				}
 				if c.DefaultDailyBudgetUSD != 10 || c.ProjectDailyBudgetUSD != 100 || c.ModelPolicy(nil, nil).DefaultDailyBudgetUSD != 10 {

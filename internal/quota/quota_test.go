@@ -1,4 +1,4 @@
-package gemini_test
+package quota_test
 
 import (
 	"context"
@@ -11,16 +11,16 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/internal/quota"
 )
 
 // spendStore is a hand-written SpendStore fake.
 type spendStore struct {
-	AddSpendFunc func(ctx context.Context, f gemini.SpendFlush) error
+	AddSpendFunc func(ctx context.Context, f quota.SpendFlush) error
 	SpentFunc    func(ctx context.Context, tenant, day, origin string) (float64, int64, error)
 }
 
-func (s *spendStore) AddSpend(ctx context.Context, f gemini.SpendFlush) error {
+func (s *spendStore) AddSpend(ctx context.Context, f quota.SpendFlush) error {
 	return s.AddSpendFunc(ctx, f)
 }
 
@@ -37,7 +37,7 @@ type memTotals struct {
 	reads   int
 }
 
-func (m *memTotals) add(f gemini.SpendFlush) {
+func (m *memTotals) add(f quota.SpendFlush) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if k := f.Tenant + "/" + f.Day + "/" + f.Origin; m.applied[k] < f.Seq {
@@ -63,7 +63,7 @@ func (m *memTotals) snapshot() (map[string]float64, int) {
 func memSpend() (*spendStore, *memTotals) {
 	m := &memTotals{totals: map[string]float64{}, applied: map[string]int64{}}
 	return &spendStore{
-		AddSpendFunc: func(_ context.Context, f gemini.SpendFlush) error { m.add(f); return nil },
+		AddSpendFunc: func(_ context.Context, f quota.SpendFlush) error { m.add(f); return nil },
 		SpentFunc: func(_ context.Context, tenant, day, origin string) (float64, int64, error) {
 			total, applied := m.spent(tenant, day, origin)
 			return total, applied, nil
@@ -76,7 +76,7 @@ func TestBudgetsSoftLimit(t *testing.T) {
 	ctx := context.Background()
 	store, mem := memSpend()
 	now := time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC)
-	b := gemini.NewBudgets(store, func() time.Time { return now }, time.Minute)
+	b := quota.NewBudgets(store, func() time.Time { return now }, time.Minute)
 
 	h1, err := b.Reserve(ctx, "acme", 1, 0.4)
 	if err != nil {
@@ -86,7 +86,7 @@ func TestBudgetsSoftLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Reserve(ctx, "acme", 1, 0.4); !errors.Is(err, gemini.ErrBudgetExhausted) {
+	if _, err := b.Reserve(ctx, "acme", 1, 0.4); !errors.Is(err, quota.ErrBudgetExhausted) {
 		t.Fatalf("third reservation: %v, want exhausted", err)
 	}
 	if _, err := b.Reserve(ctx, "other", 1, 0.4); err != nil {
@@ -107,7 +107,7 @@ func TestBudgetsSoftLimit(t *testing.T) {
 	if totals, _ := mem.snapshot(); totals["acme/2026-12-02"] < 0.3-1e-9 || totals["acme/2026-12-02"] > 0.3+1e-9 {
 		t.Errorf("flushed %v, want 0.3 for acme", totals)
 	}
-	if got := gemini.ResetAt(now); !got.Equal(time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)) {
+	if got := quota.ResetAt(now); !got.Equal(time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)) {
 		t.Errorf("ResetAt = %s", got)
 	}
 	// No limit: always room, spend still counted.
@@ -130,13 +130,13 @@ func TestBudgetsFlushFailureIsKept(t *testing.T) {
 	store, mem := memSpend()
 	fail := true
 	add := store.AddSpendFunc
-	store.AddSpendFunc = func(ctx context.Context, f gemini.SpendFlush) error {
+	store.AddSpendFunc = func(ctx context.Context, f quota.SpendFlush) error {
 		if fail {
 			return errors.New("unavailable")
 		}
 		return add(ctx, f)
 	}
-	b := gemini.NewBudgets(store, time.Now, time.Minute)
+	b := quota.NewBudgets(store, time.Now, time.Minute)
 	h, err := b.Reserve(ctx, "acme", 10, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -149,10 +149,10 @@ func TestBudgetsFlushFailureIsKept(t *testing.T) {
 	if err := b.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if totals, _ := mem.snapshot(); totals["acme/"+gemini.Day(time.Now())] != 0.5 {
+	if totals, _ := mem.snapshot(); totals["acme/"+quota.Day(time.Now())] != 0.5 {
 		t.Errorf("retried flush wrote %v, want 0.5", totals)
 	}
-	if _, err := b.Reserve(ctx, "acme", 10, 9.6); !errors.Is(err, gemini.ErrBudgetExhausted) {
+	if _, err := b.Reserve(ctx, "acme", 10, 9.6); !errors.Is(err, quota.ErrBudgetExhausted) {
 		t.Errorf("flushed spend forgotten: %v", err)
 	}
 }
@@ -165,7 +165,7 @@ func TestBudgetsUnknownFlushOutcomeCountsOnce(t *testing.T) {
 	store, mem := memSpend()
 	lost := true
 	add := store.AddSpendFunc
-	store.AddSpendFunc = func(ctx context.Context, f gemini.SpendFlush) error {
+	store.AddSpendFunc = func(ctx context.Context, f quota.SpendFlush) error {
 		err := add(ctx, f)
 		if lost {
 			lost = false
@@ -173,7 +173,7 @@ func TestBudgetsUnknownFlushOutcomeCountsOnce(t *testing.T) {
 		}
 		return err
 	}
-	b := gemini.NewBudgets(store, time.Now, time.Hour)
+	b := quota.NewBudgets(store, time.Now, time.Hour)
 	h, err := b.Reserve(ctx, "acme", 1, 0.5)
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +185,7 @@ func TestBudgetsUnknownFlushOutcomeCountsOnce(t *testing.T) {
 	if err := b.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if totals, _ := mem.snapshot(); totals["acme/"+gemini.Day(time.Now())] != 0.5 {
+	if totals, _ := mem.snapshot(); totals["acme/"+quota.Day(time.Now())] != 0.5 {
 		t.Errorf("store total %v after the retry, want 0.5 counted once", totals)
 	}
 	if _, err := b.Reserve(ctx, "acme", 1, 0.4); err != nil {
@@ -202,7 +202,7 @@ func TestBudgetsReserveRacingFlush(t *testing.T) {
 	store, _ := memSpend()
 	add := store.AddSpendFunc
 	entered, applied, landed, release := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
-	store.AddSpendFunc = func(ctx context.Context, f gemini.SpendFlush) error {
+	store.AddSpendFunc = func(ctx context.Context, f quota.SpendFlush) error {
 		entered <- struct{}{}
 		<-applied
 		err := add(ctx, f)
@@ -214,7 +214,7 @@ func TestBudgetsReserveRacingFlush(t *testing.T) {
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	later := func() { mu.Lock(); now = now.Add(time.Minute); mu.Unlock() } // past the refresh: the next Reserve reads
-	b := gemini.NewBudgets(store, clock, time.Minute)
+	b := quota.NewBudgets(store, clock, time.Minute)
 	h, err := b.Reserve(ctx, "acme", 1, 0.5)
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +224,7 @@ func TestBudgetsReserveRacingFlush(t *testing.T) {
 	go func() { flushed <- b.Flush(ctx) }()
 	<-entered
 	later()
-	if h, err := b.Reserve(ctx, "acme", 1, 0.6); !errors.Is(err, gemini.ErrBudgetExhausted) {
+	if h, err := b.Reserve(ctx, "acme", 1, 0.6); !errors.Is(err, quota.ErrBudgetExhausted) {
 		t.Errorf("while $0.5 is being flushed, $0.6 more of $1 was granted: %v", err)
 		if err == nil {
 			h.Settle(0)
@@ -251,7 +251,7 @@ func TestBudgetsReserveRacingFlush(t *testing.T) {
 
 func TestSlots(t *testing.T) {
 	t.Parallel()
-	s := gemini.NewSlots(100 * time.Millisecond)
+	s := quota.NewSlots(100 * time.Millisecond)
 	for i := range 2 {
 		if ok, _ := s.Acquire("acme", 2); !ok {
 			t.Fatalf("slot %d refused", i)
@@ -278,8 +278,8 @@ func TestSlots(t *testing.T) {
 
 func TestParseBudgetPolicy(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]gemini.BudgetPolicy{"": gemini.BudgetWait, "wait": gemini.BudgetWait, "fail": gemini.BudgetFail, "drop": ""} {
-		got, err := gemini.ParseBudgetPolicy(in)
+	for in, want := range map[string]quota.BudgetPolicy{"": quota.BudgetWait, "wait": quota.BudgetWait, "fail": quota.BudgetFail, "drop": ""} {
+		got, err := quota.ParseBudgetPolicy(in)
 		if got != want || (err != nil) != (want == "") {
 			t.Errorf("ParseBudgetPolicy(%q) = %q, %v", in, got, err)
 		}
@@ -296,21 +296,21 @@ func TestBudgetsProjectLimit(t *testing.T) {
 	spent := store.SpentFunc
 	unreadable := false
 	store.SpentFunc = func(ctx context.Context, tenant, day, origin string) (float64, int64, error) {
-		if unreadable && tenant == gemini.ProjectCounter {
+		if unreadable && tenant == quota.ProjectCounter {
 			return 0, 0, errors.New("unavailable")
 		}
 		return spent(ctx, tenant, day, origin)
 	}
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	b := gemini.NewBudgets(store, func() time.Time { return now }, time.Minute, gemini.WithProjectLimit(1))
-	day := gemini.Day(now)
+	b := quota.NewBudgets(store, func() time.Time { return now }, time.Minute, quota.WithProjectLimit(1))
+	day := quota.Day(now)
 
 	a, err := b.Reserve(ctx, "acme", 10, 0.6)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = b.Reserve(ctx, "other", 10, 0.6)
-	if !errors.Is(err, gemini.ErrProjectBudgetExhausted) || errors.Is(err, gemini.ErrBudgetExhausted) {
+	if !errors.Is(err, quota.ErrProjectBudgetExhausted) || errors.Is(err, quota.ErrBudgetExhausted) {
 		t.Fatalf("a second tenant past the project's $1: %v, want the project's budget exhausted (not the tenant's)", err)
 	}
 	a.Settle(0.5)
@@ -319,7 +319,7 @@ func TestBudgetsProjectLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Reserve(ctx, "acme", 10, 0.1); !errors.Is(err, gemini.ErrProjectBudgetExhausted) {
+	if _, err := b.Reserve(ctx, "acme", 10, 0.1); !errors.Is(err, quota.ErrProjectBudgetExhausted) {
 		t.Fatalf("$0.1 more with $0.95 spent or held of the project's $1: %v, want exhausted", err)
 	}
 	o.Settle(0.2)
@@ -327,15 +327,15 @@ func TestBudgetsProjectLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	totals, _ := mem.snapshot()
-	want := map[string]float64{"acme/" + day: 0.5, "other/" + day: 0.45, gemini.ProjectCounter + "/" + day: 0.95}
+	want := map[string]float64{"acme/" + day: 0.5, "other/" + day: 0.45, quota.ProjectCounter + "/" + day: 0.95}
 	if diff := cmp.Diff(want, totals, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
 		t.Errorf("flushed totals (-want +got):\n%s", diff)
 	}
 
 	// Another instance must read the project's total; while it cannot, it reserves nothing.
 	unreadable = true
-	c := gemini.NewBudgets(store, func() time.Time { return now }, time.Minute, gemini.WithProjectLimit(1))
-	if _, err := c.Reserve(ctx, "acme", 10, 0.01); err == nil || errors.Is(err, gemini.ErrProjectBudgetExhausted) {
+	c := quota.NewBudgets(store, func() time.Time { return now }, time.Minute, quota.WithProjectLimit(1))
+	if _, err := c.Reserve(ctx, "acme", 10, 0.01); err == nil || errors.Is(err, quota.ErrProjectBudgetExhausted) {
 		t.Fatalf("project total unreadable: %v, want the read's error", err)
 	}
 	unreadable = false
@@ -354,7 +354,7 @@ func TestBudgetsReadAStaleTotalOnce(t *testing.T) {
 	release := make(chan struct{})
 	firstRead := make(chan struct{}, 1)
 	store := &spendStore{
-		AddSpendFunc: func(context.Context, gemini.SpendFlush) error { return nil },
+		AddSpendFunc: func(context.Context, quota.SpendFlush) error { return nil },
 		SpentFunc: func(_ context.Context, tenant, day, origin string) (float64, int64, error) {
 			select {
 			case firstRead <- struct{}{}:
@@ -366,7 +366,7 @@ func TestBudgetsReadAStaleTotalOnce(t *testing.T) {
 		},
 	}
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	b := gemini.NewBudgets(store, func() time.Time { return now }, time.Minute, gemini.WithProjectLimit(100))
+	b := quota.NewBudgets(store, func() time.Time { return now }, time.Minute, quota.WithProjectLimit(100))
 	const n = 64
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

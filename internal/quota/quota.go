@@ -1,4 +1,8 @@
-package gemini
+// Package quota keeps what a genbox deployment lets each tenant spend and run: the daily budgets
+// (each tenant's and the project's, counted in the store's sharded counters, reserved before a
+// call and settled after it) and the per-tenant concurrency slots. It is genbox's policy, not the
+// model client's: pkg/gemini prices calls, this package limits them.
+package quota
 
 import (
 	"context"
@@ -35,11 +39,11 @@ func ParseBudgetPolicy(s string) (BudgetPolicy, error) {
 }
 
 // ErrBudgetExhausted means a tenant's daily budget has no room for the estimate; no call was made.
-var ErrBudgetExhausted = errors.New("gemini: tenant daily budget exhausted")
+var ErrBudgetExhausted = errors.New("quota: tenant daily budget exhausted")
 
 // ErrProjectBudgetExhausted means the project's daily budget (WithProjectLimit) has no room for
 // the estimate; no call was made. It is not an ErrBudgetExhausted: the tenant is not at fault.
-var ErrProjectBudgetExhausted = errors.New("gemini: project daily budget exhausted")
+var ErrProjectBudgetExhausted = errors.New("quota: project daily budget exhausted")
 
 // ProjectCounter is the tenant name of the project's counter, which counts every tenant's spend
 // once more: no tenant can have it (tenant ids start with a letter or a digit).
