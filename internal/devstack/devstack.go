@@ -466,11 +466,20 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	return s, nil
 }
 
-// serve serves h on addr until Close and returns the bound address.
-func (s *Stack) serve(addr, name string, h http.Handler) (string, error) {
+// listen listens on addr for the part called name.
+func listen(addr, name string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("%s: listen on %s: %w (is another `genbox dev` running? choose another address)", name, addr, err)
+		return nil, fmt.Errorf("%s: listen on %s: %w (is another `genbox dev` running? choose another address)", name, addr, err)
+	}
+	return ln, nil
+}
+
+// serve serves h on addr until Close and returns the bound address.
+func (s *Stack) serve(addr, name string, h http.Handler) (string, error) {
+	ln, err := listen(addr, name)
+	if err != nil {
+		return "", err
 	}
 	srv := service.NewServer(h, service.Limits{})
 	done := make(chan struct{})
@@ -532,9 +541,9 @@ func (s *Stack) startPublisher(env func(string) string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", s.cfg.PublisherAddr)
+	ln, err := listen(s.cfg.PublisherAddr, "publisher")
 	if err != nil {
-		return fmt.Errorf("publisher: listen on %s: %w (is another `genbox dev` running? choose another --addr)", s.cfg.PublisherAddr, err)
+		return fmt.Errorf("%w (--addr)", err)
 	}
 	s.run(ln, ServicePublisher, a.Lifecycle())
 	s.Info.Publisher = "http://" + ln.Addr().String()
@@ -564,15 +573,6 @@ func (s *Stack) run(ln net.Listener, name string, l service.Lifecycle) {
 	})
 }
 
-// local listens on a free loopback port: a service whose routes are only its probes.
-func local(name string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return ln, nil
-}
-
 // handler is the message handler of service's pull consumer, wrapped by Config.WrapHandler.
 func (s *Stack) handler(service string, h bus.Handler) bus.Handler {
 	if s.cfg.WrapHandler == nil {
@@ -600,7 +600,7 @@ func (s *Stack) startWorker(ctx context.Context, env func(string) string) error 
 		return err
 	}
 	s.Worker = a.Handler
-	ln, err := local(ServiceWorker)
+	ln, err := listen("127.0.0.1:0", ServiceWorker) // its routes are only its probes
 	if err != nil {
 		return err
 	}
@@ -618,7 +618,7 @@ func (s *Stack) startResultHandler(env func(string) string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := local(ServiceResultHandler)
+	ln, err := listen("127.0.0.1:0", ServiceResultHandler)
 	if err != nil {
 		return err
 	}
