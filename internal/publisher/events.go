@@ -128,11 +128,7 @@ func (e sse) event(ev client.Event) error {
 // has finished and its delivery is settled. After Last-Event-ID it skips what the client saw.
 // A streamed task's previews come as task.preview events without an id.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, tenant string) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	t, err := s.ownTask(r.Context(), tenant, id)
+	t, err := s.ownTask(r, tenant)
 	if err != nil {
 		return err
 	}
@@ -151,7 +147,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, tenant str
 			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "Last-Event-ID: not an id of this stream", client.FieldError{Field: "Last-Event-ID", Detail: "not an id of this stream"})
 		}
 	}
-	ctx, cancel := context.WithCancel(obs.WithTask(r.Context(), id))
+	ctx, cancel := context.WithCancel(obs.WithTask(r.Context(), t.ID))
 	defer cancel()
 	select {
 	case <-s.streams.done:
@@ -177,7 +173,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	err = s.stream(ctx, out, t, after)
 	if err != nil && ctx.Err() == nil {
-		s.log.WarnContext(ctx, "event stream ended", "task_id", id, "error", err)
+		s.log.WarnContext(ctx, "event stream ended", "task_id", t.ID, "error", err)
 	}
 	return nil // the answer has begun: an error can only end it
 }

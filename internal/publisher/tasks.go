@@ -275,9 +275,14 @@ func (s *Server) batchResult(r *http.Request, out *client.BatchResult, res submi
 	}
 }
 
-// ownTask reads a task of tenant; another tenant's task is not found.
-func (s *Server) ownTask(ctx context.Context, tenant, id string) (*store.Task, error) {
-	t, err := s.st.GetTask(ctx, id)
+// ownTask reads the task of tenant the request's path names; another tenant's task, like a
+// malformed id, is not found.
+func (s *Server) ownTask(r *http.Request, tenant string) (*store.Task, error) {
+	id, err := pathID(r, "id")
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.st.GetTask(r.Context(), id)
 	if err != nil {
 		return nil, err
 	}
@@ -288,11 +293,7 @@ func (s *Server) ownTask(ctx context.Context, tenant, id string) (*store.Task, e
 }
 
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, tenant string) error {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return err
-	}
-	t, err := s.ownTask(r.Context(), tenant, id)
+	t, err := s.ownTask(r, tenant)
 	if err != nil {
 		return err
 	}
