@@ -98,7 +98,8 @@ type tenantDay struct {
 	batches     []batch   // spend flushed or being flushed, not yet in known, oldest first
 	unflushed   float64   // spent here, not yet in a batch
 	// reading is closed when the read under way ends, with readErr its error: the reserves
-	// that find the total stale meanwhile wait for it instead of each reading the store.
+	// that find the total stale meanwhile are served known, or wait for the read (current),
+	// instead of each reading the store.
 	reading chan struct{}
 	readErr error
 }
@@ -213,7 +214,11 @@ func (b *Budgets) Reserve(ctx context.Context, tenant string, limitUSD, estimate
 
 // current returns tenant's day, re-reading its total from the store first when checked says it
 // is checked against a limit and the total is older than the refresh interval: one read at a
-// time, which every caller that finds it stale meanwhile waits for.
+// time. While it re-reads a total it read before, the others are served that total, as they were
+// a moment earlier — a reserve waits on no read, so a refresh never stalls every call at once —,
+// unless the total has gone unread for two refresh intervals (the re-reads failing, or one
+// hanging), when they wait for the read and fail closed with its error. A first read is waited
+// for by all.
 func (b *Budgets) current(ctx context.Context, tenant, day string, checked bool, now time.Time) (*tenantDay, error) {
 	b.mu.Lock()
 	td := b.dayOf(tenant, day)
@@ -223,6 +228,10 @@ func (b *Budgets) current(ctx context.Context, tenant, day string, checked bool,
 		return td, nil
 	}
 	if reading := td.reading; reading != nil {
+		if !td.readAt.IsZero() && now.Sub(td.readAt) < 2*b.refresh {
+			b.mu.Unlock()
+			return td, nil
+		}
 		b.mu.Unlock()
 		select {
 		case <-reading:

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -391,4 +392,84 @@ func TestBudgetsReadAStaleTotalOnce(t *testing.T) {
 	if _, got := mem.snapshot(); got != 2 {
 		t.Errorf("%d reads for %d reserves of a stale total, want 2 (the tenant's and the project's, once each)", got, n)
 	}
+}
+
+// A re-read of a total read before holds no other reserve: they are served the total as it was,
+// so a refresh never stalls every call at once. Once the total has gone unread for two refresh
+// intervals, they wait for the read again and fail closed with its error.
+func TestBudgetsReReadHoldsNoReserve(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		_, mem := memSpend()
+		var release chan struct{} // while set, a read waits for it
+		var readErr error
+		store := &spendStore{
+			AddSpendFunc: func(context.Context, quota.SpendFlush) error { return nil },
+			SpentFunc: func(_ context.Context, tenant, day, origin string) (float64, int64, error) {
+				if release != nil {
+					<-release
+				}
+				if readErr != nil {
+					return 0, 0, readErr
+				}
+				total, applied := mem.spent(tenant, day, origin)
+				return total, applied, nil
+			},
+		}
+		b := quota.NewBudgets(store, time.Now, time.Minute)
+		reserve := func() <-chan error {
+			done := make(chan error, 1)
+			go func() {
+				_, err := b.Reserve(ctx, "acme", 10, 0.01)
+				done <- err
+			}()
+			return done
+		}
+		if err := <-reserve(); err != nil { // the first read
+			t.Fatal(err)
+		}
+
+		time.Sleep(90 * time.Second) // stale, within two refreshes
+		release = make(chan struct{})
+		rereader := reserve()
+		synctest.Wait()
+		others := make([]<-chan error, 8)
+		for i := range others {
+			others[i] = reserve()
+		}
+		synctest.Wait()
+		for i, done := range others {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("reserve %d during the re-read: %v", i, err)
+				}
+			default:
+				t.Errorf("reserve %d waited for the re-read of a total read 90 s ago (refresh 1 min)", i)
+			}
+		}
+		close(release)
+		if err := <-rereader; err != nil {
+			t.Fatal(err)
+		}
+
+		time.Sleep(3 * time.Minute) // unread for more than two refreshes, and the store failing
+		release, readErr = make(chan struct{}), errors.New("firestore unavailable")
+		rereader = reserve()
+		synctest.Wait()
+		waiter := reserve()
+		synctest.Wait()
+		select {
+		case err := <-waiter:
+			t.Fatalf("a reserve of a total unread for two refreshes did not wait for the read (err %v)", err)
+		default:
+		}
+		close(release)
+		for _, done := range []<-chan error{rereader, waiter} {
+			if err := <-done; !errors.Is(err, readErr) {
+				t.Errorf("reserve of a total unreadable for two refreshes: %v, want the read's error", err)
+			}
+		}
+	})
 }
