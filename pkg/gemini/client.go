@@ -60,8 +60,23 @@ func WithRand(f func() float64) Option { return func(c *Client) { c.rand = f } }
 // WithLogger sets the logger (the default discards).
 func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
 
-// WithHTTPClient sets the HTTP client the SDK uses.
+// WithHTTPClient sets the HTTP client the SDK uses (with the Gemini API backend, one keeping
+// idleConnsPerHost idle connections otherwise).
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.httpClient = h } }
+
+// idleConnsPerHost is how many idle connections to the model's host the Gemini API backend
+// keeps, as Google's own transport does for Vertex AI (cloud.google.com/go/auth/httptransport).
+// The SDK's default client keeps net/http's two: over HTTP/1.1 (a proxy, an endpoint without
+// HTTP/2, the fake), every call beyond two at once closed its connection when it answered, and
+// the next call dialed a new one while holding a model-call slot.
+const idleConnsPerHost = 100
+
+// pooledClient is the HTTP client of the Gemini API backend when none is given.
+func pooledClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = idleConnsPerHost
+	return &http.Client{Transport: tr}
+}
 
 // Client calls Gemini under the policy of its Config. It is safe for concurrent use.
 type Client struct {
@@ -109,6 +124,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 		cc.Backend, cc.Project, cc.Location = genai.BackendVertexAI, cfg.Project, cfg.Location
 	default:
 		cc.Backend, cc.APIKey, cc.HTTPOptions.BaseURL = genai.BackendGeminiAPI, cfg.APIKey, cfg.BaseURL
+		if cc.HTTPClient == nil {
+			cc.HTTPClient = pooledClient()
+		}
 		if cc.APIKey == "" {
 			cc.APIKey = "fake" // a fake at BaseURL (Validate allows no key only then) ignores it
 		}

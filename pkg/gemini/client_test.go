@@ -3,8 +3,12 @@ package gemini_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -614,5 +618,43 @@ func TestInstancesShareOneBreaker(t *testing.T) {
 	}
 	if res, err := b.Generate(ctx, request("after")); err != nil || res.Model != primary {
 		t.Errorf("b after a's probe succeeded: %+v %v, want the model's answer", res, err)
+	}
+}
+
+// Calls at once reuse their connections to the model's host: a second round of as many calls as
+// the first opens none, where net/http's default pool of two idle connections closed all but two
+// after each round (over HTTP/1.1, as to the fake), and every call of the next dialed again.
+func TestConcurrentCallsReuseConnections(t *testing.T) {
+	t.Parallel()
+	fake := geminitest.New(geminitest.WithLatency(primary, geminitest.Fixed(20*time.Millisecond)))
+	srv := httptest.NewUnstartedServer(fake)
+	var dialed atomic.Int64
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialed.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(func() { fake.Close(); srv.Close() })
+	cfg := gemini.DefaultConfig()
+	cfg.BaseURL, cfg.Models = srv.URL, []string{primary}
+	c, err := gemini.New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 32
+	for round := range 2 {
+		var wg sync.WaitGroup
+		for i := range calls {
+			wg.Go(func() {
+				if _, err := c.Generate(t.Context(), gemini.Request{TaskID: fmt.Sprintf("t-%d-%d", round, i), Tenant: "acme", Prompt: "say something"}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if got := dialed.Load(); got > calls {
+		t.Errorf("%d connections for two rounds of %d calls at once, want at most %d: the second round dialed again", got, calls, calls)
 	}
 }
