@@ -186,6 +186,11 @@ type Result struct {
 	// model latency; in a backlog, whose tasks wait before their call by design, of the time
 	// from the call's answer to the webhook.
 	OverheadP50, OverheadP99 time.Duration
+	// Ramp and Tail are a backlog's ends, where its drain cannot keep every slot busy: from the
+	// start of the drain until as many calls have started as there are slots (the first claims),
+	// and from the last call's answer to the last webhook (the last output's commit, nudge and
+	// delivery). Zero in the closed loop.
+	Ramp, Tail time.Duration
 
 	FirestoreReads, FirestoreWrites, FirestoreCommits int64
 	// Ops breaks the Firestore operations down by the step of the path that made them, and Steps
@@ -335,6 +340,8 @@ func (r Report) Print(w io.Writer) {
 	if c.Backlog {
 		row("drain start to webhook p50 / p99", func(r Result) string { return dur(r.P50) + " / " + dur(r.P99) })
 		row("answer to webhook p50 / p99", func(r Result) string { return dur(r.OverheadP50) + " / " + dur(r.OverheadP99) })
+		row("ramp: drain start to every slot busy", func(r Result) string { return dur(r.Ramp) })
+		row("tail: last answer to last webhook", func(r Result) string { return dur(r.Tail) })
 	} else {
 		row("end-to-end p50 / p99", func(r Result) string { return dur(r.P50) + " / " + dur(r.P99) })
 		row("overhead p50 / p99", func(r Result) string { return dur(r.OverheadP50) + " / " + dur(r.OverheadP99) })

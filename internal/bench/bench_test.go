@@ -112,14 +112,19 @@ func TestRunBacklog(t *testing.T) {
 	if g.OverheadP50 <= 0 || g.OverheadP50 > g.P50 {
 		t.Errorf("answer to webhook p50 %s, drain start to webhook p50 %s: want a positive share of it", g.OverheadP50, g.P50)
 	}
-	if !strings.Contains(out.String(), "drain throughput ÷ bound") {
-		t.Errorf("report lacks the drain's ratio:\n%s", out.String())
+	if g.Ramp <= 0 || g.Tail <= 0 || g.Ramp+g.Tail >= g.Wall {
+		t.Errorf("ramp %s and tail %s of a drain of %s: want each positive and both within it", g.Ramp, g.Tail, g.Wall)
+	}
+	for _, row := range []string{"drain throughput ÷ bound", "ramp: drain start to every slot busy", "tail: last answer to last webhook"} {
+		if !strings.Contains(out.String(), row) {
+			t.Errorf("report lacks %q:\n%s", row, out.String())
+		}
 	}
 	b, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), `"backlog":true`) {
+	if !strings.Contains(string(b), `"backlog":true`) || !strings.Contains(string(b), `"ramp_seconds":`) {
 		t.Errorf("JSON report does not say it is a backlog: %s", b)
 	}
 }

@@ -37,6 +37,8 @@ type resultJSON struct {
 	P99Seconds         float64        `json:"p99_seconds"`
 	OverheadP50Seconds float64        `json:"overhead_p50_seconds"`
 	OverheadP99Seconds float64        `json:"overhead_p99_seconds"`
+	RampSeconds        float64        `json:"ramp_seconds,omitempty"` // backlog: drain start to every slot busy
+	TailSeconds        float64        `json:"tail_seconds,omitempty"` // backlog: last answer to last webhook
 	FirestoreReads     int64          `json:"firestore_reads"`
 	FirestoreWrites    int64          `json:"firestore_writes"`
 	FirestoreCommits   int64          `json:"firestore_commits"`
@@ -105,6 +107,7 @@ func (r Result) json() resultJSON {
 		System: r.System, Tasks: r.Tasks, Completed: r.Completed, Lost: r.Lost, WallSeconds: s(r.Wall),
 		Throughput: r.Throughput, Bound: r.Bound, Efficiency: r.Efficiency(), ModelMeanSeconds: s(r.ModelMean),
 		P50Seconds: s(r.P50), P99Seconds: s(r.P99), OverheadP50Seconds: s(r.OverheadP50), OverheadP99Seconds: s(r.OverheadP99),
+		RampSeconds: s(r.Ramp), TailSeconds: s(r.Tail),
 		FirestoreReads: r.FirestoreReads, FirestoreWrites: r.FirestoreWrites, FirestoreCommits: r.FirestoreCommits,
 		Publishes: r.Publishes, ModelCalls: r.ModelCalls, Generations: r.Generations, BilledTokens: r.BilledTokens,
 		NeededTokens: r.NeededTokens, BilledRatio: r.BilledRatio(), Webhooks: r.Webhooks, Duplicates: r.Duplicates,

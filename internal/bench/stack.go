@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -381,6 +382,9 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 		overOf[d.id] = d.over
 	}
 	r.Steps = s.tl.stepLatencies(overOf)
+	if cfg.Backlog {
+		r.Ramp, r.Tail = drainEnds(results, s.lat, cfg.Concurrency, wall)
+	}
 	e2e, over = sortedCopy(e2e), sortedCopy(over)
 	r.P50, r.P99 = percentile(e2e, 0.5), percentile(e2e, 0.99)
 	r.OverheadP50, r.OverheadP99 = percentile(over, 0.5), percentile(over, 0.99)
@@ -532,6 +536,28 @@ func (s *stack) drainBacklog(ctx context.Context, bar *progress) ([]done, time.D
 		bar.add()
 	}
 	return out, last.Sub(start), nil
+}
+
+// drainEnds returns a backlog's ramp — from the start of the drain until the slots-th call
+// started — and its tail — from the last answer to the last webhook, wall after the start —,
+// from its tasks' times after the start (each task's last call).
+func drainEnds(results []done, lat *latencies, slots int, wall time.Duration) (ramp, tail time.Duration) {
+	var starts []time.Duration
+	var lastAnswer time.Duration
+	for _, d := range results {
+		if !d.ok {
+			continue
+		}
+		answer := d.e2e - d.over
+		m, _ := lat.get(d.id)
+		starts = append(starts, answer-m)
+		lastAnswer = max(lastAnswer, answer)
+	}
+	if len(starts) == 0 {
+		return 0, 0
+	}
+	slices.Sort(starts)
+	return starts[min(slots, len(starts))-1], wall - lastAnswer
 }
 
 // gated holds every message of h until gate is closed; a nil gate holds none. A message whose
