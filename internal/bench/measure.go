@@ -270,9 +270,10 @@ func sortedCopy(d []time.Duration) []time.Duration {
 // run reports its own peak. It fails quietly where /proc/self/clear_refs is not writable.
 func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
 
-// peakRSS reads this process's peak resident set size (VmHWM) in bytes; 0 when unknown.
-func peakRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
+// PeakRSS reads the peak resident set size (VmHWM) of the process pid in bytes; 0 when unknown
+// (not Linux, or no such process).
+func PeakRSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return 0
 	}

@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -362,7 +363,7 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 		return Result{}, err
 	}
 
-	r := Result{System: system, Tasks: cfg.Tasks, Wall: wall, Publishes: s.pubs.counts(), Injected: s.in.counts(), PeakRSS: peakRSS()}
+	r := Result{System: system, Tasks: cfg.Tasks, Wall: wall, Publishes: s.pubs.counts(), Injected: s.in.counts(), PeakRSS: PeakRSS(os.Getpid())}
 	ops := s.counter.Counts().Sub(ops0)
 	r.FirestoreReads, r.FirestoreWrites, r.FirestoreCommits = ops.Reads, ops.Writes, ops.Commits
 	r.Ops = stepOps(s.counter.ByStep(), steps0)

@@ -9,4 +9,9 @@
 // runs the long versions:
 //
 //	go test ./test/chaos -run . -soak -timeout 30m
+//
+// BenchmarkWorkerMemory runs the same stack to measure the worker process's peak RSS with 256
+// model calls in flight:
+//
+//	go test ./test/chaos -run '^$' -bench BenchmarkWorkerMemory -benchtime=1x
 package chaos

@@ -80,7 +80,7 @@ var services = testenv.NewBuild("genbox-chaos-bin", func(dir string) error {
 })
 
 // binaries builds the four services once per run and returns their directory.
-func binaries(t *testing.T) string {
+func binaries(t testing.TB) string {
 	t.Helper()
 	emulator.Require(t) // they run only against the emulators: no build where they are unavailable
 	return services.Dir(t)
@@ -102,7 +102,7 @@ type proc struct {
 	restarts   int
 }
 
-func (p *proc) start(t *testing.T) {
+func (p *proc) start(t testing.TB) {
 	t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -200,7 +200,7 @@ type receiver struct {
 	answered func(id string)
 }
 
-func newReceiver(t *testing.T, secret string) *receiver {
+func newReceiver(t testing.TB, secret string) *receiver {
 	t.Helper()
 	v, err := webhook.NewVerifier(secret)
 	if err != nil {
@@ -307,7 +307,7 @@ func (s *slackStub) count(method string) int {
 // stack is one scenario's system: its own project on the emulators (or its own Pub/Sub
 // emulator), the four services as processes, the fake Gemini and the app's receiver in the test.
 type stack struct {
-	t       *testing.T
+	t       testing.TB
 	project string
 	psHost  string
 	store   *store.Store
@@ -358,7 +358,7 @@ func ownPubSub(t *testing.T, port int) *emulator.Emulators {
 }
 
 // freePort returns a loopback port nobody listens on now.
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -382,13 +382,13 @@ func topology() bus.Topology {
 
 // newStack prepares a scenario: project, topology, tenant and API key, fake Gemini with latency,
 // receiver, and the services' environment. psHost is the Pub/Sub emulator ("" for the shared one).
-func newStack(t *testing.T, latency geminitest.Latency, psHost string) *stack {
+func newStack(t testing.TB, latency geminitest.Latency, psHost string) *stack {
 	t.Helper()
 	return newStackOn(t, latency, psHost, topology())
 }
 
 // newStackOn is newStack with the Pub/Sub topology top.
-func newStackOn(t *testing.T, latency geminitest.Latency, psHost string, top bus.Topology) *stack {
+func newStackOn(t testing.TB, latency geminitest.Latency, psHost string, top bus.Topology) *stack {
 	t.Helper()
 	bin := binaries(t)
 	ctx := context.Background()
