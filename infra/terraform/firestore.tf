@@ -17,158 +17,151 @@ resource "google_firestore_database" "default" {
   depends_on = [google_project_service.required]
 }
 
-# store.Queries "sweep": a sweep shard's due documents, oldest due first (docs/architecture.md §4,
-# the sweeper). due_shard leads the index so its writes spread over GENBOX_SWEEP_SHARDS ranges
-# instead of all landing at the near-now end of one (docs/capacity.md).
-resource "google_firestore_index" "sweep" {
-  project    = var.project_id
-  database   = google_firestore_database.default.name
-  collection = "tasks"
+locals {
+  # The composite index of each store.Queries entry that needs one: its collection and its fields
+  # in the query's order, keyed by the name it had as a resource of its own.
+  composite_indexes = {
+    # store.Queries "sweep": a sweep shard's due documents, oldest due first (docs/architecture.md
+    # §4, the sweeper). due_shard leads the index so its writes spread over GENBOX_SWEEP_SHARDS
+    # ranges instead of all landing at the near-now end of one (docs/capacity.md).
+    sweep = {
+      collection = "tasks"
+      fields = [
+        { path = "due_shard", order = "ASCENDING" },
+        { path = "due_at", order = "ASCENDING" },
+      ]
+    }
 
-  fields {
-    field_path = "due_shard"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "due_at"
-    order      = "ASCENDING"
+    # store.Queries "tasks-by-tenant": GET /v1/tasks, newest first.
+    tasks_by_tenant = {
+      collection = "tasks"
+      fields = [
+        { path = "tenant", order = "ASCENDING" },
+        { path = "created_at", order = "DESCENDING" },
+      ]
+    }
+
+    # store.Queries "tasks-by-tenant-state": GET /v1/tasks?state=..., newest first.
+    tasks_by_tenant_state = {
+      collection = "tasks"
+      fields = [
+        { path = "tenant", order = "ASCENDING" },
+        { path = "state", order = "ASCENDING" },
+        { path = "created_at", order = "DESCENDING" },
+      ]
+    }
+
+    # store.Queries "dead-letters-by-state": open dead letters, oldest first (`genbox dlq list`, the
+    # open-dead-letters gauge).
+    dead_letters_by_state = {
+      collection = "dead_letters"
+      fields = [
+        { path = "state", order = "ASCENDING" },
+        { path = "created_at", order = "ASCENDING" },
+      ]
+    }
+
+    # store.Queries "batch-candidates": the tasks waiting for a batch of a model, oldest first (the
+    # batcher's gathering).
+    batch_candidates = {
+      collection = "tasks"
+      fields = [
+        { path = "batch_model", order = "ASCENDING" },
+        { path = "state", order = "ASCENDING" },
+        { path = "created_at", order = "ASCENDING" },
+      ]
+    }
+
+    # store.Queries "open-batch-jobs": a model's batch jobs not yet done (the batcher's polling and
+    # recovery after a crash).
+    open_batch_jobs = {
+      collection = "batch_jobs"
+      fields = [
+        { path = "model", order = "ASCENDING" },
+        { path = "open", order = "ASCENDING" },
+      ]
+    }
+
+    # store.Queries "console-tasks-by-tenant-family": the console's task search by family.
+    console_tasks_by_tenant_family = {
+      collection = "tasks"
+      fields = [
+        { path = "tenant", order = "ASCENDING" },
+        { path = "family", order = "ASCENDING" },
+        { path = "created_at", order = "DESCENDING" },
+      ]
+    }
+
+    # store.Queries "console-tasks-by-tenant-state-family": the console's task search by state and
+    # family.
+    console_tasks_by_tenant_state_family = {
+      collection = "tasks"
+      fields = [
+        { path = "tenant", order = "ASCENDING" },
+        { path = "state", order = "ASCENDING" },
+        { path = "family", order = "ASCENDING" },
+        { path = "created_at", order = "DESCENDING" },
+      ]
+    }
   }
 }
 
-# store.Queries "tasks-by-tenant": GET /v1/tasks, newest first.
-resource "google_firestore_index" "tasks_by_tenant" {
+resource "google_firestore_index" "composite" {
+  for_each = local.composite_indexes
+
   project    = var.project_id
   database   = google_firestore_database.default.name
-  collection = "tasks"
+  collection = each.value.collection
 
-  fields {
-    field_path = "tenant"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "created_at"
-    order      = "DESCENDING"
+  dynamic "fields" {
+    for_each = each.value.fields
+    content {
+      field_path = fields.value.path
+      order      = fields.value.order
+    }
   }
 }
 
-# store.Queries "tasks-by-tenant-state": GET /v1/tasks?state=..., newest first.
-resource "google_firestore_index" "tasks_by_tenant_state" {
-  project    = var.project_id
-  database   = google_firestore_database.default.name
-  collection = "tasks"
-
-  fields {
-    field_path = "tenant"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "state"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "created_at"
-    order      = "DESCENDING"
-  }
+# The indexes were one resource each before composite: these keep an existing deployment's
+# indexes, which take minutes to build, instead of destroying and recreating them.
+moved {
+  from = google_firestore_index.sweep
+  to   = google_firestore_index.composite["sweep"]
 }
 
-# store.Queries "dead-letters-by-state": open dead letters, oldest first (`genbox dlq list`, the
-# open-dead-letters gauge).
-resource "google_firestore_index" "dead_letters_by_state" {
-  project    = var.project_id
-  database   = google_firestore_database.default.name
-  collection = "dead_letters"
-
-  fields {
-    field_path = "state"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "created_at"
-    order      = "ASCENDING"
-  }
+moved {
+  from = google_firestore_index.tasks_by_tenant
+  to   = google_firestore_index.composite["tasks_by_tenant"]
 }
 
-# store.Queries "batch-candidates": the tasks waiting for a batch of a model, oldest first (the
-# batcher's gathering).
-resource "google_firestore_index" "batch_candidates" {
-  project    = var.project_id
-  database   = google_firestore_database.default.name
-  collection = "tasks"
-
-  fields {
-    field_path = "batch_model"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "state"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "created_at"
-    order      = "ASCENDING"
-  }
+moved {
+  from = google_firestore_index.tasks_by_tenant_state
+  to   = google_firestore_index.composite["tasks_by_tenant_state"]
 }
 
-# store.Queries "open-batch-jobs": a model's batch jobs not yet done (the batcher's polling and
-# recovery after a crash).
-resource "google_firestore_index" "open_batch_jobs" {
-  project    = var.project_id
-  database   = google_firestore_database.default.name
-  collection = "batch_jobs"
-
-  fields {
-    field_path = "model"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "open"
-    order      = "ASCENDING"
-  }
+moved {
+  from = google_firestore_index.dead_letters_by_state
+  to   = google_firestore_index.composite["dead_letters_by_state"]
 }
 
-# store.Queries "console-tasks-by-tenant-family": the console's task search by family.
-resource "google_firestore_index" "console_tasks_by_tenant_family" {
-  project    = var.project_id
-  database   = google_firestore_database.default.name
-  collection = "tasks"
-
-  fields {
-    field_path = "tenant"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "family"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "created_at"
-    order      = "DESCENDING"
-  }
+moved {
+  from = google_firestore_index.batch_candidates
+  to   = google_firestore_index.composite["batch_candidates"]
 }
 
-# store.Queries "console-tasks-by-tenant-state-family": the console's task search by state and
-# family.
-resource "google_firestore_index" "console_tasks_by_tenant_state_family" {
-  project    = var.project_id
-  database   = google_firestore_database.default.name
-  collection = "tasks"
+moved {
+  from = google_firestore_index.open_batch_jobs
+  to   = google_firestore_index.composite["open_batch_jobs"]
+}
 
-  fields {
-    field_path = "tenant"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "state"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "family"
-    order      = "ASCENDING"
-  }
-  fields {
-    field_path = "created_at"
-    order      = "DESCENDING"
-  }
+moved {
+  from = google_firestore_index.console_tasks_by_tenant_family
+  to   = google_firestore_index.composite["console_tasks_by_tenant_family"]
+}
+
+moved {
+  from = google_firestore_index.console_tasks_by_tenant_state_family
+  to   = google_firestore_index.composite["console_tasks_by_tenant_state_family"]
 }
 
 locals {
@@ -196,8 +189,8 @@ locals {
     "outputs.payload"    = { collection = "outputs", field = "payload" }
     "batch_jobs.members" = { collection = "batch_jobs", field = "members" }
 
-    # The attempt log and trace id are read with their task only; a preview's text and time
-    # are read by its document's listener only.
+    # The attempt log and trace id are read with their task only; a preview's text and time are read
+    # by its document's listener only.
     "tasks.attempt_log"   = { collection = "tasks", field = "attempt_log" }
     "tasks.trace_id"      = { collection = "tasks", field = "trace_id" }
     "previews.text"       = { collection = "previews", field = "text" }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -21,7 +22,7 @@ func (e *env) kill(t *testing.T, p *pipeline, id string) {
 	e.submit(t, p, id)
 	p.gem.FailNext("m", 503, 503)
 	p.worker.Handle(e.ctx, idMsg(id))
-	if got := e.get(t, id); got.State != task.StateDead {
+	if got := testenv.GetTask(t, e.st, id); got.State != task.StateDead {
 		t.Fatalf("state %s, want dead", got.State)
 	}
 }
@@ -32,11 +33,11 @@ func (e *env) killBoth(t *testing.T, p *pipeline, id string, seen *int) {
 	t.Helper()
 	e.kill(t, p, id)
 	p.rh.Handle(e.ctx, e.resultNudge(id))
-	if got := e.get(t, id); got.State != task.StateDead || got.Delivery.State != task.DeliveryDead || got.Delivery.EventType != task.EventDead {
+	if got := testenv.GetTask(t, e.st, id); got.State != task.StateDead || got.Delivery.State != task.DeliveryDead || got.Delivery.EventType != task.EventDead {
 		t.Fatalf("state %s delivery %s of %s; want dead, its task.dead delivery dead", got.State, got.Delivery.State, got.Delivery.EventType)
 	}
 	e.deliverNotices(seen)
-	if got := e.get(t, id); len(got.OpenDeadLetters) != 2 {
+	if got := testenv.GetTask(t, e.st, id); len(got.OpenDeadLetters) != 2 {
 		t.Fatalf("open dead letters %v, want the generation's and the delivery's", got.OpenDeadLetters)
 	}
 }
@@ -60,7 +61,7 @@ func TestSecondDeadDeliveryInOneReplay(t *testing.T) {
 	e.killBoth(t, p, id, &seen)
 	e.approve(t, ActionDiscard, id+":generation:0:0")
 	p.rh.Handle(e.ctx, e.resultNudge(id)) // task.discarded: refused, dead
-	if got := e.get(t, id); got.Delivery.State != task.DeliveryDead || got.Delivery.EventType != task.EventDiscarded {
+	if got := testenv.GetTask(t, e.st, id); got.Delivery.State != task.DeliveryDead || got.Delivery.EventType != task.EventDiscarded {
 		t.Fatalf("delivery %s of %s, want task.discarded dead", got.Delivery.State, got.Delivery.EventType)
 	}
 	e.deliverNotices(&seen)

@@ -128,7 +128,7 @@ func TestRegenerate(t *testing.T) {
 	e.submit(t, p, id)
 	p.gem.FailNext("m", 503, 503)
 	p.worker.Handle(e.ctx, idMsg(id))
-	if got := e.get(t, id); got.State != task.StateDead {
+	if got := testenv.GetTask(t, e.st, id); got.State != task.StateDead {
 		t.Fatalf("state %s, want dead", got.State)
 	}
 	seen := 0
@@ -148,7 +148,7 @@ func TestRegenerate(t *testing.T) {
 	if n := len(p.gem.Ledger().Bills); n != bills {
 		t.Fatalf("the Regenerate decision billed %d generations; it only queues one", n-bills)
 	}
-	after := e.get(t, id)
+	after := testenv.GetTask(t, e.st, id)
 	if after.State != task.StateQueued || after.Replay != 1 || after.Attempts != 0 || after.Claims != 0 || !after.BypassCache ||
 		len(after.Previous) != 1 || after.Previous[0].State != task.StateDead || after.Error != nil || len(after.OpenDeadLetters) != 0 {
 		t.Fatalf("after Regenerate: %+v", after)
@@ -172,7 +172,7 @@ func TestRegenerate(t *testing.T) {
 	// Regenerated, then dead again: a second, separate post, and a second Regenerate.
 	p.gem.FailNext("m", 503, 503)
 	p.worker.Handle(e.ctx, idMsg(id))
-	if got := e.get(t, id); got.State != task.StateDead || got.Replay != 1 {
+	if got := testenv.GetTask(t, e.st, id); got.State != task.StateDead || got.Replay != 1 {
 		t.Fatalf("after the failed rerun: %s replay %d", got.State, got.Replay)
 	}
 	e.deliverNotices(&seen)
@@ -183,7 +183,7 @@ func TestRegenerate(t *testing.T) {
 	e.approve(t, ActionRegenerate, id+":generation:1:0")
 	bills = len(p.gem.Ledger().Bills)
 	p.worker.Handle(e.ctx, idMsg(id))
-	if got := e.get(t, id); got.State != task.StateSucceeded || got.Replay != 2 || len(got.Previous) != 2 {
+	if got := testenv.GetTask(t, e.st, id); got.State != task.StateSucceeded || got.Replay != 2 || len(got.Previous) != 2 {
 		t.Fatalf("after the rerun: %s replay %d", got.State, got.Replay)
 	}
 	if n := len(p.gem.Ledger().Bills); n != bills+1 {
@@ -217,7 +217,7 @@ func TestRedeliver(t *testing.T) {
 	e.submit(t, p, id)
 	p.gem.FailNext("m", 400) // a permanent refusal: task.failed
 	p.worker.Handle(e.ctx, idMsg(id))
-	if got := e.get(t, id); got.State != task.StateFailed || got.Delivery.EventType != task.EventFailed {
+	if got := testenv.GetTask(t, e.st, id); got.State != task.StateFailed || got.Delivery.EventType != task.EventFailed {
 		t.Fatalf("state %s event %s", got.State, got.Delivery.EventType)
 	}
 	p.recv.Schedule = func(n int) int {
@@ -227,7 +227,7 @@ func TestRedeliver(t *testing.T) {
 		return http.StatusNoContent
 	}
 	p.rh.Handle(e.ctx, e.resultNudge(id))
-	if got := e.get(t, id); got.Delivery.State != task.DeliveryDead {
+	if got := testenv.GetTask(t, e.st, id); got.Delivery.State != task.DeliveryDead {
 		t.Fatalf("delivery %s, want dead", got.Delivery.State)
 	}
 	seen := 0
@@ -241,7 +241,7 @@ func TestRedeliver(t *testing.T) {
 	results, tasks := e.nudged(bus.TopicResults, id), e.nudged(bus.TopicTasks, id)
 
 	e.approve(t, ActionRedeliver, dl)
-	after := e.get(t, id)
+	after := testenv.GetTask(t, e.st, id)
 	if d := after.Delivery; d.State != task.DeliveryPending || d.Round != 1 || d.Attempts != 0 || d.FirstAttemptAt != nil || after.State != task.StateFailed {
 		t.Fatalf("after Redeliver: task %s delivery %+v", after.State, d)
 	}
@@ -267,7 +267,7 @@ func TestRedeliver(t *testing.T) {
 			t.Fatalf("webhook %+v differs from the first %+v", h, hooks[0])
 		}
 	}
-	if got := e.get(t, id); got.Delivery.State != task.DeliveryDelivered || got.Delivery.Round != 2 {
+	if got := testenv.GetTask(t, e.st, id); got.Delivery.State != task.DeliveryDelivered || got.Delivery.Round != 2 {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}
 	if got := p.gem.Ledger(); len(got.Bills) != len(ledger.Bills) || got.Total != ledger.Total {
@@ -290,12 +290,12 @@ func TestDiscard(t *testing.T) {
 	}
 	// The task.dead event of gen is still pending: the discard event queues behind it.
 	e.approve(t, ActionDiscard, "t-discard-gen:generation:0:0")
-	g := e.get(t, gen.ID)
+	g := testenv.GetTask(t, e.st, gen.ID)
 	if g.State != task.StateDiscarded || len(g.Delivery.Queue) != 1 || g.Delivery.Queue[0].EventID != task.EventID(gen.ID, task.EventDiscarded, 0) {
 		t.Fatalf("generation discard: %s queue %+v", g.State, g.Delivery.Queue)
 	}
 	e.approve(t, ActionDiscard, "t-discard-del:delivery:0:0")
-	d := e.get(t, del.ID)
+	d := testenv.GetTask(t, e.st, del.ID)
 	if d.State != task.StateFailed || d.Delivery.State != task.DeliveryDiscarded || len(d.Delivery.Queue) != 0 || e.nudged(bus.TopicResults, del.ID) != 0 {
 		t.Fatalf("delivery discard: %s %+v", d.State, d.Delivery)
 	}
@@ -317,7 +317,7 @@ func TestDecisionFinishedLater(t *testing.T) {
 	e.slack.fail = func(method string, _ int) bool { return method == "chat.update" }
 	e.slack.mu.Unlock()
 	e.approve(t, ActionRedeliver, "t-later:delivery:0:0")
-	got := e.get(t, tk.ID)
+	got := testenv.GetTask(t, e.st, tk.ID)
 	if got.Decision == nil || len(got.Decision.Topics) != 1 || got.Decision.Topics[0] != bus.TopicResults ||
 		got.SlackUpdate == nil || len(got.SlackUpdate.Keys) != 1 || got.DueAt == nil {
 		t.Fatalf("pending follow-ups %+v %+v due %v", got.Decision, got.SlackUpdate, got.DueAt)
@@ -331,7 +331,7 @@ func TestDecisionFinishedLater(t *testing.T) {
 	e.slack.fail = nil
 	e.slack.mu.Unlock()
 	e.svc.Handle(e.ctx, &bus.Message{ID: "u", Attributes: map[string]string{task.AttrTaskID: tk.ID, task.AttrKind: KindSlackUpdate}})
-	got = e.get(t, tk.ID)
+	got = testenv.GetTask(t, e.st, tk.ID)
 	if len(got.Decision.Topics) != 0 || got.SlackUpdate != nil || e.nudged(bus.TopicResults, tk.ID) != 1 {
 		t.Fatalf("follow-ups not finished: %+v %+v", got.Decision, got.SlackUpdate)
 	}
@@ -356,17 +356,17 @@ func TestDecisionsKeepUnpublishedTopics(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	got := e.get(t, tk.ID)
+	got := testenv.GetTask(t, e.st, tk.ID)
 	for _, n := range got.Notices {
 		e.svc.Handle(e.ctx, noticeMsg(tk.ID, n))
 	}
-	if got := e.get(t, tk.ID); len(got.OpenDeadLetters) != 2 {
+	if got := testenv.GetTask(t, e.st, tk.ID); len(got.OpenDeadLetters) != 2 {
 		t.Fatalf("open %v", got.OpenDeadLetters)
 	}
 	e.pub.SetPublishFunc(func(context.Context, string, []byte, map[string]string) error { return context.DeadlineExceeded })
 	e.approve(t, ActionRedeliver, "t-both:delivery:0:0")
 	e.approve(t, ActionRegenerate, "t-both:generation:0:0")
-	got = e.get(t, tk.ID)
+	got = testenv.GetTask(t, e.st, tk.ID)
 	if got.Decision == nil || !slices.Equal(got.Decision.Topics, []string{bus.TopicTasks, bus.TopicResults}) || len(got.OpenDeadLetters) != 0 {
 		t.Fatalf("decision %+v open %v", got.Decision, got.OpenDeadLetters)
 	}
@@ -375,7 +375,7 @@ func TestDecisionsKeepUnpublishedTopics(t *testing.T) {
 	if e.nudged(bus.TopicTasks, tk.ID) != 1 || e.nudged(bus.TopicResults, tk.ID) != 1 {
 		t.Fatalf("nudges tasks %d results %d", e.nudged(bus.TopicTasks, tk.ID), e.nudged(bus.TopicResults, tk.ID))
 	}
-	if got := e.get(t, tk.ID); len(got.Decision.Topics) != 0 || got.SlackUpdate != nil {
+	if got := testenv.GetTask(t, e.st, tk.ID); len(got.Decision.Topics) != 0 || got.SlackUpdate != nil {
 		t.Fatalf("left %+v %+v", got.Decision, got.SlackUpdate)
 	}
 }
@@ -389,7 +389,7 @@ func TestDecisionHoldsTheSweeperOffItsOwnNudge(t *testing.T) {
 	tk := e.deadTask(t, "t-hold")
 	e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
 	e.approve(t, ActionRegenerate, "t-hold:generation:0:0")
-	got := e.get(t, tk.ID)
+	got := testenv.GetTask(t, e.st, tk.ID)
 	if got.State != task.StateQueued || len(got.Decision.Topics) != 0 || got.SlackUpdate != nil || e.nudged(bus.TopicTasks, tk.ID) != 1 {
 		t.Fatalf("after Regenerate: state %s decision %+v slack update %+v, %d nudges", got.State, got.Decision, got.SlackUpdate, e.nudged(bus.TopicTasks, tk.ID))
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -52,7 +53,7 @@ func TestDeliveryFloodIsOneMessage(t *testing.T) {
 	}
 	for i := range n {
 		id := fmt.Sprintf("t-flood-%02d", i)
-		tk := e.get(t, id)
+		tk := testenv.GetTask(t, e.st, id)
 		if len(tk.Notices) != 0 || len(tk.OpenDeadLetters) != 1 {
 			t.Fatalf("task %s: notices %+v, open dead letters %v; want its dead letter recorded, open, its notice cleared", id, tk.Notices, tk.OpenDeadLetters)
 		}

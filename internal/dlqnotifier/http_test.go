@@ -19,6 +19,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -81,7 +82,7 @@ func TestInteractionRefusals(t *testing.T) {
 			if tc.before != nil {
 				tc.before(t, e)
 			}
-			taskBefore, dlBefore := e.get(t, tk.ID), e.deadLetter(t, dl)
+			taskBefore, dlBefore := testenv.GetTask(t, e.st, tk.ID), e.deadLetter(t, dl)
 			pubBefore, slackBefore := len(e.pub.On(bus.TopicResults)), len(e.slack.calls(""))
 
 			req, _ := http.NewRequest(http.MethodPost, e.http.URL+InteractionsPath, bytes.NewReader(tc.body))
@@ -106,7 +107,7 @@ func TestInteractionRefusals(t *testing.T) {
 				t.Fatalf("status %d, want %d", resp.StatusCode, tc.wantCode)
 			}
 
-			taskAfter, dlAfter := e.get(t, tk.ID), e.deadLetter(t, dl)
+			taskAfter, dlAfter := testenv.GetTask(t, e.st, tk.ID), e.deadLetter(t, dl)
 			if !taskAfter.UpdateTime.Equal(taskBefore.UpdateTime) || dlAfter.State != dlBefore.State || dlAfter.DecidedBy != dlBefore.DecidedBy || !dlAfter.UpdatedAt.Equal(dlBefore.UpdatedAt) {
 				t.Fatalf("something changed: task %v→%v, dead letter %+v→%+v", taskBefore.UpdateTime, taskAfter.UpdateTime, dlBefore, dlAfter)
 			}
@@ -238,7 +239,7 @@ func TestAdmin(t *testing.T) {
 			tc.check(t, out)
 		}
 	}
-	got := e.get(t, "t-admin-1")
+	got := testenv.GetTask(t, e.st, "t-admin-1")
 	if got.Delivery.State != task.DeliveryPending || got.Delivery.Round != 1 || e.nudged(bus.TopicResults, "t-admin-1") != 1 {
 		t.Fatalf("admin redeliver: %+v", got.Delivery)
 	}

@@ -82,7 +82,7 @@ func TestNoticePostsOneMessage(t *testing.T) {
 			if d.State != store.DeadLetterOpen || d.SlackChannel != testChannel || d.SlackTS == "" || d.TaskID != tk.ID || d.Tenant != testTenant {
 				t.Errorf("dead letter %+v", d)
 			}
-			after := e.get(t, tk.ID)
+			after := testenv.GetTask(t, e.st, tk.ID)
 			if len(after.Notices) != 0 || !slices.Equal(after.OpenDeadLetters, []string{tc.dlID}) {
 				t.Errorf("task notices %+v open %v", after.Notices, after.OpenDeadLetters)
 			}
@@ -134,7 +134,7 @@ func TestNoticeTwiceOnePost(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("duplicates during the post: %d posts, want 1", n)
 	}
-	if got := e.get(t, tk2.ID); len(got.Notices) != 0 || len(got.OpenDeadLetters) != 1 {
+	if got := testenv.GetTask(t, e.st, tk2.ID); len(got.Notices) != 0 || len(got.OpenDeadLetters) != 1 {
 		t.Fatalf("task %+v %v", got.Notices, got.OpenDeadLetters)
 	}
 }
@@ -151,7 +151,7 @@ func TestSlack500RetriedBySweeper(t *testing.T) {
 	if n := len(e.slack.calls("chat.postMessage")); n != 1 {
 		t.Fatalf("%d post attempts, want 1", n)
 	}
-	after := e.get(t, tk.ID)
+	after := testenv.GetTask(t, e.st, tk.ID)
 	if len(after.Notices) != 1 || after.Notices[0].Lease.Live(e.clock.Now()) || after.Notices[0].NextAttemptAt == nil ||
 		!after.Notices[0].NextAttemptAt.Equal(e.clock.Now().Add(e.cfg.PostBackoffBase)) {
 		t.Fatalf("after a failed post the notice must be released with a backoff: %+v", after.Notices)
@@ -186,7 +186,7 @@ func TestSlack500RetriedBySweeper(t *testing.T) {
 	if n := len(e.slack.calls("chat.postMessage")); n != 2 {
 		t.Fatalf("%d post attempts, want 2", n)
 	}
-	if got := e.get(t, tk.ID); len(got.Notices) != 0 {
+	if got := testenv.GetTask(t, e.st, tk.ID); len(got.Notices) != 0 {
 		t.Fatalf("notice not cleared: %+v", got.Notices)
 	}
 	if d := e.deadLetter(t, "t-500:generation:0:0"); d.SlackTS == "" || d.PostAttempts != 0 {
@@ -312,7 +312,7 @@ func TestDecidedWhilePosting(t *testing.T) {
 	if len(u) != 1 || !strings.Contains(textOf(t, u[0]), "Discarded* by <@"+testApprover+">") || len(buttons(t, u[0])) != 0 {
 		t.Fatalf("chat.update %+v", u)
 	}
-	if got := e.get(t, tk.ID); got.SlackUpdate != nil || len(got.Notices) != 0 {
+	if got := testenv.GetTask(t, e.st, tk.ID); got.SlackUpdate != nil || len(got.Notices) != 0 {
 		t.Fatalf("left behind: %+v %+v", got.SlackUpdate, got.Notices)
 	}
 }

@@ -227,15 +227,6 @@ func noticeMsg(id string, n store.Notice) *bus.Message {
 	return &bus.Message{ID: "n-" + id, Attributes: n.Attributes(id)}
 }
 
-func (e *env) get(t testing.TB, id string) *store.Task {
-	t.Helper()
-	tk, err := e.st.GetTask(e.ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tk
-}
-
 func (e *env) deadLetter(t testing.TB, id string) *store.DeadLetter {
 	t.Helper()
 	d, err := e.st.GetDeadLetter(e.ctx, id)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -29,7 +30,7 @@ func TestSupersededDeadLettersClose(t *testing.T) {
 	e.killBoth(t, p, id, &seen)
 	stale := deliveryDL(id, task.EventDead, 0, 0)
 	e.approve(t, ActionRegenerate, id+":generation:0:0")
-	after := e.get(t, id)
+	after := testenv.GetTask(t, e.st, id)
 	if len(after.OpenDeadLetters) != 0 {
 		t.Fatalf("open dead letters %v after the Regenerate, want none", after.OpenDeadLetters)
 	}
@@ -53,7 +54,7 @@ func TestSupersededDeadLettersClose(t *testing.T) {
 
 	p.worker.Handle(e.ctx, idMsg(id)) // replay 1 succeeds: task.succeeded replaces the dead delivery
 	p.rh.Handle(e.ctx, e.resultNudge(id))
-	got := e.get(t, id)
+	got := testenv.GetTask(t, e.st, id)
 	if got.State != task.StateSucceeded || got.Delivery.State != task.DeliveryDelivered || len(got.OpenDeadLetters) != 0 || got.ExpireAt == nil {
 		t.Fatalf("after the rerun: %s delivery %s open %v expire_at %v; want succeeded, delivered, no open dead letter, a TTL",
 			got.State, got.Delivery.State, got.OpenDeadLetters, got.ExpireAt)
@@ -88,11 +89,11 @@ func TestDeadDeliveryReplacedByNewerEvent(t *testing.T) {
 	p.rh.Handle(e.ctx, e.resultNudge(id)) // task.dead dies during replay 1
 	e.deliverNotices(&seen)
 	dl := deliveryDL(id, task.EventDead, 0, 1) // it died while the task was on replay 1
-	if got := e.get(t, id); len(got.OpenDeadLetters) != 1 || got.OpenDeadLetters[0] != dl {
+	if got := testenv.GetTask(t, e.st, id); len(got.OpenDeadLetters) != 1 || got.OpenDeadLetters[0] != dl {
 		t.Fatalf("open dead letters %v, want %s", got.OpenDeadLetters, dl)
 	}
 	p.worker.Handle(e.ctx, idMsg(id)) // replay 1 succeeds: its task.succeeded replaces the dead delivery
-	got := e.get(t, id)
+	got := testenv.GetTask(t, e.st, id)
 	if got.Delivery.EventType != task.EventSucceeded || len(got.OpenDeadLetters) != 0 || got.SlackUpdate == nil || got.SlackUpdate.Keys[0] != dl {
 		t.Fatalf("delivery of %s, open %v, slack update %+v; want task.succeeded, none open, %s's message to update",
 			got.Delivery.EventType, got.OpenDeadLetters, got.SlackUpdate, dl)

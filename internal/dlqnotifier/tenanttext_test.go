@@ -52,7 +52,7 @@ func TestReceiverTextCannotPingOrLink(t *testing.T) {
 	rh.Handle(e.ctx, &bus.Message{ID: "r-1", Attributes: map[string]string{task.AttrTaskID: tk.ID}})
 	notices := rpub.On(bus.TopicResultsDLQ)
 	if len(notices) != 1 {
-		t.Fatalf("%d DLQ notices published, want 1 (delivery %+v)", len(notices), e.get(t, tk.ID).Delivery)
+		t.Fatalf("%d DLQ notices published, want 1 (delivery %+v)", len(notices), testenv.GetTask(t, e.st, tk.ID).Delivery)
 	}
 	e.svc.Handle(e.ctx, &bus.Message{ID: "n-1", Attributes: notices[0].Attrs})
 

@@ -97,30 +97,30 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 			errs = append(errs, err)
 		}
 	}
+	// The counters and the latency histograms differ only in what they say.
+	count := func(name, unit, desc string) metric.Int64Counter {
+		c, err := mt.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		check(err)
+		return c
+	}
+	seconds := func(name, desc string, bounds ...float64) metric.Float64Histogram {
+		h, err := mt.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(bounds...))
+		check(err)
+		return h
+	}
 	var err error
-	m.tasks, err = mt.Int64Counter(MetricTasks, metric.WithUnit("{task}"),
-		metric.WithDescription("Tasks entering a state, by state and family."))
-	check(err)
-	m.taskE2E, err = mt.Float64Histogram(MetricTaskE2ELatency, metric.WithUnit("s"),
-		metric.WithDescription("Time from submission to an end state, by family and state."),
-		metric.WithExplicitBucketBoundaries(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600))
-	check(err)
-	m.genLatency, err = mt.Float64Histogram(MetricGenLatency, metric.WithUnit("s"),
-		metric.WithDescription("Duration of one task's generation (every attempt and fallback), by model."),
-		metric.WithExplicitBucketBoundaries(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300))
-	check(err)
-	m.tokens, err = mt.Int64Counter(MetricTokens, metric.WithUnit("{token}"),
-		metric.WithDescription("Tokens billed, by model, tenant and kind (prompt or output)."))
-	check(err)
+	m.tasks = count(MetricTasks, "{task}", "Tasks entering a state, by state and family.")
+	m.taskE2E = seconds(MetricTaskE2ELatency, "Time from submission to an end state, by family and state.",
+		0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600)
+	m.genLatency = seconds(MetricGenLatency, "Duration of one task's generation (every attempt and fallback), by model.",
+		0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+	m.tokens = count(MetricTokens, "{token}", "Tokens billed, by model, tenant and kind (prompt or output).")
 	m.cost, err = mt.Float64Counter(MetricCost, metric.WithUnit("USD"),
 		metric.WithDescription("Estimated cost of model calls, by model and tenant."))
 	check(err)
-	m.cacheHits, err = mt.Int64Counter(MetricCacheHits, metric.WithUnit("{hit}"),
-		metric.WithDescription("Generations served without a model call, by family."))
-	check(err)
-	m.retries, err = mt.Int64Counter(MetricRetries, metric.WithUnit("{retry}"),
-		metric.WithDescription("Retries, by error class."))
-	check(err)
+	m.cacheHits = count(MetricCacheHits, "{hit}", "Generations served without a model call, by family.")
+	m.retries = count(MetricRetries, "{retry}", "Retries, by error class.")
 	m.breaker, err = mt.Int64Gauge(MetricBreakerState,
 		metric.WithDescription("Circuit breaker state by model: 0 closed, 1 half-open, 2 open."))
 	check(err)
@@ -130,20 +130,13 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	m.pendingAge, err = mt.Float64ObservableGauge(MetricPendingAge, metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest pending work: now - pending_since."))
 	check(err)
-	m.webhookAttempts, err = mt.Int64Counter(MetricWebhookAttempts, metric.WithUnit("{attempt}"),
-		metric.WithDescription("Webhook delivery attempts, by outcome."))
-	check(err)
-	m.webhookLatency, err = mt.Float64Histogram(MetricWebhookLatency, metric.WithUnit("s"),
-		metric.WithDescription("Duration of one webhook POST, by outcome."),
-		metric.WithExplicitBucketBoundaries(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
-	check(err)
-	m.drillCalls, err = mt.Int64Counter(MetricDrillCalls, metric.WithUnit("{call}"),
-		metric.WithDescription("Calls of the fallback drill, by family, model and outcome (ok, invalid, unavailable or the failure's class)."))
-	check(err)
-	m.drillLatency, err = mt.Float64Histogram(MetricDrillLatency, metric.WithUnit("s"),
-		metric.WithDescription("Duration of one fallback drill call, by model and outcome."),
-		metric.WithExplicitBucketBoundaries(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120))
-	check(err)
+	m.webhookAttempts = count(MetricWebhookAttempts, "{attempt}", "Webhook delivery attempts, by outcome.")
+	m.webhookLatency = seconds(MetricWebhookLatency, "Duration of one webhook POST, by outcome.",
+		0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
+	m.drillCalls = count(MetricDrillCalls, "{call}",
+		"Calls of the fallback drill, by family, model and outcome (ok, invalid, unavailable or the failure's class).")
+	m.drillLatency = seconds(MetricDrillLatency, "Duration of one fallback drill call, by model and outcome.",
+		0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("create instruments: %w", err)
 	}

@@ -51,7 +51,7 @@ func TestRetryThenDelivered(t *testing.T) {
 	if r := e.handle(tk.ID); r != bus.Ack {
 		t.Fatalf("result %v", r)
 	}
-	got := e.get(t, tk.ID)
+	got := testenv.GetTask(t, e.st, tk.ID)
 	d := got.Delivery
 	if d.State != task.DeliveryPending || d.Attempts != 1 || d.LastStatus != 500 || d.Lease.Owner != "" {
 		t.Fatalf("after a 500: %+v", d)
@@ -70,7 +70,7 @@ func TestRetryThenDelivered(t *testing.T) {
 
 	e.clock.Set(*d.NextAttemptAt)
 	e.handle(tk.ID)
-	got = e.get(t, tk.ID)
+	got = testenv.GetTask(t, e.st, tk.ID)
 	d = got.Delivery
 	if d.State != task.DeliveryDelivered || d.DeliveredAt == nil || d.Attempts != 2 || d.LastStatus != 200 {
 		t.Fatalf("after a 200: %+v", d)
@@ -110,7 +110,7 @@ func TestClientErrorIsDeadAtOnce(t *testing.T) {
 			e.recv.Schedule = func(int) int { return status }
 			tk := e.finishedTask(t, "t-dead", e.recv.URL())
 			e.handle(tk.ID)
-			got := e.get(t, tk.ID)
+			got := testenv.GetTask(t, e.st, tk.ID)
 			d := got.Delivery
 			if d.State != task.DeliveryDead || d.Attempts != 1 || d.LastStatus != status || d.NextAttemptAt != nil || d.Lease.Owner != "" {
 				t.Fatalf("delivery %+v", d)
@@ -151,7 +151,7 @@ func (e *env) drive(t *testing.T, id string, n int, before func(i int)) *store.T
 			before(i)
 		}
 		e.handle(id)
-		got := e.get(t, id)
+		got := testenv.GetTask(t, e.st, id)
 		if got.Delivery.State != task.DeliveryPending {
 			return got
 		}
@@ -240,7 +240,7 @@ func TestTwoInstancesOnePOST(t *testing.T) {
 	loser := <-done  // the other has given up without posting
 	close(e.recv.Hold)
 	wg.Wait()
-	got := e.get(t, tk.ID)
+	got := testenv.GetTask(t, e.st, tk.ID)
 	if got.Delivery.State != task.DeliveryDelivered || got.Delivery.Attempts != 1 {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}
@@ -288,7 +288,7 @@ func TestDuplicateNudgeInTheSameInstanceAcked(t *testing.T) {
 	if n := len(e.recv.Hooks()); n != 1 {
 		t.Fatalf("%d posts, want 1", n)
 	}
-	if got := e.get(t, tk.ID); got.Delivery.State != task.DeliveryDelivered || got.Delivery.Lease.Epoch != 1 {
+	if got := testenv.GetTask(t, e.st, tk.ID); got.Delivery.State != task.DeliveryDelivered || got.Delivery.Lease.Epoch != 1 {
 		t.Fatalf("delivery %s lease epoch %d; want delivered by the first claim", got.Delivery.State, got.Delivery.Lease.Epoch)
 	}
 }
@@ -323,13 +323,13 @@ func TestNewerEventQueuesBehindPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := e.get(t, tk.ID)
+	got := testenv.GetTask(t, e.st, tk.ID)
 	if got.Delivery.EventID != deadID || got.Delivery.State != task.DeliveryPending || len(got.Delivery.Queue) != 1 {
 		t.Fatalf("the newer event overwrote the pending one: %+v", got.Delivery)
 	}
 	e.clock.Set(*got.Delivery.NextAttemptAt)
 	e.handle(tk.ID) // task.dead delivered, then task.succeeded started and delivered in the same call
-	got = e.get(t, tk.ID)
+	got = testenv.GetTask(t, e.st, tk.ID)
 	okID := task.EventID(tk.ID, task.EventSucceeded, 1)
 	if got.Delivery.State != task.DeliveryDelivered || got.Delivery.EventID != okID || len(got.Delivery.Queue) != 0 {
 		t.Fatalf("delivery %+v", got.Delivery)
@@ -347,7 +347,7 @@ func TestRefusedDestinationIsDead(t *testing.T) {
 	e := setup(t)
 	tk := e.finishedTask(t, "t-ssrf", "http://10.0.0.1/hook")
 	e.handle(tk.ID)
-	got := e.get(t, tk.ID)
+	got := testenv.GetTask(t, e.st, tk.ID)
 	if got.Delivery.State != task.DeliveryDead || !strings.Contains(got.Delivery.LastError, ssrf.ReasonPrivate) {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}
@@ -381,7 +381,7 @@ func TestHugeResponseHeadersFailTheAttempt(t *testing.T) {
 	if r := e.handle(tk.ID); r != bus.Ack {
 		t.Fatalf("result %v", r)
 	}
-	d := e.get(t, tk.ID).Delivery
+	d := testenv.GetTask(t, e.st, tk.ID).Delivery
 	if hits.Load() != 1 {
 		t.Fatalf("the receiver got %d requests, want 1", hits.Load())
 	}
@@ -401,7 +401,7 @@ func TestNoticePublishFailureLeavesOutbox(t *testing.T) {
 	e.recv.Schedule = func(int) int { return 422 }
 	tk := e.finishedTask(t, "t-lost", e.recv.URL())
 	e.handle(tk.ID)
-	got := e.get(t, tk.ID)
+	got := testenv.GetTask(t, e.st, tk.ID)
 	if len(got.Notices) != 1 || got.DueAt == nil || !got.DueAt.Equal(*got.Notices[0].NextAttemptAt) {
 		t.Fatalf("notices %+v due_at %v", got.Notices, got.DueAt)
 	}
@@ -438,7 +438,7 @@ func TestRedeliverKeepsWebhookID(t *testing.T) {
 	}
 	tk := e.finishedTask(t, "t-redeliver", e.recv.URL())
 	e.handle(tk.ID)
-	if got := e.get(t, tk.ID); got.Delivery.State != task.DeliveryDead {
+	if got := testenv.GetTask(t, e.st, tk.ID); got.Delivery.State != task.DeliveryDead {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}
 	_, err := e.st.MutateTask(e.ctx, tk.ID, func(t *store.Task, now time.Time) error {
@@ -451,7 +451,7 @@ func TestRedeliverKeepsWebhookID(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.handle(tk.ID)
-	got := e.get(t, tk.ID)
+	got := testenv.GetTask(t, e.st, tk.ID)
 	if got.Delivery.State != task.DeliveryDelivered || got.Delivery.Round != 1 {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}
@@ -495,7 +495,7 @@ func TestLostCommitRedeliversSameID(t *testing.T) {
 		t.Fatal(err)
 	}
 	crashing.Handle(e.ctx, &bus.Message{Attributes: map[string]string{task.AttrTaskID: tk.ID}})
-	got := e.get(t, tk.ID)
+	got := testenv.GetTask(t, e.st, tk.ID)
 	if got.Delivery.State != task.DeliveryPending || !got.Delivery.Lease.Live(e.clock.Now()) {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}
@@ -510,7 +510,7 @@ func TestLostCommitRedeliversSameID(t *testing.T) {
 	e.handle(tk.ID)
 	id := task.EventID(tk.ID, task.EventSucceeded, 0)
 	checkPosts(t, e.recv.Hooks(), id, id)
-	if got := e.get(t, tk.ID); got.Delivery.State != task.DeliveryDelivered || got.Delivery.Lease.Epoch != 2 {
+	if got := testenv.GetTask(t, e.st, tk.ID); got.Delivery.State != task.DeliveryDelivered || got.Delivery.Lease.Epoch != 2 {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}
 }

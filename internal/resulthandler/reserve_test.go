@@ -12,6 +12,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/fscount"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -69,7 +70,7 @@ func TestReservedDelivery(t *testing.T) {
 			if got := len(e.recv.Hooks()); got != tc.posts {
 				t.Errorf("%d POSTs, want %d", got, tc.posts)
 			}
-			got := e.get(t, id).Delivery
+			got := testenv.GetTask(t, e.st, id).Delivery
 			wantState := task.DeliveryDelivered
 			if tc.posts == 0 {
 				wantState = task.DeliveryPending

@@ -87,12 +87,3 @@ func (e *env) finishedTask(t testing.TB, id, url string) *store.Task {
 func (e *env) handle(id string) bus.Result {
 	return e.h.Handle(e.ctx, &bus.Message{ID: "m", Attributes: map[string]string{task.AttrTaskID: id}})
 }
-
-func (e *env) get(t testing.TB, id string) *store.Task {
-	t.Helper()
-	tk, err := e.st.GetTask(e.ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tk
-}

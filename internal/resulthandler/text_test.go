@@ -12,6 +12,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/safetext"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -47,7 +48,7 @@ func TestHugeRedirectTargetIsDeadLetteredOnce(t *testing.T) {
 		e.handle(tk.ID)
 		e.clock.Set(e.clock.Now().Add(time.Hour))
 	}
-	got := e.get(t, tk.ID)
+	got := testenv.GetTask(t, e.st, tk.ID)
 	d := got.Delivery
 	if d.State != task.DeliveryDead || d.Attempts != 1 || posts.Load() != 1 {
 		t.Fatalf("delivery %s after %d attempts and %d POSTs, want dead after 1 (record error: %s)", d.State, d.Attempts, posts.Load(), firstLine(logs.String(), "record outcome"))

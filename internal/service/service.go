@@ -5,9 +5,10 @@
 // the grace Cloud Run allows.
 //
 // A service's main.go is one line, service.Main("worker", run); its run(ctx, getenv, stdout)
-// reads its own Config, calls Open, assembles the service, whose assembly says what runs as a
-// Lifecycle, and ends in Deps.Serve. Tests call the same run on :0 against the emulators; the dev
-// stack runs the same Lifecycles with Run, over the clients it shares between the services.
+// reads its own Config, calls Open and Deps.OpenStore, assembles the service, whose assembly says
+// what runs as a Lifecycle, and ends in Deps.ListenAndServe. Tests call the same run on :0
+// against the emulators; the dev stack runs the same Lifecycles with Run, over the clients it
+// shares between the services.
 package service
 
 import (
@@ -33,6 +34,8 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/secretbox"
+	"github.com/genbox-dev/genbox/internal/store"
 )
 
 // RunFunc is a service's run: it serves until ctx ends and returns why it stopped.
@@ -61,6 +64,7 @@ type Deps struct {
 
 	name      string
 	telemetry func(context.Context) error
+	closeBox  func() error // OpenStore's secret box, when it opened one
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -97,11 +101,31 @@ func Open(ctx context.Context, name, project string, getenv func(string) string,
 func (d *Deps) Close(ctx context.Context) error {
 	d.closeOnce.Do(func() {
 		d.closeErr = errors.Join(d.Publisher.Close(), d.telemetry(ctx))
-		// Closing a client only releases its connections: nothing to report.
+		// Closing a client or the box only releases connections: nothing to report.
+		if d.closeBox != nil {
+			_ = d.closeBox()
+		}
 		_ = d.PubSub.Close()
 		_ = d.Firestore.Close()
 	})
 	return d.closeErr
+}
+
+// OpenStore returns the service's store over its Firestore client, sweeping shards shards. With a
+// secretsKey (secretbox.EnvKey) the store seals and opens the tenants' webhook secrets, with a box
+// Close releases; "" opens none, for a service that handles no secret.
+func (d *Deps) OpenStore(ctx context.Context, shards int, secretsKey string) (*store.Store, error) {
+	st := store.New(d.Firestore)
+	st.Shards = shards
+	if secretsKey == "" {
+		return st, nil
+	}
+	box, closeBox, err := secretbox.FromKey(ctx, secretsKey)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", secretbox.EnvKey, err)
+	}
+	st.Secrets, d.closeBox = box, closeBox
+	return st, nil
 }
 
 // Listen listens on port of every interface (0: a free one); the error names PORT.
@@ -199,6 +223,16 @@ const minDrain = time.Second
 // Serve runs l as service d (Run), then closes d within what is left of l.Grace.
 func (d *Deps) Serve(ctx context.Context, ln net.Listener, l Lifecycle) error {
 	return Run(ctx, ln, d.name, d.Log, l, d.Close)
+}
+
+// ListenAndServe serves l as Serve does on port of every interface (Listen): a service's run ends
+// in it, while a test that needs the address first calls Listen and Serve itself.
+func (d *Deps) ListenAndServe(ctx context.Context, port int, l Lifecycle) error {
+	ln, err := Listen(port)
+	if err != nil {
+		return err
+	}
+	return d.Serve(ctx, ln, l)
 }
 
 // Run serves l.Handler, /healthz and /readyz on ln and runs l.Pull and l.Background until ctx

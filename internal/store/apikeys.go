@@ -67,9 +67,9 @@ func (s *Store) Authenticate(ctx context.Context, key string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("api key: %w", err)
 	}
-	var k APIKey
-	if err := snap.DataTo(&k); err != nil {
-		return "", fmt.Errorf("decode api key: %w", err)
+	k, err := decodeAPIKey(snap)
+	if err != nil {
+		return "", err
 	}
 	if k.Revoked {
 		return "", fmt.Errorf("api key: %w", ErrRevoked)
@@ -77,34 +77,29 @@ func (s *Store) Authenticate(ctx context.Context, key string) (string, error) {
 	return k.Tenant, nil
 }
 
+func decodeAPIKey(snap *firestore.DocumentSnapshot) (*APIKey, error) {
+	var k APIKey
+	if err := snap.DataTo(&k); err != nil {
+		return nil, fmt.Errorf("decode api key: %w", err)
+	}
+	k.ID = snap.Ref.ID
+	return &k, nil
+}
+
 // RevokeAPIKey marks the key with document id (see APIKeyID) revoked. Revoking twice is not an
 // error; an unknown id is ErrNotFound.
 func (s *Store) RevokeAPIKey(ctx context.Context, id string) (*APIKey, error) {
-	ref := s.APIKeys().Doc(id)
-	var out APIKey
-	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		snap, err := tx.Get(ref)
-		if status.Code(err) == codes.NotFound {
-			return ErrNotFound
+	k, err := mutateDoc(ctx, s, s.APIKeys().Doc(id), decodeAPIKey, func(k *APIKey, now time.Time) error {
+		if k.Revoked {
+			return ErrNoChange
 		}
-		if err != nil {
-			return err
-		}
-		if err := snap.DataTo(&out); err != nil {
-			return err
-		}
-		out.ID = id
-		if out.Revoked {
-			return nil
-		}
-		now := s.now()
-		out.Revoked, out.RevokedAt = true, &now
-		return tx.Set(ref, &out)
+		k.Revoked, k.RevokedAt = true, &now
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("revoke api key %s: %w", id, err)
 	}
-	return &out, nil
+	return k, nil
 }
 
 // WatchRevokedKeys calls revoked with the ids of revoked API keys: first every revoked key, once

@@ -9,9 +9,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
-	"google.golang.org/api/iterator"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -195,23 +192,7 @@ func (s *Store) GetTasks(ctx context.Context, ids []string) ([]*Task, error) {
 
 // GetBatchJob reads one batch job.
 func (s *Store) GetBatchJob(ctx context.Context, id string) (*BatchJob, error) {
-	snap, err := getDoc(ctx, s.batchJobs().Doc(id), "batch job")
-	if err != nil {
-		return nil, err
-	}
-	return decodeBatchJob(snap)
-}
-
-// getDoc reads the document at ref, what it is named in errors: ErrNotFound when it is missing.
-func getDoc(ctx context.Context, ref *firestore.DocumentRef, what string) (*firestore.DocumentSnapshot, error) {
-	snap, err := ref.Get(ctx)
-	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("get %s %s: %w", what, ref.ID, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get %s %s: %w", what, ref.ID, err)
-	}
-	return snap, nil
+	return getDoc(ctx, s.batchJobs().Doc(id), "batch job", decodeBatchJob)
 }
 
 func decodeBatchJob(snap *firestore.DocumentSnapshot) (*BatchJob, error) {
@@ -226,22 +207,10 @@ func decodeBatchJob(snap *firestore.DocumentSnapshot) (*BatchJob, error) {
 // OpenBatchJobs returns model's batch jobs that are not done, oldest first (store.Queries
 // "open-batch-jobs").
 func (s *Store) OpenBatchJobs(ctx context.Context, model string) ([]*BatchJob, error) {
-	it := s.batchJobs().Where("model", "==", model).Where("open", "==", true).Documents(ctx)
-	defer it.Stop()
-	var out []*BatchJob
-	for {
-		snap, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("open batch jobs of %s: %w", model, err)
-		}
-		j, err := decodeBatchJob(snap)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, j)
+	out, err := readAll(s.batchJobs().Where("model", "==", model).Where("open", "==", true).Documents(ctx),
+		"open batch jobs of "+model, decodeBatchJob)
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b *BatchJob) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
@@ -250,23 +219,8 @@ func (s *Store) OpenBatchJobs(ctx context.Context, model string) ([]*BatchJob, e
 // MutateBatchJob reads batch job id in a transaction, applies fn (ErrNoChange writes nothing)
 // and writes it back; a done job gets its TTL. It returns the job as written.
 func (s *Store) MutateBatchJob(ctx context.Context, id string, fn func(j *BatchJob, now time.Time) error) (*BatchJob, error) {
-	ref := s.batchJobs().Doc(id)
-	var out *BatchJob
-	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		snap, err := tx.Get(ref)
-		if status.Code(err) == codes.NotFound {
-			return ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		j, err := decodeBatchJob(snap)
-		if err != nil {
-			return err
-		}
-		now := s.now()
+	j, err := mutateDoc(ctx, s, s.batchJobs().Doc(id), decodeBatchJob, func(j *BatchJob, now time.Time) error {
 		if err := fn(j, now); err != nil {
-			out = j
 			return err
 		}
 		j.Open = j.State != BatchDone
@@ -274,16 +228,12 @@ func (s *Store) MutateBatchJob(ctx context.Context, id string, fn func(j *BatchJ
 			exp := now.Add(s.Retention)
 			j.ExpireAt = &exp
 		}
-		out = j
-		return tx.Set(ref, j)
-	}, s.txOptions()...)
-	if errors.Is(err, ErrNoChange) {
-		return out, nil
-	}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("mutate batch job %s: %w", id, err)
 	}
-	return out, nil
+	return j, nil
 }
 
 // BatchCandidate is a task waiting for a batch of its model, as the batcher's query reads it.
@@ -296,25 +246,16 @@ type BatchCandidate struct {
 // BatchCandidates returns up to limit tasks waiting for a batch of model, oldest first
 // (store.Queries "batch-candidates"), reading only what the gathering needs.
 func (s *Store) BatchCandidates(ctx context.Context, model string, limit int) ([]BatchCandidate, error) {
-	it := s.Tasks().Where("batch_model", "==", model).Where("state", "==", string(task.StateQueued)).
-		OrderBy("created_at", firestore.Asc).Limit(limit).Select("created_at", "not_before").Documents(ctx)
-	defer it.Stop()
-	var out []BatchCandidate
-	for {
-		snap, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("batch candidates of %s: %w", model, err)
-		}
+	q := s.Tasks().Where("batch_model", "==", model).Where("state", "==", string(task.StateQueued)).
+		OrderBy("created_at", firestore.Asc).Limit(limit).Select("created_at", "not_before")
+	return readAll(q.Documents(ctx), "batch candidates of "+model, func(snap *firestore.DocumentSnapshot) (BatchCandidate, error) {
 		var c struct {
 			CreatedAt time.Time  `firestore:"created_at"`
 			NotBefore *time.Time `firestore:"not_before"`
 		}
 		if err := snap.DataTo(&c); err != nil {
-			return nil, fmt.Errorf("decode batch candidate %s: %w", snap.Ref.ID, err)
+			return BatchCandidate{}, fmt.Errorf("decode batch candidate %s: %w", snap.Ref.ID, err)
 		}
-		out = append(out, BatchCandidate{ID: snap.Ref.ID, CreatedAt: c.CreatedAt, NotBefore: c.NotBefore})
-	}
+		return BatchCandidate{ID: snap.Ref.ID, CreatedAt: c.CreatedAt, NotBefore: c.NotBefore}, nil
+	})
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
-	"google.golang.org/api/iterator"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -119,14 +118,7 @@ func (s *Store) DeleteConsoleSession(ctx context.Context, sessionID string) erro
 
 // ListTenants reads every tenant (a small collection: one document per tenant).
 func (s *Store) ListTenants(ctx context.Context) ([]*Tenant, error) {
-	return readAll(s.FS.Collection(TenantsCollection).Documents(ctx), "list tenants", func(snap *firestore.DocumentSnapshot) (*Tenant, error) {
-		var t Tenant
-		if err := snap.DataTo(&t); err != nil {
-			return nil, fmt.Errorf("decode tenant %s: %w", snap.Ref.ID, err)
-		}
-		t.ID = snap.Ref.ID
-		return &t, nil
-	})
+	return readAll(s.FS.Collection(TenantsCollection).Documents(ctx), "list tenants", decodeTenant)
 }
 
 // ListBreakers reads every breakers/{model} document (one per model that ever changed state).
@@ -138,26 +130,6 @@ func (s *Store) ListBreakers(ctx context.Context) ([]Breaker, error) {
 		}
 		return b, nil
 	})
-}
-
-// readAll decodes every document of it, then stops it; what names the read in its error.
-func readAll[T any](it *firestore.DocumentIterator, what string, decode func(*firestore.DocumentSnapshot) (T, error)) ([]T, error) {
-	defer it.Stop()
-	var out []T
-	for {
-		snap, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		v, err := decode(snap)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
 }
 
 // TaskFilter selects tasks for the console. Tenant empty: every tenant's; State and Family empty:
@@ -206,24 +178,12 @@ func (s *Store) SearchTasks(ctx context.Context, f TaskFilter) ([]*Task, error) 
 		if !f.Until.IsZero() {
 			q = q.Where("created_at", "<", f.Until)
 		}
-		it := q.OrderBy("created_at", firestore.Desc).Limit(f.Limit).Select(consoleFields...).Documents(ctx)
-		for {
-			snap, err := it.Next()
-			if errors.Is(err, iterator.Done) {
-				break
-			}
-			if err != nil {
-				it.Stop()
-				return nil, fmt.Errorf("search tasks of %s: %w", tenant, err)
-			}
-			t, err := DecodeTask(snap)
-			if err != nil {
-				it.Stop()
-				return nil, err
-			}
-			out = append(out, t)
+		ts, err := readAll(q.OrderBy("created_at", firestore.Desc).Limit(f.Limit).Select(consoleFields...).Documents(ctx),
+			"search tasks of "+tenant, DecodeTask)
+		if err != nil {
+			return nil, err
 		}
-		it.Stop()
+		out = append(out, ts...)
 	}
 	slices.SortFunc(out, func(a, b *Task) int {
 		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(a.ID, b.ID))

@@ -48,15 +48,13 @@ func (s *Store) ContextCacheRef(id string) *firestore.DocumentRef {
 
 // GetContextCache reads the cache document of id.
 func (s *Store) GetContextCache(ctx context.Context, id string) (*ContextCache, error) {
-	snap, err := getDoc(ctx, s.ContextCacheRef(id), "context cache")
-	if err != nil {
-		return nil, err
-	}
-	var c ContextCache
-	if err := snap.DataTo(&c); err != nil {
-		return nil, fmt.Errorf("decode context cache %s: %w", id, err)
-	}
-	return &c, nil
+	return getDoc(ctx, s.ContextCacheRef(id), "context cache", func(snap *firestore.DocumentSnapshot) (*ContextCache, error) {
+		var c ContextCache
+		if err := snap.DataTo(&c); err != nil {
+			return nil, fmt.Errorf("decode context cache %s: %w", id, err)
+		}
+		return &c, nil
+	})
 }
 
 // SaveContextCache records a created or extended cache, leaving the creation lease as it is.

@@ -2,15 +2,11 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"cloud.google.com/go/firestore"
-	"google.golang.org/api/iterator"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/safetext"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -77,14 +73,7 @@ func (s *Store) DeadLetters() *firestore.CollectionRef { return s.FS.Collection(
 
 // GetDeadLetter reads one dead letter, or ErrNotFound.
 func (s *Store) GetDeadLetter(ctx context.Context, id string) (*DeadLetter, error) {
-	snap, err := s.DeadLetters().Doc(id).Get(ctx)
-	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("get dead letter %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get dead letter %s: %w", id, err)
-	}
-	return decodeDeadLetter(snap)
+	return getDoc(ctx, s.DeadLetters().Doc(id), "dead letter", decodeDeadLetter)
 }
 
 func decodeDeadLetter(snap *firestore.DocumentSnapshot) (*DeadLetter, error) {
@@ -99,23 +88,8 @@ func decodeDeadLetter(snap *firestore.DocumentSnapshot) (*DeadLetter, error) {
 // ListDeadLetters returns up to limit dead letters in state, oldest first (query
 // "dead-letters-by-state" of the registry).
 func (s *Store) ListDeadLetters(ctx context.Context, state DeadLetterState, limit int) ([]*DeadLetter, error) {
-	it := s.DeadLetters().Where("state", "==", string(state)).OrderBy("created_at", firestore.Asc).Limit(limit).Documents(ctx)
-	defer it.Stop()
-	var out []*DeadLetter
-	for {
-		snap, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list dead letters: %w", err)
-		}
-		d, err := decodeDeadLetter(snap)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
+	q := s.DeadLetters().Where("state", "==", string(state)).OrderBy("created_at", firestore.Asc).Limit(limit)
+	return readAll(q.Documents(ctx), "list dead letters", decodeDeadLetter)
 }
 
 // supersede closes the open delivery dead letters of t that its delivery has left behind: the
@@ -262,15 +236,8 @@ func (s *Store) ClaimAlert(ctx context.Context, key string, cooldown time.Durati
 	err = s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		post, prev = false, time.Time{}
 		var a Alert
-		snap, err := tx.Get(ref)
-		switch {
-		case status.Code(err) == codes.NotFound:
-		case err != nil:
+		if _, err := txReadIfExists(tx, ref, "alert", &a); err != nil {
 			return err
-		default:
-			if err := snap.DataTo(&a); err != nil {
-				return fmt.Errorf("decode alert %s: %w", key, err)
-			}
 		}
 		now := s.now()
 		a.Count++

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // FloodsCollection holds the dlqnotifier's flood groups.
@@ -52,16 +50,9 @@ func (s *Store) mutateFlood(ctx context.Context, key string, fn func(f *Flood, e
 	ref := s.FS.Collection(FloodsCollection).Doc(key)
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		var f Flood
-		snap, err := tx.Get(ref)
-		exists := err == nil
-		switch {
-		case status.Code(err) == codes.NotFound:
-		case err != nil:
+		exists, err := txReadIfExists(tx, ref, "flood", &f)
+		if err != nil {
 			return err
-		default:
-			if err := snap.DataTo(&f); err != nil {
-				return fmt.Errorf("decode flood %s: %w", key, err)
-			}
 		}
 		now := s.now()
 		if err := fn(&f, exists, now); err != nil {

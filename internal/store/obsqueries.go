@@ -54,20 +54,20 @@ const MaxOpenDeadLetters = 10000
 // OpenDeadLetters counts the dead letters awaiting a decision, by stage (query
 // "open-dead-letters"), reading only their stage.
 func (s *Store) OpenDeadLetters(ctx context.Context) (map[task.Stage]int64, error) {
-	it := s.DeadLetters().Where("state", "==", string(DeadLetterOpen)).Limit(MaxOpenDeadLetters).Select("stage").Documents(ctx)
-	defer it.Stop()
-	n := map[task.Stage]int64{task.StageGeneration: 0, task.StageDelivery: 0}
-	for {
-		snap, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return n, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("open dead letters: %w", err)
-		}
+	q := s.DeadLetters().Where("state", "==", string(DeadLetterOpen)).Limit(MaxOpenDeadLetters).Select("stage")
+	stages, err := readAll(q.Documents(ctx), "open dead letters", func(snap *firestore.DocumentSnapshot) (task.Stage, error) {
 		st, _ := snap.DataAt("stage")
-		if s, ok := st.(string); ok {
-			n[task.Stage(s)]++
+		s, _ := st.(string)
+		return task.Stage(s), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	n := map[task.Stage]int64{task.StageGeneration: 0, task.StageDelivery: 0}
+	for _, st := range stages {
+		if st != "" {
+			n[st]++
 		}
 	}
+	return n, nil
 }

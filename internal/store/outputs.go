@@ -40,22 +40,21 @@ type Output struct {
 // GetOutput reads a cached output of tenant. It returns ErrNotFound when there is none, when it
 // has expired (TTL deletion lags by up to a day) or when it belongs to another tenant.
 func (s *Store) GetOutput(ctx context.Context, tenant, fingerprint string) (*Output, error) {
-	snap, err := s.FS.Collection(OutputsCollection).Doc(fingerprint).Get(ctx)
-	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("get output %s: %w", fingerprint, ErrNotFound)
-	}
+	o, err := getDoc(ctx, s.FS.Collection(OutputsCollection).Doc(fingerprint), "output", func(snap *firestore.DocumentSnapshot) (*Output, error) {
+		var o Output
+		if err := snap.DataTo(&o); err != nil {
+			return nil, fmt.Errorf("decode output %s: %w", fingerprint, err)
+		}
+		return &o, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("get output %s: %w", fingerprint, err)
-	}
-	var o Output
-	if err := snap.DataTo(&o); err != nil {
-		return nil, fmt.Errorf("decode output %s: %w", fingerprint, err)
+		return nil, err
 	}
 	if o.Tenant != tenant || !s.now().Before(o.ExpireAt) {
 		return nil, fmt.Errorf("get output %s: %w", fingerprint, ErrNotFound)
 	}
 	o.Fingerprint = fingerprint
-	return &o, nil
+	return o, nil
 }
 
 // DefaultLastGoodTTL is how long the last good output of a subject is kept for stale answers.

@@ -81,14 +81,7 @@ func (s *Store) CreateTask(ctx context.Context, t *Task) error {
 
 // GetTask reads one task.
 func (s *Store) GetTask(ctx context.Context, id string) (*Task, error) {
-	snap, err := s.Tasks().Doc(id).Get(ctx)
-	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("get task %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get task %s: %w", id, err)
-	}
-	return DecodeTask(snap)
+	return getDoc(ctx, s.Tasks().Doc(id), "task", DecodeTask)
 }
 
 // DecodeTask decodes a task snapshot.

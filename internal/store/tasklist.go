@@ -3,12 +3,9 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"time"
 
 	"cloud.google.com/go/firestore"
-	"google.golang.org/api/iterator"
 
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -37,22 +34,9 @@ func (s *Store) ListTasks(ctx context.Context, tenant string, state task.State, 
 	if after != nil {
 		q = q.StartAfter(after.CreatedAt, s.Tasks().Doc(after.ID))
 	}
-	it := q.Limit(limit + 1).Select(viewFields...).Documents(ctx)
-	defer it.Stop()
-	var out []*Task
-	for {
-		snap, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("list tasks of %s: %w", tenant, err)
-		}
-		t, err := DecodeTask(snap)
-		if err != nil {
-			return nil, nil, err
-		}
-		out = append(out, t)
+	out, err := readAll(q.Limit(limit+1).Select(viewFields...).Documents(ctx), "list tasks of "+tenant, DecodeTask)
+	if err != nil {
+		return nil, nil, err
 	}
 	if len(out) <= limit {
 		return out, nil, nil

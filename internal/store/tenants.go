@@ -96,50 +96,31 @@ func (s *Store) CreateTenant(ctx context.Context, id string, limits Limits, secr
 
 // GetTenant reads one tenant.
 func (s *Store) GetTenant(ctx context.Context, id string) (*Tenant, error) {
-	snap, err := s.Tenants().Doc(id).Get(ctx)
-	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("get tenant %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get tenant %s: %w", id, err)
-	}
+	return getDoc(ctx, s.Tenants().Doc(id), "tenant", decodeTenant)
+}
+
+func decodeTenant(snap *firestore.DocumentSnapshot) (*Tenant, error) {
 	var t Tenant
 	if err := snap.DataTo(&t); err != nil {
-		return nil, fmt.Errorf("decode tenant %s: %w", id, err)
+		return nil, fmt.Errorf("decode tenant %s: %w", snap.Ref.ID, err)
 	}
-	t.ID = id
+	t.ID = snap.Ref.ID
 	return &t, nil
 }
 
 // mutateTenant is the tenant's read-modify-write.
 func (s *Store) mutateTenant(ctx context.Context, id string, fn func(t *Tenant, now time.Time) error) (*Tenant, error) {
-	ref := s.Tenants().Doc(id)
-	var out *Tenant
-	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		snap, err := tx.Get(ref)
-		if status.Code(err) == codes.NotFound {
-			return ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		var t Tenant
-		if err := snap.DataTo(&t); err != nil {
-			return err
-		}
-		t.ID = id
-		now := s.now()
-		if err := fn(&t, now); err != nil {
+	t, err := mutateDoc(ctx, s, s.Tenants().Doc(id), decodeTenant, func(t *Tenant, now time.Time) error {
+		if err := fn(t, now); err != nil {
 			return err
 		}
 		t.UpdatedAt = now
-		out = &t
-		return tx.Set(ref, &t)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("update tenant %s: %w", id, err)
 	}
-	return out, nil
+	return t, nil
 }
 
 // SetTenantLimits replaces a tenant's limits.

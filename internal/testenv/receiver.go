@@ -47,6 +47,16 @@ func Tenant(t testing.TB, st *store.Store, id string) string {
 	return secret
 }
 
+// GetTask reads task id from st, failing t when it cannot.
+func GetTask(t testing.TB, st *store.Store, id string) *store.Task {
+	t.Helper()
+	tk, err := st.GetTask(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
 // Hook is one request a Receiver got.
 type Hook struct {
 	ID        string // the webhook-id header

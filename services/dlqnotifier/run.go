@@ -8,7 +8,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/console"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/service"
-	"github.com/genbox-dev/genbox/internal/store"
 )
 
 // run serves the interactions, admin, push, console and health routes (and pulls in pull mode)
@@ -24,16 +23,14 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	defer d.Close(ctx)
-	st := store.New(d.Firestore)
-	st.Shards = cfg.SweepShards
+	st, err := d.OpenStore(ctx, cfg.SweepShards, "")
+	if err != nil {
+		return err
+	}
 	svc := dlqnotifier.Assemble(set, dlqnotifier.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
 	con, err := console.New(console.Config{AdminKey: cfg.AdminKey}, console.Deps{Store: st, Decider: svc, Estimator: svc, Pricing: cfg.Pricing, Log: d.Log})
 	if err != nil {
 		return err
 	}
-	ln, err := service.Listen(cfg.Port)
-	if err != nil {
-		return err
-	}
-	return d.Serve(ctx, ln, svc.Lifecycle(d.PubSub, map[string]http.Handler{console.Prefix: con}))
+	return d.ListenAndServe(ctx, cfg.Port, svc.Lifecycle(d.PubSub, map[string]http.Handler{console.Prefix: con}))
 }

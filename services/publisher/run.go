@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/genbox-dev/genbox/internal/publisher"
-	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/service"
-	"github.com/genbox-dev/genbox/internal/store"
 )
 
 // run serves the API until ctx ends, then drains in-flight requests and flushes the publisher
@@ -24,21 +21,13 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	defer d.Close(ctx)
-	st := store.New(d.Firestore)
-	st.Shards = cfg.SweepShards
-	box, closeBox, err := secretbox.FromKey(ctx, cfg.SecretsKey)
+	st, err := d.OpenStore(ctx, cfg.SweepShards, cfg.SecretsKey)
 	if err != nil {
-		return fmt.Errorf("%s: %w", secretbox.EnvKey, err)
+		return err
 	}
-	defer func() { _ = closeBox() }()
-	st.Secrets = box
 	a, err := publisher.Assemble(set, publisher.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
 	if err != nil {
 		return err
 	}
-	ln, err := service.Listen(cfg.Port)
-	if err != nil {
-		return err
-	}
-	return d.Serve(ctx, ln, a.Lifecycle())
+	return d.ListenAndServe(ctx, cfg.Port, a.Lifecycle())
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 
 	"github.com/genbox-dev/genbox/internal/service"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker"
 )
 
@@ -23,15 +22,13 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	defer d.Close(ctx)
-	st := store.New(d.Firestore)
-	st.Shards = cfg.Sweep.Shards
+	st, err := d.OpenStore(ctx, cfg.Sweep.Shards, "")
+	if err != nil {
+		return err
+	}
 	a, err := worker.Assemble(ctx, set, worker.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
 	if err != nil {
 		return err
 	}
-	ln, err := service.Listen(cfg.Port)
-	if err != nil {
-		return err
-	}
-	return d.Serve(ctx, ln, a.Lifecycle(d.PubSub, a.Handler))
+	return d.ListenAndServe(ctx, cfg.Port, a.Lifecycle(d.PubSub, a.Handler))
 }
