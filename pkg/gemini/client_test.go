@@ -460,7 +460,7 @@ func TestLateFailureIsNotTheProbes(t *testing.T) {
 		c.Models = []string{primary}
 		c.MaxAttempts, c.ModelAttempts = 1, 1
 		c.Breaker.ConsecutiveFailures = 1
-		c.CallTimeout = time.Second
+		c.CallTimeout = 2 * time.Second
 	})
 	ctx := context.Background()
 	gate := b.srv.Block(primary)
@@ -475,6 +475,10 @@ func TestLateFailureIsNotTheProbes(t *testing.T) {
 	}
 	b.srv.Restore(primary)
 	b.clock.advance(time.Hour) // the cooldown has passed: the next call is the probe
+	// The probe starts half a call timeout after the late call, so that once the late one has
+	// timed out it still has that long to answer before its own timeout, however slow the
+	// machine: started at once, it timed out as soon after the late one as the outage's call took.
+	time.Sleep(time.Second)
 	probe := make(chan error, 1)
 	go func() { _, err := b.client.Generate(ctx, request("probe")); probe <- err }()
 	<-gate.Entered()
