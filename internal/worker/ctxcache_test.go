@@ -171,15 +171,17 @@ func TestContextCacheDroppedOnFallback(t *testing.T) {
 // A cache in use is extended; one found gone sends the call whole and is replaced.
 func TestContextCacheExtendedAndReplaced(t *testing.T) {
 	t.Parallel()
-	c := setupCaches(t, 2*time.Second)
+	// A TTL that the run after half of it outlives on a loaded machine: with 2 s, a run that
+	// took 0.8 s found the cache expired and created another instead of extending it.
+	c := setupCaches(t, 6*time.Second)
 	h := c.handler("w1", prefixFamily("m"), c.caches)
-	// With a 2 s TTL the break-even is (0.30 + 1.00·2/3600) ÷ 0.27 ≈ 1.1 reuses.
+	// With a 6 s TTL the break-even is (0.30 + 1.00·6/3600) ÷ 0.27 ≈ 1.1 reuses.
 	c.run(t, h, "tenant-a", "ttl-0", "ttl-1")
 	first := c.srv.Ledger().Caches
 	if len(first) != 1 {
 		t.Fatalf("caches %+v", first)
 	}
-	time.Sleep(1200 * time.Millisecond)
+	time.Sleep(3200 * time.Millisecond)
 	c.run(t, h, "tenant-a", "ttl-2")
 	if l := c.srv.Ledger(); !l.Caches[0].End.After(first[0].End) {
 		t.Errorf("a cache used past half its TTL still expires at %s", l.Caches[0].End)
