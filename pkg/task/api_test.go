@@ -1,4 +1,4 @@
-package client_test
+package task_test
 
 import (
 	"encoding/json"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -34,32 +33,32 @@ func TestWireJSON(t *testing.T) {
 	}{
 		{
 			name: "problem with field errors",
-			in: &client.Problem{Type: "https://genbox.dev/problems/invalid", Title: "Bad Request", Status: 400,
-				Detail: "input: must not be empty", Errors: []client.FieldError{{Field: "input", Detail: "must not be empty"}},
+			in: &task.Problem{Type: "https://genbox.dev/problems/invalid", Title: "Bad Request", Status: 400,
+				Detail: "input: must not be empty", Errors: []task.FieldError{{Field: "input", Detail: "must not be empty"}},
 				RetryAfter: time.Second},
 			want: `{"type":"https://genbox.dev/problems/invalid","title":"Bad Request","status":400,"detail":"input: must not be empty",` +
 				`"errors":[{"field":"input","detail":"must not be empty"}]}`,
-			back: &client.Problem{Type: "https://genbox.dev/problems/invalid", Title: "Bad Request", Status: 400,
-				Detail: "input: must not be empty", Errors: []client.FieldError{{Field: "input", Detail: "must not be empty"}}},
+			back: &task.Problem{Type: "https://genbox.dev/problems/invalid", Title: "Bad Request", Status: 400,
+				Detail: "input: must not be empty", Errors: []task.FieldError{{Field: "input", Detail: "must not be empty"}}},
 		},
 		{
 			name: "bare problem",
-			in:   &client.Problem{Type: "about:blank", Title: "Not Found", Status: 404},
+			in:   &task.Problem{Type: "about:blank", Title: "Not Found", Status: 404},
 			want: `{"type":"about:blank","title":"Not Found","status":404}`,
 		},
 		{
 			name: "submit response",
-			in:   &client.SubmitResponse{TaskID: "t1", State: task.StateQueued, StatusURL: "https://x/v1/tasks/t1", Replayed: true},
+			in:   &task.SubmitResponse{TaskID: "t1", State: task.StateQueued, StatusURL: "https://x/v1/tasks/t1", Replayed: true},
 			want: `{"task_id":"t1","state":"queued","status_url":"https://x/v1/tasks/t1"}`,
-			back: &client.SubmitResponse{TaskID: "t1", State: task.StateQueued, StatusURL: "https://x/v1/tasks/t1"},
+			back: &task.SubmitResponse{TaskID: "t1", State: task.StateQueued, StatusURL: "https://x/v1/tasks/t1"},
 		},
 		{
 			name: "batch response",
-			in: &client.BatchResponse{Results: []client.BatchResult{
+			in: &task.BatchResponse{Results: []task.BatchResult{
 				{Index: 0, Status: 202, TaskID: "t1", State: task.StateQueued, StatusURL: "https://x/v1/tasks/t1"},
 				{Index: 1, Status: 200, TaskID: "t2", State: task.StateRunning, StatusURL: "https://x/v1/tasks/t2", Replayed: true},
-				{Index: 2, Status: 400, Problem: &client.Problem{Type: "about:blank", Title: "Bad Request", Status: 400,
-					Errors: []client.FieldError{{Field: "family", Detail: "unknown"}}}},
+				{Index: 2, Status: 400, Problem: &task.Problem{Type: "about:blank", Title: "Bad Request", Status: 400,
+					Errors: []task.FieldError{{Field: "family", Detail: "unknown"}}}},
 			}},
 			want: `{"results":[` +
 				`{"index":0,"status":202,"task_id":"t1","state":"queued","status_url":"https://x/v1/tasks/t1"},` +
@@ -68,31 +67,31 @@ func TestWireJSON(t *testing.T) {
 		},
 		{
 			name: "task list",
-			in:   &client.TaskList{Tasks: []task.View{view}, NextPageToken: "p2"},
+			in:   &task.List{Tasks: []task.View{view}, NextPageToken: "p2"},
 			want: `{"tasks":[` + viewJSON + `],"next_page_token":"p2"}`,
 		},
 		{
 			name: "stream event of a change",
-			in:   &client.Event{ID: "2026-03-01T12:00:00Z", Type: "task.succeeded", Timestamp: at, Attempts: 1, Task: &view},
+			in:   &task.StreamEvent{ID: "2026-03-01T12:00:00Z", Type: task.EventSucceeded, Timestamp: at, Attempts: 1, Task: &view},
 			want: `{"type":"task.succeeded","timestamp":"2026-03-01T12:00:00Z","attempts":1,"task":` + viewJSON + `}`,
-			back: &client.Event{Type: "task.succeeded", Timestamp: at, Attempts: 1, Task: &view},
+			back: &task.StreamEvent{Type: task.EventSucceeded, Timestamp: at, Attempts: 1, Task: &view},
 		},
 		{
 			name: "stream event of a preview",
-			in:   &client.Event{Type: client.EventPreview, Timestamp: at, Preview: "The s"},
+			in:   &task.StreamEvent{Type: task.EventPreview, Timestamp: at, Preview: "The s"},
 			want: `{"type":"task.preview","timestamp":"2026-03-01T12:00:00Z","attempts":0,"preview":"The s"}`,
 		},
 		{
 			name: "tenant",
-			in: &client.Tenant{ID: "acme", Limits: client.Limits{Concurrency: 10, SubmitRate: 2.5, SubmitBurst: 5, DailyBudgetUSD: 100},
-				WebhookSecrets: []client.SecretInfo{{CreatedAt: at}, {CreatedAt: at, ExpiresAt: &at}}, CreatedAt: at, WebhookSecret: "whsec_x"},
+			in: &task.Tenant{ID: "acme", Limits: task.Limits{Concurrency: 10, SubmitRate: 2.5, SubmitBurst: 5, DailyBudgetUSD: 100},
+				WebhookSecrets: []task.SecretInfo{{CreatedAt: at}, {CreatedAt: at, ExpiresAt: &at}}, CreatedAt: at, WebhookSecret: "whsec_x"},
 			want: `{"id":"acme","limits":{"concurrency":10,"submit_rate":2.5,"submit_burst":5,"daily_budget_usd":100},` +
 				`"webhook_secrets":[{"created_at":"2026-03-01T12:00:00Z"},{"created_at":"2026-03-01T12:00:00Z","expires_at":"2026-03-01T12:00:00Z"}],` +
 				`"created_at":"2026-03-01T12:00:00Z","webhook_secret":"whsec_x"}`,
 		},
 		{
 			name: "dead letter",
-			in: &client.DeadLetter{ID: "t1:delivery:0:0", TaskID: "t1", Tenant: "acme", Family: "summarize", Variant: "default",
+			in: &task.DeadLetter{ID: "t1:delivery:0:0", TaskID: "t1", Tenant: "acme", Family: "summarize", Variant: "default",
 				Stage: task.StageDelivery, State: "open", EventID: "t1.task.succeeded.0", EventType: task.EventSucceeded, Attempts: 5,
 				Usage: task.Usage{PromptTokens: 10, OutputTokens: 2, TotalTokens: 12}, CostUSD: 0.5, CreatedAt: at, UpdatedAt: at},
 			want: `{"id":"t1:delivery:0:0","task_id":"t1","tenant":"acme","family":"summarize","variant":"default","stage":"delivery",` +
@@ -130,18 +129,18 @@ func TestWireJSON(t *testing.T) {
 // each refused field.
 func TestProblemError(t *testing.T) {
 	t.Parallel()
-	p := &client.Problem{Title: "Bad Request", Status: 400, Detail: "2 fields refused",
-		Errors: []client.FieldError{{Field: "input", Detail: "must not be empty"}, {Field: "Idempotency-Key", Detail: "too long"}}}
+	p := &task.Problem{Title: "Bad Request", Status: 400, Detail: "2 fields refused",
+		Errors: []task.FieldError{{Field: "input", Detail: "must not be empty"}, {Field: "Idempotency-Key", Detail: "too long"}}}
 	if got, want := p.Error(), "genbox: 400 Bad Request: 2 fields refused; input: must not be empty; Idempotency-Key: too long"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
-	if got, want := (&client.Problem{Title: "Not Found", Status: 404}).Error(), "genbox: 404 Not Found"; got != want {
+	if got, want := (&task.Problem{Title: "Not Found", Status: 404}).Error(), "genbox: 404 Not Found"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }
 
 // A stream ends on the event whose task has finished with its delivery settled, not before.
-func TestEventFinal(t *testing.T) {
+func TestStreamEventFinal(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		state    task.State
@@ -153,12 +152,12 @@ func TestEventFinal(t *testing.T) {
 		{task.StateSucceeded, task.DeliveryDelivered, true},
 		{task.StateFailed, task.DeliveryNone, true},
 	} {
-		ev := client.Event{Type: string(tt.state.Event()), Task: &task.View{State: tt.state, Delivery: task.DeliveryView{State: tt.delivery}}}
+		ev := task.StreamEvent{Type: tt.state.Event(), Task: &task.View{State: tt.state, Delivery: task.DeliveryView{State: tt.delivery}}}
 		if got := ev.Final(); got != tt.want {
 			t.Errorf("%s with delivery %s: Final() = %v, want %v", tt.state, tt.delivery, got, tt.want)
 		}
 	}
-	if (client.Event{Type: client.EventPreview, Preview: "x"}).Final() {
+	if (task.StreamEvent{Type: task.EventPreview, Preview: "x"}).Final() {
 		t.Error("a preview is final")
 	}
 }
