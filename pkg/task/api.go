@@ -163,11 +163,6 @@ type RotatedSecret struct {
 	PreviousExpireAt time.Time `json:"previous_expire_at"`
 }
 
-// Health is the answer of GET /healthz.
-type Health struct {
-	Status string `json:"status"`
-}
-
 // DeadLetter is a task stage that exhausted its retries, as the dlqnotifier's admin routes show
 // it: what died, what it already cost, and the decision taken on it, if any.
 type DeadLetter struct {
