@@ -5,7 +5,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 const adminSynopsis = `tenant create ID [limits] | tenant get ID | tenant limits ID [limits]
@@ -19,7 +19,7 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "admin", adminSynopsis, adminDescription)
 	var api apiFlags
 	api.register(fs, e, envAdminKey)
-	var lim client.Limits
+	var lim task.Limits
 	fs.IntVar(&lim.Concurrency, "concurrency", 0, "tenant create/limits: tasks running at once per worker instance (0: no limit)")
 	fs.Float64Var(&lim.SubmitRate, "submit-rate", 0, "tenant create/limits: submissions per second (0: no limit)")
 	fs.IntVar(&lim.SubmitBurst, "submit-burst", 0, "tenant create/limits: submissions at once above the rate")
@@ -47,10 +47,10 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 	var answer func() error
 	switch obj + " " + action {
 	case "tenant create", "tenant get", "tenant limits":
-		var t *client.Tenant
+		var t *task.Tenant
 		switch action {
 		case "create":
-			var l *client.Limits
+			var l *task.Limits
 			if limitsSet {
 				l = &lim
 			}
@@ -65,7 +65,7 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 		}
 		answer = func() error { return showTenant(e.stdout, output.asJSON(e.stdout), t) }
 	case "key create", "key revoke":
-		var k *client.APIKey
+		var k *task.APIKey
 		if action == "create" {
 			k, err = c.CreateAPIKey(ctx, id)
 		} else {
@@ -73,7 +73,7 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 		}
 		answer = func() error { return showAPIKey(e.stdout, output.asJSON(e.stdout), k) }
 	case "secret rotate":
-		var r *client.RotatedSecret
+		var r *task.RotatedSecret
 		r, err = c.RotateWebhookSecret(ctx, id)
 		answer = func() error { return showRotated(e.stdout, output.asJSON(e.stdout), r) }
 	default:

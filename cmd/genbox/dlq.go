@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 const dlqSynopsis = "list [--state S] | show ID | redeliver ID | regenerate ID | discard ID"
@@ -74,7 +74,7 @@ func runDLQ(ctx context.Context, e env, args []string) error {
 			return usageErr("dlq %s takes exactly one dead letter id (see `genbox dlq list`)", action)
 		}
 		id := pos[1]
-		var dl *client.DeadLetter
+		var dl *task.DeadLetter
 		if action == "show" {
 			dl, err = c.GetDeadLetter(ctx, id)
 		} else {

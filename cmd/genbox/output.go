@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -118,7 +117,7 @@ func showTask(w io.Writer, asJSON bool, v *task.View) error {
 }
 
 // showTenant prints a tenant (admin tenant create, get, limits).
-func showTenant(w io.Writer, asJSON bool, t *client.Tenant) error {
+func showTenant(w io.Writer, asJSON bool, t *task.Tenant) error {
 	l := t.Limits
 	limits := fmt.Sprintf("concurrency %s, %s, daily budget %s", orNone(l.Concurrency > 0, fmt.Sprint(l.Concurrency)),
 		orNone(l.SubmitRate > 0, fmt.Sprintf("%g submissions/s (burst %d)", l.SubmitRate, l.SubmitBurst)),
@@ -134,7 +133,7 @@ func showTenant(w io.Writer, asJSON bool, t *client.Tenant) error {
 }
 
 // showAPIKey prints an API key (admin key create, revoke).
-func showAPIKey(w io.Writer, asJSON bool, k *client.APIKey) error {
+func showAPIKey(w io.Writer, asJSON bool, k *task.APIKey) error {
 	key := ""
 	if k.Key != "" {
 		key = k.Key + "   (shown once: keep it)"
@@ -145,7 +144,7 @@ func showAPIKey(w io.Writer, asJSON bool, k *client.APIKey) error {
 }
 
 // showRotated prints a rotated webhook secret (admin secret rotate).
-func showRotated(w io.Writer, asJSON bool, r *client.RotatedSecret) error {
+func showRotated(w io.Writer, asJSON bool, r *task.RotatedSecret) error {
 	return show(w, asJSON, r, [][2]string{
 		{"tenant", r.Tenant}, {"webhook secret", r.WebhookSecret + "   (shown once: keep it)"},
 		{"earlier secrets sign until", when(&r.PreviousExpireAt)},
@@ -153,7 +152,7 @@ func showRotated(w io.Writer, asJSON bool, r *client.RotatedSecret) error {
 }
 
 // showDeadLetter prints a dead letter (dlq show and the decisions).
-func showDeadLetter(w io.Writer, asJSON bool, d *client.DeadLetter) error {
+func showDeadLetter(w io.Writer, asJSON bool, d *task.DeadLetter) error {
 	decided := ""
 	if d.DecidedAt != nil {
 		decided = d.DecidedBy + " at " + when(d.DecidedAt)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // Exit codes: stable, documented in `genbox help`, for scripts to rely on.
@@ -157,7 +158,7 @@ func classify(err error) (int, string) {
 	if errors.As(err, &ee) {
 		return ee.code, ee.msg
 	}
-	var p *client.Problem
+	var p *task.Problem
 	if errors.As(err, &p) {
 		return problemCode(p), err.Error() + hint(p)
 	}
@@ -172,7 +173,7 @@ func classify(err error) (int, string) {
 	return exitFailure, err.Error()
 }
 
-func problemCode(p *client.Problem) int {
+func problemCode(p *task.Problem) int {
 	switch {
 	case p.Status == http.StatusNotFound:
 		return exitNotFound
@@ -186,7 +187,7 @@ func problemCode(p *client.Problem) int {
 	return exitFailure
 }
 
-func hint(p *client.Problem) string {
+func hint(p *task.Problem) string {
 	switch {
 	case p.Status == http.StatusUnauthorized || p.Status == http.StatusForbidden:
 		return " (check the key: " + envAPIKey + " for tasks, " + envAdminKey + " for admin and dlq; `genbox dev` prints both)"

@@ -183,8 +183,8 @@ func follow(ctx context.Context, e env, c *client.Client, id string, o followOpt
 	}
 	var final, seen *task.View
 	preview := ""
-	err := c.Watch(ctx, id, func(ev client.Event) error {
-		if ev.Type == client.EventPreview {
+	err := c.Watch(ctx, id, func(ev task.StreamEvent) error {
+		if ev.Type == task.EventPreview {
 			if o.stream {
 				printPreview(e.stderr, preview, ev.Preview)
 				preview = ev.Preview

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/httpapi"
-	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // MaxPushBytes caps a push request body. Pub/Sub messages are at most 10 MB; the envelope's
@@ -127,5 +127,5 @@ func pushStatus(err error) int {
 
 // writeProblem answers with an RFC 9457 problem document, as every genbox service does.
 func writeProblem(w http.ResponseWriter, code int, detail string) {
-	httpapi.JSON(w, code, client.ProblemContentType, httpapi.StatusProblem(code, detail))
+	httpapi.JSON(w, code, task.ProblemContentType, httpapi.StatusProblem(code, detail))
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // Handler returns the service's HTTP routes: POST /slack/interactions, the admin path under
@@ -130,7 +130,7 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) error {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 1 || n > 1000 {
 			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "limit must be 1..1000",
-				client.FieldError{Field: "limit", Detail: "must be 1..1000"})
+				task.FieldError{Field: "limit", Detail: "must be 1..1000"})
 		}
 		limit = n
 	}
@@ -138,7 +138,7 @@ func (s *Service) list(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := client.DeadLetterList{DeadLetters: make([]client.DeadLetter, 0, len(dls))}
+	out := task.DeadLetterList{DeadLetters: make([]task.DeadLetter, 0, len(dls))}
 	for _, d := range dls {
 		out.DeadLetters = append(out.DeadLetters, deadLetterView(d))
 	}
@@ -166,7 +166,7 @@ func (s *Service) decideAdmin(w http.ResponseWriter, r *http.Request) error {
 		return httpapi.Problem(http.StatusNotFound, httpapi.TypeNoRoute, "POST "+AdminPrefix+"/{id}:{redeliver|regenerate|discard}")
 	}
 	id, action := op[:i], Action(op[i+1:])
-	var body client.DeadLetterDecision
+	var body task.DeadLetterDecision
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4<<10))
 	if err != nil {
 		return err
@@ -190,8 +190,8 @@ func (s *Service) decideAdmin(w http.ResponseWriter, r *http.Request) error {
 
 // deadLetterView is what the admin routes show of a dead letter: not how its Slack message is
 // kept (channel, timestamp, failed posts).
-func deadLetterView(d *store.DeadLetter) client.DeadLetter {
-	return client.DeadLetter{
+func deadLetterView(d *store.DeadLetter) task.DeadLetter {
+	return task.DeadLetter{
 		ID: d.ID, TaskID: d.TaskID, Tenant: d.Tenant, Family: d.Family, Variant: d.Variant, Stage: d.Stage,
 		Replay: d.Replay, Round: d.Round, State: string(d.State), EventID: d.EventID, EventType: d.EventType,
 		Attempts: d.Attempts, LastError: d.LastError, Usage: d.Usage, CostUSD: d.CostUSD,
@@ -200,8 +200,8 @@ func deadLetterView(d *store.DeadLetter) client.DeadLetter {
 }
 
 // problemFor is the one mapping from the service's errors to what it answers.
-func problemFor(err error) *client.Problem {
-	var p *client.Problem
+func problemFor(err error) *task.Problem {
+	var p *task.Problem
 	var mbe *http.MaxBytesError
 	var decided *DecidedError
 	switch {

@@ -20,7 +20,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
-	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -170,7 +169,7 @@ func TestAdmin(t *testing.T) {
 		defer resp.Body.Close()
 		var out map[string]any
 		_ = json.NewDecoder(resp.Body).Decode(&out)
-		if ct := resp.Header.Get("Content-Type"); resp.StatusCode >= 400 && (ct != client.ProblemContentType || out["type"] == nil || out["title"] == nil || out["status"] != float64(resp.StatusCode)) {
+		if ct := resp.Header.Get("Content-Type"); resp.StatusCode >= 400 && (ct != task.ProblemContentType || out["type"] == nil || out["title"] == nil || out["status"] != float64(resp.StatusCode)) {
 			t.Errorf("%s %s: a %d answered %s %v, want a problem document", method, path, resp.StatusCode, ct, out)
 		}
 		return resp.StatusCode, out
@@ -379,12 +378,12 @@ func TestInternalErrorLogged(t *testing.T) {
 	s := &Service{log: slog.New(slog.NewJSONHandler(&logged, nil))}
 	rec := httptest.NewRecorder()
 	s.writeError(rec, httptest.NewRequest(http.MethodGet, AdminPrefix, nil), errors.New("firestore: the store caught fire"))
-	var p client.Problem
+	var p task.Problem
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 		t.Fatal(err)
 	}
-	want := client.Problem{Type: httpapi.ProblemBase + httpapi.TypeInternal, Title: "Internal Server Error", Status: 500, Detail: "internal error"}
-	if diff := cmp.Diff(want, p); diff != "" || rec.Code != 500 || rec.Header().Get("Content-Type") != client.ProblemContentType {
+	want := task.Problem{Type: httpapi.ProblemBase + httpapi.TypeInternal, Title: "Internal Server Error", Status: 500, Detail: "internal error"}
+	if diff := cmp.Diff(want, p); diff != "" || rec.Code != 500 || rec.Header().Get("Content-Type") != task.ProblemContentType {
 		t.Errorf("answered %d %s (-want +got):\n%s", rec.Code, rec.Header().Get("Content-Type"), diff)
 	}
 	if !strings.Contains(logged.String(), "the store caught fire") || !strings.Contains(logged.String(), `"status":500`) {

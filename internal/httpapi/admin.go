@@ -8,7 +8,7 @@ import (
 	"net/http"
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
-	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // EnvAdminKey names the admin key every service reads.
@@ -49,7 +49,7 @@ func (k AdminKey) Operator() string { return "admin key " + hex.EncodeToString(k
 // Authorize checks r's admin credential: 403 when the admin routes are off, 401 without a
 // Bearer credential, 429 while the client is throttled (fails counts its failures), 403 for a
 // wrong key; nil when the key is right.
-func (k AdminKey) Authorize(r *http.Request, fails *authlimit.Limiter) *client.Problem {
+func (k AdminKey) Authorize(r *http.Request, fails *authlimit.Limiter) *task.Problem {
 	if !k.set {
 		return Problem(http.StatusForbidden, TypeForbidden, "the admin API is disabled ("+EnvAdminKey+" is not set)")
 	}

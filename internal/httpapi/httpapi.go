@@ -1,5 +1,5 @@
 // Package httpapi is how genbox's servers answer API clients over HTTP: errors as RFC 9457
-// problem documents (the client.Problem of pkg/client, the public shape docs/api.md describes),
+// problem documents (task.Problem, the public shape docs/api.md describes),
 // JSON answers, the Bearer credential of a request, and the admin key check. The publisher, the
 // dlqnotifier, the resulthandler's push route and the console all answer through it, so a
 // client reads every service's errors the same way.
@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
-	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // ProblemBase prefixes every problem type URI.
@@ -46,12 +46,12 @@ var statusTypes = map[int]string{
 }
 
 // Problem builds a problem of the slug's type; fields name the refused request fields.
-func Problem(status int, slug, detail string, fields ...client.FieldError) *client.Problem {
-	return &client.Problem{Type: ProblemBase + slug, Title: http.StatusText(status), Status: status, Detail: detail, Errors: fields}
+func Problem(status int, slug, detail string, fields ...task.FieldError) *task.Problem {
+	return &task.Problem{Type: ProblemBase + slug, Title: http.StatusText(status), Status: status, Detail: detail, Errors: fields}
 }
 
 // StatusProblem builds a problem whose type follows from its status alone.
-func StatusProblem(status int, detail string) *client.Problem {
+func StatusProblem(status int, detail string) *task.Problem {
 	slug, ok := statusTypes[status]
 	if !ok {
 		slug = TypeInternal
@@ -64,14 +64,14 @@ func StatusProblem(status int, detail string) *client.Problem {
 
 // Error answers p as problem+json, with its Retry-After. A 5xx is logged with cause, which the
 // client never sees: the detail of a 5xx says only that it failed.
-func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, p *client.Problem, cause error) {
+func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, p *task.Problem, cause error) {
 	if p.Status >= 500 {
 		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "status", p.Status, "error", cause)
 	}
 	if p.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int((p.RetryAfter+time.Second-1)/time.Second)))
 	}
-	JSON(w, p.Status, client.ProblemContentType, p)
+	JSON(w, p.Status, task.ProblemContentType, p)
 }
 
 // JSON answers v as JSON of contentType with status, newline-terminated and with its length.
@@ -100,7 +100,7 @@ func Bearer(r *http.Request) (string, bool) {
 
 // Throttled is a 429 for a client whose credentials failed too often lately (nil otherwise):
 // its next attempt is refused before it costs a read or a comparison.
-func Throttled(fails *authlimit.Limiter, r *http.Request) *client.Problem {
+func Throttled(fails *authlimit.Limiter, r *http.Request) *task.Problem {
 	wait := fails.Wait(r)
 	if wait <= 0 {
 		return nil

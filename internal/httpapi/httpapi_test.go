@@ -15,7 +15,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/httpapi"
-	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // A problem is written byte for byte as docs/api.md shows it: problem+json, its length, a final
@@ -24,15 +24,15 @@ func TestError(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name       string
-		p          *client.Problem
+		p          *task.Problem
 		wantBody   string
 		wantHeader http.Header
 		wantLogged bool
 	}{
 		{name: "field problem",
-			p:        httpapi.Problem(400, httpapi.TypeInvalid, "input: is required", client.FieldError{Field: "input", Detail: "is required"}),
+			p:        httpapi.Problem(400, httpapi.TypeInvalid, "input: is required", task.FieldError{Field: "input", Detail: "is required"}),
 			wantBody: `{"type":"https://genbox.dev/problems/invalid-request","title":"Bad Request","status":400,"detail":"input: is required","errors":[{"field":"input","detail":"is required"}]}` + "\n"},
-		{name: "retry after", p: func() *client.Problem {
+		{name: "retry after", p: func() *task.Problem {
 			p := httpapi.Problem(503, httpapi.TypeUnavailable, "retry")
 			p.RetryAfter = 1500 * time.Millisecond
 			return p
@@ -51,7 +51,7 @@ func TestError(t *testing.T) {
 			if diff := cmp.Diff(tc.wantBody, rec.Body.String()); diff != "" || rec.Code != tc.p.Status {
 				t.Errorf("status %d, body (-want +got):\n%s", rec.Code, diff)
 			}
-			want := http.Header{"Content-Type": {client.ProblemContentType}, "Content-Length": {strconv.Itoa(len(tc.wantBody))}}
+			want := http.Header{"Content-Type": {task.ProblemContentType}, "Content-Length": {strconv.Itoa(len(tc.wantBody))}}
 			for k, v := range tc.wantHeader {
 				want[k] = v
 			}

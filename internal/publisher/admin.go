@@ -10,7 +10,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // APIKeyPrefix starts every API key, so leaked keys are easy to scan for.
@@ -23,31 +23,31 @@ func newAPIKey() string {
 	return APIKeyPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-func tenantView(t *store.Tenant) client.Tenant {
-	out := client.Tenant{ID: t.ID, Limits: client.Limits(t.Limits), CreatedAt: t.CreatedAt, WebhookSecrets: []client.SecretInfo{}}
+func tenantView(t *store.Tenant) task.Tenant {
+	out := task.Tenant{ID: t.ID, Limits: task.Limits(t.Limits), CreatedAt: t.CreatedAt, WebhookSecrets: []task.SecretInfo{}}
 	for _, ws := range t.WebhookSecrets {
-		out.WebhookSecrets = append(out.WebhookSecrets, client.SecretInfo{CreatedAt: ws.CreatedAt, ExpiresAt: ws.ExpiresAt})
+		out.WebhookSecrets = append(out.WebhookSecrets, task.SecretInfo{CreatedAt: ws.CreatedAt, ExpiresAt: ws.ExpiresAt})
 	}
 	return out
 }
 
-func keyView(k *store.APIKey) client.APIKey {
-	return client.APIKey{KeyID: k.ID, Tenant: k.Tenant, Revoked: k.Revoked, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt}
+func keyView(k *store.APIKey) task.APIKey {
+	return task.APIKey{KeyID: k.ID, Tenant: k.Tenant, Revoked: k.Revoked, CreatedAt: k.CreatedAt, RevokedAt: k.RevokedAt}
 }
 
-func checkLimits(prefix string, l client.Limits) error {
-	var fs []client.FieldError
+func checkLimits(prefix string, l task.Limits) error {
+	var fs []task.FieldError
 	if l.Concurrency < 0 {
-		fs = append(fs, client.FieldError{Field: prefix + "concurrency", Detail: "must not be negative"})
+		fs = append(fs, task.FieldError{Field: prefix + "concurrency", Detail: "must not be negative"})
 	}
 	if l.SubmitRate < 0 || math.IsInf(l.SubmitRate, 0) {
-		fs = append(fs, client.FieldError{Field: prefix + "submit_rate", Detail: "must not be negative"})
+		fs = append(fs, task.FieldError{Field: prefix + "submit_rate", Detail: "must not be negative"})
 	}
 	if l.SubmitBurst < 0 {
-		fs = append(fs, client.FieldError{Field: prefix + "submit_burst", Detail: "must not be negative"})
+		fs = append(fs, task.FieldError{Field: prefix + "submit_burst", Detail: "must not be negative"})
 	}
 	if l.DailyBudgetUSD < 0 || math.IsInf(l.DailyBudgetUSD, 0) {
-		fs = append(fs, client.FieldError{Field: prefix + "daily_budget_usd", Detail: "must not be negative"})
+		fs = append(fs, task.FieldError{Field: prefix + "daily_budget_usd", Detail: "must not be negative"})
 	}
 	if len(fs) > 0 {
 		return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, fs[0].Field+": "+fs[0].Detail, fs...)
@@ -60,7 +60,7 @@ func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request, _ st
 	if err != nil {
 		return err
 	}
-	var req client.CreateTenantRequest
+	var req task.CreateTenantRequest
 	if err := decodeStrict(data, &req); err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (s *Server) handleSetLimits(w http.ResponseWriter, r *http.Request, _ strin
 	if err != nil {
 		return err
 	}
-	var l client.Limits
+	var l task.Limits
 	if err := decodeStrict(data, &l); err != nil {
 		return err
 	}
@@ -172,7 +172,7 @@ func (s *Server) handleRotateSecret(w http.ResponseWriter, r *http.Request, _ st
 	if err != nil {
 		return err
 	}
-	out := client.RotatedSecret{Tenant: id, WebhookSecret: secret}
+	out := task.RotatedSecret{Tenant: id, WebhookSecret: secret}
 	for _, ws := range t.WebhookSecrets {
 		if ws.ExpiresAt != nil && ws.ExpiresAt.After(out.PreviousExpireAt) {
 			out.PreviousExpireAt = *ws.ExpiresAt

@@ -11,6 +11,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 	"github.com/genbox-dev/genbox/pkg/webhook"
 )
 
@@ -18,7 +19,7 @@ func TestAdmin(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	var p *client.Problem
+	var p *task.Problem
 	status := func(err error) int {
 		if errors.As(err, &p) {
 			return p.Status
@@ -39,7 +40,7 @@ func TestAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tn.Limits != client.Limits(store.DefaultLimits()) || !strings.HasPrefix(tn.WebhookSecret, webhook.SecretPrefix) || len(tn.WebhookSecrets) != 1 {
+	if tn.Limits != task.Limits(store.DefaultLimits()) || !strings.HasPrefix(tn.WebhookSecret, webhook.SecretPrefix) || len(tn.WebhookSecrets) != 1 {
 		t.Fatalf("created %+v", tn)
 	}
 	if _, err := webhook.ParseSecret(tn.WebhookSecret); err != nil {
@@ -55,7 +56,7 @@ func TestAdmin(t *testing.T) {
 	if _, err := e.admin.CreateTenant(ctx, "Not Valid", nil); status(err) != 400 || !slices.Contains(fields(*p), "id") {
 		t.Fatalf("bad id: %v", err)
 	}
-	if _, err := e.admin.CreateTenant(ctx, "neg", &client.Limits{SubmitRate: -1}); status(err) != 400 || !slices.Contains(fields(*p), "limits.submit_rate") {
+	if _, err := e.admin.CreateTenant(ctx, "neg", &task.Limits{SubmitRate: -1}); status(err) != 400 || !slices.Contains(fields(*p), "limits.submit_rate") {
 		t.Fatalf("bad limits: %v", err)
 	}
 	if _, err := e.admin.GetTenant(ctx, "__reserved__"); status(err) != 404 {
@@ -65,11 +66,11 @@ func TestAdmin(t *testing.T) {
 		t.Fatalf("missing tenant: %v", err)
 	}
 	// Limits.
-	want := client.Limits{Concurrency: 3, SubmitRate: 5, SubmitBurst: 7, DailyBudgetUSD: 12.5}
+	want := task.Limits{Concurrency: 3, SubmitRate: 5, SubmitBurst: 7, DailyBudgetUSD: 12.5}
 	if tn, err := e.admin.SetLimits(ctx, "initech", want); err != nil || tn.Limits != want {
 		t.Fatalf("set limits: %+v %v", tn, err)
 	}
-	if _, err := e.admin.SetLimits(ctx, "initech", client.Limits{SubmitBurst: -1}); status(err) != 400 || !slices.Contains(fields(*p), "submit_burst") {
+	if _, err := e.admin.SetLimits(ctx, "initech", task.Limits{SubmitBurst: -1}); status(err) != 400 || !slices.Contains(fields(*p), "submit_burst") {
 		t.Fatalf("bad limits: %v", err)
 	}
 	if _, err := e.admin.SetLimits(ctx, "nobody", want); status(err) != 404 {

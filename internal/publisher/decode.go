@@ -19,7 +19,6 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/ssrf"
-	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -122,7 +121,7 @@ func jsonKind(goType string) string {
 		return "a string"
 	case goType == "bool":
 		return "a boolean"
-	case strings.HasPrefix(goType, "map["), strings.HasPrefix(goType, "task."), strings.HasPrefix(goType, "client."):
+	case strings.HasPrefix(goType, "map["), strings.HasPrefix(goType, "task."):
 		return "an object"
 	case strings.HasPrefix(goType, "[]"):
 		return "an array"
@@ -154,10 +153,10 @@ func normalize(req *task.Request) {
 // validate returns the request's resolved family variant, or a 400 problem naming every refused
 // field; a request whose only fault is a well-formed callback URL the policy forbids is a 422.
 func (v validator) validate(req *task.Request) (variant *prompts.Variant, err error) {
-	var fs []client.FieldError
-	var refused *client.FieldError
+	var fs []task.FieldError
+	var refused *task.FieldError
 	bad := func(field, format string, args ...any) {
-		fs = append(fs, client.FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+		fs = append(fs, task.FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
 	}
 	switch {
 	case req.Family == "":
@@ -193,7 +192,7 @@ func (v validator) validate(req *task.Request) (variant *prompts.Variant, err er
 			bad("callback_url", "must be at most %d bytes", maxCallbackURL)
 		} else if err := v.checkCallback(req.CallbackURL); err != nil {
 			if b, ok := ssrf.IsBlocked(err); ok && b.Reason != ssrf.ReasonURL && b.Reason != ssrf.ReasonNoHost {
-				refused = &client.FieldError{Field: "callback_url", Detail: err.Error()}
+				refused = &task.FieldError{Field: "callback_url", Detail: err.Error()}
 			} else {
 				bad("callback_url", "%v", err)
 			}
@@ -243,18 +242,18 @@ func (v validator) validate(req *task.Request) (variant *prompts.Variant, err er
 	if len(fs) == 0 {
 		return variant, nil
 	}
-	slices.SortStableFunc(fs, func(a, b client.FieldError) int { return cmp.Compare(a.Field, b.Field) })
+	slices.SortStableFunc(fs, func(a, b task.FieldError) int { return cmp.Compare(a.Field, b.Field) })
 	return nil, httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, fmt.Sprintf("%d invalid field(s); first %s: %s", len(fs), fs[0].Field, fs[0].Detail), fs...)
 }
 
 // checkIdempotencyKey refuses keys that are empty, too long or not printable ASCII.
 func checkIdempotencyKey(key string) error {
 	if len(key) > maxIdempotencyKey {
-		return fieldProblem(client.HeaderIdempotencyKey, "must be at most %d characters", maxIdempotencyKey)
+		return fieldProblem(task.HeaderIdempotencyKey, "must be at most %d characters", maxIdempotencyKey)
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] < 0x21 || key[i] > 0x7e {
-			return fieldProblem(client.HeaderIdempotencyKey, "must be printable ASCII without spaces")
+			return fieldProblem(task.HeaderIdempotencyKey, "must be printable ASCII without spaces")
 		}
 	}
 	return nil

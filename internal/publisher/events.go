@@ -12,7 +12,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -81,20 +80,20 @@ func visibleOf(t *store.Task) visible {
 
 // eventType names the change from prev (nil: the first event) to cur: the webhook event type
 // of an end state, task.{state} for another state, else what changed.
-func eventType(prev *visible, cur visible) string {
+func eventType(prev *visible, cur visible) task.EventType {
 	s := cur.View.State
 	switch {
 	case prev == nil || prev.View.State != s:
 		if e := s.Event(); e != "" {
-			return string(e)
+			return e
 		}
-		return "task." + string(s)
+		return task.EventType("task." + string(s))
 	case prev.View.Delivery != cur.View.Delivery:
-		return client.EventDelivery
+		return task.EventDelivery
 	case prev.Attempts != cur.Attempts || prev.Epoch != cur.Epoch:
-		return client.EventAttempt
+		return task.EventAttempt
 	}
-	return client.EventUpdated
+	return task.EventUpdated
 }
 
 // sse writes one stream's events, each within its write window.
@@ -112,7 +111,7 @@ func (e sse) write(format string, args ...any) error {
 	return e.rc.Flush()
 }
 
-func (e sse) event(ev client.Event) error {
+func (e sse) event(ev task.StreamEvent) error {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("encode event: %w", err)
@@ -144,7 +143,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, tenant str
 	if last := r.Header.Get("Last-Event-ID"); last != "" {
 		after, err = time.Parse(time.RFC3339Nano, last)
 		if err != nil {
-			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "Last-Event-ID: not an id of this stream", client.FieldError{Field: "Last-Event-ID", Detail: "not an id of this stream"})
+			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "Last-Event-ID: not an id of this stream", task.FieldError{Field: "Last-Event-ID", Detail: "not an id of this stream"})
 		}
 	}
 	ctx, cancel := context.WithCancel(obs.WithTask(r.Context(), t.ID))
@@ -227,7 +226,7 @@ func (s *Server) stream(ctx context.Context, out sse, t *store.Task, after time.
 			return nil
 		}
 		shown = p.Text
-		return out.event(client.Event{Type: client.EventPreview, Timestamp: p.UpdatedAt.UTC(), Attempts: cur.Attempts, Preview: p.Text})
+		return out.event(task.StreamEvent{Type: task.EventPreview, Timestamp: p.UpdatedAt.UTC(), Attempts: cur.Attempts, Preview: p.Text})
 	}
 	for {
 		select {
@@ -249,7 +248,7 @@ func (s *Server) stream(ctx context.Context, out sse, t *store.Task, after time.
 			if prev != nil && reflect.DeepEqual(*prev, v) {
 				continue
 			}
-			ev := client.Event{ID: eventID(cur), Type: eventType(prev, v), Timestamp: cur.UpdateTime.UTC(), Attempts: cur.Attempts, Task: &v.View}
+			ev := task.StreamEvent{ID: eventID(cur), Type: eventType(prev, v), Timestamp: cur.UpdateTime.UTC(), Attempts: cur.Attempts, Task: &v.View}
 			prev = &v
 			if cur.UpdateTime.After(after) {
 				if err := out.event(ev); err != nil {

@@ -33,14 +33,14 @@ func (e *env) move(id string, change func(t *store.Task, now time.Time)) {
 
 // watcher runs Watch in the background and hands over each event.
 type watcher struct {
-	events chan client.Event
+	events chan task.StreamEvent
 	done   chan error
 }
 
 func (e *env) watch(ctx context.Context, c *client.Client, id string) *watcher {
-	w := &watcher{events: make(chan client.Event, 64), done: make(chan error, 1)}
+	w := &watcher{events: make(chan task.StreamEvent, 64), done: make(chan error, 1)}
 	go func() {
-		w.done <- c.Watch(ctx, id, func(ev client.Event) error {
+		w.done <- c.Watch(ctx, id, func(ev task.StreamEvent) error {
 			w.events <- ev
 			return nil
 		})
@@ -48,7 +48,7 @@ func (e *env) watch(ctx context.Context, c *client.Client, id string) *watcher {
 	return w
 }
 
-func (w *watcher) next(t *testing.T) client.Event {
+func (w *watcher) next(t *testing.T) task.StreamEvent {
 	t.Helper()
 	select {
 	case ev := <-w.events:
@@ -64,7 +64,7 @@ func (w *watcher) next(t *testing.T) client.Event {
 	case <-time.After(eventsTimeout):
 		t.Fatal("no event")
 	}
-	return client.Event{}
+	return task.StreamEvent{}
 }
 
 // The stream sends the current state, then each change in order, named as webhooks name the
@@ -78,7 +78,7 @@ func TestEventsFollowATaskToItsEnd(t *testing.T) {
 	w := e.watch(ctx, e.api, id)
 
 	type seen struct {
-		Type     string
+		Type     task.EventType
 		State    task.State
 		Attempts int
 		Delivery task.DeliveryState
@@ -261,12 +261,12 @@ func TestEventsAuth(t *testing.T) {
 		{"not a task id", "x", e.key, http.StatusNotFound},
 	} {
 		resp := e.rawStream(ctx, e.url, c.id, c.key, nil)
-		if resp.StatusCode != c.want || resp.Header.Get("Content-Type") != client.ProblemContentType {
+		if resp.StatusCode != c.want || resp.Header.Get("Content-Type") != task.ProblemContentType {
 			t.Errorf("%s: %d %s, want %d problem+json", c.name, resp.StatusCode, resp.Header.Get("Content-Type"), c.want)
 		}
 	}
-	var p *client.Problem
-	err := client.New(e.url, otherKey, client.WithRetries(0)).Watch(ctx, id, func(client.Event) error { return nil })
+	var p *task.Problem
+	err := client.New(e.url, otherKey, client.WithRetries(0)).Watch(ctx, id, func(task.StreamEvent) error { return nil })
 	if !errors.As(err, &p) || p.Status != http.StatusNotFound {
 		t.Errorf("Watch of another tenant's task: %v, want a 404 problem", err)
 	}
@@ -292,7 +292,7 @@ func TestEventsConnectionBound(t *testing.T) {
 	if over.StatusCode != http.StatusTooManyRequests || over.Header.Get("Retry-After") == "" {
 		t.Fatalf("third stream: %d (Retry-After %q), want 429 with Retry-After", over.StatusCode, over.Header.Get("Retry-After"))
 	}
-	otherTenant, otherKey := e.newTenant("other", &client.Limits{SubmitRate: 100, SubmitBurst: 100})
+	otherTenant, otherKey := e.newTenant("other", &task.Limits{SubmitRate: 100, SubmitBurst: 100})
 	_ = otherTenant
 	otherID := e.submitAs(otherKey, validRequest())
 	if resp := e.rawStream(ctx, e.url, otherID, otherKey, nil); resp.StatusCode != http.StatusOK {
@@ -395,7 +395,7 @@ func TestEventsPreviews(t *testing.T) {
 	}
 	save(1, "The sum")
 	ev := w.next(t)
-	if ev.Type != client.EventPreview || ev.Preview != "The sum" || ev.ID != "" || ev.Task != nil {
+	if ev.Type != task.EventPreview || ev.Preview != "The sum" || ev.ID != "" || ev.Task != nil {
 		t.Fatalf("preview event %+v, want task.preview \"The sum\" without an id or task", ev)
 	}
 	e.move(id, func(t *store.Task, now time.Time) {

@@ -18,6 +18,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // instance starts another publisher instance on e's Firestore project, with its own key cache;
@@ -73,7 +74,7 @@ func TestRevocationReachesEveryInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	revoked := time.Now()
-	var p *client.Problem
+	var p *task.Problem
 	for name, c := range map[string]*client.Client{"revoking instance": e.api, "instance without a listener": reading} {
 		if _, err := c.Get(ctx, r.TaskID); !errors.As(err, &p) || p.Status != 401 {
 			t.Fatalf("%s, next request after the revocation: %v", name, err)
@@ -119,7 +120,7 @@ func TestStalledListenerTrustsAKeyForMaxAge(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Add(keysMaxAge)
-	var p *client.Problem
+	var p *task.Problem
 	if _, err := stalled.Get(ctx, r.TaskID); !errors.As(err, &p) || p.Status != 401 {
 		t.Fatalf("a key revoked under a stalled listener, %s after it was read: %v, want 401", keysMaxAge, err)
 	}

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -22,13 +22,22 @@ var schemaNames = map[reflect.Type]string{
 	reflect.TypeFor[task.Usage]():        "Usage",
 	reflect.TypeFor[task.ErrorView]():    "TaskError",
 	reflect.TypeFor[task.DeliveryView](): "Delivery",
+	reflect.TypeFor[task.List]():         "TaskList",
+	reflect.TypeFor[task.StreamEvent]():  "Event",
 }
+
+// webhookEvents are the event types a webhook carries; the event stream sends them and
+// streamEvents.
+var (
+	webhookEvents = []task.EventType{task.EventSucceeded, task.EventFailed, task.EventDead, task.EventCancelled, task.EventDiscarded}
+	streamEvents  = []task.EventType{task.EventQueued, task.EventRunning, task.EventWaiting, task.EventAttempt, task.EventDelivery, task.EventUpdated, task.EventPreview}
+)
 
 // enums lists the values of the string types that have a fixed set.
 var enums = map[reflect.Type][]string{
 	reflect.TypeFor[task.State]():         strs(task.States),
 	reflect.TypeFor[task.DeliveryState](): {"none", "pending", "delivered", "dead", "discarded"},
-	reflect.TypeFor[task.EventType]():     {"task.succeeded", "task.failed", "task.dead", "task.cancelled", "task.discarded"},
+	reflect.TypeFor[task.EventType]():     strs(webhookEvents),
 	reflect.TypeFor[task.ErrorKind]():     {"permanent", "transient", "network", "quality", "expired", "budget", "crash"},
 	reflect.TypeFor[task.Mode]():          strs(task.Modes),
 }
@@ -129,18 +138,18 @@ func fieldRanges(c schemas) {
 	set("TaskRequest", "cache", "default", false)
 	set("TaskRequest", "run_before", "format", "date-time", "description", "RFC 3339, in the future: not worth generating after this.")
 	set("TaskRequest", "max_cost_usd", "exclusiveMinimum", 0)
-	set("BatchRequest", "tasks", "minItems", 1, "maxItems", client.MaxBatch)
+	set("BatchRequest", "tasks", "minItems", 1, "maxItems", task.MaxBatch)
 	set("TaskRequest", "mode", "description", "standard (at once), flex (the Flex tier: about half the price, minutes) or batch (the Batch API: about half the price, within 24 h or run_before); default the family's mode.")
 	set("Task", "batch_job", "description", "The batch job (batch_jobs id) the task runs or ran in.")
 	set("TaskRequest", "stream", "default", false, "description", "Stream the generation: GET /v1/tasks/{id}/events sends task.preview events with the text so far. Previews are never the stored output and never reach the webhook.")
-	set("Event", "type", "description", "The SSE event name: a webhook event type for a move into an end state, task.queued, task.running, task.waiting, task.attempt, task.delivery, task.updated or task.preview. The SSE id is the task document's update time (none on a preview).")
+	set("Event", "type", "enum", strs(slices.Concat(webhookEvents, streamEvents)), "description", "The SSE event name: a webhook event type for a move into an end state, task.queued, task.running, task.waiting, task.attempt, task.delivery, task.updated or task.preview. The SSE id is the task document's update time (none on a preview).")
 	set("Usage", "cached_tokens", "description", "The part of prompt_tokens a context cache served (explicit or implicit), billed at the cached rate.")
 }
 
 // openAPI builds the document from the route table.
 func (s *Server) openAPI() map[string]any {
 	c := schemas{}
-	problemRef := c.of(reflect.TypeFor[client.Problem]())
+	problemRef := c.of(reflect.TypeFor[task.Problem]())
 	paths := map[string]any{}
 	for _, rt := range s.routes {
 		op := map[string]any{"summary": rt.Summary, "operationId": operationID(rt)}
@@ -184,7 +193,7 @@ func (s *Server) openAPI() map[string]any {
 		}
 		for _, code := range append(rt.Doc.Errors, 500) {
 			responses[strconv.Itoa(code)] = map[string]any{"description": http.StatusText(code),
-				"content": map[string]any{client.ProblemContentType: map[string]any{"schema": problemRef}}}
+				"content": map[string]any{task.ProblemContentType: map[string]any{"schema": problemRef}}}
 		}
 		op["responses"] = responses
 		item, _ := paths[rt.Path].(map[string]any)

@@ -73,6 +73,13 @@ func TestOpenAPIListsEveryRoute(t *testing.T) {
 	checkSchema(t, doc.Components.Schemas, "Task", reflect.TypeFor[task.View]())
 	checkSchema(t, doc.Components.Schemas, "TaskRequest", reflect.TypeFor[task.Request]())
 	checkSchema(t, doc.Components.Schemas, "WebhookEvent", reflect.TypeFor[task.Event]())
+	checkSchema(t, doc.Components.Schemas, "Event", reflect.TypeFor[task.StreamEvent]())
+	checkSchema(t, doc.Components.Schemas, "TaskList", reflect.TypeFor[task.List]())
+	// The stream's type is any event type, not only the webhook ones its Go type would give.
+	streamType, _ := doc.Components.Schemas["Event"]["properties"].(map[string]any)["type"].(map[string]any)
+	if enum, _ := streamType["enum"].([]any); !slices.Contains(enum, any(string(task.EventPreview))) {
+		t.Errorf("the stream's event type %v does not list %s", streamType, task.EventPreview)
+	}
 	if req := doc.Components.Schemas["TaskRequest"]; !slices.Equal(anyStrings(req["required"]), []string{"family", "input"}) {
 		t.Errorf("TaskRequest required %v", req["required"])
 	}

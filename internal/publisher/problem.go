@@ -12,7 +12,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // The publisher's own problem types, beside httpapi's.
@@ -23,14 +23,14 @@ const (
 )
 
 // fieldProblem is a 400 naming one field.
-func fieldProblem(field, format string, args ...any) *client.Problem {
+func fieldProblem(field, format string, args ...any) *task.Problem {
 	d := fmt.Sprintf(format, args...)
-	return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, field+": "+d, client.FieldError{Field: field, Detail: d})
+	return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, field+": "+d, task.FieldError{Field: field, Detail: d})
 }
 
 // problemFor is the one mapping from an error to what the API answers.
-func problemFor(err error) *client.Problem {
-	var p *client.Problem
+func problemFor(err error) *task.Problem {
+	var p *task.Problem
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &p):

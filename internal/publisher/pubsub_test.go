@@ -15,7 +15,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/internal/testenv"
-	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -102,7 +101,7 @@ func TestPublishLostThenSwept(t *testing.T) {
 	if code != http.StatusAccepted {
 		t.Fatalf("submit with Pub/Sub down: %d %s", code, body)
 	}
-	var resp client.SubmitResponse
+	var resp task.SubmitResponse
 	if err := json.Unmarshal(body, &resp); err != nil {
 		t.Fatal(err)
 	}

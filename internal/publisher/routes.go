@@ -1,7 +1,6 @@
 package publisher
 
 import (
-	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -23,7 +22,7 @@ type param struct {
 	Required         bool
 }
 
-var idemHeader = param{Name: client.HeaderIdempotencyKey, Type: "string",
+var idemHeader = param{Name: task.HeaderIdempotencyKey, Type: "string",
 	Desc: "Names the intent: the same key and body return the same task (200, Idempotent-Replayed: true); a different body is a 422. Remembered as long as the task is retained."}
 
 // routeTable lists every route the server answers.
@@ -33,13 +32,13 @@ func (s *Server) routeTable() []route {
 		{Method: "GET", Path: "/openapi.json", Summary: "This OpenAPI document", Auth: authNone, Handle: s.handleOpenAPI,
 			Doc: opDoc{OK: 200, Result: map[string]any{}}},
 		{Method: "POST", Path: "/v1/tasks", Summary: "Submit a task", Auth: authTenant, Handle: s.handleSubmit,
-			Doc: opDoc{Body: task.Request{}, OK: 202, Result: client.SubmitResponse{}, Header: []param{idemHeader},
+			Doc: opDoc{Body: task.Request{}, OK: 202, Result: task.SubmitResponse{}, Header: []param{idemHeader},
 				Errors: []int{400, 401, 413, 415, 422, 429, 503}}},
 		{Method: "POST", Path: "/v1/tasks:batch", Summary: "Submit up to 100 tasks; each is accepted or refused on its own", Auth: authTenant, Handle: s.handleBatch,
-			Doc: opDoc{Body: client.BatchRequest{}, OK: 200, Result: client.BatchResponse{}, Header: []param{idemHeader},
+			Doc: opDoc{Body: task.BatchRequest{}, OK: 200, Result: task.BatchResponse{}, Header: []param{idemHeader},
 				Errors: []int{400, 401, 413, 415}}},
 		{Method: "GET", Path: "/v1/tasks", Summary: "List the tenant's tasks, newest first", Auth: authTenant, Handle: s.handleList,
-			Doc: opDoc{OK: 200, Result: client.TaskList{}, Errors: tenantErrs, Query: []param{
+			Doc: opDoc{OK: 200, Result: task.List{}, Errors: tenantErrs, Query: []param{
 				{Name: "state", Type: "string", Desc: "Only tasks in this state."},
 				{Name: "limit", Type: "integer", Desc: "Page size, 1 to 100 (default 20)."},
 				{Name: "page_token", Type: "string", Desc: "next_page_token of the previous page."},
@@ -47,7 +46,7 @@ func (s *Server) routeTable() []route {
 		{Method: "GET", Path: "/v1/tasks/{id}", Summary: "Read a task", Auth: authTenant, Handle: s.handleGet,
 			Doc: opDoc{OK: 200, Result: task.View{}, Errors: tenantErrs}},
 		{Method: "GET", Path: "/v1/tasks/{id}/events", Summary: "Follow a task as Server-Sent Events: its state at once, then each change, until it has finished and its delivery is settled; a streamed task's previews too", Auth: authTenant, Handle: s.handleEvents,
-			Doc: opDoc{OK: 200, Result: client.Event{}, ContentType: "text/event-stream", Errors: append(tenantErrs, 429), Header: []param{
+			Doc: opDoc{OK: 200, Result: task.StreamEvent{}, ContentType: "text/event-stream", Errors: append(tenantErrs, 429), Header: []param{
 				{Name: "Last-Event-ID", Type: "string", Desc: "The id of the last event received: the stream resumes after it (EventSource sends it on reconnect)."},
 			}}},
 		{Method: "POST", Path: "/v1/tasks/{id}:cancel", Summary: "Cancel a queued or waiting task (queues task.cancelled)", Auth: authTenant, Handle: s.handleCancel,
@@ -55,16 +54,16 @@ func (s *Server) routeTable() []route {
 		{Method: "DELETE", Path: "/v1/tasks/{id}", Summary: "Erase a finished task's input and outputs, its cache entry and last good output; the accounting stays", Auth: authTenant, Handle: s.handleDelete,
 			Doc: opDoc{OK: 204, Errors: append(tenantErrs, 409)}},
 		{Method: "POST", Path: "/admin/v1/tenants", Summary: "Create a tenant; the answer carries its first webhook secret, shown once", Auth: authAdmin, Handle: s.handleCreateTenant,
-			Doc: opDoc{Body: client.CreateTenantRequest{}, OK: 201, Result: client.Tenant{}, Errors: []int{400, 401, 403, 409, 413}}},
+			Doc: opDoc{Body: task.CreateTenantRequest{}, OK: 201, Result: task.Tenant{}, Errors: []int{400, 401, 403, 409, 413}}},
 		{Method: "GET", Path: "/admin/v1/tenants/{tenant}", Summary: "Read a tenant (without its secrets)", Auth: authAdmin, Handle: s.handleGetTenant,
-			Doc: opDoc{OK: 200, Result: client.Tenant{}, Errors: []int{401, 403, 404}}},
+			Doc: opDoc{OK: 200, Result: task.Tenant{}, Errors: []int{401, 403, 404}}},
 		{Method: "PUT", Path: "/admin/v1/tenants/{tenant}/limits", Summary: "Replace a tenant's limits", Auth: authAdmin, Handle: s.handleSetLimits,
-			Doc: opDoc{Body: client.Limits{}, OK: 200, Result: client.Tenant{}, Errors: []int{400, 401, 403, 404}}},
+			Doc: opDoc{Body: task.Limits{}, OK: 200, Result: task.Tenant{}, Errors: []int{400, 401, 403, 404}}},
 		{Method: "POST", Path: "/admin/v1/tenants/{tenant}/keys", Summary: "Create an API key; the key is shown once", Auth: authAdmin, Handle: s.handleCreateKey,
-			Doc: opDoc{OK: 201, Result: client.APIKey{}, Errors: []int{401, 403, 404}}},
+			Doc: opDoc{OK: 201, Result: task.APIKey{}, Errors: []int{401, 403, 404}}},
 		{Method: "DELETE", Path: "/admin/v1/keys/{key_id}", Summary: "Revoke an API key; it fails at once", Auth: authAdmin, Handle: s.handleRevokeKey,
-			Doc: opDoc{OK: 200, Result: client.APIKey{}, Errors: []int{401, 403, 404}}},
+			Doc: opDoc{OK: 200, Result: task.APIKey{}, Errors: []int{401, 403, 404}}},
 		{Method: "POST", Path: "/admin/v1/tenants/{tenant}/webhook-secrets:rotate", Summary: "Rotate the webhook secret; earlier ones keep signing for the overlap", Auth: authAdmin, Handle: s.handleRotateSecret,
-			Doc: opDoc{OK: 200, Result: client.RotatedSecret{}, Errors: []int{401, 403, 404}}},
+			Doc: opDoc{OK: 200, Result: task.RotatedSecret{}, Errors: []int{401, 403, 404}}},
 	}
 }

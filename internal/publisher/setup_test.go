@@ -75,7 +75,7 @@ func setup(t testing.TB, opts ...option) *env {
 	e := &env{t: t, cfg: cfg, st: d.Store, pub: pub, srv: srv, url: hs.URL,
 		admin: client.New(hs.URL, testAdminKey, client.WithRetries(0))}
 	if cfg.AdminKey != "" {
-		e.tenant, e.key = e.newTenant("acme", &client.Limits{SubmitRate: 1000, SubmitBurst: 1000})
+		e.tenant, e.key = e.newTenant("acme", &task.Limits{SubmitRate: 1000, SubmitBurst: 1000})
 		e.api = client.New(hs.URL, e.key, client.WithRetries(0))
 	}
 	return e
@@ -97,7 +97,7 @@ func watch(t testing.TB, srv *Server) {
 }
 
 // newTenant creates a tenant and an API key of it.
-func (e *env) newTenant(id string, limits *client.Limits) (string, string) {
+func (e *env) newTenant(id string, limits *task.Limits) (string, string) {
 	e.t.Helper()
 	ctx := context.Background()
 	if _, err := e.admin.CreateTenant(ctx, id, limits); err != nil {
@@ -143,12 +143,12 @@ func (e *env) do(method, path, key string, body []byte, hdr map[string]string) (
 }
 
 // problemOf decodes a problem+json answer.
-func problemOf(t testing.TB, h http.Header, body []byte) client.Problem {
+func problemOf(t testing.TB, h http.Header, body []byte) task.Problem {
 	t.Helper()
-	if ct := h.Get("Content-Type"); ct != client.ProblemContentType {
-		t.Fatalf("content type %q, want %s; body %s", ct, client.ProblemContentType, body)
+	if ct := h.Get("Content-Type"); ct != task.ProblemContentType {
+		t.Fatalf("content type %q, want %s; body %s", ct, task.ProblemContentType, body)
 	}
-	var p client.Problem
+	var p task.Problem
 	if err := json.Unmarshal(body, &p); err != nil {
 		t.Fatalf("decode problem %s: %v", body, err)
 	}
@@ -156,7 +156,7 @@ func problemOf(t testing.TB, h http.Header, body []byte) client.Problem {
 }
 
 // fields lists the fields a problem names.
-func fields(p client.Problem) []string {
+func fields(p task.Problem) []string {
 	var out []string
 	for _, f := range p.Errors {
 		out = append(out, f.Field)
@@ -178,7 +178,7 @@ func validRequest() task.Request {
 }
 
 // submit posts a request with the tenant's key and returns the accepted answer.
-func (e *env) submit(req task.Request) *client.SubmitResponse {
+func (e *env) submit(req task.Request) *task.SubmitResponse {
 	e.t.Helper()
 	r, err := e.api.Submit(context.Background(), req)
 	if err != nil {

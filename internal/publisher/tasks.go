@@ -20,7 +20,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -39,7 +38,7 @@ type submitted struct {
 }
 
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant string) error {
-	key := r.Header.Get(client.HeaderIdempotencyKey)
+	key := r.Header.Get(task.HeaderIdempotencyKey)
 	if key != "" {
 		if err := checkIdempotencyKey(key); err != nil {
 			return err
@@ -64,7 +63,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant str
 	w.Header().Set("Location", resp.StatusURL)
 	code := http.StatusAccepted
 	if res.replayed {
-		w.Header().Set(client.HeaderReplayed, "true")
+		w.Header().Set(task.HeaderReplayed, "true")
 		code = http.StatusOK
 	}
 	httpapi.JSON(w, code, "application/json", resp)
@@ -146,7 +145,7 @@ func (s *Server) replay(ctx context.Context, tenant, id, hash string) (submitted
 	}
 	if t.Tenant != tenant || t.RequestHash != hash {
 		return submitted{}, httpapi.Problem(http.StatusUnprocessableEntity, probIdemMismatch,
-			"this Idempotency-Key was used with a different request", client.FieldError{Field: client.HeaderIdempotencyKey, Detail: "already used with a different request"})
+			"this Idempotency-Key was used with a different request", task.FieldError{Field: task.HeaderIdempotencyKey, Detail: "already used with a different request"})
 	}
 	return submitted{t: t, replayed: true}, nil
 }
@@ -166,8 +165,8 @@ func nudgeAttrs(t *store.Task) map[string]string {
 	return map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrFamily: t.Family, task.AttrVariant: t.Variant}
 }
 
-func (s *Server) submitResponse(r *http.Request, t *store.Task) client.SubmitResponse {
-	return client.SubmitResponse{TaskID: t.ID, State: t.State, StatusURL: s.statusURL(r, t.ID)}
+func (s *Server) submitResponse(r *http.Request, t *store.Task) task.SubmitResponse {
+	return task.SubmitResponse{TaskID: t.ID, State: t.State, StatusURL: s.statusURL(r, t.ID)}
 }
 
 func (s *Server) statusURL(r *http.Request, id string) string {
@@ -212,7 +211,7 @@ type batchBody struct {
 }
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, tenant string) error {
-	key := r.Header.Get(client.HeaderIdempotencyKey)
+	key := r.Header.Get(task.HeaderIdempotencyKey)
 	if key != "" {
 		if err := checkIdempotencyKey(key); err != nil {
 			return err
@@ -226,10 +225,10 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, tenant stri
 	if err := decodeStrict(data, &body); err != nil {
 		return err
 	}
-	if len(body.Tasks) == 0 || len(body.Tasks) > client.MaxBatch {
-		return fieldProblem("tasks", "must hold 1 to %d requests", client.MaxBatch)
+	if len(body.Tasks) == 0 || len(body.Tasks) > task.MaxBatch {
+		return fieldProblem("tasks", "must hold 1 to %d requests", task.MaxBatch)
 	}
-	results := make([]client.BatchResult, len(body.Tasks))
+	results := make([]task.BatchResult, len(body.Tasks))
 	sem := make(chan struct{}, batchWorkers)
 	var wg sync.WaitGroup
 	for i, raw := range body.Tasks {
@@ -255,11 +254,11 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, tenant stri
 		s.batchResult(r, &results[i], submitted{}, err)
 	}
 	wg.Wait()
-	httpapi.JSON(w, http.StatusOK, "application/json", client.BatchResponse{Results: results})
+	httpapi.JSON(w, http.StatusOK, "application/json", task.BatchResponse{Results: results})
 	return nil
 }
 
-func (s *Server) batchResult(r *http.Request, out *client.BatchResult, res submitted, err error) {
+func (s *Server) batchResult(r *http.Request, out *task.BatchResult, res submitted, err error) {
 	if err != nil {
 		p := problemFor(err)
 		if p.Status >= 500 {
@@ -355,7 +354,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant strin
 	if err != nil {
 		return err
 	}
-	out := client.TaskList{Tasks: make([]task.View, 0, len(tasks)), NextPageToken: encodePageToken(next, state)}
+	out := task.List{Tasks: make([]task.View, 0, len(tasks)), NextPageToken: encodePageToken(next, state)}
 	for _, t := range tasks {
 		out.Tasks = append(out.Tasks, t.View())
 	}

@@ -32,7 +32,7 @@ func TestSubmitWritesFirstThenNudges(t *testing.T) {
 	if code != http.StatusAccepted {
 		t.Fatalf("submit: %d %s", code, body)
 	}
-	var r client.SubmitResponse
+	var r task.SubmitResponse
 	if err := json.Unmarshal(body, &r); err != nil {
 		t.Fatal(err)
 	}
@@ -95,17 +95,17 @@ func TestIdempotencyKey(t *testing.T) {
 	if err != nil || first.Replayed {
 		t.Fatalf("first: %+v %v", first, err)
 	}
-	code, h, body := e.do("POST", "/v1/tasks", e.key, mustJSON(t, req), map[string]string{client.HeaderIdempotencyKey: "intent-1"})
-	var again client.SubmitResponse
+	code, h, body := e.do("POST", "/v1/tasks", e.key, mustJSON(t, req), map[string]string{task.HeaderIdempotencyKey: "intent-1"})
+	var again task.SubmitResponse
 	_ = json.Unmarshal(body, &again)
-	if code != http.StatusOK || h.Get(client.HeaderReplayed) != "true" || again.TaskID != first.TaskID {
-		t.Fatalf("replay: %d %q %s", code, h.Get(client.HeaderReplayed), body)
+	if code != http.StatusOK || h.Get(task.HeaderReplayed) != "true" || again.TaskID != first.TaskID {
+		t.Fatalf("replay: %d %q %s", code, h.Get(task.HeaderReplayed), body)
 	}
 	// The same key with another body is a 422.
 	other := validRequest()
 	other.Input = "something else"
-	code, h, body = e.do("POST", "/v1/tasks", e.key, mustJSON(t, other), map[string]string{client.HeaderIdempotencyKey: "intent-1"})
-	if p := problemOf(t, h, body); code != http.StatusUnprocessableEntity || !slices.Contains(fields(p), client.HeaderIdempotencyKey) {
+	code, h, body = e.do("POST", "/v1/tasks", e.key, mustJSON(t, other), map[string]string{task.HeaderIdempotencyKey: "intent-1"})
+	if p := problemOf(t, h, body); code != http.StatusUnprocessableEntity || !slices.Contains(fields(p), task.HeaderIdempotencyKey) {
 		t.Fatalf("different body: %d %s", code, body)
 	}
 	// A retry after run_before has passed still finds its task.
@@ -139,8 +139,8 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 	// A key that is not printable ASCII, or too long, is refused naming the header.
 	for _, bad := range []string{"has space", strings.Repeat("k", 256)} {
-		code, h, body := e.do("POST", "/v1/tasks", e.key, mustJSON(t, req), map[string]string{client.HeaderIdempotencyKey: bad})
-		if p := problemOf(t, h, body); code != 400 || !slices.Contains(fields(p), client.HeaderIdempotencyKey) {
+		code, h, body := e.do("POST", "/v1/tasks", e.key, mustJSON(t, req), map[string]string{task.HeaderIdempotencyKey: bad})
+		if p := problemOf(t, h, body); code != 400 || !slices.Contains(fields(p), task.HeaderIdempotencyKey) {
 			t.Fatalf("key %q: %d %s", bad, code, body)
 		}
 	}
@@ -151,7 +151,7 @@ func TestIdempotencyKeyConcurrent(t *testing.T) {
 	e := setup(t)
 	const n = 16
 	var wg sync.WaitGroup
-	res := make([]*client.SubmitResponse, n)
+	res := make([]*task.SubmitResponse, n)
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() { res[i], errs[i] = e.api.SubmitWithKey(context.Background(), "same-intent", validRequest()) })
@@ -301,7 +301,7 @@ func TestAuth(t *testing.T) {
 	// Another tenant sees none of acme's tasks.
 	_, key2 := e.newTenant("globex", nil)
 	other := client.New(e.url, key2, client.WithRetries(0))
-	var p *client.Problem
+	var p *task.Problem
 	if _, err := other.Get(ctx, r.TaskID); !errors.As(err, &p) || p.Status != 404 {
 		t.Fatalf("other tenant get: %v", err)
 	}
@@ -352,7 +352,7 @@ func TestCancel(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	var p *client.Problem
+	var p *task.Problem
 	plain := e.submit(validRequest())
 	v, err := e.api.Cancel(ctx, plain.TaskID)
 	if err != nil || v.State != task.StateCancelled || v.CompletedAt == nil || v.Delivery.State != task.DeliveryNone {
@@ -413,7 +413,7 @@ func TestDelete(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	ctx := context.Background()
-	var p *client.Problem
+	var p *task.Problem
 	req := validRequest()
 	req.CallbackURL = "https://example.com/hook"
 	r := e.submit(req)
@@ -547,12 +547,12 @@ func TestBatch(t *testing.T) {
 	e := setup(t)
 	body := []byte(`{"tasks":[{"family":"summarize","input":"a"},{"family":"summarize","input":"b","colour":"red"},` +
 		`{"family":"poetry","input":"c"},{"family":"classify","input":"d"}]}`)
-	hdr := map[string]string{client.HeaderIdempotencyKey: "batch-1"}
+	hdr := map[string]string{task.HeaderIdempotencyKey: "batch-1"}
 	code, _, out := e.do("POST", "/v1/tasks:batch", e.key, body, hdr)
 	if code != 200 {
 		t.Fatalf("batch: %d %s", code, out)
 	}
-	var res client.BatchResponse
+	var res task.BatchResponse
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +574,7 @@ func TestBatch(t *testing.T) {
 	}
 	// The same batch under the same key makes no new task.
 	_, _, out = e.do("POST", "/v1/tasks:batch", e.key, body, hdr)
-	var again client.BatchResponse
+	var again task.BatchResponse
 	if err := json.Unmarshal(out, &again); err != nil {
 		t.Fatal(err)
 	}
@@ -591,7 +591,7 @@ func TestBatch(t *testing.T) {
 	if err != nil || len(cr.Results) != 2 || cr.Results[0].Status != 202 || cr.Results[0].TaskID == cr.Results[1].TaskID {
 		t.Fatalf("client batch: %+v %v", cr, err)
 	}
-	many := client.BatchRequest{Tasks: make([]task.Request, client.MaxBatch+1)}
+	many := task.BatchRequest{Tasks: make([]task.Request, task.MaxBatch+1)}
 	for _, c := range []struct {
 		name string
 		body []byte
@@ -606,7 +606,7 @@ func TestBatch(t *testing.T) {
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	_, key := e.newTenant("slow", &client.Limits{SubmitRate: 0.001, SubmitBurst: 2})
+	_, key := e.newTenant("slow", &task.Limits{SubmitRate: 0.001, SubmitBurst: 2})
 	for i := range 2 {
 		if code, _, body := e.do("POST", "/v1/tasks", key, mustJSON(t, validRequest()), nil); code != 202 {
 			t.Fatalf("submission %d within the burst: %d %s", i, code, body)
@@ -620,13 +620,13 @@ func TestRateLimit(t *testing.T) {
 	if code, _, body := e.do("POST", "/v1/tasks", e.key, mustJSON(t, validRequest()), nil); code != 202 {
 		t.Fatalf("other tenant: %d %s", code, body)
 	}
-	code, _, body = e.do("POST", "/v1/tasks:batch", key, mustJSON(t, client.BatchRequest{Tasks: []task.Request{validRequest()}}), nil)
-	var res client.BatchResponse
+	code, _, body = e.do("POST", "/v1/tasks:batch", key, mustJSON(t, task.BatchRequest{Tasks: []task.Request{validRequest()}}), nil)
+	var res task.BatchResponse
 	if err := json.Unmarshal(body, &res); err != nil || code != 200 || res.Results[0].Status != 429 {
 		t.Fatalf("batch over the rate: %d %s", code, body)
 	}
 	// Raising the limit applies at once on this instance.
-	if _, err := e.admin.SetLimits(context.Background(), "slow", client.Limits{SubmitRate: 100, SubmitBurst: 10}); err != nil {
+	if _, err := e.admin.SetLimits(context.Background(), "slow", task.Limits{SubmitRate: 100, SubmitBurst: 10}); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, body := e.do("POST", "/v1/tasks", key, mustJSON(t, validRequest()), nil); code != 202 {
@@ -695,7 +695,7 @@ func TestCallbackPorts(t *testing.T) {
 		t.Fatalf("a configured port: %v", err)
 	}
 	req.CallbackURL = "https://example.com/hook"
-	var p *client.Problem
+	var p *task.Problem
 	_, err := e.api.Submit(context.Background(), req)
 	if !errors.As(err, &p) {
 		t.Fatalf("port 443 outside the list: %v, want a problem", err)
@@ -716,7 +716,7 @@ func TestInsecureCallbacksForLocalUse(t *testing.T) {
 		t.Fatalf("loopback http with insecure callbacks allowed: %v", err)
 	}
 	req.CallbackURL = "http://169.254.169.254/computeMetadata/v1/"
-	var p *client.Problem
+	var p *task.Problem
 	if _, err := e.api.Submit(context.Background(), req); !errors.As(err, &p) || !slices.Contains(fields(*p), "callback_url") {
 		t.Fatalf("metadata address: %v", err)
 	}

@@ -1,9 +1,10 @@
-// Package client is the Go client of genbox's REST API, and the home of the API's wire types.
+// Package client is the Go client of genbox's REST API. The shapes it sends and returns are
+// pkg/task's, the same types the server encodes.
 //
 // A submission carries an Idempotency-Key generated per call and reused on every retry, so a
 // flaky network never makes two tasks of one intent. Network errors, 5xx and 429 answers are
 // retried with exponential backoff and full jitter, honoring Retry-After. Every non-2xx answer
-// is returned as a *Problem.
+// is returned as a *task.Problem.
 package client
 
 import (
@@ -68,28 +69,28 @@ func NewIdempotencyKey() string {
 }
 
 // Submit submits one task under a fresh idempotency key, reused by every retry of this call.
-func (c *Client) Submit(ctx context.Context, req task.Request) (*SubmitResponse, error) {
+func (c *Client) Submit(ctx context.Context, req task.Request) (*task.SubmitResponse, error) {
 	return c.SubmitWithKey(ctx, NewIdempotencyKey(), req)
 }
 
 // SubmitWithKey submits one task under key: calling it again with the same key and request
 // returns the same task (Replayed set); with a different request it fails with a 422 Problem.
-func (c *Client) SubmitWithKey(ctx context.Context, key string, req task.Request) (*SubmitResponse, error) {
-	var out SubmitResponse
+func (c *Client) SubmitWithKey(ctx context.Context, key string, req task.Request) (*task.SubmitResponse, error) {
+	var out task.SubmitResponse
 	h, err := c.do(ctx, http.MethodPost, "/v1/tasks", key, req, &out)
 	if err != nil {
 		return nil, err
 	}
-	out.Replayed = h.Get(HeaderReplayed) == "true"
+	out.Replayed = h.Get(task.HeaderReplayed) == "true"
 	return &out, nil
 }
 
-// SubmitBatch submits up to MaxBatch tasks at once under a fresh idempotency key (each request
-// gets its own key derived from it, so a retried batch makes no new tasks). Requests are
+// SubmitBatch submits up to task.MaxBatch tasks at once under a fresh idempotency key (each
+// request gets its own key derived from it, so a retried batch makes no new tasks). Requests are
 // accepted or refused one by one: check each result's Status.
-func (c *Client) SubmitBatch(ctx context.Context, reqs []task.Request) (*BatchResponse, error) {
-	var out BatchResponse
-	if _, err := c.do(ctx, http.MethodPost, "/v1/tasks:batch", NewIdempotencyKey(), BatchRequest{Tasks: reqs}, &out); err != nil {
+func (c *Client) SubmitBatch(ctx context.Context, reqs []task.Request) (*task.BatchResponse, error) {
+	var out task.BatchResponse
+	if _, err := c.do(ctx, http.MethodPost, "/v1/tasks:batch", NewIdempotencyKey(), task.BatchRequest{Tasks: reqs}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -132,7 +133,7 @@ type ListOptions struct {
 }
 
 // List returns one page of the tenant's tasks, newest first.
-func (c *Client) List(ctx context.Context, o ListOptions) (*TaskList, error) {
+func (c *Client) List(ctx context.Context, o ListOptions) (*task.List, error) {
 	q := url.Values{}
 	if o.State != "" {
 		q.Set("state", string(o.State))
@@ -147,7 +148,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) (*TaskList, error) {
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var out TaskList
+	var out task.List
 	if _, err := c.do(ctx, http.MethodGet, path, "", nil, &out); err != nil {
 		return nil, err
 	}
@@ -193,17 +194,17 @@ func (c *Client) Delete(ctx context.Context, id string) error {
 }
 
 // CreateTenant creates a tenant (admin key). The answer carries its first webhook secret, shown once.
-func (c *Client) CreateTenant(ctx context.Context, id string, limits *Limits) (*Tenant, error) {
-	var out Tenant
-	if _, err := c.do(ctx, http.MethodPost, "/admin/v1/tenants", "", CreateTenantRequest{ID: id, Limits: limits}, &out); err != nil {
+func (c *Client) CreateTenant(ctx context.Context, id string, limits *task.Limits) (*task.Tenant, error) {
+	var out task.Tenant
+	if _, err := c.do(ctx, http.MethodPost, "/admin/v1/tenants", "", task.CreateTenantRequest{ID: id, Limits: limits}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
 }
 
 // GetTenant returns a tenant (admin key), without its secrets.
-func (c *Client) GetTenant(ctx context.Context, id string) (*Tenant, error) {
-	var out Tenant
+func (c *Client) GetTenant(ctx context.Context, id string) (*task.Tenant, error) {
+	var out task.Tenant
 	if _, err := c.do(ctx, http.MethodGet, "/admin/v1/tenants/"+url.PathEscape(id), "", nil, &out); err != nil {
 		return nil, err
 	}
@@ -211,8 +212,8 @@ func (c *Client) GetTenant(ctx context.Context, id string) (*Tenant, error) {
 }
 
 // SetLimits replaces a tenant's limits (admin key).
-func (c *Client) SetLimits(ctx context.Context, id string, limits Limits) (*Tenant, error) {
-	var out Tenant
+func (c *Client) SetLimits(ctx context.Context, id string, limits task.Limits) (*task.Tenant, error) {
+	var out task.Tenant
 	if _, err := c.do(ctx, http.MethodPut, "/admin/v1/tenants/"+url.PathEscape(id)+"/limits", "", limits, &out); err != nil {
 		return nil, err
 	}
@@ -220,8 +221,8 @@ func (c *Client) SetLimits(ctx context.Context, id string, limits Limits) (*Tena
 }
 
 // CreateAPIKey creates an API key for a tenant (admin key). The key is in the answer only.
-func (c *Client) CreateAPIKey(ctx context.Context, tenant string) (*APIKey, error) {
-	var out APIKey
+func (c *Client) CreateAPIKey(ctx context.Context, tenant string) (*task.APIKey, error) {
+	var out task.APIKey
 	if _, err := c.do(ctx, http.MethodPost, "/admin/v1/tenants/"+url.PathEscape(tenant)+"/keys", "", nil, &out); err != nil {
 		return nil, err
 	}
@@ -229,8 +230,8 @@ func (c *Client) CreateAPIKey(ctx context.Context, tenant string) (*APIKey, erro
 }
 
 // RevokeAPIKey revokes the key with keyID (admin key); it fails at once everywhere.
-func (c *Client) RevokeAPIKey(ctx context.Context, keyID string) (*APIKey, error) {
-	var out APIKey
+func (c *Client) RevokeAPIKey(ctx context.Context, keyID string) (*task.APIKey, error) {
+	var out task.APIKey
 	if _, err := c.do(ctx, http.MethodDelete, "/admin/v1/keys/"+url.PathEscape(keyID), "", nil, &out); err != nil {
 		return nil, err
 	}
@@ -239,8 +240,8 @@ func (c *Client) RevokeAPIKey(ctx context.Context, keyID string) (*APIKey, error
 
 // RotateWebhookSecret gives a tenant a new webhook secret (admin key); the earlier ones keep
 // signing until PreviousExpireAt.
-func (c *Client) RotateWebhookSecret(ctx context.Context, tenant string) (*RotatedSecret, error) {
-	var out RotatedSecret
+func (c *Client) RotateWebhookSecret(ctx context.Context, tenant string) (*task.RotatedSecret, error) {
+	var out task.RotatedSecret
 	if _, err := c.do(ctx, http.MethodPost, "/admin/v1/tenants/"+url.PathEscape(tenant)+"/webhook-secrets:rotate", "", nil, &out); err != nil {
 		return nil, err
 	}
@@ -292,7 +293,7 @@ func retryable(err error) bool {
 	if errors.As(err, &te) {
 		return true
 	}
-	var p *Problem
+	var p *task.Problem
 	return errors.As(err, &p) && (p.Status >= 500 || p.Status == http.StatusTooManyRequests)
 }
 
@@ -313,7 +314,7 @@ func (c *Client) once(ctx context.Context, method, path, idemKey string, body []
 		req.Header.Set("Authorization", "Bearer "+c.key)
 	}
 	if idemKey != "" {
-		req.Header.Set(HeaderIdempotencyKey, idemKey)
+		req.Header.Set(task.HeaderIdempotencyKey, idemKey)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -337,14 +338,14 @@ func (c *Client) once(ctx context.Context, method, path, idemKey string, body []
 }
 
 // problemFrom is the *Problem of a non-2xx answer whose body is data.
-func problemFrom(resp *http.Response, data []byte) *Problem {
-	p := &Problem{}
+func problemFrom(resp *http.Response, data []byte) *task.Problem {
+	p := &task.Problem{}
 	if json.Unmarshal(data, p) != nil || p.Status == 0 {
 		detail := strings.TrimSpace(string(data))
 		if len(detail) > maxDetail {
 			detail = detail[:maxDetail] + "…"
 		}
-		p = &Problem{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode), Detail: detail}
+		p = &task.Problem{Status: resp.StatusCode, Title: http.StatusText(resp.StatusCode), Detail: detail}
 	}
 	p.Status = resp.StatusCode
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {

@@ -43,7 +43,7 @@ func status(code int, header ...string) func(http.ResponseWriter, *http.Request)
 		for i := 0; i+1 < len(header); i += 2 {
 			w.Header().Set(header[i], header[i+1])
 		}
-		w.Header().Set("Content-Type", client.ProblemContentType)
+		w.Header().Set("Content-Type", task.ProblemContentType)
 		w.WriteHeader(code)
 		fmt.Fprintf(w, `{"type":"https://genbox.dev/problems/x","title":"%s","status":%d,"errors":[{"field":"input","detail":"is required"}]}`, http.StatusText(code), code)
 	}
@@ -81,9 +81,9 @@ func TestSubmitRetriesWithTheSameKey(t *testing.T) {
 	if len(reqs) != 4 {
 		t.Fatalf("%d requests, want 4", len(reqs))
 	}
-	key := reqs[0].Header.Get(client.HeaderIdempotencyKey)
+	key := reqs[0].Header.Get(task.HeaderIdempotencyKey)
 	for i, r := range reqs {
-		if got := r.Header.Get(client.HeaderIdempotencyKey); key == "" || got != key {
+		if got := r.Header.Get(task.HeaderIdempotencyKey); key == "" || got != key {
 			t.Fatalf("request %d key %q, first %q", i, got, key)
 		}
 		if r.Header.Get("Authorization") != "Bearer gbx_key" || r.Method != "POST" || r.URL.Path != "/v1/tasks" {
@@ -94,7 +94,7 @@ func TestSubmitRetriesWithTheSameKey(t *testing.T) {
 	if _, err := c.Submit(context.Background(), task.Request{Family: "summarize", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.requests()[4].Header.Get(client.HeaderIdempotencyKey); got == key {
+	if got := s.requests()[4].Header.Get(task.HeaderIdempotencyKey); got == key {
 		t.Fatal("a second Submit reused the first key")
 	}
 }
@@ -104,7 +104,7 @@ func TestProblemsAreNotRetried(t *testing.T) {
 	s := &script{steps: []func(http.ResponseWriter, *http.Request){status(400)}}
 	c := newClient(t, s)
 	_, err := c.Submit(context.Background(), task.Request{})
-	var p *client.Problem
+	var p *task.Problem
 	if !errors.As(err, &p) || p.Status != 400 || len(p.Errors) != 1 || p.Errors[0].Field != "input" {
 		t.Fatalf("err %v", err)
 	}
@@ -123,7 +123,7 @@ func TestRetryAfterIsHonored(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // a retry ignoring Retry-After would come within ms
 	defer cancel()
 	_, err := c.Submit(ctx, task.Request{Family: "summarize", Input: "x"})
-	var p *client.Problem
+	var p *task.Problem
 	if !errors.As(err, &p) || p.Status != 429 || p.RetryAfter != 30*time.Second || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err %v", err)
 	}
@@ -162,7 +162,7 @@ func TestWaitAndAll(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(task.View{TaskID: r.PathValue("id"), State: state})
 	})
 	mux.HandleFunc("GET /v1/tasks", func(w http.ResponseWriter, r *http.Request) {
-		pages := map[string]client.TaskList{
+		pages := map[string]task.List{
 			"":   {Tasks: []task.View{{TaskID: "a"}, {TaskID: "b"}}, NextPageToken: "p2"},
 			"p2": {Tasks: []task.View{{TaskID: "c"}}},
 		}
@@ -198,7 +198,7 @@ func TestNonProblemErrorBody(t *testing.T) {
 	}))
 	t.Cleanup(hs.Close)
 	_, err := client.New(hs.URL, "k", client.WithRetries(0)).Get(context.Background(), "t1")
-	var p *client.Problem
+	var p *task.Problem
 	if !errors.As(err, &p) || p.Status != 502 || !strings.Contains(p.Detail, "upstream broke") {
 		t.Fatalf("err %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // The dead-letter calls send the dlqnotifier's admin routes — method, path, query, the admin
@@ -31,7 +32,7 @@ func TestDeadLetterRoutes(t *testing.T) {
 		case r.URL.Path == "/admin/dead-letters/t1:delivery:0:0:redeliver":
 			fmt.Fprint(w, `{"id":"t1:delivery:0:0","state":"redelivered","decided_by":"admin key 0a1b2c3d"}`)
 		default:
-			w.Header().Set("Content-Type", client.ProblemContentType)
+			w.Header().Set("Content-Type", task.ProblemContentType)
 			w.WriteHeader(http.StatusConflict)
 			fmt.Fprint(w, `{"type":"https://genbox.dev/problems/conflict","title":"Conflict","status":409,"detail":"already decided"}`)
 		}
@@ -44,7 +45,7 @@ func TestDeadLetterRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]client.DeadLetter{{ID: "t1:delivery:0:0", TaskID: "t1", State: "open", Attempts: 5}}, list.DeadLetters); diff != "" {
+	if diff := cmp.Diff([]task.DeadLetter{{ID: "t1:delivery:0:0", TaskID: "t1", State: "open", Attempts: 5}}, list.DeadLetters); diff != "" {
 		t.Errorf("list (-want +got):\n%s", diff)
 	}
 	if _, err := c.ListDeadLetters(ctx, "", 0); err != nil {
@@ -54,12 +55,12 @@ func TestDeadLetterRoutes(t *testing.T) {
 	if err != nil || dl.TaskID != "t1" {
 		t.Fatalf("get: %+v, %v", dl, err)
 	}
-	dl, err = c.DecideDeadLetter(ctx, "t1:delivery:0:0", client.DeadLetterRedeliver, "")
+	dl, err = c.DecideDeadLetter(ctx, "t1:delivery:0:0", task.DeadLetterRedeliver, "")
 	if err != nil || dl.State != "redelivered" || dl.DecidedBy != "admin key 0a1b2c3d" {
 		t.Fatalf("decide: %+v, %v", dl, err)
 	}
-	_, err = c.DecideDeadLetter(ctx, "t1:delivery:0:0", client.DeadLetterDiscard, "ops")
-	var p *client.Problem
+	_, err = c.DecideDeadLetter(ctx, "t1:delivery:0:0", task.DeadLetterDiscard, "ops")
+	var p *task.Problem
 	if !errors.As(err, &p) || p.Status != http.StatusConflict || p.Detail != "already decided" {
 		t.Fatalf("a refused decision: %v, want its 409 Problem", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/genbox-dev/genbox/pkg/task"
 	"io"
 	"net/http"
 	"net/url"
@@ -25,8 +26,8 @@ var errStreamEnded = errors.New("genbox: event stream ended before the task did"
 // fails, or the error that ended it. A dropped stream is resumed with Last-Event-ID, so no change
 // is shown twice; connection failures, 429 and 5xx answers are retried with the client's backoff
 // (Retry-After honoured), up to its retry count in a row without an event. Any other answer is
-// returned as its *Problem (404: no such task, or a server without the route).
-func (c *Client) Watch(ctx context.Context, id string, fn func(Event) error) error {
+// returned as its *task.Problem (404: no such task, or a server without the route).
+func (c *Client) Watch(ctx context.Context, id string, fn func(task.StreamEvent) error) error {
 	last := ""
 	for failures := 0; ; {
 		got, err := c.watchOnce(ctx, id, &last, fn)
@@ -46,7 +47,7 @@ func (c *Client) Watch(ctx context.Context, id string, fn func(Event) error) err
 			return err
 		}
 		delay := c.retryDelay.Delay(failures+1, nil)
-		var p *Problem
+		var p *task.Problem
 		if errors.As(err, &p) && p.RetryAfter > 0 {
 			delay = p.RetryAfter
 		}
@@ -71,7 +72,7 @@ func (w *watchDone) Error() string {
 
 // watchOnce reads one connection of the stream, after *last, updating it. got reports whether
 // any event came.
-func (c *Client) watchOnce(ctx context.Context, id string, last *string, fn func(Event) error) (got bool, err error) {
+func (c *Client) watchOnce(ctx context.Context, id string, last *string, fn func(task.StreamEvent) error) (got bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/tasks/"+url.PathEscape(id)+"/events", nil)
 	if err != nil {
 		return false, &watchDone{fmt.Errorf("genbox: %w", err)}
@@ -102,12 +103,12 @@ func (c *Client) watchOnce(ctx context.Context, id string, last *string, fn func
 				typ, id0 = "", ""
 				continue
 			}
-			var ev Event
+			var ev task.StreamEvent
 			if err := json.Unmarshal([]byte(data.String()), &ev); err != nil {
 				return got, &watchDone{fmt.Errorf("genbox: decode %s event: %w", typ, err)}
 			}
 			if typ != "" {
-				ev.Type = typ
+				ev.Type = task.EventType(typ)
 			}
 			ev.ID = id0
 			if id0 != "" {
@@ -146,7 +147,7 @@ func (c *Client) watchOnce(ctx context.Context, id string, last *string, fn func
 }
 
 // problemOf reads a non-2xx answer as its *Problem.
-func problemOf(resp *http.Response) *Problem {
+func problemOf(resp *http.Response) *task.Problem {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	return problemFrom(resp, data)
 }

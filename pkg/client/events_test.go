@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/pkg/client"
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // sseAnswer writes events as an event stream, then ends the answer (a dropped connection).
@@ -47,8 +48,8 @@ func TestWatchResumesWithLastEventID(t *testing.T) {
 	t.Cleanup(hs.Close)
 	c := client.New(hs.URL, "key", client.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	var got []string
-	err := c.Watch(context.Background(), "t1", func(e client.Event) error {
-		got = append(got, e.ID+" "+e.Type+" "+e.Preview)
+	err := c.Watch(context.Background(), "t1", func(e task.StreamEvent) error {
+		got = append(got, e.ID+" "+string(e.Type)+" "+e.Preview)
 		return nil
 	})
 	if err != nil {
@@ -75,14 +76,14 @@ func TestWatchResumesWithLastEventID(t *testing.T) {
 func TestWatchErrors(t *testing.T) {
 	t.Parallel()
 	notFound := &script{steps: []func(http.ResponseWriter, *http.Request){func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", client.ProblemContentType)
+		w.Header().Set("Content-Type", task.ProblemContentType)
 		w.WriteHeader(http.StatusNotFound)
 		fmt.Fprint(w, `{"type":"x","title":"Not Found","status":404,"detail":"no such resource"}`)
 	}}}
 	hs := httptest.NewServer(notFound)
 	t.Cleanup(hs.Close)
-	var p *client.Problem
-	if err := client.New(hs.URL, "k").Watch(context.Background(), "t1", func(client.Event) error { return nil }); !errors.As(err, &p) || p.Status != 404 || len(notFound.reqs) != 1 {
+	var p *task.Problem
+	if err := client.New(hs.URL, "k").Watch(context.Background(), "t1", func(task.StreamEvent) error { return nil }); !errors.As(err, &p) || p.Status != 404 || len(notFound.reqs) != 1 {
 		t.Errorf("404: %v after %d requests, want the problem after one", err, len(notFound.reqs))
 	}
 
@@ -90,7 +91,7 @@ func TestWatchErrors(t *testing.T) {
 	live := &script{steps: []func(http.ResponseWriter, *http.Request){sseAnswer(ev("1", "task.queued", "queued", "none"))}}
 	hl := httptest.NewServer(live)
 	t.Cleanup(hl.Close)
-	if err := client.New(hl.URL, "k").Watch(context.Background(), "t1", func(client.Event) error { return stop }); !errors.Is(err, stop) {
+	if err := client.New(hl.URL, "k").Watch(context.Background(), "t1", func(task.StreamEvent) error { return stop }); !errors.Is(err, stop) {
 		t.Errorf("fn's error: %v, want it returned", err)
 	}
 
@@ -98,7 +99,7 @@ func TestWatchErrors(t *testing.T) {
 	he := httptest.NewServer(empty)
 	t.Cleanup(he.Close)
 	err := client.New(he.URL, "k", client.WithRetries(2), client.WithBackoff(time.Millisecond, time.Millisecond)).
-		Watch(context.Background(), "t1", func(client.Event) error { return nil })
+		Watch(context.Background(), "t1", func(task.StreamEvent) error { return nil })
 	if err == nil || len(empty.reqs) != 3 {
 		t.Errorf("streams that bring nothing: %v after %d connections, want an error after 3", err, len(empty.reqs))
 	}

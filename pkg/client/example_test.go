@@ -26,7 +26,7 @@ func ExampleClient_Submit() {
 		MaxCostUSD: new(0.05),
 	})
 	if err != nil {
-		var p *client.Problem
+		var p *task.Problem
 		if errors.As(err, &p) {
 			for _, f := range p.Errors {
 				log.Printf("refused %s: %s", f.Field, f.Detail)
@@ -71,7 +71,7 @@ func ExampleClient_All() {
 func ExampleClient_CreateTenant() {
 	ctx := context.Background()
 	admin := client.New("https://genbox.example.com", "the GENBOX_ADMIN_KEY")
-	tn, err := admin.CreateTenant(ctx, "acme", &client.Limits{Concurrency: 10, SubmitRate: 20, SubmitBurst: 50, DailyBudgetUSD: 100})
+	tn, err := admin.CreateTenant(ctx, "acme", &task.Limits{Concurrency: 10, SubmitRate: 20, SubmitBurst: 50, DailyBudgetUSD: 100})
 	if err != nil {
 		log.Fatal(err)
 	}

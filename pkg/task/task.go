@@ -1,6 +1,9 @@
-// Package task holds genbox's domain vocabulary shared by every service and by API clients:
-// task and delivery states, webhook event types, error kinds, the submit request and the task
-// as the REST API and webhooks show it, and the Pub/Sub message attributes.
+// Package task holds genbox's domain vocabulary shared by every service and by API clients —
+// task and delivery states, event types, error kinds and the Pub/Sub message attributes — and
+// every wire shape of the REST API, its webhooks and its event stream: the submit request, the
+// task as the API shows it, the webhook payload, problem documents, batches, the admin and
+// dead-letter shapes (api.go). The server encodes them and pkg/client decodes them, so both
+// speak through one definition.
 package task
 
 import (
@@ -103,16 +106,30 @@ const (
 	DeliveryDiscarded DeliveryState = "discarded"
 )
 
-// EventType is a webhook event type.
+// EventType names an event of a task: a webhook's type, and an event's name on the task's
+// stream (GET /v1/tasks/{id}/events), which carries the webhook types and its own.
 type EventType string
 
-// Webhook event types: an app that relies on callbacks hears about every end.
+// Webhook event types, each a move into an end state: an app that relies on callbacks hears
+// about every end. The event stream sends them too.
 const (
 	EventSucceeded EventType = "task.succeeded"
 	EventFailed    EventType = "task.failed"
 	EventDead      EventType = "task.dead"
 	EventCancelled EventType = "task.cancelled"
 	EventDiscarded EventType = "task.discarded"
+)
+
+// Event types of the event stream only: the changes short of an end that a watcher sees and a
+// webhook does not.
+const (
+	EventQueued   EventType = "task.queued"   // the task is queued (submitted, or handed back to retry: see Attempts)
+	EventRunning  EventType = "task.running"  // a worker claimed it
+	EventWaiting  EventType = "task.waiting"  // parked: every model of its chain unavailable, or its budget spent
+	EventAttempt  EventType = "task.attempt"  // a new attempt or claim without a change of state (a lease taken over)
+	EventDelivery EventType = "task.delivery" // the webhook delivery changed (pending, delivered, dead, discarded)
+	EventUpdated  EventType = "task.updated"  // another visible change (e.g. degraded, stale, a replay)
+	EventPreview  EventType = "task.preview"  // the text generated so far by a streamed task (never the output)
 )
 
 // ErrorKind classifies why a task did not succeed.

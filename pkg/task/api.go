@@ -1,11 +1,9 @@
-package client
+package task
 
 import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // ProblemContentType is the media type of error responses (RFC 9457).
@@ -24,7 +22,7 @@ const (
 const MaxBatch = 100
 
 // Problem is an error response of the REST API (RFC 9457 problem details). Every non-2xx answer
-// carries one; the client returns it as the error.
+// carries one; the Go client returns it as the error.
 type Problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
@@ -58,9 +56,9 @@ func (p *Problem) Error() string {
 
 // SubmitResponse is the answer to a submission: 202 for a new task, 200 for a replayed one.
 type SubmitResponse struct {
-	TaskID    string     `json:"task_id"`
-	State     task.State `json:"state"`
-	StatusURL string     `json:"status_url"`
+	TaskID    string `json:"task_id"`
+	State     State  `json:"state"`
+	StatusURL string `json:"status_url"`
 	// Replayed is true when an earlier request with the same Idempotency-Key created the task
 	// (from the Idempotent-Replayed header; not part of the body).
 	Replayed bool `json:"-"`
@@ -68,7 +66,7 @@ type SubmitResponse struct {
 
 // BatchRequest is the body of POST /v1/tasks:batch.
 type BatchRequest struct {
-	Tasks []task.Request `json:"tasks"`
+	Tasks []Request `json:"tasks"`
 }
 
 // BatchResponse is the answer to a batch: one result per request, in order.
@@ -79,20 +77,40 @@ type BatchResponse struct {
 // BatchResult is the outcome of one request of a batch: Status is what a single POST /v1/tasks
 // would have answered; a refused request carries its Problem instead of a task.
 type BatchResult struct {
-	Index     int        `json:"index"`
-	Status    int        `json:"status"`
-	TaskID    string     `json:"task_id,omitempty"`
-	State     task.State `json:"state,omitempty"`
-	StatusURL string     `json:"status_url,omitempty"`
-	Replayed  bool       `json:"replayed,omitempty"`
-	Problem   *Problem   `json:"problem,omitempty"`
+	Index     int      `json:"index"`
+	Status    int      `json:"status"`
+	TaskID    string   `json:"task_id,omitempty"`
+	State     State    `json:"state,omitempty"`
+	StatusURL string   `json:"status_url,omitempty"`
+	Replayed  bool     `json:"replayed,omitempty"`
+	Problem   *Problem `json:"problem,omitempty"`
 }
 
-// TaskList is a page of GET /v1/tasks, newest first.
-type TaskList struct {
-	Tasks []task.View `json:"tasks"`
+// List is a page of GET /v1/tasks, newest first.
+type List struct {
+	Tasks []View `json:"tasks"`
 	// NextPageToken is opaque; empty on the last page.
 	NextPageToken string `json:"next_page_token,omitempty"`
+}
+
+// StreamEvent is one event of GET /v1/tasks/{id}/events (Server-Sent Events): the SSE event
+// name is Type, its data this struct as JSON. ID is the SSE id — the task document's update
+// time — that Last-Event-ID resumes after; a preview has none.
+type StreamEvent struct {
+	ID        string    `json:"-"`
+	Type      EventType `json:"type"`
+	Timestamp time.Time `json:"timestamp"`
+	// Attempts counts the failed generation attempts of the task's current replay.
+	Attempts int `json:"attempts"`
+	// Task is the task as GET /v1/tasks/{id} shows it; nil on a preview.
+	Task *View `json:"task,omitempty"`
+	// Preview is the streamed text so far, on a task.preview event only.
+	Preview string `json:"preview,omitempty"`
+}
+
+// Final reports whether e ends the stream: its task has finished and its delivery is settled.
+func (e StreamEvent) Final() bool {
+	return e.Task != nil && e.Task.State.Finished() && e.Task.Delivery.State != DeliveryPending
 }
 
 // Limits are a tenant's quotas; zero means no limit.
@@ -145,39 +163,50 @@ type RotatedSecret struct {
 	PreviousExpireAt time.Time `json:"previous_expire_at"`
 }
 
-// Health is the answer of GET /healthz.
-type Health struct {
-	Status string `json:"status"`
+// DeadLetter is a task stage that exhausted its retries, as the dlqnotifier's admin routes show
+// it: what died, what it already cost, and the decision taken on it, if any.
+type DeadLetter struct {
+	ID      string `json:"id"`
+	TaskID  string `json:"task_id"`
+	Tenant  string `json:"tenant"`
+	Family  string `json:"family"`
+	Variant string `json:"variant"`
+	Stage   Stage  `json:"stage"`
+	Replay  int    `json:"replay"`
+	Round   int    `json:"round"`
+	State   string `json:"state"` // open, redelivered, regenerated, discarded or superseded
+	// EventID and EventType name the webhook that died (delivery stage).
+	EventID   string    `json:"event_id,omitempty"`
+	EventType EventType `json:"event_type,omitempty"`
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"last_error,omitempty"`
+	// Usage and CostUSD are what this replay already paid for.
+	Usage     Usage      `json:"usage"`
+	CostUSD   float64    `json:"cost_usd"`
+	DecidedBy string     `json:"decided_by,omitempty"`
+	DecidedAt *time.Time `json:"decided_at,omitempty"`
+	// Applied is true once the decision's nudges are all published.
+	Applied   bool      `json:"applied"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// Event types of GET /v1/tasks/{id}/events beyond the webhook event types (task.succeeded,
-// task.failed, task.dead, task.cancelled, task.discarded), which name a move into an end state.
+// DeadLetterList is the answer of GET /admin/dead-letters, oldest first.
+type DeadLetterList struct {
+	DeadLetters []DeadLetter `json:"dead_letters"`
+}
+
+// DeadLetterDecision is the optional body of POST /admin/dead-letters/{id}:{action}. The
+// decision is recorded as the admin key's; Operator, when set, is kept beside it as the name
+// the caller gave, unverified.
+type DeadLetterDecision struct {
+	Operator string `json:"operator,omitempty"`
+}
+
+// Decisions on a dead letter: Redeliver and Discard apply to the delivery stage, Regenerate and
+// Discard to the generation stage.
 const (
-	EventQueued   = "task.queued"   // the task is queued (submitted, or handed back to retry: see Attempts)
-	EventRunning  = "task.running"  // a worker claimed it
-	EventWaiting  = "task.waiting"  // parked: every model of its chain unavailable, or its budget spent
-	EventAttempt  = "task.attempt"  // a new attempt or claim without a change of state (a lease taken over)
-	EventDelivery = "task.delivery" // the webhook delivery changed (pending, delivered, dead, discarded)
-	EventUpdated  = "task.updated"  // another visible change (e.g. degraded, stale, a replay)
-	EventPreview  = "task.preview"  // the text generated so far by a streamed task (never the output)
+	DeadLetterRedeliver  = "redeliver"
+	DeadLetterRegenerate = "regenerate"
+	DeadLetterDiscard    = "discard"
 )
-
-// Event is one event of GET /v1/tasks/{id}/events (Server-Sent Events): the SSE event name is
-// Type, its data this struct as JSON. ID is the SSE id — the task document's update time — that
-// Last-Event-ID resumes after; a preview has none.
-type Event struct {
-	ID        string    `json:"-"`
-	Type      string    `json:"type"`
-	Timestamp time.Time `json:"timestamp"`
-	// Attempts counts the failed generation attempts of the task's current replay.
-	Attempts int `json:"attempts"`
-	// Task is the task as GET /v1/tasks/{id} shows it; nil on a preview.
-	Task *task.View `json:"task,omitempty"`
-	// Preview is the streamed text so far, on a task.preview event only.
-	Preview string `json:"preview,omitempty"`
-}
-
-// Final reports whether e ends the stream: its task has finished and its delivery is settled.
-func (e Event) Final() bool {
-	return e.Task != nil && e.Task.State.Finished() && e.Task.Delivery.State != task.DeliveryPending
-}
