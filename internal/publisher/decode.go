@@ -10,6 +10,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -89,9 +90,9 @@ func decodeProblem(err error) error {
 		return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, fmt.Sprintf("malformed JSON at byte %d", se.Offset))
 	case errors.As(err, &te):
 		if te.Field == "" {
-			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, fmt.Sprintf("the body must be a JSON %s", jsonKind(te.Type.String())))
+			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, fmt.Sprintf("the body must be %s, not %s", jsonKind(te.Type), te.Value))
 		}
-		return fieldProblem(te.Field, "must be %s, not %s", jsonKind(te.Type.String()), te.Value)
+		return fieldProblem(te.Field, "must be %s, not %s", jsonKind(te.Type), te.Value)
 	case errors.As(err, &pe), strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"):
 		// run_before is the request's only timestamp.
 		return fieldProblem("run_before", "must be an RFC 3339 timestamp")
@@ -109,24 +110,28 @@ func decodeProblem(err error) error {
 	return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "the body is not valid JSON")
 }
 
-// jsonKind names a Go type the way a JSON client thinks of it.
-func jsonKind(goType string) string {
-	goType = strings.TrimLeft(goType, "*")
-	switch {
-	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"):
+// jsonKind names a Go type the way a JSON client thinks of it, by its kind: a named string type
+// (a mode, a state) is a string, a struct an object, whatever its package.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		return "an integer"
-	case strings.HasPrefix(goType, "float"):
+	case reflect.Float32, reflect.Float64:
 		return "a number"
-	case goType == "string", goType == "task.State":
+	case reflect.String:
 		return "a string"
-	case goType == "bool":
+	case reflect.Bool:
 		return "a boolean"
-	case strings.HasPrefix(goType, "map["), strings.HasPrefix(goType, "task."):
+	case reflect.Map, reflect.Struct:
 		return "an object"
-	case strings.HasPrefix(goType, "[]"):
+	case reflect.Slice, reflect.Array:
 		return "an array"
 	}
-	return goType
+	return t.String()
 }
 
 // validator checks a decoded request against the API's rules.

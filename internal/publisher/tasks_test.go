@@ -721,3 +721,25 @@ func TestInsecureCallbacksForLocalUse(t *testing.T) {
 		t.Fatalf("metadata address: %v", err)
 	}
 }
+
+// A field of the wrong type is named with the JSON type it takes, whatever Go type holds it: a
+// mode is a string, the config an object.
+func TestWrongTypeNamesTheJSONType(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ body, want string }{
+		{`{"family":"summarize","input":"x","mode":5}`, "mode: must be a string, not number"},
+		{`{"family":"summarize","input":"x","config":"hot"}`, "config: must be an object, not string"},
+		{`{"family":"summarize","input":"x","config":{"top_k":"many"}}`, "config.top_k: must be an integer, not string"},
+		{`{"family":"summarize","input":"x","config":{"temperature":"hot"}}`, "config.temperature: must be a number, not string"},
+		{`{"family":"summarize","input":"x","cache":"yes"}`, "cache: must be a boolean, not string"},
+		{`{"family":"summarize","input":"x","labels":["a"]}`, "labels: must be an object, not array"},
+		{`["summarize"]`, "the body must be an object, not array"},
+	} {
+		var req task.Request
+		err := decodeStrict([]byte(tc.body), &req)
+		var p *task.Problem
+		if !errors.As(err, &p) || p.Detail != tc.want {
+			t.Errorf("%s: %v, want the detail %q", tc.body, err, tc.want)
+		}
+	}
+}
