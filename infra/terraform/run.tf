@@ -58,7 +58,7 @@ locals {
       GENBOX_TPM            = join(",", [for m, n in var.model_tpm : "${m}=${n}"])
       # Each instance takes its share of the project's Gemini quota.
       GENBOX_INSTANCE_SHARE     = format("%.6f", 1 / var.worker_instances)
-      GENBOX_TASKS_SUBSCRIPTION = google_pubsub_subscription.worker.name
+      GENBOX_TASKS_SUBSCRIPTION = google_pubsub_subscription.subscriptions["gemini-tasks-worker"].name
       GENBOX_CONCURRENCY        = tostring(var.worker_concurrency)
       # Money is limited out of the box: a tenant without a budget of its own gets the default,
       # and every tenant together stops at the project's budget (fail closed).

@@ -174,12 +174,9 @@ func TestPubSubMatchesBus(t *testing.T) {
 		want  []string
 	}{
 		{
-			name: "dead-letter policy removed",
-			edits: map[string][2]string{"pubsub.tf": {`  dead_letter_policy {
-    dead_letter_topic     = google_pubsub_topic.topics["gemini-tasks-dlq"].id
-    max_delivery_attempts = local.max_delivery_attempts
-  }`, ""}},
-			want: []string{`"gemini-tasks-worker"`, "no dead_letter_policy"},
+			name:  "dead-letter policy removed",
+			edits: map[string][2]string{"pubsub.tf": {`dead_letter_topic = "gemini-tasks-dlq", push_to = null`, `dead_letter_topic = null, push_to = null`}},
+			want:  []string{`"gemini-tasks-worker"`, "no dead_letter_policy"},
 		},
 		{
 			name:  "topic missing",

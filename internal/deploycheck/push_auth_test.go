@@ -99,7 +99,7 @@ func TestPushAudiencesMatch(t *testing.T) {
 		},
 		{
 			name:  "subscription pushes another audience",
-			edits: map[string][2]string{"pubsub.tf": {"audience              = local.push_audience.resulthandler", `audience              = "genbox-resulthandler"`}},
+			edits: map[string][2]string{"pubsub.tf": {"audience              = local.push_audience[push_config.value]", `audience              = push_config.value == "resulthandler" ? "genbox-resulthandler" : local.push_audience[push_config.value]`}},
 			want:  []string{`gemini-results-resulthandler pushes with audience "genbox-resulthandler"`, "custom_audiences"},
 		},
 	}
