@@ -642,8 +642,8 @@ func TestSharedVariablesAgree(t *testing.T) {
 
 	t.Run("the dlqnotifier prices with another chain", func(t *testing.T) {
 		t.Parallel()
-		dir := brokenCopy(t, map[string][2]string{"run.tf": {"dlqnotifier = merge(local.common_env, local.pricing_env, {",
-			"dlqnotifier = merge(local.common_env, local.pricing_env, {\n      GENBOX_MODEL_CHAIN = \"gemini-2.5-flash-lite\""}})
+		dir := brokenCopy(t, map[string][2]string{"run.tf": {"dlqnotifier = merge(local.common_env, local.pricing_env, local.push_env.dlqnotifier, {",
+			"dlqnotifier = merge(local.common_env, local.pricing_env, local.push_env.dlqnotifier, {\n      GENBOX_MODEL_CHAIN = \"gemini-2.5-flash-lite\""}})
 		wantErrors(t, checkSameEverywhere(envsOf(t, dir)), `GENBOX_MODEL_CHAIN: dlqnotifier has "gemini-2.5-flash-lite" but worker has`)
 	})
 	t.Run("a prompts directory on the publisher alone", func(t *testing.T) {

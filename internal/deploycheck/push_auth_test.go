@@ -94,7 +94,7 @@ func TestPushAudiencesMatch(t *testing.T) {
 	}{
 		{
 			name:  "service checks another audience",
-			edits: map[string][2]string{"run.tf": {"GENBOX_PUSH_AUDIENCE        = local.push_audience.dlqnotifier", `GENBOX_PUSH_AUDIENCE        = "genbox-dlqnotifier"`}},
+			edits: map[string][2]string{"run.tf": {"GENBOX_PUSH_AUDIENCE        = audience", `GENBOX_PUSH_AUDIENCE        = svc == "dlqnotifier" ? "genbox-dlqnotifier" : audience`}},
 			want:  []string{"gemini-tasks-dlq-dlqnotifier pushes with audience", "GENBOX_PUSH_AUDIENCE"},
 		},
 		{
