@@ -72,7 +72,7 @@ resource "google_pubsub_topic_iam_member" "publish" {
 
 resource "google_pubsub_subscription_iam_member" "worker_pulls" {
   project      = var.project_id
-  subscription = google_pubsub_subscription.worker.name
+  subscription = google_pubsub_subscription.subscriptions["gemini-tasks-worker"].name
   role         = "roles/pubsub.subscriber"
   member       = google_service_account.service["worker"].member
 }

@@ -31,11 +31,30 @@ resource "google_pubsub_topic" "topics" {
   depends_on = [google_project_service.required]
 }
 
-# Worker: streaming pull; the client extends the ack deadline while a generation runs.
-resource "google_pubsub_subscription" "worker" {
+# Every subscription of bus.Subscriptions: the topic it reads, the topic it dead-letters to (null:
+# no dead-letter policy) and the Cloud Run service it is pushed to (null: streaming pull).
+#   - gemini-tasks-worker: streaming pull; the client extends the ack deadline while a generation
+#     runs.
+#   - gemini-results-resulthandler: OIDC-authenticated push to its private Cloud Run service.
+#   - the dlqnotifier's three: the two dead-letter topics and the alerts topic, pushed with an OIDC
+#     token that the app itself verifies (its service is public so that Slack can reach it). No
+#     dead-letter policy: there is nowhere further to send what the last consumer cannot take.
+locals {
+  subscriptions = {
+    "gemini-tasks-worker"            = { topic = "gemini-tasks", dead_letter_topic = "gemini-tasks-dlq", push_to = null }
+    "gemini-results-resulthandler"   = { topic = "gemini-results", dead_letter_topic = "gemini-results-dlq", push_to = "resulthandler" }
+    "gemini-tasks-dlq-dlqnotifier"   = { topic = "gemini-tasks-dlq", dead_letter_topic = null, push_to = "dlqnotifier" }
+    "gemini-results-dlq-dlqnotifier" = { topic = "gemini-results-dlq", dead_letter_topic = null, push_to = "dlqnotifier" }
+    "genbox-alerts-dlqnotifier"      = { topic = "genbox-alerts", dead_letter_topic = null, push_to = "dlqnotifier" }
+  }
+}
+
+resource "google_pubsub_subscription" "subscriptions" {
+  for_each = local.subscriptions
+
   project = var.project_id
-  name    = "gemini-tasks-worker"
-  topic   = google_pubsub_topic.topics["gemini-tasks"].id
+  name    = each.key
+  topic   = google_pubsub_topic.topics[each.value.topic].id
 
   ack_deadline_seconds = local.ack_deadline_seconds
 
@@ -44,78 +63,27 @@ resource "google_pubsub_subscription" "worker" {
     maximum_backoff = local.max_backoff
   }
 
-  dead_letter_policy {
-    dead_letter_topic     = google_pubsub_topic.topics["gemini-tasks-dlq"].id
-    max_delivery_attempts = local.max_delivery_attempts
+  dynamic "dead_letter_policy" {
+    for_each = each.value.dead_letter_topic == null ? [] : [each.value.dead_letter_topic]
+    content {
+      dead_letter_topic     = google_pubsub_topic.topics[dead_letter_policy.value].id
+      max_delivery_attempts = local.max_delivery_attempts
+    }
+  }
+
+  dynamic "push_config" {
+    for_each = each.value.push_to == null ? [] : [each.value.push_to]
+    content {
+      push_endpoint = "${google_cloud_run_v2_service.http[push_config.value].uri}${local.push_path}"
+      oidc_token {
+        service_account_email = google_service_account.push.email
+        audience              = local.push_audience[push_config.value]
+      }
+    }
   }
 
   expiration_policy {
     ttl = "" # never expire, however quiet the system is
-  }
-}
-
-# Resulthandler: OIDC-authenticated push to its private Cloud Run service.
-resource "google_pubsub_subscription" "resulthandler" {
-  project = var.project_id
-  name    = "gemini-results-resulthandler"
-  topic   = google_pubsub_topic.topics["gemini-results"].id
-
-  ack_deadline_seconds = local.ack_deadline_seconds
-
-  retry_policy {
-    minimum_backoff = local.min_backoff
-    maximum_backoff = local.max_backoff
-  }
-
-  dead_letter_policy {
-    dead_letter_topic     = google_pubsub_topic.topics["gemini-results-dlq"].id
-    max_delivery_attempts = local.max_delivery_attempts
-  }
-
-  push_config {
-    push_endpoint = "${google_cloud_run_v2_service.http["resulthandler"].uri}${local.push_path}"
-    oidc_token {
-      service_account_email = google_service_account.push.email
-      audience              = local.push_audience.resulthandler
-    }
-  }
-
-  expiration_policy {
-    ttl = ""
-  }
-}
-
-# Dlqnotifier: the two dead-letter topics and the alerts topic, pushed with an OIDC token that
-# the app itself verifies (its service is public so that Slack can reach it). No dead-letter
-# policy: there is nowhere further to send what the last consumer cannot take.
-resource "google_pubsub_subscription" "dlqnotifier" {
-  for_each = {
-    "gemini-tasks-dlq-dlqnotifier"   = "gemini-tasks-dlq"
-    "gemini-results-dlq-dlqnotifier" = "gemini-results-dlq"
-    "genbox-alerts-dlqnotifier"      = "genbox-alerts"
-  }
-
-  project = var.project_id
-  name    = each.key
-  topic   = google_pubsub_topic.topics[each.value].id
-
-  ack_deadline_seconds = local.ack_deadline_seconds
-
-  retry_policy {
-    minimum_backoff = local.min_backoff
-    maximum_backoff = local.max_backoff
-  }
-
-  push_config {
-    push_endpoint = "${google_cloud_run_v2_service.http["dlqnotifier"].uri}${local.push_path}"
-    oidc_token {
-      service_account_email = google_service_account.push.email
-      audience              = local.push_audience.dlqnotifier
-    }
-  }
-
-  expiration_policy {
-    ttl = ""
   }
 }
 
@@ -133,17 +101,11 @@ resource "google_pubsub_topic_iam_member" "agent_publishes_dead_letters" {
   depends_on = [google_project_service.required]
 }
 
-resource "google_pubsub_subscription_iam_member" "agent_acks_worker" {
-  project      = var.project_id
-  subscription = google_pubsub_subscription.worker.name
-  role         = "roles/pubsub.subscriber"
-  member       = local.pubsub_agent
-  depends_on   = [google_project_service.required]
-}
+resource "google_pubsub_subscription_iam_member" "agent_acks" {
+  for_each = { for name, sub in local.subscriptions : name => sub if sub.dead_letter_topic != null }
 
-resource "google_pubsub_subscription_iam_member" "agent_acks_resulthandler" {
   project      = var.project_id
-  subscription = google_pubsub_subscription.resulthandler.name
+  subscription = google_pubsub_subscription.subscriptions[each.key].name
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_agent
   depends_on   = [google_project_service.required]
@@ -155,4 +117,41 @@ resource "google_service_account_iam_member" "agent_signs_push_tokens" {
   role               = "roles/iam.serviceAccountTokenCreator"
   member             = local.pubsub_agent
   depends_on         = [google_project_service.required]
+}
+
+# Addresses before the subscriptions and the agent's grants became one for_each each: a deployment
+# made before keeps its subscriptions (and their backlog) instead of replacing them.
+moved {
+  from = google_pubsub_subscription.worker
+  to   = google_pubsub_subscription.subscriptions["gemini-tasks-worker"]
+}
+
+moved {
+  from = google_pubsub_subscription.resulthandler
+  to   = google_pubsub_subscription.subscriptions["gemini-results-resulthandler"]
+}
+
+moved {
+  from = google_pubsub_subscription.dlqnotifier["gemini-tasks-dlq-dlqnotifier"]
+  to   = google_pubsub_subscription.subscriptions["gemini-tasks-dlq-dlqnotifier"]
+}
+
+moved {
+  from = google_pubsub_subscription.dlqnotifier["gemini-results-dlq-dlqnotifier"]
+  to   = google_pubsub_subscription.subscriptions["gemini-results-dlq-dlqnotifier"]
+}
+
+moved {
+  from = google_pubsub_subscription.dlqnotifier["genbox-alerts-dlqnotifier"]
+  to   = google_pubsub_subscription.subscriptions["genbox-alerts-dlqnotifier"]
+}
+
+moved {
+  from = google_pubsub_subscription_iam_member.agent_acks_worker
+  to   = google_pubsub_subscription_iam_member.agent_acks["gemini-tasks-worker"]
+}
+
+moved {
+  from = google_pubsub_subscription_iam_member.agent_acks_resulthandler
+  to   = google_pubsub_subscription_iam_member.agent_acks["gemini-results-resulthandler"]
 }

@@ -21,6 +21,20 @@ locals {
     GENBOX_LOG_CONTENT = "false"
     # Every writer of a task spreads due_at over the shards the workers' sweepers lead.
     GENBOX_SWEEP_SHARDS = tostring(var.sweep_shards)
+    # Cloud Run kills an instance 10 s after SIGTERM: what cannot finish within this grace is
+    # left for another instance (the worker releases the calls it cannot persist in time).
+    GENBOX_SHUTDOWN_GRACE = "8s"
+  }
+
+  # The push consumers check a push request's OIDC token themselves (its audience, and that it was
+  # signed for the push account): the dlqnotifier's service is public, and the resulthandler checks
+  # again what Cloud Run's IAM already did, in case its service is ever made public.
+  push_env = {
+    for svc, audience in local.push_audience : svc => {
+      GENBOX_CONSUMER             = "push"
+      GENBOX_PUSH_AUDIENCE        = audience
+      GENBOX_PUSH_SERVICE_ACCOUNT = google_service_account.push.email
+    }
   }
 
   # How a call is priced before it is made: the worker's max_cost_usd check and budgets, and the
@@ -46,8 +60,6 @@ locals {
       GENBOX_CALLBACK_PORTS           = length(var.callback_ports) == 0 ? "any" : join(",", var.callback_ports)
       # Seals the webhook secrets it creates and rotates (kms.tf: encrypt only).
       GENBOX_WEBHOOK_SECRETS_KEY = local.webhook_secrets_key
-      # Cloud Run kills an instance 10 s after SIGTERM.
-      GENBOX_SHUTDOWN_GRACE = "8s"
     })
 
     worker = merge(local.common_env, local.pricing_env, {
@@ -58,46 +70,30 @@ locals {
       GENBOX_TPM            = join(",", [for m, n in var.model_tpm : "${m}=${n}"])
       # Each instance takes its share of the project's Gemini quota.
       GENBOX_INSTANCE_SHARE     = format("%.6f", 1 / var.worker_instances)
-      GENBOX_TASKS_SUBSCRIPTION = google_pubsub_subscription.worker.name
+      GENBOX_TASKS_SUBSCRIPTION = google_pubsub_subscription.subscriptions["gemini-tasks-worker"].name
       GENBOX_CONCURRENCY        = tostring(var.worker_concurrency)
       # Money is limited out of the box: a tenant without a budget of its own gets the default,
       # and every tenant together stops at the project's budget (fail closed).
       GENBOX_DEFAULT_DAILY_BUDGET_USD = tostring(var.default_tenant_daily_budget_usd)
       GENBOX_PROJECT_DAILY_BUDGET_USD = tostring(var.project_daily_budget_usd)
-      # Cloud Run kills an instance 10 s after SIGTERM: calls that cannot finish and persist
-      # within this grace are released for another instance.
-      GENBOX_SHUTDOWN_GRACE = "8s"
       # Once a week one instance sends a small request per family through each fallback model
       # and posts what they answered to the alerts channel (off by default, as in genbox dev).
       GENBOX_FALLBACK_DRILL_INTERVAL = "168h"
     })
 
-    resulthandler = merge(local.common_env, {
+    resulthandler = merge(local.common_env, local.push_env.resulthandler, {
       OTEL_SERVICE_NAME = "resulthandler"
-      # Consumed by OIDC-authenticated push; Cloud Run's IAM checks the token, and the app
-      # checks it again (audience and signer), in case the service is ever made public.
-      GENBOX_CONSUMER             = "push"
-      GENBOX_PUSH_AUDIENCE        = local.push_audience.resulthandler
-      GENBOX_PUSH_SERVICE_ACCOUNT = google_service_account.push.email
       # Callback URLs must be https to public addresses (the SSRF guard, docs/architecture.md §6).
       GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
       # Opens the webhook secrets it signs with (kms.tf: decrypt only).
       GENBOX_WEBHOOK_SECRETS_KEY = local.webhook_secrets_key
-      # Cloud Run kills an instance 10 s after SIGTERM.
-      GENBOX_SHUTDOWN_GRACE = "8s"
     })
 
-    dlqnotifier = merge(local.common_env, local.pricing_env, {
+    # Public: the app alone checks a push request's OIDC token (local.push_env).
+    dlqnotifier = merge(local.common_env, local.pricing_env, local.push_env.dlqnotifier, {
       OTEL_SERVICE_NAME      = "dlqnotifier"
       GENBOX_SLACK_CHANNEL   = var.slack_channel
       GENBOX_SLACK_APPROVERS = join(",", var.slack_approvers)
-      GENBOX_CONSUMER        = "push"
-      # The service is public: the app must check that a push request's OIDC token carries this
-      # audience and was signed for this account.
-      GENBOX_PUSH_AUDIENCE        = local.push_audience.dlqnotifier
-      GENBOX_PUSH_SERVICE_ACCOUNT = google_service_account.push.email
-      # Cloud Run kills an instance 10 s after SIGTERM.
-      GENBOX_SHUTDOWN_GRACE = "8s"
     })
   }
 
@@ -112,6 +108,13 @@ locals {
 # The three request-driven services. Request-based billing (cpu_idle): nothing they do may rely
 # on CPU after the response, which docs/architecture.md §7 already demands.
 locals {
+  # What the push consumers share: Pub/Sub waits for a push response no longer than the ack
+  # deadline, and each instance takes up to 40 pushes at once.
+  push_service = {
+    timeout     = "${local.ack_deadline_seconds}s"
+    concurrency = 40
+  }
+
   http_services = {
     # The REST API; its own API keys authenticate every /v1 route.
     publisher = {
@@ -122,24 +125,20 @@ locals {
       concurrency = 80
     }
     # Private: only Pub/Sub push (the push service account's OIDC token, checked by Cloud Run)
-    # may invoke it. Pub/Sub waits for a push response no longer than the ack deadline.
-    resulthandler = {
+    # may invoke it.
+    resulthandler = merge(local.push_service, {
       description = "genbox result handler: delivers signed webhooks, consuming gemini-results by push."
       ingress     = "INGRESS_TRAFFIC_INTERNAL_ONLY"
       audiences   = [local.push_audience.resulthandler]
-      timeout     = "${local.ack_deadline_seconds}s"
-      concurrency = 40
-    }
+    })
     # Public, because Slack must reach /slack/interactions. The app authenticates every other
     # route itself: push by its OIDC token (audience and signer), admin routes by the key. Its
     # push audience is listed so that tokens stay valid should the service be made private.
-    dlqnotifier = {
+    dlqnotifier = merge(local.push_service, {
       description = "genbox DLQ notifier: posts dead letters and alerts to Slack; the approval gate."
       ingress     = "INGRESS_TRAFFIC_ALL"
       audiences   = [local.push_audience.dlqnotifier]
-      timeout     = "${local.ack_deadline_seconds}s"
-      concurrency = 40
-    }
+    })
   }
 }
 

@@ -174,12 +174,9 @@ func TestPubSubMatchesBus(t *testing.T) {
 		want  []string
 	}{
 		{
-			name: "dead-letter policy removed",
-			edits: map[string][2]string{"pubsub.tf": {`  dead_letter_policy {
-    dead_letter_topic     = google_pubsub_topic.topics["gemini-tasks-dlq"].id
-    max_delivery_attempts = local.max_delivery_attempts
-  }`, ""}},
-			want: []string{`"gemini-tasks-worker"`, "no dead_letter_policy"},
+			name:  "dead-letter policy removed",
+			edits: map[string][2]string{"pubsub.tf": {`dead_letter_topic = "gemini-tasks-dlq", push_to = null`, `dead_letter_topic = null, push_to = null`}},
+			want:  []string{`"gemini-tasks-worker"`, "no dead_letter_policy"},
 		},
 		{
 			name:  "topic missing",
@@ -645,8 +642,8 @@ func TestSharedVariablesAgree(t *testing.T) {
 
 	t.Run("the dlqnotifier prices with another chain", func(t *testing.T) {
 		t.Parallel()
-		dir := brokenCopy(t, map[string][2]string{"run.tf": {"dlqnotifier = merge(local.common_env, local.pricing_env, {",
-			"dlqnotifier = merge(local.common_env, local.pricing_env, {\n      GENBOX_MODEL_CHAIN = \"gemini-2.5-flash-lite\""}})
+		dir := brokenCopy(t, map[string][2]string{"run.tf": {"dlqnotifier = merge(local.common_env, local.pricing_env, local.push_env.dlqnotifier, {",
+			"dlqnotifier = merge(local.common_env, local.pricing_env, local.push_env.dlqnotifier, {\n      GENBOX_MODEL_CHAIN = \"gemini-2.5-flash-lite\""}})
 		wantErrors(t, checkSameEverywhere(envsOf(t, dir)), `GENBOX_MODEL_CHAIN: dlqnotifier has "gemini-2.5-flash-lite" but worker has`)
 	})
 	t.Run("a prompts directory on the publisher alone", func(t *testing.T) {

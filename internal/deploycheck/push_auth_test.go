@@ -94,12 +94,12 @@ func TestPushAudiencesMatch(t *testing.T) {
 	}{
 		{
 			name:  "service checks another audience",
-			edits: map[string][2]string{"run.tf": {"GENBOX_PUSH_AUDIENCE        = local.push_audience.dlqnotifier", `GENBOX_PUSH_AUDIENCE        = "genbox-dlqnotifier"`}},
+			edits: map[string][2]string{"run.tf": {"GENBOX_PUSH_AUDIENCE        = audience", `GENBOX_PUSH_AUDIENCE        = svc == "dlqnotifier" ? "genbox-dlqnotifier" : audience`}},
 			want:  []string{"gemini-tasks-dlq-dlqnotifier pushes with audience", "GENBOX_PUSH_AUDIENCE"},
 		},
 		{
 			name:  "subscription pushes another audience",
-			edits: map[string][2]string{"pubsub.tf": {"audience              = local.push_audience.resulthandler", `audience              = "genbox-resulthandler"`}},
+			edits: map[string][2]string{"pubsub.tf": {"audience              = local.push_audience[push_config.value]", `audience              = push_config.value == "resulthandler" ? "genbox-resulthandler" : local.push_audience[push_config.value]`}},
 			want:  []string{`gemini-results-resulthandler pushes with audience "genbox-resulthandler"`, "custom_audiences"},
 		},
 	}

@@ -1,7 +1,7 @@
 // Package testenv is the one setup genbox's tests share: clients on the emulators (Firestore,
 // Pub/Sub with the bus topology bootstrapped) closed when the test ends, a log sink safe for
-// concurrent writers that finds a service's "started" line, a publisher that records what it
-// publishes, a clock the test moves, and a tenant with the webhook receiver that verifies what
+// concurrent writers, a service's run started in-process and stopped as SIGTERM would (Start), a
+// publisher that records what it publishes, a clock the test moves, and a tenant with the webhook receiver that verifies what
 // genbox signs for it.
 //
 // It is imported only from _test.go files (and from no package a service links): it calls
@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -120,31 +119,6 @@ func (b *LogBuffer) Addr(message string) string {
 		}
 	}
 	return ""
-}
-
-// Started waits for a service run writing to b to log "<name> started" and returns its address
-// as a base URL (http://127.0.0.1:port). It fails t if the run ends first (done yields) or
-// nothing is logged within timeout.
-func (b *LogBuffer) Started(t testing.TB, name string, done <-chan error, timeout time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		if addr := b.Addr(name + " started"); addr != "" {
-			_, port, err := net.SplitHostPort(addr)
-			if err != nil {
-				t.Fatalf("%s started on %q: %v", name, addr, err)
-			}
-			return "http://127.0.0.1:" + port
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("%s ended before it started: %v\n%s", name, err, b.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not start within %s\n%s", name, timeout, b.String())
-		}
-	}
 }
 
 // Ready polls base's /healthz and then /readyz until each answers 200, failing t if one does not

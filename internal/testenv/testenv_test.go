@@ -45,18 +45,30 @@ func TestLogBufferAddr(t *testing.T) {
 	}
 }
 
-func TestLogBufferStarted(t *testing.T) {
+func TestServiceStarted(t *testing.T) {
 	t.Parallel()
-	var b testenv.LogBuffer
-	log := slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-		if a.Key == slog.MessageKey {
-			a.Key = "message"
-		}
-		return a
-	}}))
-	log.Info("svc started", "addr", "[::]:4321")
-	if got := b.Started(t, "svc", make(chan error), 10*time.Second); got != "http://127.0.0.1:4321" {
+	stopped := errors.New("stopped")
+	var read string
+	svc := testenv.Start(t, func(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+		read = getenv("NAME")
+		log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.MessageKey {
+				a.Key = "message"
+			}
+			return a
+		}}))
+		log.InfoContext(ctx, "svc started", "addr", "[::]:4321")
+		<-ctx.Done()
+		return stopped
+	}, map[string]string{"NAME": "svc"})
+	if got := svc.Started(t, "svc", 10*time.Second); got != "http://127.0.0.1:4321" {
 		t.Errorf("Started = %q", got)
+	}
+	if err := svc.Stop(); !errors.Is(err, stopped) || read != "svc" {
+		t.Errorf("Stop = %v, run read NAME=%q; want run's own error, having read svc", err, read)
+	}
+	if err := svc.Stop(); !errors.Is(err, stopped) {
+		t.Errorf("Stop again = %v, want the same error", err)
 	}
 }
 

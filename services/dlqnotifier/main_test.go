@@ -29,23 +29,17 @@ func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
 // genbox-alerts is posted, and cancelling ctx shuts it down cleanly.
 func TestRun(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{dlqnotifier.ConsumerPush, dlqnotifier.ConsumerPull} {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
-			testRun(t, mode)
-		})
-	}
+	testenv.EachConsumer(t, testRun, dlqnotifier.ConsumerPush, dlqnotifier.ConsumerPull)
 }
 
 func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRun's subtests: a failure names its own line
 	ctx := context.Background()
-	project := emulator.ProjectID(t)
 	top := bus.DefaultTopology()
 	top.MinBackoff, top.MaxBackoff = time.Second, 2*time.Second
-	ps := testenv.Bus(t, project, top)
-	st := store.New(testenv.Firestore(t, project))
+	p := testenv.NewProject(t, top)
+	project, ps, st := p.ID, p.PubSub, p.Store
 
-	var out testenv.LogBuffer
+	var svc *testenv.Service // started once the fake Slack serves
 	calls := make(chan url.Values, 16)
 	methods := make(chan string, 16)
 	slackSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -75,7 +69,7 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 				updated = updated || m == "chat.update"
 				return form
 			case <-time.After(30 * time.Second):
-				t.Fatalf("no %s\n%s", want, out.String())
+				t.Fatalf("no %s\n%s", want, svc.Log.String())
 			}
 		}
 	}
@@ -87,19 +81,10 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 		"GENBOX_SLACK_APPROVERS": "U1", "GENBOX_SLACK_API_URL": slackSrv.URL, "GENBOX_SHUTDOWN_GRACE": "3s",
 		"GENBOX_UNAUTHENTICATED_PUSH": "1", // the emulator pushes without a token
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- run(runCtx, func(k string) string { return env[k] }, &out) }()
-	base := out.Started(t, "dlqnotifier", done, 20*time.Second)
-	if mode == dlqnotifier.ConsumerPush {
-		top.PushEndpoints = map[string]string{}
-		for _, sub := range []string{bus.SubTasksDLQ, bus.SubResultsDLQ, bus.SubAlerts} {
-			top.PushEndpoints[sub] = base + dlqnotifier.PushPath
-		}
-		if err := bus.Bootstrap(ctx, ps, top); err != nil {
-			t.Fatal(err)
-		}
+	svc = testenv.Start(t, run, env)
+	base := svc.Started(t, "dlqnotifier", 20*time.Second)
+	if mode == dlqnotifier.ConsumerPush { // now that the port is known
+		testenv.PushTo(t, ps, top, base+dlqnotifier.PushPath, bus.SubTasksDLQ, bus.SubResultsDLQ, bus.SubAlerts)
 	}
 	testenv.Ready(t, base, 30*time.Second)
 
@@ -148,10 +133,7 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 		t.Fatalf("alert %v", alert)
 	}
 
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
-	}
+	svc.StopClean(t)
 }
 
 func TestRunConfigError(t *testing.T) {

@@ -36,11 +36,9 @@ func TestRunServesAndShutsDown(t *testing.T) {
 		asked[k] = true
 		return env[k]
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	out := &testenv.LogBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, getenv, out) }()
-	base := out.Started(t, "publisher", done, 30*time.Second)
+	ctx := context.Background()
+	svc := testenv.StartWith(t, run, getenv)
+	base := svc.Started(t, "publisher", 30*time.Second)
 	testenv.Ready(t, base, 30*time.Second)
 	admin := client.New(base, env["GENBOX_ADMIN_KEY"])
 	if _, err := admin.CreateTenant(ctx, "acme", nil); err != nil {
@@ -67,10 +65,7 @@ func TestRunServesAndShutsDown(t *testing.T) {
 	if got != "acme" {
 		t.Fatalf("nudge of %s not received (tenant %q)", r.TaskID, got)
 	}
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
-	}
+	svc.StopClean(t)
 	for _, name := range []string{"PORT", "GOOGLE_CLOUD_PROJECT", "GENBOX_ADMIN_KEY", "GENBOX_MAX_BODY_BYTES",
 		"GENBOX_ALLOW_INSECURE_CALLBACKS", "GENBOX_PUBLIC_URL", "GENBOX_SECRET_OVERLAP", "GENBOX_PROMPTS_DIR"} {
 		if !asked[name] {

@@ -29,21 +29,15 @@ func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
 // gemini-results-dlq; SIGTERM (ctx) shuts it down cleanly.
 func TestRun(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{resulthandler.ConsumerPush, resulthandler.ConsumerPull} {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
-			testRun(t, mode)
-		})
-	}
+	testenv.EachConsumer(t, testRun, resulthandler.ConsumerPush, resulthandler.ConsumerPull)
 }
 
 func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRun's subtests: a failure names its own line
 	ctx := context.Background()
-	project := emulator.ProjectID(t)
 	top := bus.DefaultTopology()
 	top.MinBackoff, top.MaxBackoff = time.Second, 2*time.Second
-	ps := testenv.Bus(t, project, top)
-	st := store.New(testenv.Firestore(t, project))
+	p := testenv.NewProject(t, top)
+	project, ps, st := p.ID, p.PubSub, p.Store
 	wh, _ := standardwebhooks.NewWebhook(testenv.Tenant(t, st, "acme"))
 	type got struct {
 		id     string
@@ -61,10 +55,6 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 	}))
 	defer recv.Close()
 
-	var out testenv.LogBuffer
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	done := make(chan error, 1)
 	env := map[string]string{
 		"GOOGLE_CLOUD_PROJECT":            project,
 		"PORT":                            "0",
@@ -75,13 +65,10 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 		"GENBOX_WEBHOOK_SECRETS_KEY":      testenv.SecretsKey,
 		"GENBOX_UNAUTHENTICATED_PUSH":     "1", // the emulator pushes without a token
 	}
-	go func() { done <- run(runCtx, func(k string) string { return env[k] }, &out) }()
-	base := out.Started(t, "resulthandler", done, 20*time.Second)
+	svc := testenv.Start(t, run, env)
+	base := svc.Started(t, "resulthandler", 20*time.Second)
 	if mode == resulthandler.ConsumerPush { // now that the port is known
-		top.PushEndpoints = map[string]string{bus.SubResults: base + resulthandler.PushPath}
-		if err := bus.Bootstrap(ctx, ps, top); err != nil {
-			t.Fatal(err)
-		}
+		testenv.PushTo(t, ps, top, base+resulthandler.PushPath, bus.SubResults)
 	}
 	testenv.Ready(t, base, 30*time.Second)
 
@@ -107,7 +94,7 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 				t.Fatalf("post %+v", p)
 			}
 		case <-time.After(30 * time.Second):
-			t.Fatalf("no delivery of %s\n%s", id, out.String())
+			t.Fatalf("no delivery of %s\n%s", id, svc.Log.String())
 		}
 	}
 	submit("t-ok", "/ok")
@@ -139,10 +126,7 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 			t.Fatalf("t-ok delivery %+v", ok.Delivery)
 		}
 	}
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v\n%s", err, out.String())
-	}
+	svc.StopClean(t)
 }
 
 func TestRunConfigError(t *testing.T) {

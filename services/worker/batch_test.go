@@ -14,6 +14,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
@@ -39,25 +40,38 @@ var batchPricing = func() gemini.Pricing {
 	return gemini.Pricing{Prices: p}
 }()
 
-// submitBatch writes and nudges a batch-mode task; runBefore > 0 sets its run_before.
-func (s *stack) submitBatch(t *testing.T, id string, runBefore time.Duration) {
+// submitBatch writes and nudges a batch-mode task of each id; runBefore > 0 sets their
+// run_before.
+func (s *stack) submitBatch(t *testing.T, runBefore time.Duration, ids ...string) {
 	t.Helper()
 	ctx := context.Background()
-	grace := time.Now().Add(time.Second)
-	doc := &store.Task{
-		ID: id, Tenant: "tenant-a", Family: "summarize", Variant: "default", Input: "The nightly report " + id + " says little.",
-		State: task.StateQueued, CallbackURL: "https://app.example/hook", NudgeAt: &grace, Mode: task.ModeBatch,
+	for _, id := range ids {
+		grace := time.Now().Add(time.Second)
+		doc := &store.Task{
+			ID: id, Tenant: "tenant-a", Family: "summarize", Variant: "default", Input: "The nightly report " + id + " says little.",
+			State: task.StateQueued, CallbackURL: "https://app.example/hook", NudgeAt: &grace, Mode: task.ModeBatch,
+		}
+		if runBefore > 0 {
+			rb := time.Now().Add(runBefore)
+			doc.RunBefore = &rb
+		}
+		if err := s.store.CreateTask(ctx, doc); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.pub.Publish(ctx, bus.TopicTasks, nil, map[string]string{task.AttrTaskID: id}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if runBefore > 0 {
-		rb := time.Now().Add(runBefore)
-		doc.RunBefore = &rb
-	}
-	if err := s.store.CreateTask(ctx, doc); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.pub.Publish(ctx, bus.TopicTasks, nil, map[string]string{task.AttrTaskID: id}); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// runBatched submits tasks for batching (runBefore as submitBatch), runs the service with
+// batchEnv(extra...) and waits until every task has succeeded, each billed once at tier.
+func (s *stack) runBatched(t *testing.T, tasks []string, runBefore time.Duration, tier string, extra ...string) {
+	t.Helper()
+	s.submitBatch(t, runBefore, tasks...)
+	testenv.Start(t, run, s.batchEnv(extra...))
+	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
+	s.checkBilledOnce(t, tier, tasks...)
 }
 
 func ids(prefix string, n int) []string {
@@ -145,12 +159,7 @@ func TestBatchTasksRunThroughOneJob(t *testing.T) {
 	s := newStack(t, 0)
 	s.fake.SetBatchPlan("m", geminitest.BatchPlan{Pending: 200 * time.Millisecond, Running: 300 * time.Millisecond})
 	tasks := ids("nightly", 5)
-	for _, id := range tasks {
-		s.submitBatch(t, id, 0)
-	}
-	startRun(t, s.batchEnv())
-	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
-	s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
+	s.runBatched(t, tasks, 0, geminitest.TierBatch)
 	jobs := s.batchJobs(t)
 	for _, id := range tasks {
 		got := s.get(t, id)
@@ -176,12 +185,7 @@ func TestBatchJobThatFailsOrExpiresGoesToTheNextJob(t *testing.T) {
 			s.fake.SetBatchPlan("m", geminitest.BatchPlan{Running: 200 * time.Millisecond})
 			s.fake.FailBatchesNext("m", outcome)
 			tasks := ids("back", 3)
-			for _, id := range tasks {
-				s.submitBatch(t, id, 0)
-			}
-			startRun(t, s.batchEnv())
-			s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
-			s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
+			s.runBatched(t, tasks, 0, geminitest.TierBatch)
 			jobs := s.batchJobs(t)
 			if jobs[0].GeminiState == gemini.BatchSucceeded {
 				t.Fatalf("the first job %s succeeded, want it %s", jobs[0].ID, outcome)
@@ -218,12 +222,7 @@ func TestBatchRequestFailingInsideAJob(t *testing.T) {
 		return geminitest.DefaultReply(r)
 	})
 	tasks := []string{"one-good-1", "one-bad", "one-good-2"}
-	for _, id := range tasks {
-		s.submitBatch(t, id, 0)
-	}
-	startRun(t, s.batchEnv())
-	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
-	s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
+	s.runBatched(t, tasks, 0, geminitest.TierBatch)
 	jobs := s.batchJobs(t)
 	for _, id := range tasks {
 		want := 1
@@ -246,10 +245,8 @@ func TestBatchTaskCancelledMidJob(t *testing.T) {
 	s := newStack(t, 0)
 	s.fake.SetBatchPlan("m", geminitest.BatchPlan{Running: 3 * time.Second})
 	tasks := []string{"mid-kept", "mid-cancelled"}
-	for _, id := range tasks {
-		s.submitBatch(t, id, 0)
-	}
-	startRun(t, s.batchEnv())
+	s.submitBatch(t, 0, tasks...)
+	testenv.Start(t, run, s.batchEnv())
 	waitFor(t, "the tasks in a job", 30*time.Second, func() bool { return s.get(t, "mid-cancelled").InBatchJob() })
 	ctx := context.Background()
 	if _, err := s.store.MutateTask(ctx, "mid-cancelled", func(t *store.Task, now time.Time) error {
@@ -280,12 +277,7 @@ func TestBatchJobPastItsDeadlineGoesOnline(t *testing.T) {
 	s := newStack(t, 0)
 	s.fake.SetBatchPlan("m", geminitest.BatchPlan{Pending: time.Hour})
 	tasks := ids("late", 3)
-	for _, id := range tasks {
-		s.submitBatch(t, id, 5*time.Second)
-	}
-	startRun(t, s.batchEnv("GENBOX_BATCH_MARGIN", "3500ms"))
-	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
-	s.checkBilledOnce(t, geminitest.TierStandard, tasks...)
+	s.runBatched(t, tasks, 5*time.Second, geminitest.TierStandard, "GENBOX_BATCH_MARGIN", "3500ms")
 	for _, j := range s.batchJobs(t) {
 		if j.GeminiState != gemini.BatchCancelled {
 			t.Errorf("batch job %s ended %s, want cancelled at its deadline", j.ID, j.GeminiState)
@@ -314,9 +306,7 @@ func TestBatchCrashMatrix(t *testing.T) {
 			s := newStack(t, 0)
 			s.fake.SetBatchPlan("m", geminitest.BatchPlan{Pending: 300 * time.Millisecond, Running: 300 * time.Millisecond})
 			tasks := ids(string(point), 4)
-			for _, id := range tasks {
-				s.submitBatch(t, id, 0)
-			}
+			s.submitBatch(t, 0, tasks...)
 			crashed := spawn(t, s.batchEnv("GENBOX_CRASHPOINT", string(point), "GENBOX_INSTANCE_ID", "crashing"))
 			crashed.waitKilled(t, crashRecovery)
 			spawn(t, s.batchEnv("GENBOX_INSTANCE_ID", "fresh"))
@@ -338,10 +328,8 @@ func TestBatchLeaderKeepsItsLeaseThroughALongPass(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, 0)
 	tasks := ids("long", 300)
-	for _, id := range tasks {
-		s.submitBatch(t, id, 0)
-	}
-	startRun(t, s.batchEnv("GENBOX_BATCH_LEADER_TTL", "3s"))
+	s.submitBatch(t, 0, tasks...)
+	testenv.Start(t, run, s.batchEnv("GENBOX_BATCH_LEADER_TTL", "3s"))
 	s.waitState(t, 2*time.Minute, task.StateSucceeded, tasks...)
 	snap, err := s.store.FS.Collection(store.LeadersCollection).Doc("batcher-m").Get(context.Background())
 	if err != nil {

@@ -43,16 +43,14 @@ type stack struct {
 
 func newStack(t *testing.T, latency time.Duration) *stack {
 	t.Helper()
-	project := emulator.ProjectID(t)
 	top := bus.DefaultTopology()
 	top.AckDeadline = 10 * time.Second
-	ps := testenv.Bus(t, project, top)
-	pub := bus.NewPublisher(ps)
+	p := testenv.NewProject(t, top)
+	pub := bus.NewPublisher(p.PubSub)
 	t.Cleanup(func() { pub.Close() })
 	fake := geminitest.NewServer(geminitest.WithLatency("", geminitest.Fixed(latency)))
 	t.Cleanup(fake.Close)
-	st := store.New(testenv.Firestore(t, project))
-	return &stack{project: project, store: st, ps: ps, pub: pub, fake: fake}
+	return &stack{project: p.ID, store: p.Store, ps: p.PubSub, pub: pub, fake: fake}
 }
 
 // env is the worker's environment for this stack: short leases and sweeps.
@@ -132,23 +130,24 @@ func (s *stack) waitState(t *testing.T, d time.Duration, state task.State, ids .
 	}
 }
 
-// startRun runs the service in-process; the returned stop cancels it and returns run's error.
-func startRun(t *testing.T, env map[string]string) (stop func() error, out *testenv.LogBuffer) {
+// runWithCallHeld submits the task id, runs the service with the shutdown grace given and returns
+// once the task's model call has started: the call is held until gate is released, at the latest
+// when t ends (before the service is stopped).
+func (s *stack) runWithCallHeld(t *testing.T, id, grace string) (svc *testenv.Service, gate *geminitest.Gate) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out = &testenv.LogBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, func(k string) string { return env[k] }, out) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() { cancel(); err = <-done })
-		return err
+	gate = s.fake.Block("m")
+	s.submit(t, id, true)
+	svc = testenv.Start(t, run, s.env("GENBOX_SHUTDOWN_GRACE", grace))
+	t.Cleanup(gate.Release) // cleanups run last first: the held call goes on before the stop
+	select {
+	case <-gate.Entered():
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the call never started\n%s", svc.Log.String())
 	}
-	t.Cleanup(func() { _ = stop() })
-	return stop, out
+	return svc, gate
 }
 
+// addrRE finds the port in a worker subprocess's "worker started" line.
 var addrRE = regexp.MustCompile(`"addr":"[^"]*:(\d+)"`)
 
 // The service serves /healthz, carries a nudged task, a task written but never nudged (the
@@ -171,20 +170,14 @@ func TestRunCarriesEveryTask(t *testing.T) {
 	if err := bus.Bootstrap(ctx, s.ps, top); err != nil {
 		t.Fatal(err)
 	}
-	stop, out := startRun(t, s.env())
+	svc := testenv.Start(t, run, s.env())
 	s.waitState(t, 60*time.Second, task.StateSucceeded, "pushed", "silent", "lost")
 	for _, id := range []string{"pushed", "silent", "lost"} {
 		if n := len(s.fake.Ledger().BillsFor(id)); n != 1 {
 			t.Errorf("%s billed %d times", id, n)
 		}
 	}
-	var port string
-	for deadline := time.Now().Add(10 * time.Second); port == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if m := addrRE.FindStringSubmatch(out.String()); m != nil {
-			port = m[1]
-		}
-	}
-	resp, err := http.Get("http://127.0.0.1:" + port + "/healthz")
+	resp, err := http.Get(svc.Started(t, "worker", 10*time.Second) + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,9 +185,7 @@ func TestRunCarriesEveryTask(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/healthz: %d", resp.StatusCode)
 	}
-	if err := stop(); err != nil {
-		t.Errorf("run: %v\n%s", err, out.String())
-	}
+	svc.StopClean(t)
 }
 
 // On SIGTERM a call that cannot finish within the grace period releases its lease: nothing is
@@ -202,18 +193,8 @@ func TestRunCarriesEveryTask(t *testing.T) {
 func TestShutdownReleasesWhatCannotFinish(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, 0)
-	gate := s.fake.Block("m")
-	defer gate.Release()
-	s.submit(t, "slow", true)
-	stop, out := startRun(t, s.env("GENBOX_SHUTDOWN_GRACE", "300ms"))
-	select {
-	case <-gate.Entered():
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the call never started\n%s", out.String())
-	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	svc, _ := s.runWithCallHeld(t, "slow", "300ms")
+	svc.StopClean(t)
 	got := s.get(t, "slow")
 	if got.State != task.StateQueued || got.Lease.Owner != "" || got.Attempts != 0 || got.DueAt == nil {
 		t.Errorf("after shutdown: state %s lease %+v attempts %d due_at %v", got.State, got.Lease, got.Attempts, got.DueAt)
@@ -358,18 +339,10 @@ func TestCrashEveryTimeEndsDead(t *testing.T) {
 func TestShutdownLetsCallsFinishWithinGrace(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, 0)
-	gate := s.fake.Block("m")
-	defer gate.Release()
-	s.submit(t, "finishing", true)
-	stop, out := startRun(t, s.env("GENBOX_SHUTDOWN_GRACE", "20s"))
-	select {
-	case <-gate.Entered():
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the call never started\n%s", out.String())
-	}
+	svc, gate := s.runWithCallHeld(t, "finishing", "20s")
 	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }() // SIGTERM while the call runs
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "shutting down"); time.Sleep(20 * time.Millisecond) {
+	go func() { stopped <- svc.Stop() }() // SIGTERM while the call runs
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(svc.Log.String(), "shutting down"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("run never began shutting down")
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -67,7 +68,7 @@ func TestModelOutage(t *testing.T) {
 	s := newStack(t, 0)
 	alerts := s.pullInto(t, bus.SubAlerts)
 	deadLetters := s.pullInto(t, bus.SubTasksDLQ)
-	stop, out := startRun(t, s.env(
+	svc := testenv.Start(t, run, s.env(
 		"GENBOX_MODEL_CHAIN", "m1,m2",
 		"GENBOX_MAX_ATTEMPTS", "4", "GENBOX_MODEL_ATTEMPTS", fmt.Sprint(modelAttempts),
 		"GENBOX_BREAKER_FAILURES", fmt.Sprint(breakerFailures), "GENBOX_BREAKER_COOLDOWN", cooldown.String(),
@@ -89,7 +90,7 @@ func TestModelOutage(t *testing.T) {
 	sawWaiting, open := false, false
 	for i := 0; time.Since(start) < outage || !open || !sawWaiting; i++ {
 		if time.Since(start) > outage+2*time.Minute {
-			t.Fatalf("after %s: breakers open %v, a task parked %v\n%s", time.Since(start), open, sawWaiting, tail(out.String(), 40))
+			t.Fatalf("after %s: breakers open %v, a task parked %v\n%s", time.Since(start), open, sawWaiting, tail(svc.Log.String(), 40))
 		}
 		submit(fmt.Sprintf("during-%02d", i))
 		for _, id := range ids {
@@ -110,7 +111,7 @@ func TestModelOutage(t *testing.T) {
 	during := s.fake.Ledger().Total.Failed // only the outage fails calls
 	submit("after")
 	s.waitState(t, outage+90*time.Second, task.StateSucceeded, ids...)
-	if err := stop(); err != nil {
+	if err := svc.Stop(); err != nil {
 		t.Errorf("run: %v", err)
 	}
 
@@ -152,7 +153,7 @@ func TestModelOutage(t *testing.T) {
 		t.Errorf("%d model calls during the outage, want at most %d", during, bound)
 	}
 	if t.Failed() {
-		t.Log(tail(out.String(), 40))
+		t.Log(tail(svc.Log.String(), 40))
 	}
 }
 
