@@ -13,6 +13,7 @@ import (
 // savingsConfig is a savings workload short enough for CI, under the default failure mix.
 func savingsConfig(t *testing.T, tasks int) Config {
 	t.Helper()
+	emulator.Require(t)
 	c := DefaultConfig()
 	c.Tasks, c.Concurrency = tasks, 8
 	c.Project = "bench-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[:min(len(t.Name()), 12)]
@@ -23,7 +24,6 @@ func savingsConfig(t *testing.T, tasks int) Config {
 // standard run per task, pay for every generation once and lose nothing.
 func TestSavingsOfBatchAndFlex(t *testing.T) {
 	t.Parallel()
-	emulator.Require(t)
 	for _, tc := range []struct {
 		mode     string
 		shed     float64
