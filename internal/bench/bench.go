@@ -191,6 +191,11 @@ type Result struct {
 	// and from the last call's answer to the last webhook (the last output's commit, nudge and
 	// delivery). Zero in the closed loop.
 	Ramp, Tail time.Duration
+	// CallTransport is what a model call cost its caller beyond the model's latency on this
+	// machine, measured beside a backlog's drain (probeCalls): a slot holds it as it holds the
+	// call, so slots ÷ (ModelMean + CallTransport) is the bound of a worker whose slots only ever
+	// call the model. Zero in the closed loop.
+	CallTransport time.Duration
 
 	FirestoreReads, FirestoreWrites, FirestoreCommits int64
 	// Ops breaks the Firestore operations down by the step of the path that made them, and Steps
@@ -230,6 +235,16 @@ func (r Result) Efficiency() float64 {
 		return 0
 	}
 	return r.Throughput / r.Bound
+}
+
+// CallEfficiency is a backlog's throughput ÷ the bound at the model call's latency as its caller
+// sees it (ModelMean + CallTransport): the share of the slots' time spent calling the model.
+func (r Result) CallEfficiency() float64 {
+	call := r.ModelMean + r.CallTransport
+	if r.CallTransport == 0 || call <= 0 || r.Bound == 0 {
+		return 0
+	}
+	return r.Throughput / (r.Bound * r.ModelMean.Seconds() / call.Seconds())
 }
 
 // BilledRatio is billed ÷ needed tokens: 1 means no generation was paid twice.
@@ -330,7 +345,9 @@ func (r Report) Print(w io.Writer) {
 	if c.Backlog {
 		row("drain throughput (tasks/s)", func(r Result) string { return fmt.Sprintf("%.1f", r.Throughput) })
 		row("bound: slots ÷ mean latency", func(r Result) string { return fmt.Sprintf("%.1f", r.Bound) })
-		row("drain throughput ÷ bound", func(r Result) string { return fmt.Sprintf("%.2f", r.Efficiency()) })
+		row("drain throughput ÷ bound", func(r Result) string { return fmt.Sprintf("%.3f", r.Efficiency()) })
+		row("model call beyond its latency", func(r Result) string { return dur(r.CallTransport) })
+		row("drain ÷ bound at that call latency", func(r Result) string { return fmt.Sprintf("%.3f", r.CallEfficiency()) })
 	} else {
 		row("throughput (tasks/s)", func(r Result) string { return fmt.Sprintf("%.1f", r.Throughput) })
 		row("Little's-law bound (tasks/s)", func(r Result) string { return fmt.Sprintf("%.1f", r.Bound) })

@@ -115,7 +115,11 @@ func TestRunBacklog(t *testing.T) {
 	if g.Ramp <= 0 || g.Tail <= 0 || g.Ramp+g.Tail >= g.Wall {
 		t.Errorf("ramp %s and tail %s of a drain of %s: want each positive and both within it", g.Ramp, g.Tail, g.Wall)
 	}
-	for _, row := range []string{"drain throughput ÷ bound", "ramp: drain start to every slot busy", "tail: last answer to last webhook"} {
+	if g.CallTransport <= 0 || g.CallEfficiency() <= g.Efficiency() {
+		t.Errorf("a model call costs %s beyond its latency, drain ÷ bound %.3f at the call's latency and %.3f at the model's: want a positive cost, and so a higher share at the call's",
+			g.CallTransport, g.CallEfficiency(), g.Efficiency())
+	}
+	for _, row := range []string{"drain throughput ÷ bound", "ramp: drain start to every slot busy", "tail: last answer to last webhook", "drain ÷ bound at that call latency"} {
 		if !strings.Contains(out.String(), row) {
 			t.Errorf("report lacks %q:\n%s", row, out.String())
 		}

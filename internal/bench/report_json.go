@@ -24,36 +24,40 @@ type workloadJSON struct {
 }
 
 type resultJSON struct {
-	System             string         `json:"system"`
-	Tasks              int            `json:"tasks"`
-	Completed          int            `json:"completed"`
-	Lost               int            `json:"lost"`
-	WallSeconds        float64        `json:"wall_seconds"`
-	Throughput         float64        `json:"throughput"` // completed tasks per second
-	Bound              float64        `json:"bound"`      // Little's law, tasks per second
-	Efficiency         float64        `json:"efficiency"` // throughput ÷ bound
-	ModelMeanSeconds   float64        `json:"model_mean_seconds"`
-	P50Seconds         float64        `json:"p50_seconds"`
-	P99Seconds         float64        `json:"p99_seconds"`
-	OverheadP50Seconds float64        `json:"overhead_p50_seconds"`
-	OverheadP99Seconds float64        `json:"overhead_p99_seconds"`
-	RampSeconds        float64        `json:"ramp_seconds,omitempty"` // backlog: drain start to every slot busy
-	TailSeconds        float64        `json:"tail_seconds,omitempty"` // backlog: last answer to last webhook
-	FirestoreReads     int64          `json:"firestore_reads"`
-	FirestoreWrites    int64          `json:"firestore_writes"`
-	FirestoreCommits   int64          `json:"firestore_commits"`
-	FirestoreByStep    []stepOpsJSON  `json:"firestore_by_step"` // per task
-	OverheadByStep     []stepLatJSON  `json:"overhead_by_step"`
-	Publishes          map[string]int `json:"publishes"` // per topic
-	ModelCalls         int            `json:"model_calls"`
-	Generations        int            `json:"generations"`
-	BilledTokens       int64          `json:"billed_tokens"`
-	NeededTokens       int64          `json:"needed_tokens"`
-	BilledRatio        float64        `json:"billed_ratio"`
-	Webhooks           int            `json:"webhooks"`
-	Duplicates         int            `json:"duplicates"`
-	Injected           map[string]int `json:"injected"` // failures injected, per kind
-	PeakRSSBytes       int64          `json:"peak_rss_bytes"`
+	System             string  `json:"system"`
+	Tasks              int     `json:"tasks"`
+	Completed          int     `json:"completed"`
+	Lost               int     `json:"lost"`
+	WallSeconds        float64 `json:"wall_seconds"`
+	Throughput         float64 `json:"throughput"` // completed tasks per second
+	Bound              float64 `json:"bound"`      // Little's law, tasks per second
+	Efficiency         float64 `json:"efficiency"` // throughput ÷ bound
+	ModelMeanSeconds   float64 `json:"model_mean_seconds"`
+	P50Seconds         float64 `json:"p50_seconds"`
+	P99Seconds         float64 `json:"p99_seconds"`
+	OverheadP50Seconds float64 `json:"overhead_p50_seconds"`
+	OverheadP99Seconds float64 `json:"overhead_p99_seconds"`
+	RampSeconds        float64 `json:"ramp_seconds,omitempty"` // backlog: drain start to every slot busy
+	TailSeconds        float64 `json:"tail_seconds,omitempty"` // backlog: last answer to last webhook
+	// backlog: what a model call costs its caller beyond the model's latency, and the drain ÷
+	// the bound at that call latency
+	CallTransportSeconds float64        `json:"call_transport_seconds,omitempty"`
+	CallEfficiency       float64        `json:"call_efficiency,omitempty"`
+	FirestoreReads       int64          `json:"firestore_reads"`
+	FirestoreWrites      int64          `json:"firestore_writes"`
+	FirestoreCommits     int64          `json:"firestore_commits"`
+	FirestoreByStep      []stepOpsJSON  `json:"firestore_by_step"` // per task
+	OverheadByStep       []stepLatJSON  `json:"overhead_by_step"`
+	Publishes            map[string]int `json:"publishes"` // per topic
+	ModelCalls           int            `json:"model_calls"`
+	Generations          int            `json:"generations"`
+	BilledTokens         int64          `json:"billed_tokens"`
+	NeededTokens         int64          `json:"needed_tokens"`
+	BilledRatio          float64        `json:"billed_ratio"`
+	Webhooks             int            `json:"webhooks"`
+	Duplicates           int            `json:"duplicates"`
+	Injected             map[string]int `json:"injected"` // failures injected, per kind
+	PeakRSSBytes         int64          `json:"peak_rss_bytes"`
 }
 
 type stepOpsJSON struct {
@@ -107,7 +111,7 @@ func (r Result) json() resultJSON {
 		System: r.System, Tasks: r.Tasks, Completed: r.Completed, Lost: r.Lost, WallSeconds: s(r.Wall),
 		Throughput: r.Throughput, Bound: r.Bound, Efficiency: r.Efficiency(), ModelMeanSeconds: s(r.ModelMean),
 		P50Seconds: s(r.P50), P99Seconds: s(r.P99), OverheadP50Seconds: s(r.OverheadP50), OverheadP99Seconds: s(r.OverheadP99),
-		RampSeconds: s(r.Ramp), TailSeconds: s(r.Tail),
+		RampSeconds: s(r.Ramp), TailSeconds: s(r.Tail), CallTransportSeconds: s(r.CallTransport), CallEfficiency: r.CallEfficiency(),
 		FirestoreReads: r.FirestoreReads, FirestoreWrites: r.FirestoreWrites, FirestoreCommits: r.FirestoreCommits,
 		Publishes: r.Publishes, ModelCalls: r.ModelCalls, Generations: r.Generations, BilledTokens: r.BilledTokens,
 		NeededTokens: r.NeededTokens, BilledRatio: r.BilledRatio(), Webhooks: r.Webhooks, Duplicates: r.Duplicates,

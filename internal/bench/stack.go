@@ -165,11 +165,14 @@ type stack struct {
 	pubs    *publishCounts
 	in      *injector
 	lat     *latencies
-	tl      *timeline
-	recv    *receiver
-	recvURL string
-	secret  string
-	log     *slog.Logger
+	// transport is what a model call costs its caller beyond the model's latency (probeCalls),
+	// measured during a backlog's drain.
+	transport time.Duration
+	tl        *timeline
+	recv      *receiver
+	recvURL   string
+	secret    string
+	log       *slog.Logger
 	// gate holds the worker's messages until it is closed (Backlog); nil: none.
 	gate chan struct{}
 
@@ -385,6 +388,7 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 	r.Steps = s.tl.stepLatencies(overOf)
 	if cfg.Backlog {
 		r.Ramp, r.Tail = drainEnds(results, s.lat, cfg.Concurrency, wall)
+		r.CallTransport = s.transport
 	}
 	e2e, over = sortedCopy(e2e), sortedCopy(over)
 	r.P50, r.P99 = percentile(e2e, 0.5), percentile(e2e, 0.99)
@@ -512,6 +516,16 @@ func (s *stack) drainBacklog(ctx context.Context, bar *progress) ([]done, time.D
 	if err := errors.Join(errs...); err != nil {
 		return nil, 0, fmt.Errorf("submit: %w", err)
 	}
+	drained := make(chan struct{})
+	probed, err := probeCalls(ctx, cfg.Latency, cfg.InputBytes, drained)
+	if err != nil {
+		return nil, 0, err
+	}
+	endProbe := sync.OnceValues(func() (time.Duration, error) {
+		close(drained)
+		return probed()
+	})
+	defer func() { _, _ = endProbe() }() // ends the probe on an early return, whose own error is reported
 	start := time.Now()
 	close(s.gate)
 	deadline := time.NewTimer(cfg.Timeout)
@@ -535,6 +549,9 @@ func (s *stack) drainBacklog(ctx context.Context, bar *progress) ([]done, time.D
 			last = at
 		}
 		bar.add()
+	}
+	if s.transport, err = endProbe(); err != nil {
+		return nil, 0, err
 	}
 	return out, last.Sub(start), nil
 }
