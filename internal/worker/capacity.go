@@ -13,10 +13,19 @@ import (
 // that no slot waits on Firestore or Pub/Sub. A claimed task waiting for a slot holds its lease,
 // renewed as any other, and releases it when the instance stops taking work.
 type capacity struct {
-	inHand chan struct{}
-	ahead  chan struct{}
-	calls  chan struct{}
+	inHand   chan struct{}
+	ahead    chan struct{}
+	calls    chan struct{}
+	claiming chan struct{} // claims under way
 }
+
+// claimsAtOnce is how many claims of a Handler with calls model-call slots may be under way at
+// once. A burst of messages (a backlog, a restart) would otherwise start a claim for every place
+// among the claimed together, and a Firestore that serves them side by side — the emulator
+// sharing two cores, an instance's own CPU marshalling them — finishes them all together, late:
+// no call starts until then. A quarter of the slots at a time finishes the first claims first,
+// and the calls start as they do; one claim per freed slot, the steady state, never waits here.
+func claimsAtOnce(calls int) int { return max(4, calls/4) }
 
 // WithCapacity bounds the handler's work (docs/architecture.md §4): calls model calls at once
 // (GENBOX_CONCURRENCY), calls + reserve tasks claimed or calling (GENBOX_CLAIM_AHEAD), and
@@ -26,7 +35,7 @@ func WithCapacity(calls, reserve, inHand int) Option {
 	return func(h *Handler) {
 		calls = max(calls, 1)
 		h.room = &capacity{inHand: make(chan struct{}, max(inHand, 1)), ahead: make(chan struct{}, calls+max(reserve, 0)),
-			calls: make(chan struct{}, calls)}
+			calls: make(chan struct{}, calls), claiming: make(chan struct{}, claimsAtOnce(calls))}
 	}
 }
 
@@ -74,6 +83,21 @@ type place struct {
 
 	mu   sync.Mutex
 	held []chan struct{} // in the order taken: inHand, ahead, calls
+}
+
+// claim runs fn, the task's claim, once fewer than claimsAtOnce claims are under way, and reports
+// false without running it when the instance stops taking work first.
+func (p *place) claim(fn func()) bool {
+	if p.c == nil {
+		fn()
+		return true
+	}
+	if !take(p.stop, p.c.claiming, true) {
+		return false
+	}
+	defer func() { <-p.c.claiming }()
+	fn()
+	return true
 }
 
 // startCall waits for a model-call slot until the instance stops taking work or ctx ends, and

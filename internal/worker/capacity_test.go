@@ -5,7 +5,9 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"cloud.google.com/go/firestore/apiv1/firestorepb"
@@ -169,4 +171,58 @@ func TestCapacityFromTheSlots(t *testing.T) {
 			t.Errorf("%v: claim ahead %d, in flight %d; want %d, %d", c.env, cfg.ClaimAhead, cfg.MaxInFlight, c.ahead, c.inHand)
 		}
 	}
+}
+
+// A burst of messages claims a quarter of the slots' worth at a time, not every place among the
+// claimed at once: the first claims finish first and their calls start, where a burst served side
+// by side finished every claim late together. A claim waiting for its turn gives up when the
+// instance stops taking work, and its task stays due.
+func TestClaimsOfABurstArePaced(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := &Handler{}
+		WithCapacity(64, 32, 160)(h)
+		pull, stopPulling := context.WithCancel(t.Context())
+		var underWay, most atomic.Int32
+		release := make(chan struct{})
+		claimed := make(chan bool, 96)
+		for range 96 {
+			go func() {
+				p, ok := h.room.enter(pull, true)
+				if !ok {
+					claimed <- false
+					return
+				}
+				defer p.leave()
+				claimed <- p.claim(func() {
+					n := underWay.Add(1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
+					<-release
+					underWay.Add(-1)
+				})
+			}()
+		}
+		synctest.Wait()
+		if got, want := underWay.Load(), int32(claimsAtOnce(64)); got != want {
+			t.Fatalf("%d claims under way in a burst of 96 with 64 slots, want %d", got, want)
+		}
+		release <- struct{}{} // one claim ends: one more starts
+		synctest.Wait()
+		if got := most.Load(); got != int32(claimsAtOnce(64)) {
+			t.Errorf("at most %d claims were under way at once, want %d", got, claimsAtOnce(64))
+		}
+		stopPulling()
+		synctest.Wait()
+		close(release)
+		ran := 0
+		for range 96 {
+			if <-claimed {
+				ran++
+			}
+		}
+		if want := 1 + claimsAtOnce(64); ran != want {
+			t.Errorf("%d claims ran, want %d: those under way when pulling stopped, and the one before; the waiting ones give up", ran, want)
+		}
+	})
 }

@@ -231,7 +231,11 @@ func (h *Handler) handle(ctx context.Context, log *slog.Logger, id string, p *pl
 	defer context.AfterFunc(h.abort, stop)()
 
 	crashpoint.Hit(crashpoint.BeforeClaim)
-	c, err := h.tracedClaim(work, id)
+	var c claimResult
+	var err error
+	if !p.claim(func() { c, err = h.tracedClaim(work, id) }) { // pulling stopped first: the task is still due
+		return bus.Ack
+	}
 	if err != nil {
 		log.WarnContext(ctx, "claim failed; acked, the sweeper will nudge again", "error", err)
 		h.stats.notClaimed.Add(1)
