@@ -199,24 +199,21 @@ func deadLetterView(d *store.DeadLetter) task.DeadLetter {
 	}
 }
 
-// problemFor is the one mapping from the service's errors to what it answers.
+// problemFor is the one mapping from the service's errors to what it answers
+// (httpapi.ProblemFor, with the dlqnotifier's own errors).
 func problemFor(err error) *task.Problem {
-	var p *task.Problem
-	var mbe *http.MaxBytesError
-	var decided *DecidedError
-	switch {
-	case errors.As(err, &p):
-		return p
-	case errors.As(err, &mbe):
-		return httpapi.Problem(http.StatusRequestEntityTooLarge, httpapi.TypeTooLarge, fmt.Sprintf("the body exceeds %d bytes", mbe.Limit))
-	case errors.Is(err, store.ErrNotFound):
-		return httpapi.Problem(http.StatusNotFound, httpapi.TypeNotFound, err.Error())
-	case errors.As(err, &decided), errors.Is(err, ErrMovedOn):
-		return httpapi.Problem(http.StatusConflict, httpapi.TypeConflict, err.Error())
-	case errors.Is(err, ErrAction), errors.Is(err, store.ErrBadDeadLetterID):
-		return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, err.Error())
-	}
-	return httpapi.Problem(http.StatusInternalServerError, httpapi.TypeInternal, "internal error")
+	return httpapi.ProblemFor(err, func(err error) *task.Problem {
+		var decided *DecidedError
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return httpapi.Problem(http.StatusNotFound, httpapi.TypeNotFound, err.Error())
+		case errors.As(err, &decided), errors.Is(err, ErrMovedOn):
+			return httpapi.Problem(http.StatusConflict, httpapi.TypeConflict, err.Error())
+		case errors.Is(err, ErrAction), errors.Is(err, store.ErrBadDeadLetterID):
+			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, err.Error())
+		}
+		return nil
+	})
 }
 
 // writeError answers err as problem+json; a 5xx is logged with err.

@@ -6,12 +6,18 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -48,6 +54,33 @@ var statusTypes = map[int]string{
 // Problem builds a problem of the slug's type; fields name the refused request fields.
 func Problem(status int, slug, detail string, fields ...task.FieldError) *task.Problem {
 	return &task.Problem{Type: ProblemBase + slug, Title: http.StatusText(status), Status: status, Detail: detail, Errors: fields}
+}
+
+// ProblemFor is what a server answers for err: a Problem as it is; what own maps it to, when own
+// is not nil and returns one (a service's own errors); a body over its limit 413; a store that
+// is unavailable, timed out or contended 503 with a Retry-After, for the client to retry; else
+// 500. Each service's errors go through it, so the same failure gets the same answer everywhere.
+func ProblemFor(err error, own func(error) *task.Problem) *task.Problem {
+	var p *task.Problem
+	if errors.As(err, &p) {
+		return p
+	}
+	if own != nil {
+		if p := own(err); p != nil {
+			return p
+		}
+	}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return Problem(http.StatusRequestEntityTooLarge, TypeTooLarge, fmt.Sprintf("the body exceeds %d bytes", mbe.Limit))
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), status.Code(err) == codes.Unavailable,
+		status.Code(err) == codes.DeadlineExceeded, status.Code(err) == codes.Aborted:
+		p := Problem(http.StatusServiceUnavailable, TypeUnavailable, "the store is unavailable; retry")
+		p.RetryAfter = time.Second
+		return p
+	}
+	return Problem(http.StatusInternalServerError, TypeInternal, "internal error")
 }
 
 // StatusProblem builds a problem whose type follows from its status alone.

@@ -2,7 +2,9 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/httpapi"
@@ -122,5 +126,42 @@ func TestAdminKey(t *testing.T) {
 	}
 	if httpapi.CheckAdminKey("short") == nil || httpapi.CheckAdminKey("") != nil || httpapi.CheckAdminKey(key) != nil {
 		t.Error("CheckAdminKey: want only a set key under 16 characters refused")
+	}
+}
+
+// Every service maps its errors through ProblemFor: a problem stands, a service's own error gets
+// its own answer, an oversized body 413, a store outage or timeout 503 with a Retry-After (so a
+// client retries the dlqnotifier's admin routes as it does the publisher's), anything else 500.
+func TestProblemFor(t *testing.T) {
+	t.Parallel()
+	errMine := errors.New("mine")
+	own := func(err error) *task.Problem {
+		if errors.Is(err, errMine) {
+			return httpapi.Problem(http.StatusConflict, httpapi.TypeConflict, err.Error())
+		}
+		return nil
+	}
+	tests := []struct {
+		name       string
+		err        error
+		wantStatus int
+		wantRetry  time.Duration
+	}{
+		{"a problem", fmt.Errorf("decode: %w", httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "x")), http.StatusBadRequest, 0},
+		{"the service's own", fmt.Errorf("decide: %w", errMine), http.StatusConflict, 0},
+		{"body too large", &http.MaxBytesError{Limit: 10}, http.StatusRequestEntityTooLarge, 0},
+		{"store unavailable", fmt.Errorf("read: %w", status.Error(codes.Unavailable, "down")), http.StatusServiceUnavailable, time.Second},
+		{"store timed out", fmt.Errorf("read: %w", context.DeadlineExceeded), http.StatusServiceUnavailable, time.Second},
+		{"contended", status.Error(codes.Aborted, "contention"), http.StatusServiceUnavailable, time.Second},
+		{"anything else", errors.New("boom"), http.StatusInternalServerError, 0},
+	}
+	for _, tc := range tests {
+		p := httpapi.ProblemFor(tc.err, own)
+		if p.Status != tc.wantStatus || p.RetryAfter != tc.wantRetry {
+			t.Errorf("%s: %d (Retry-After %s), want %d (Retry-After %s)", tc.name, p.Status, p.RetryAfter, tc.wantStatus, tc.wantRetry)
+		}
+	}
+	if p := httpapi.ProblemFor(errMine, nil); p.Status != http.StatusInternalServerError {
+		t.Errorf("without a mapping of its own: %d, want 500", p.Status)
 	}
 }

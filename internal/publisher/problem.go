@@ -1,14 +1,9 @@
 package publisher
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -28,24 +23,15 @@ func fieldProblem(field, format string, args ...any) *task.Problem {
 	return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, field+": "+d, task.FieldError{Field: field, Detail: d})
 }
 
-// problemFor is the one mapping from an error to what the API answers.
+// problemFor is the one mapping from an error to what the API answers (httpapi.ProblemFor, with
+// the publisher's own errors).
 func problemFor(err error) *task.Problem {
-	var p *task.Problem
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &p):
-		return p
-	case errors.As(err, &mbe):
-		return httpapi.Problem(http.StatusRequestEntityTooLarge, httpapi.TypeTooLarge, fmt.Sprintf("the body exceeds %d bytes", mbe.Limit))
-	case errors.Is(err, store.ErrNotFound):
-		return httpapi.Problem(http.StatusNotFound, httpapi.TypeNotFound, "no such resource")
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), status.Code(err) == codes.Unavailable,
-		status.Code(err) == codes.DeadlineExceeded, status.Code(err) == codes.Aborted:
-		p := httpapi.Problem(http.StatusServiceUnavailable, httpapi.TypeUnavailable, "the store is unavailable; retry")
-		p.RetryAfter = time.Second
-		return p
-	}
-	return httpapi.Problem(http.StatusInternalServerError, httpapi.TypeInternal, "internal error")
+	return httpapi.ProblemFor(err, func(err error) *task.Problem {
+		if errors.Is(err, store.ErrNotFound) {
+			return httpapi.Problem(http.StatusNotFound, httpapi.TypeNotFound, "no such resource")
+		}
+		return nil
+	})
 }
 
 // writeError answers err as problem+json; it logs what the client cannot fix.
