@@ -14,7 +14,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/internal/worker"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -393,11 +392,7 @@ func TestDecisionHoldsTheSweeperOffItsOwnNudge(t *testing.T) {
 	if got.State != task.StateQueued || len(got.Decision.Topics) != 0 || got.SlackUpdate != nil || e.nudged(bus.TopicTasks, tk.ID) != 1 {
 		t.Fatalf("after Regenerate: state %s decision %+v slack update %+v, %d nudges", got.State, got.Decision, got.SlackUpdate, e.nudged(bus.TopicTasks, tk.ID))
 	}
-	sweeperPub := &testenv.Publisher{}
-	sw := sweeper.New(e.st, sweeperPub, nil, slog.New(slog.DiscardHandler), sweeper.Config{
-		Interval: time.Second, Limit: 10, Pace: 1000, ReleaseRate: 10, LeaderTTL: 3 * time.Second,
-		BackoffBase: time.Second, BackoffMax: time.Second,
-	}, "sw")
+	sw, sweeperPub := e.sweeper()
 	if _, err := sw.Pass(e.ctx); err != nil {
 		t.Fatal(err)
 	}

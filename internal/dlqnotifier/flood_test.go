@@ -75,19 +75,12 @@ func TestFloodJoinedWhilePostingIsShown(t *testing.T) {
 		tk := e.refusedDelivery(t, fmt.Sprintf("t-burst-%02d", i), 404)
 		msgs = append(msgs, noticeMsg(tk.ID, tk.Notices[0]))
 	}
-	e.svc.Handle(e.ctx, msgs[0]) // the first, on its own
-	hold, arrived := make(chan struct{}), make(chan struct{})
-	e.slack.mu.Lock()
-	e.slack.hold, e.slack.arrived = hold, arrived
-	e.slack.mu.Unlock()
-	done := make(chan struct{})
-	go func() { defer close(done); e.svc.Handle(e.ctx, msgs[1]) }() // posts the flood's message
-	<-arrived
+	e.svc.Handle(e.ctx, msgs[0])                  // the first, on its own
+	finish := e.handleWhileSlackHolds(t, msgs[1]) // posts the flood's message
 	for _, m := range msgs[2:] {
 		e.svc.Handle(e.ctx, m)
 	}
-	close(hold)
-	<-done
+	finish()
 	if posts := e.slack.posts(t); len(posts) != 2 {
 		t.Fatalf("%d Slack posts, want 2: the flood's first dead letter and the flood's message", len(posts))
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -111,20 +110,10 @@ func TestNoticeTwiceOnePost(t *testing.T) {
 	tk2 := e.deadTask(t, "t-twice-concurrent")
 	other := New(e.cfg, e.st, NewSlackClient(e.cfg), e.pub, nil, slog.New(slog.DiscardHandler))
 	other.cfg.Instance = "dn-2"
-	e.slack.mu.Lock()
-	e.slack.hold, e.slack.arrived = make(chan struct{}), make(chan struct{}, 1)
-	hold := e.slack.hold
-	e.slack.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		e.svc.Handle(e.ctx, noticeMsg(tk2.ID, tk2.Notices[0]))
-	}()
-	<-e.slack.arrived
+	finish := e.handleWhileSlackHolds(t, noticeMsg(tk2.ID, tk2.Notices[0]))
 	e.svc.Handle(e.ctx, noticeMsg(tk2.ID, tk2.Notices[0]))
 	other.Handle(e.ctx, noticeMsg(tk2.ID, tk2.Notices[0]))
-	close(hold)
-	<-done
+	finish()
 	n := 0
 	for _, p := range e.slack.posts(t) {
 		if strings.Contains(textOf(t, p), "t-twice-concurrent") {
@@ -160,11 +149,7 @@ func TestSlack500RetriedBySweeper(t *testing.T) {
 		t.Fatalf("dead letter %+v", d)
 	}
 
-	sweeperPub := &testenv.Publisher{}
-	sw := sweeper.New(e.st, sweeperPub, nil, slog.New(slog.DiscardHandler), sweeper.Config{
-		Interval: time.Second, Limit: 10, Pace: 1000, ReleaseRate: 10, LeaderTTL: 3 * time.Second,
-		BackoffBase: time.Second, BackoffMax: time.Second,
-	}, "sw")
+	sw, sweeperPub := e.sweeper()
 	if _, err := sw.Pass(e.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -292,22 +277,12 @@ func TestDecidedWhilePosting(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	tk := e.deliveryDeadTask(t, "t-race")
-	e.slack.mu.Lock()
-	e.slack.hold, e.slack.arrived = make(chan struct{}), make(chan struct{}, 1)
-	hold := e.slack.hold
-	e.slack.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
-	}()
-	<-e.slack.arrived
+	finish := e.handleWhileSlackHolds(t, noticeMsg(tk.ID, tk.Notices[0]))
 	e.approve(t, ActionDiscard, "t-race:delivery:0:0")
 	if n := len(e.slack.calls("chat.update")); n != 0 {
 		t.Fatalf("updated a message whose ts is not known yet: %d", n)
 	}
-	close(hold)
-	<-done
+	finish()
 	u := e.slack.calls("chat.update")
 	if len(u) != 1 || !strings.Contains(textOf(t, u[0]), "Discarded* by <@"+testApprover+">") || len(buttons(t, u[0])) != 0 {
 		t.Fatalf("chat.update %+v", u)
@@ -324,15 +299,7 @@ func TestDuplicateNoticeInTheSameInstanceAcked(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	tk := e.deadTask(t, "t-dup")
-	hold, arrived := make(chan struct{}), make(chan struct{}, 1)
-	release := sync.OnceFunc(func() { close(hold) })
-	t.Cleanup(release)
-	e.slack.mu.Lock()
-	e.slack.hold, e.slack.arrived = hold, arrived
-	e.slack.mu.Unlock()
-	first := make(chan bus.Result, 1)
-	go func() { first <- e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0])) }()
-	<-arrived
+	finish := e.handleWhileSlackHolds(t, noticeMsg(tk.ID, tk.Notices[0]))
 	e.clock.Add(e.cfg.PostLease + time.Second) // the post lease lapses while Slack has not answered
 	dup := make(chan bus.Result, 1)
 	go func() { dup <- e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0])) }()
@@ -344,8 +311,7 @@ func TestDuplicateNoticeInTheSameInstanceAcked(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the duplicate notice was not acked")
 	}
-	release()
-	if r := <-first; r != bus.Ack {
+	if r := finish(); r != bus.Ack {
 		t.Fatalf("first: %v", r)
 	}
 	if n := len(e.slack.calls("chat.postMessage")); n != 1 {

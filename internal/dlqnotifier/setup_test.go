@@ -23,6 +23,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -317,4 +318,33 @@ func buttons(t testing.TB, c slackCall) [][3]string {
 		}
 	}
 	return out
+}
+
+// sweeper is a sweeper over the test's store, with a publisher of its own to count its nudges.
+func (e *env) sweeper() (*sweeper.Sweeper, *testenv.Publisher) {
+	pub := &testenv.Publisher{}
+	return sweeper.New(e.st, pub, nil, slog.New(slog.DiscardHandler), sweeper.Config{
+		Interval: time.Second, Limit: 10, Pace: 1000, ReleaseRate: 10, LeaderTTL: 3 * time.Second,
+		BackoffBase: time.Second, BackoffMax: time.Second,
+	}, "sw"), pub
+}
+
+// handleWhileSlackHolds handles m in the background with the Slack double holding its call,
+// and returns once that call has reached Slack; finish lets Slack answer every call from then on
+// and returns what the handling returned (Slack is let go at the test's end in any case).
+func (e *env) handleWhileSlackHolds(t testing.TB, m *bus.Message) (finish func() bus.Result) {
+	t.Helper()
+	hold, arrived := make(chan struct{}), make(chan struct{}, 1)
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release)
+	e.slack.mu.Lock()
+	e.slack.hold, e.slack.arrived = hold, arrived
+	e.slack.mu.Unlock()
+	res := make(chan bus.Result, 1)
+	go func() { res <- e.svc.Handle(e.ctx, m) }()
+	<-arrived
+	return sync.OnceValue(func() bus.Result {
+		release()
+		return <-res
+	})
 }

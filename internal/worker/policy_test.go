@@ -174,11 +174,7 @@ func TestStaleAnswerWhenEveryModelIsDown(t *testing.T) {
 	b := setupWith(t, 0, map[string]string{
 		"GENBOX_BREAKER_FAILURES": "1", "GENBOX_BREAKER_COOLDOWN": "1h", "GENBOX_MAX_ATTEMPTS": "1",
 	})
-	b.srv.SetResponder(func(r geminitest.Request) geminitest.Reply { // digests are bullet lists
-		rep := geminitest.DefaultReply(r)
-		rep.Text = "- " + rep.Text
-		return rep
-	})
+	b.srv.SetResponder(bulletList)
 	h := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
 	ctx := context.Background()
 	digest := func(tenant, subject string) func(*store.Task) {
@@ -394,11 +390,7 @@ func TestBudgetReservesTheAttemptBudget(t *testing.T) {
 func TestEraseBetweenCommitAndRemember(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
-	b.srv.SetResponder(func(r geminitest.Request) geminitest.Reply { // digests are bullet lists
-		rep := geminitest.DefaultReply(r)
-		rep.Text = "- " + rep.Text
-		return rep
-	})
+	b.srv.SetResponder(bulletList)
 	h := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
 	ctx := context.Background()
 	var committed *store.Task
@@ -527,4 +519,11 @@ func TestUnreadableProjectBudgetStartsNoCall(t *testing.T) {
 	if calls := b.srv.Ledger().Total.Calls; calls != 0 {
 		t.Errorf("%d model calls with the project's budget unreadable, want none", calls)
 	}
+}
+
+// bulletList answers as a digest must: its validator takes only bullet lists.
+func bulletList(r geminitest.Request) geminitest.Reply {
+	rep := geminitest.DefaultReply(r)
+	rep.Text = "- " + rep.Text
+	return rep
 }
