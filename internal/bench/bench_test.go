@@ -33,19 +33,27 @@ func small(t testing.TB) Config {
 	return c
 }
 
+// runLogged runs the bench with cfg, logs its report and returns it with its text.
+func runLogged(tb testing.TB, cfg Config) (Report, string) {
+	tb.Helper()
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), cfg, &out)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("\n%s", out.String())
+	return rep, out.String()
+}
+
 // Under the same failures genbox completes every task, delivers each webhook-id once, and never
 // pays for a generation twice, while the naive baseline pays again for every lost result step;
 // the report prints the ratios it measured.
 func TestRunGenboxAgainstNaive(t *testing.T) {
 	t.Parallel()
 	cfg := small(t)
-	var out, bar bytes.Buffer
+	var bar bytes.Buffer
 	cfg.Progress = &bar
-	rep, err := Run(context.Background(), cfg, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("\n%s", out.String())
+	rep, out := runLogged(t, cfg)
 	g, n := rep.Genbox, rep.Naive
 	if n == nil {
 		t.Fatal("no naive result")
@@ -73,7 +81,7 @@ func TestRunGenboxAgainstNaive(t *testing.T) {
 		t.Errorf("genbox timings: %+v", g)
 	}
 	for _, want := range []string{"throughput ÷ bound", "billed ÷ needed tokens", "naive"} {
-		if !strings.Contains(out.String(), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
@@ -92,12 +100,7 @@ func TestRunBacklog(t *testing.T) {
 	cfg.Baseline, cfg.Backlog = BaselineNone, true
 	cfg.Tasks, cfg.Concurrency, cfg.Latency, cfg.Distribution = 32, 4, 100*time.Millisecond, DistFixed
 	cfg.ModelErrors, cfg.ResultLoss, cfg.AckLoss, cfg.WebhookErrors = 0, 0, 0, 0
-	var out bytes.Buffer
-	rep, err := Run(context.Background(), cfg, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("\n%s", out.String())
+	rep, out := runLogged(t, cfg)
 	g := rep.Genbox
 	if g.Completed != cfg.Tasks || g.Lost != 0 || g.Generations != cfg.Tasks || g.BilledRatio() != 1 || g.Duplicates != 0 {
 		t.Errorf("completed %d lost %d, %d generations, billed ratio %.3f, %d duplicates; want %d tasks each generated and delivered once",
@@ -120,8 +123,8 @@ func TestRunBacklog(t *testing.T) {
 			g.CallTransport, g.CallEfficiency(), g.Efficiency())
 	}
 	for _, row := range []string{"drain throughput ÷ bound", "ramp: drain start to every slot busy", "tail: last answer to last webhook", "drain ÷ bound at that call latency"} {
-		if !strings.Contains(out.String(), row) {
-			t.Errorf("report lacks %q:\n%s", row, out.String())
+		if !strings.Contains(out, row) {
+			t.Errorf("report lacks %q:\n%s", row, out)
 		}
 	}
 	b, err := json.Marshal(rep)
@@ -287,12 +290,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	cfg := DefaultConfig()
 	cfg.Tasks, cfg.Concurrency, cfg.Latency = max(b.N, 8), 16, 200*time.Millisecond
 	cfg.Baseline = BaselineNaive
-	var out bytes.Buffer
-	rep, err := Run(context.Background(), cfg, &out)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("\n%s", out.String())
+	rep, _ := runLogged(b, cfg)
 	g, n := rep.Genbox, *rep.Naive
 	b.ReportMetric(g.Efficiency(), "throughput/bound")
 	b.ReportMetric(float64(g.OverheadP50.Milliseconds()), "overhead-p50-ms")
@@ -356,12 +354,7 @@ func TestPathOperationsPerTask(t *testing.T) {
 	cfg := small(t)
 	cfg.Tasks, cfg.Concurrency, cfg.Distribution, cfg.Baseline = 40, 8, DistFixed, BaselineNone
 	cfg.ModelErrors, cfg.ResultLoss, cfg.AckLoss, cfg.WebhookErrors = 0, 0, 0, 0
-	var out bytes.Buffer
-	rep, err := Run(context.Background(), cfg, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("\n%s", out.String())
+	rep, _ := runLogged(t, cfg)
 	g := rep.Genbox
 	if g.Completed != cfg.Tasks {
 		t.Fatalf("completed %d of %d", g.Completed, cfg.Tasks)

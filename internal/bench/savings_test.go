@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"bytes"
-	"context"
 	"math"
 	"strings"
 	"testing"
@@ -33,12 +31,7 @@ func TestSavingsOfBatchAndFlex(t *testing.T) {
 			t.Parallel()
 			cfg := savingsConfig(t, 24)
 			cfg.Mode, cfg.Shed = tc.mode, tc.shed
-			var out bytes.Buffer
-			rep, err := Run(context.Background(), cfg, &out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("\n%s", out.String())
+			rep, out := runLogged(t, cfg)
 			sv := rep.Savings
 			if sv.Base.Lost+sv.Run.Lost != 0 || sv.Run.Completed != cfg.Tasks {
 				t.Errorf("lost %d + %d, completed %d of %d", sv.Base.Lost, sv.Run.Lost, sv.Run.Completed, cfg.Tasks)
@@ -52,8 +45,8 @@ func TestSavingsOfBatchAndFlex(t *testing.T) {
 			if tc.mode == ModeBatch && sv.Run.BatchJobs == 0 {
 				t.Error("the batch run ran no batch job")
 			}
-			if !strings.Contains(out.String(), "cost per task ÷ the online (standard) run's") {
-				t.Errorf("report lacks the ratio line:\n%s", out.String())
+			if !strings.Contains(out, "cost per task ÷ the online (standard) run's") {
+				t.Errorf("report lacks the ratio line:\n%s", out)
 			}
 		})
 	}
@@ -67,12 +60,7 @@ func TestSavingsOfContextCaching(t *testing.T) {
 	// Two at a time: the calls that start while the cache is created go uncached, and with 40
 	// tasks each is worth about half a percent of the ratio.
 	cfg.ContextCache, cfg.Concurrency = true, 2
-	var out bytes.Buffer
-	rep, err := Run(context.Background(), cfg, &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("\n%s", out.String())
+	rep, _ := runLogged(t, cfg)
 	sv := rep.Savings
 	if sv.Base.Lost+sv.Run.Lost != 0 {
 		t.Errorf("lost %d + %d", sv.Base.Lost, sv.Run.Lost)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"cloud.google.com/go/cloudbuild/apiv1/v2/cloudbuildpb"
 	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
@@ -732,23 +733,9 @@ func TestMonitoringUsesObsMetricNames(t *testing.T) {
 
 func TestCloudBuildParsesAsBuildMessage(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile(filepath.Join(repoRoot, "cloudbuild.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := deploycheck.ParseCloudBuild(src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, b := readCloudBuild(t, "cloudbuild.yaml")
 	noErrors(t, deploycheck.CheckSubstitutions(b))
-	checkSrc, err := os.ReadFile(filepath.Join(repoRoot, "cloudbuild.check.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb, err := deploycheck.ParseCloudBuild(checkSrc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cb := readCloudBuild(t, "cloudbuild.check.yaml")
 	noErrors(t, deploycheck.CheckSubstitutions(cb))
 
 	steps, checkSteps := deploycheck.StepArgs(b), deploycheck.StepArgs(cb)
@@ -1039,4 +1026,18 @@ func TestWorkerRunsAFixedNumberOfInstances(t *testing.T) {
 			t.Error("a worker pool without manual_instance_count passed")
 		}
 	})
+}
+
+// readCloudBuild reads and parses the repository's Cloud Build file name.
+func readCloudBuild(t *testing.T, name string) ([]byte, *cloudbuildpb.Build) {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(repoRoot, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := deploycheck.ParseCloudBuild(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, b
 }

@@ -9,8 +9,6 @@ import (
 
 	"golang.org/x/mod/modfile"
 	"golang.org/x/mod/semver"
-
-	"github.com/genbox-dev/genbox/internal/deploycheck"
 )
 
 // The toolchain go.mod pins is the patched Go the images are built with (and the check build
@@ -70,14 +68,7 @@ func imageRefs(t *testing.T) map[string]string {
 		refs[string(m[1])] = "Dockerfile"
 	}
 	for _, name := range []string{"cloudbuild.yaml", "cloudbuild.check.yaml"} {
-		src, err := os.ReadFile(filepath.Join(repoRoot, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := deploycheck.ParseCloudBuild(src)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, b := readCloudBuild(t, name)
 		for _, st := range b.GetSteps() {
 			refs[st.GetName()] = name + " step " + st.GetId()
 		}
