@@ -56,20 +56,30 @@ func loadModule(t *testing.T, dir string) *deploycheck.Module {
 	return m
 }
 
-// brokenCopy copies infra/terraform to a temporary directory with each edit applied (old → new,
-// old must occur), so a test can show that a check fails when the configuration drifts.
-func brokenCopy(t *testing.T, edits map[string][2]string) string {
+// terraformFiles is every .tf file of infra/terraform, by path.
+func terraformFiles(t *testing.T) map[string][]byte {
 	t.Helper()
-	dir := t.TempDir()
 	paths, err := filepath.Glob(filepath.Join(terraformDir, "*.tf"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	files := make(map[string][]byte, len(paths))
 	for _, p := range paths {
 		src, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
+		files[p] = src
+	}
+	return files
+}
+
+// brokenCopy copies infra/terraform to a temporary directory with each edit applied (old → new,
+// old must occur), so a test can show that a check fails when the configuration drifts.
+func brokenCopy(t *testing.T, edits map[string][2]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for p, src := range terraformFiles(t) {
 		name := filepath.Base(p)
 		if e, ok := edits[name]; ok {
 			if !strings.Contains(string(src), e[0]) {
@@ -895,15 +905,7 @@ func TestDockerfile(t *testing.T) {
 // is the formatter terraform fmt applies.
 func TestTerraformFormatted(t *testing.T) {
 	t.Parallel()
-	paths, err := filepath.Glob(filepath.Join(terraformDir, "*.tf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range paths {
-		src, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for p, src := range terraformFiles(t) {
 		if got := hclwrite.Format(src); !bytes.Equal(got, src) {
 			t.Errorf("%s is not formatted: run terraform fmt infra/terraform", p)
 		}
