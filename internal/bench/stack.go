@@ -297,7 +297,8 @@ func (s *stack) submit(ctx context.Context, id string, grace time.Duration) erro
 	if err := s.store.CreateTask(ctx, doc); err != nil {
 		return err
 	}
-	_, err := s.pub.Publish(ctx, bus.TopicTasks, nil, map[string]string{task.AttrTaskID: id})
+	_, err := s.pub.Publish(ctx, bus.TopicTasks, nil, map[string]string{task.AttrTaskID: id, task.AttrTenant: doc.Tenant,
+		task.AttrFamily: doc.Family, task.AttrVariant: doc.Variant}) // the publisher's nudge
 	return err
 }
 

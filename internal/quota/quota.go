@@ -263,6 +263,23 @@ func (b *Budgets) current(ctx context.Context, tenant, day string, checked bool,
 	return td, nil
 }
 
+// Prefetch reads, when they are stale, the totals a Reserve for tenant will check — the tenant's
+// when checked says its budget is limited, the project's when it has a limit — side by side, so
+// that a caller can start them before the Reserve (the worker, as it receives a task, while it
+// claims it). Errors are left to the Reserve, whose own read decides.
+func (b *Budgets) Prefetch(ctx context.Context, tenant string, checked bool) {
+	now := b.now()
+	day := Day(now)
+	var wg sync.WaitGroup
+	if checked {
+		wg.Go(func() { _, _ = b.current(ctx, tenant, day, true, now) })
+	}
+	if b.project > 0 {
+		wg.Go(func() { _, _ = b.current(ctx, ProjectCounter, day, true, now) })
+	}
+	wg.Wait()
+}
+
 // dayOf returns tenant's day, created empty if new; b.mu must be held.
 func (b *Budgets) dayOf(tenant, day string) *tenantDay {
 	td, ok := b.tenants[tenant+"/"+day]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/quota"
@@ -244,6 +245,33 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		tk.hold = hold
 	}
 	return tk, true
+}
+
+// warm starts reading what the model-call policy of a task of tenant (the nudge's attribute; ""
+// when it has none) will read — the tenant's limits, its and the project's spend totals — when
+// stale, so that the reads overlap the task's claim instead of following it inside a model-call
+// slot, where the first tasks of a burst waited on them one after another. The caches read each
+// once however many tasks ask; errors are left to the policy's own reads, which decide.
+func (h *Handler) warm(ctx context.Context, tenant string) {
+	if tenant == "" || h.mp.Tenants == nil && h.mp.Budgets == nil {
+		return
+	}
+	go func() {
+		defaulted := h.mp.DefaultDailyBudgetUSD > 0
+		var wg sync.WaitGroup
+		if h.mp.Tenants != nil {
+			wg.Go(func() {
+				l, err := h.mp.Tenants.Limits(ctx, tenant)
+				if err == nil && !defaulted && l.DailyBudgetUSD > 0 && h.mp.Budgets != nil {
+					h.mp.Budgets.Prefetch(ctx, tenant, true)
+				}
+			})
+		}
+		if h.mp.Budgets != nil {
+			h.mp.Budgets.Prefetch(ctx, tenant, defaulted)
+		}
+		wg.Wait()
+	}()
 }
 
 // readRetry is the jittered delay of a task handed back because a store read failed.

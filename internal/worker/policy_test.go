@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -526,4 +528,58 @@ func bulletList(r geminitest.Request) geminitest.Reply {
 	rep := geminitest.DefaultReply(r)
 	rep.Text = "- " + rep.Text
 	return rep
+}
+
+// tenantLimitsFunc is a TenantLimits.
+type tenantLimitsFunc func(ctx context.Context, tenant string) (store.Limits, error)
+
+func (f tenantLimitsFunc) Limits(ctx context.Context, tenant string) (store.Limits, error) {
+	return f(ctx, tenant)
+}
+
+// spentFunc is a quota.SpendStore whose every total is 0, reported to f as it is read.
+type spentFunc func(tenant string)
+
+func (spentFunc) AddSpend(context.Context, quota.SpendFlush) error { return nil }
+
+func (f spentFunc) Spent(_ context.Context, tenant, _, _ string) (float64, int64, error) {
+	f(tenant)
+	return 0, 0, nil
+}
+
+// A nudge names its task's tenant, and the worker starts the reads its model-call policy will
+// make — the tenant's limits, its and the project's spend totals — as the message arrives, beside
+// the claim rather than after it inside a model-call slot: here the task is not even claimable,
+// and the reads were made all the same.
+func TestPolicyReadsStartWithTheNudge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	read := make(chan string, 3)
+	mp := ModelPolicy{
+		Tenants: tenantLimitsFunc(func(_ context.Context, tenant string) (store.Limits, error) {
+			read <- "limits of " + tenant
+			return store.Limits{}, nil
+		}),
+		Budgets:               quota.NewBudgets(spentFunc(func(tenant string) { read <- "total of " + tenant }), time.Now, time.Minute, quota.WithProjectLimit(100)),
+		DefaultDailyBudgetUSD: 10,
+	}
+	h := b.policyHandler(t, policy("w1"), mp)
+	m := msg("no-such-task")
+	m.Attributes[task.AttrTenant] = "acme"
+	if r := h.Handle(context.Background(), m); r != bus.Ack {
+		t.Fatalf("a nudge of a missing task: %v, want ack", r)
+	}
+	var got []string
+	for range 3 {
+		select {
+		case r := <-read:
+			got = append(got, r)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("reads %v, want the tenant's limits and the tenant's and the project's totals", got)
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"limits of acme", "total of " + quota.ProjectCounter, "total of acme"}; !slices.Equal(got, want) {
+		t.Errorf("reads %v, want %v", got, want)
+	}
 }

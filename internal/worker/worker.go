@@ -200,6 +200,7 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		return bus.Ack
 	}
 	defer h.inHand.Delete(id)
+	h.warm(ctx, m.Attributes[task.AttrTenant])
 	p, ok := h.room.enter(ctx, true)
 	if !ok { // pulling stopped before there was room: the task is still due
 		return bus.Ack
