@@ -191,6 +191,11 @@ type Result struct {
 	// and from the last call's answer to the last webhook (the last output's commit, nudge and
 	// delivery). Zero in the closed loop.
 	Ramp, Tail time.Duration
+	// WarmOverheadP50 and WarmOverheadP99 are the closed loop's overhead quantiles over its
+	// WarmTasks, those submitted after the first webhook arrived: the steady state, without the
+	// first tasks that wait for the stack's and the emulators' first requests.
+	WarmTasks                        int
+	WarmOverheadP50, WarmOverheadP99 time.Duration
 	// CallTransport is what a model call cost its caller beyond the model's latency on this
 	// machine, measured beside a backlog's drain (probeCalls): a slot holds it as it holds the
 	// call, so slots ÷ (ModelMean + CallTransport) is the bound of a worker whose slots only ever
@@ -362,6 +367,9 @@ func (r Report) Print(w io.Writer) {
 	} else {
 		row("end-to-end p50 / p99", func(r Result) string { return dur(r.P50) + " / " + dur(r.P99) })
 		row("overhead p50 / p99", func(r Result) string { return dur(r.OverheadP50) + " / " + dur(r.OverheadP99) })
+		row("warm: after the first webhook", func(r Result) string {
+			return fmt.Sprintf("%s / %s (%d)", dur(r.WarmOverheadP50), dur(r.WarmOverheadP99), r.WarmTasks)
+		})
 	}
 	row("Firestore reads / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(r.FirestoreReads)) })
 	row("Firestore writes / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(r.FirestoreWrites)) })

@@ -55,6 +55,9 @@ func TestRunGenboxAgainstNaive(t *testing.T) {
 	cfg.Progress = &bar
 	rep, out := runLogged(t, cfg)
 	g, n := rep.Genbox, rep.Naive
+	if g.WarmTasks <= 0 || g.WarmTasks >= g.Completed || g.WarmOverheadP99 <= 0 || !strings.Contains(out, "warm: after the first webhook") {
+		t.Errorf("%d warm tasks of %d, warm overhead p99 %s: want the steady state's quantiles, over the tasks submitted after the first webhook", g.WarmTasks, g.Completed, g.WarmOverheadP99)
+	}
 	if n == nil {
 		t.Fatal("no naive result")
 	}

@@ -37,8 +37,12 @@ type resultJSON struct {
 	P99Seconds         float64 `json:"p99_seconds"`
 	OverheadP50Seconds float64 `json:"overhead_p50_seconds"`
 	OverheadP99Seconds float64 `json:"overhead_p99_seconds"`
-	RampSeconds        float64 `json:"ramp_seconds,omitempty"` // backlog: drain start to every slot busy
-	TailSeconds        float64 `json:"tail_seconds,omitempty"` // backlog: last answer to last webhook
+	// closed loop: the overhead quantiles of the tasks submitted after the first webhook arrived
+	WarmTasks              int     `json:"warm_tasks,omitempty"`
+	WarmOverheadP50Seconds float64 `json:"warm_overhead_p50_seconds,omitempty"`
+	WarmOverheadP99Seconds float64 `json:"warm_overhead_p99_seconds,omitempty"`
+	RampSeconds            float64 `json:"ramp_seconds,omitempty"` // backlog: drain start to every slot busy
+	TailSeconds            float64 `json:"tail_seconds,omitempty"` // backlog: last answer to last webhook
 	// backlog: what a model call costs its caller beyond the model's latency, and the drain ÷
 	// the bound at that call latency
 	CallTransportSeconds float64        `json:"call_transport_seconds,omitempty"`
@@ -111,6 +115,7 @@ func (r Result) json() resultJSON {
 		System: r.System, Tasks: r.Tasks, Completed: r.Completed, Lost: r.Lost, WallSeconds: s(r.Wall),
 		Throughput: r.Throughput, Bound: r.Bound, Efficiency: r.Efficiency(), ModelMeanSeconds: s(r.ModelMean),
 		P50Seconds: s(r.P50), P99Seconds: s(r.P99), OverheadP50Seconds: s(r.OverheadP50), OverheadP99Seconds: s(r.OverheadP99),
+		WarmTasks: r.WarmTasks, WarmOverheadP50Seconds: s(r.WarmOverheadP50), WarmOverheadP99Seconds: s(r.WarmOverheadP99),
 		RampSeconds: s(r.Ramp), TailSeconds: s(r.Tail), CallTransportSeconds: s(r.CallTransport), CallEfficiency: r.CallEfficiency(),
 		FirestoreReads: r.FirestoreReads, FirestoreWrites: r.FirestoreWrites, FirestoreCommits: r.FirestoreCommits,
 		Publishes: r.Publishes, ModelCalls: r.ModelCalls, Generations: r.Generations, BilledTokens: r.BilledTokens,

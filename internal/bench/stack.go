@@ -394,6 +394,17 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 	e2e, over = sortedCopy(e2e), sortedCopy(over)
 	r.P50, r.P99 = percentile(e2e, 0.5), percentile(e2e, 0.99)
 	r.OverheadP50, r.OverheadP99 = percentile(over, 0.5), percentile(over, 0.99)
+	if !cfg.Backlog {
+		warm := s.tl.warm()
+		var warmOver []time.Duration
+		for id, o := range overOf {
+			if warm[id] {
+				warmOver = append(warmOver, o)
+			}
+		}
+		warmOver = sortedCopy(warmOver)
+		r.WarmTasks, r.WarmOverheadP50, r.WarmOverheadP99 = len(warmOver), percentile(warmOver, 0.5), percentile(warmOver, 0.99)
+	}
 	if r.Completed > 0 {
 		r.ModelMean = modelSum / time.Duration(r.Completed)
 		r.Throughput = float64(r.Completed) / wall.Seconds()

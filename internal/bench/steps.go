@@ -122,6 +122,27 @@ func (l *timeline) mark(id string, mark int, t time.Time) {
 	}
 }
 
+// warm reports which tasks were submitted after the first webhook of the run had arrived: the
+// stack had then carried a task through every step once (its connections and streams open, its
+// caches read, the emulators past their first requests), so what follows is its steady state.
+func (l *timeline) warm() map[string]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first time.Time
+	for _, m := range l.at {
+		if d := m[markDelivered]; !d.IsZero() && (first.IsZero() || d.Before(first)) {
+			first = d
+		}
+	}
+	out := map[string]bool{}
+	for id, m := range l.at {
+		if !first.IsZero() && !m[markSubmitted].Before(first) {
+			out[id] = true
+		}
+	}
+	return out
+}
+
 // onWrite marks the task writes of the steps that end a mark (fscount.Counter.OnWrite).
 func (l *timeline) onWrite(step string, at time.Time, docs []string) {
 	var mark int
