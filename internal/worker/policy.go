@@ -251,11 +251,14 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 // when it has none) will read — the tenant's limits, its and the project's spend totals — when
 // stale, so that the reads overlap the task's claim instead of following it inside a model-call
 // slot, where the first tasks of a burst waited on them one after another. The caches read each
-// once however many tasks ask; errors are left to the policy's own reads, which decide.
+// once however many tasks ask, and the others wait for that read: it is not cut short with the
+// message's context, whose end would fail their wait too. Errors are left to the policy's own
+// reads, which decide.
 func (h *Handler) warm(ctx context.Context, tenant string) {
 	if tenant == "" || h.mp.Tenants == nil && h.mp.Budgets == nil {
 		return
 	}
+	ctx = context.WithoutCancel(ctx)
 	go func() {
 		defaulted := h.mp.DefaultDailyBudgetUSD > 0
 		var wg sync.WaitGroup
