@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"io"
 	"net"
 	"testing"
 	"time"
@@ -11,12 +10,9 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
 )
-
-// RunFunc is a service's run: it serves until ctx ends (SIGTERM, in main), reading its
-// environment through getenv and logging to stdout.
-type RunFunc func(ctx context.Context, getenv func(string) string, stdout io.Writer) error
 
 // Service is a service's run started in-process by Start.
 type Service struct {
@@ -29,14 +25,14 @@ type Service struct {
 
 // Start runs run in a goroutine as the service's main would, with env as its environment. The
 // run is stopped, and waited for, when t ends.
-func Start(t testing.TB, run RunFunc, env map[string]string) *Service {
+func Start(t testing.TB, run service.RunFunc, env map[string]string) *Service {
 	t.Helper()
 	return StartWith(t, run, func(k string) string { return env[k] })
 }
 
 // StartWith is Start with getenv as the run's environment: a test that records what the
 // service reads.
-func StartWith(t testing.TB, run RunFunc, getenv func(string) string) *Service {
+func StartWith(t testing.TB, run service.RunFunc, getenv func(string) string) *Service {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{Log: &LogBuffer{}, cancel: cancel, ended: make(chan struct{})}
