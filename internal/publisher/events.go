@@ -84,10 +84,7 @@ func eventType(prev *visible, cur visible) task.EventType {
 	s := cur.View.State
 	switch {
 	case prev == nil || prev.View.State != s:
-		if e := s.Event(); e != "" {
-			return e
-		}
-		return task.EventType("task." + string(s))
+		return s.StreamEvent()
 	case prev.View.Delivery != cur.View.Delivery:
 		return task.EventDelivery
 	case prev.Attempts != cur.Attempts || prev.Epoch != cur.Epoch:

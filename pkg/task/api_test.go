@@ -161,3 +161,19 @@ func TestStreamEventFinal(t *testing.T) {
 		t.Error("a preview is final")
 	}
 }
+
+// Every state names the stream event a move into it is: its webhook event when it is an end, its
+// own event otherwise — never an empty type or one the API does not list.
+func TestStateStreamEvent(t *testing.T) {
+	t.Parallel()
+	want := map[task.State]task.EventType{
+		task.StateQueued: task.EventQueued, task.StateRunning: task.EventRunning, task.StateWaiting: task.EventWaiting,
+		task.StateSucceeded: task.EventSucceeded, task.StateFailed: task.EventFailed, task.StateDead: task.EventDead,
+		task.StateCancelled: task.EventCancelled, task.StateDiscarded: task.EventDiscarded,
+	}
+	for _, s := range task.States {
+		if got := s.StreamEvent(); got != want[s] || got == "" {
+			t.Errorf("%s: stream event %q, want %q", s, got, want[s])
+		}
+	}
+}

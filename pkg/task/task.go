@@ -66,6 +66,20 @@ func (s State) Event() EventType {
 	return ""
 }
 
+// StreamEvent returns the event of GET /v1/tasks/{id}/events that a move into s is: the webhook
+// event of an end state, task.queued, task.running or task.waiting otherwise.
+func (s State) StreamEvent() EventType {
+	switch s {
+	case StateQueued:
+		return EventQueued
+	case StateRunning:
+		return EventRunning
+	case StateWaiting:
+		return EventWaiting
+	}
+	return s.Event()
+}
+
 // Mode is how a task's generation may be served: at once, within minutes, or within hours.
 type Mode string
 
