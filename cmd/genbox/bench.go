@@ -23,7 +23,9 @@ standard tier, then in that mode, and prints cost per task ÷ the standard run's
 runs seed 000's shape (a 9k-token shared prefix) with context caching off, then on, and prints
 the cost ratio with storage beside the break-even rule's prediction. --backlog submits every task
 before the worker takes any, then lets it drain them with --concurrency model-call slots, and
-prints the drain's throughput ÷ (slots ÷ mean model latency) beside the same figures.`)
+prints the drain's throughput ÷ (slots ÷ mean model latency) beside the same figures. A timed
+run is preceded by --warmup of fast tasks through the emulators, so their JVMs have compiled
+their hot paths.`)
 	cfg := bench.DefaultConfig()
 	cfg.RegisterFlags(fs)
 	asJSON := jsonFlag(fs)

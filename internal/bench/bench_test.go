@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -28,7 +29,7 @@ func small(t testing.TB) Config {
 	c.Tasks, c.Concurrency, c.Latency, c.Distribution, c.InputBytes = 16, 4, 50*time.Millisecond, DistUniform, 1000
 	c.ModelErrors, c.ResultLoss, c.AckLoss, c.WebhookErrors = 0.1, 0.3, 0.2, 0.1
 	c.Baseline = BaselineNaive
-	c.Timeout = time.Minute
+	c.Timeout, c.Warmup = time.Minute, 0
 	c.Project = "bench-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))[:min(len(t.Name()), 12)]
 	return c
 }
@@ -268,6 +269,8 @@ func TestConfigFlagsAndValidate(t *testing.T) {
 		{[]string{"-backlog", "-baseline", "naive"}, "--backlog"},
 		{[]string{"-backlog", "-mode", "flex"}, "--backlog"},
 		{[]string{"-backlog", "-context-cache"}, "--backlog"},
+		{[]string{"-warmup", "0"}, ""},
+		{[]string{"-warmup", "-1s"}, "--warmup"},
 	} {
 		cfg := DefaultConfig()
 		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -315,7 +318,7 @@ func TestReportJSON(t *testing.T) {
 	g := Result{System: "genbox", Tasks: 10, Completed: 10, Throughput: 4, Bound: 5, P99: 1500 * time.Millisecond,
 		BilledTokens: 300, NeededTokens: 300, Publishes: map[string]int{"gemini-tasks": 12}}
 	n := Result{System: "naive", Tasks: 10, Completed: 9, Lost: 1, BilledTokens: 450, NeededTokens: 270}
-	b, err := json.Marshal(Report{Config: cfg, Genbox: g, Naive: &n, Elapsed: 3 * time.Second})
+	b, err := json.Marshal(Report{Config: cfg, Warmup: Warmup{Tasks: 2000, Elapsed: 30 * time.Second}, Genbox: g, Naive: &n, Elapsed: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,6 +327,8 @@ func TestReportJSON(t *testing.T) {
 			Tasks    int                `json:"tasks"`
 			Latency  float64            `json:"latency_seconds"`
 			Failures map[string]float64 `json:"failures"`
+			WarmupS  float64            `json:"warmup_seconds"`
+			WarmupN  int                `json:"warmup_tasks"`
 		} `json:"workload"`
 		Systems []map[string]any `json:"systems"`
 		Elapsed float64          `json:"elapsed_seconds"`
@@ -331,8 +336,9 @@ func TestReportJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatalf("%v in %s", err, b)
 	}
-	if got.Workload.Tasks != cfg.Tasks || got.Workload.Latency != cfg.Latency.Seconds() || got.Workload.Failures[failModel] != cfg.ModelErrors || got.Elapsed != 3 {
-		t.Errorf("workload %+v elapsed %v, want the config's and 3 s", got.Workload, got.Elapsed)
+	if got.Workload.Tasks != cfg.Tasks || got.Workload.Latency != cfg.Latency.Seconds() || got.Workload.Failures[failModel] != cfg.ModelErrors || got.Elapsed != 3 ||
+		got.Workload.WarmupS != 30 || got.Workload.WarmupN != 2000 {
+		t.Errorf("workload %+v elapsed %v, want the config's, 3 s and the warm-up's 2000 tasks in 30 s", got.Workload, got.Elapsed)
 	}
 	if len(got.Systems) != 2 {
 		t.Fatalf("systems %v, want genbox and naive", got.Systems)
@@ -376,5 +382,27 @@ func TestPathOperationsPerTask(t *testing.T) {
 	}
 	if len(g.Steps) != len(overheadSteps) {
 		t.Errorf("overhead broken down into %d steps, want %d: %+v", len(g.Steps), len(overheadSteps), g.Steps)
+	}
+}
+
+// A warm-up puts its tasks through the emulators before the timed run, in projects of its own:
+// the report says so, and the run's figures count only the run's tasks.
+func TestWarmUpRunsFirstAndApart(t *testing.T) {
+	t.Parallel()
+	cfg := small(t)
+	cfg.Tasks, cfg.Baseline, cfg.Warmup = 8, BaselineNone, time.Nanosecond
+	cfg.ModelErrors, cfg.ResultLoss, cfg.AckLoss, cfg.WebhookErrors = 0, 0, 0, 0
+	var bar bytes.Buffer
+	cfg.Progress = &bar
+	rep, out := runLogged(t, cfg)
+	if rep.Warmup.Tasks != warmupConcurrency || rep.Warmup.Elapsed <= 0 {
+		t.Errorf("warm-up %+v, want one round of %d tasks", rep.Warmup, warmupConcurrency)
+	}
+	if want := fmt.Sprintf("warm-up: %d tasks", warmupConcurrency); !strings.Contains(out, want) || !strings.Contains(bar.String(), "--warmup 0 skips") {
+		t.Errorf("report lacks %q, or progress lacks the warm-up:\n%s\n%s", want, out, bar.String())
+	}
+	g := rep.Genbox
+	if g.Completed != cfg.Tasks || g.ModelCalls != cfg.Tasks || g.Webhooks != cfg.Tasks {
+		t.Errorf("run completed %d, called the model %d times, delivered %d webhooks: want %d each, the warm-up's apart", g.Completed, g.ModelCalls, g.Webhooks, cfg.Tasks)
 	}
 }

@@ -21,6 +21,9 @@ type workloadJSON struct {
 	InputBytes     int                `json:"input_bytes"`
 	Failures       map[string]float64 `json:"failures"` // rate per failure kind
 	Seed           uint64             `json:"seed"`
+	// what was put through the emulators before the timed run (--warmup)
+	WarmupTasks   int     `json:"warmup_tasks"`
+	WarmupSeconds float64 `json:"warmup_seconds"`
 }
 
 type resultJSON struct {
@@ -86,7 +89,8 @@ func (r Report) MarshalJSON() ([]byte, error) {
 		Workload: workloadJSON{
 			Tasks: c.Tasks, Concurrency: c.Concurrency, Backlog: c.Backlog, LatencySeconds: c.Latency.Seconds(),
 			Distribution: c.Distribution, InputBytes: c.InputBytes, Seed: c.Seed,
-			Failures: map[string]float64{failModel: c.ModelErrors, failPublish: c.ResultLoss, failAck: c.AckLoss, failWebhook: c.WebhookErrors},
+			Failures:    map[string]float64{failModel: c.ModelErrors, failPublish: c.ResultLoss, failAck: c.AckLoss, failWebhook: c.WebhookErrors},
+			WarmupTasks: r.Warmup.Tasks, WarmupSeconds: r.Warmup.Elapsed.Seconds(),
 		},
 		ElapsedSeconds: r.Elapsed.Seconds(),
 	}
