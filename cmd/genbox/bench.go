@@ -24,8 +24,8 @@ runs seed 000's shape (a 9k-token shared prefix) with context caching off, then 
 the cost ratio with storage beside the break-even rule's prediction. --backlog submits every task
 before the worker takes any, then lets it drain them with --concurrency model-call slots, and
 prints the drain's throughput ÷ (slots ÷ mean model latency) beside the same figures. A timed
-run is preceded by --warmup of fast tasks through the emulators, so their JVMs have compiled
-their hot paths.`)
+run is preceded by rounds of fast tasks through the emulators until they stop getting faster
+(their JVMs have compiled their hot paths), for --warmup at most.`)
 	cfg := bench.DefaultConfig()
 	cfg.RegisterFlags(fs)
 	asJSON := jsonFlag(fs)

@@ -72,9 +72,10 @@ type Config struct {
 	Seed         uint64        // --seed: the failure decisions
 	Timeout      time.Duration // --timeout: a task not done by then is counted lost
 	Project      string        // --project: the project id prefix on the emulators
-	// Warmup is how long fast tasks are put through genbox on the emulators before a timed run
-	// (warmup.go): the emulators are JVMs, and a fresh one serves a third as fast as it does once
-	// it has compiled its hot paths, which Firestore and Pub/Sub never make a deployment wait for.
+	// Warmup is how long at most fast tasks are put through genbox on the emulators before a
+	// timed run, until they stop getting faster (warmup.go): the emulators are JVMs, and a fresh
+	// pair serves a third as fast as it does once it has compiled its hot paths, which Firestore
+	// and Pub/Sub never make a deployment wait for.
 	Warmup time.Duration // --warmup
 
 	// Progress receives the progress bar (nil: none); Log the services' logs (nil: discarded).
@@ -92,7 +93,7 @@ func DefaultConfig() Config {
 	return Config{
 		Tasks: 200, Concurrency: 32, Latency: 500 * time.Millisecond, Distribution: DistExponential,
 		InputBytes: 4000, ModelErrors: 0.05, ResultLoss: 0.1, AckLoss: 0.05, Seed: 1,
-		Timeout: 2 * time.Minute, Project: "genbox-bench", Warmup: 30 * time.Second,
+		Timeout: 2 * time.Minute, Project: "genbox-bench", Warmup: time.Minute,
 	}
 }
 
@@ -115,7 +116,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the failure decisions")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "a task not finished by then is counted lost")
 	fs.StringVar(&c.Project, "project", c.Project, "project id prefix on the emulators")
-	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "put fast tasks through the emulators for this long before a timed run, so their JVMs have compiled their hot paths (0: none)")
+	fs.DurationVar(&c.Warmup, "warmup", c.Warmup, "before a timed run, put fast tasks through the emulators until they stop getting faster (their JVMs have compiled their hot paths), for this long at most (0: none)")
 }
 
 // Validate reports every setting that cannot work, naming its flag.

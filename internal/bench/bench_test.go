@@ -395,7 +395,7 @@ func TestWarmUpRunsFirstAndApart(t *testing.T) {
 	var bar bytes.Buffer
 	cfg.Progress = &bar
 	rep, out := runLogged(t, cfg)
-	if rep.Warmup.Tasks != warmupConcurrency || rep.Warmup.Elapsed <= 0 {
+	if rep.Warmup.Tasks != warmupConcurrency || rep.Warmup.Elapsed <= 0 || len(rep.Warmup.Rounds) != 1 || rep.Warmup.Rounds[0] <= 0 {
 		t.Errorf("warm-up %+v, want one round of %d tasks", rep.Warmup, warmupConcurrency)
 	}
 	if want := fmt.Sprintf("warm-up: %d tasks", warmupConcurrency); !strings.Contains(out, want) || !strings.Contains(bar.String(), "--warmup 0 skips") {
@@ -404,5 +404,32 @@ func TestWarmUpRunsFirstAndApart(t *testing.T) {
 	g := rep.Genbox
 	if g.Completed != cfg.Tasks || g.ModelCalls != cfg.Tasks || g.Webhooks != cfg.Tasks {
 		t.Errorf("run completed %d, called the model %d times, delivered %d webhooks: want %d each, the warm-up's apart", g.Completed, g.ModelCalls, g.Webhooks, cfg.Tasks)
+	}
+}
+
+// The warm-up goes on while its rounds get faster, through one slow round, and ends after two
+// rounds in a row that do not beat the best before them by 5 %: a fresh emulator pair's
+// measured rounds keep it going, a warm pair's end it at the third round.
+func TestWarmingEndsWhenTheRoundsStopGettingFaster(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		rounds []float64
+		want   int // rounds run
+	}{
+		{"fresh pair", []float64{74, 130, 154, 175, 184, 200, 216, 203, 240, 223}, 10},
+		{"warm pair", []float64{221, 218, 226, 240}, 3},
+		{"one slow round", []float64{100, 90, 120, 118, 119, 130}, 5},
+	} {
+		var w warming
+		ran := 0
+		for _, r := range c.rounds {
+			ran++
+			if !w.add(r) {
+				break
+			}
+		}
+		if ran != c.want {
+			t.Errorf("%s: %d rounds of %v, want %d", c.name, ran, c.rounds, c.want)
+		}
 	}
 }

@@ -22,8 +22,9 @@ type workloadJSON struct {
 	Failures       map[string]float64 `json:"failures"` // rate per failure kind
 	Seed           uint64             `json:"seed"`
 	// what was put through the emulators before the timed run (--warmup)
-	WarmupTasks   int     `json:"warmup_tasks"`
-	WarmupSeconds float64 `json:"warmup_seconds"`
+	WarmupTasks   int       `json:"warmup_tasks"`
+	WarmupSeconds float64   `json:"warmup_seconds"`
+	WarmupRounds  []float64 `json:"warmup_rounds"` // each round's throughput, tasks/s
 }
 
 type resultJSON struct {
@@ -90,7 +91,7 @@ func (r Report) MarshalJSON() ([]byte, error) {
 			Tasks: c.Tasks, Concurrency: c.Concurrency, Backlog: c.Backlog, LatencySeconds: c.Latency.Seconds(),
 			Distribution: c.Distribution, InputBytes: c.InputBytes, Seed: c.Seed,
 			Failures:    map[string]float64{failModel: c.ModelErrors, failPublish: c.ResultLoss, failAck: c.AckLoss, failWebhook: c.WebhookErrors},
-			WarmupTasks: r.Warmup.Tasks, WarmupSeconds: r.Warmup.Elapsed.Seconds(),
+			WarmupTasks: r.Warmup.Tasks, WarmupSeconds: r.Warmup.Elapsed.Seconds(), WarmupRounds: r.Warmup.Rounds,
 		},
 		ElapsedSeconds: r.Elapsed.Seconds(),
 	}
