@@ -54,10 +54,11 @@ func (w *warming) add(throughput float64) bool {
 
 // warmUp runs rounds of fast tasks through genbox, each in a project of its own — at least one,
 // then until the emulators stop getting faster (warming) or cfg.Warmup has passed. The emulators
-// are JVMs: on a fresh pair on a 2-core machine, rounds of this workload went from 74 to 130,
-// 154, 175, 184, 200, 216, 203, 240 and 223 tasks/s over their first 48 seconds, and a run
-// measured meanwhile reads the JIT compiler, not genbox; on a pair warm from earlier runs the
-// first rounds are as fast as they get, and the warm-up ends after three. A savings run compares
+// are JVMs: on a fresh pair on a 2-core machine, rounds of 500 tasks went from 74 to 130, 154,
+// 175, 184, 200, 216, 203, 240 and 223 tasks/s over their first 48 seconds, rounds of 1000 from
+// 105 to 339 over a minute, and a run measured meanwhile reads the JIT compiler, not genbox; on a
+// pair warm from earlier runs the first rounds are as fast as they get, and the warm-up ends
+// after three. A savings run compares
 // costs, which the emulators' speed does not change, and warms nothing.
 func warmUp(ctx context.Context, cfg Config, emu *emulator.Emulators, suffix string) (Warmup, error) {
 	if cfg.Warmup == 0 {
