@@ -411,6 +411,7 @@ func TestWarmUpRunsFirstAndApart(t *testing.T) {
 // rounds in a row that do not beat the best before them by 5 %: a fresh emulator pair's
 // measured rounds keep it going, a warm pair's end it at the third round.
 func TestWarmingEndsWhenTheRoundsStopGettingFaster(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		rounds []float64
