@@ -318,17 +318,18 @@ func TestReportJSON(t *testing.T) {
 	g := Result{System: "genbox", Tasks: 10, Completed: 10, Throughput: 4, Bound: 5, P99: 1500 * time.Millisecond,
 		BilledTokens: 300, NeededTokens: 300, Publishes: map[string]int{"gemini-tasks": 12}}
 	n := Result{System: "naive", Tasks: 10, Completed: 9, Lost: 1, BilledTokens: 450, NeededTokens: 270}
-	b, err := json.Marshal(Report{Config: cfg, Warmup: Warmup{Tasks: 2000, Elapsed: 30 * time.Second}, Genbox: g, Naive: &n, Elapsed: 3 * time.Second})
+	b, err := json.Marshal(Report{Config: cfg, Warmup: Warmup{Tasks: 2000, Elapsed: 30 * time.Second, Rounds: []float64{120, 240}}, Genbox: g, Naive: &n, Elapsed: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got struct {
 		Workload struct {
-			Tasks    int                `json:"tasks"`
-			Latency  float64            `json:"latency_seconds"`
-			Failures map[string]float64 `json:"failures"`
-			WarmupS  float64            `json:"warmup_seconds"`
-			WarmupN  int                `json:"warmup_tasks"`
+			Tasks         int                `json:"tasks"`
+			Latency       float64            `json:"latency_seconds"`
+			Failures      map[string]float64 `json:"failures"`
+			WarmupSeconds float64            `json:"warmup_seconds"`
+			WarmupTasks   int                `json:"warmup_tasks"`
+			WarmupRounds  []float64          `json:"warmup_rounds"`
 		} `json:"workload"`
 		Systems []map[string]any `json:"systems"`
 		Elapsed float64          `json:"elapsed_seconds"`
@@ -337,8 +338,8 @@ func TestReportJSON(t *testing.T) {
 		t.Fatalf("%v in %s", err, b)
 	}
 	if got.Workload.Tasks != cfg.Tasks || got.Workload.Latency != cfg.Latency.Seconds() || got.Workload.Failures[failModel] != cfg.ModelErrors || got.Elapsed != 3 ||
-		got.Workload.WarmupS != 30 || got.Workload.WarmupN != 2000 {
-		t.Errorf("workload %+v elapsed %v, want the config's, 3 s and the warm-up's 2000 tasks in 30 s", got.Workload, got.Elapsed)
+		got.Workload.WarmupSeconds != 30 || got.Workload.WarmupTasks != 2000 || !slices.Equal(got.Workload.WarmupRounds, []float64{120, 240}) {
+		t.Errorf("workload %+v elapsed %v, want the config's, 3 s and the warm-up's 2000 tasks in 30 s, rounds of 120 and 240 tasks/s", got.Workload, got.Elapsed)
 	}
 	if len(got.Systems) != 2 {
 		t.Fatalf("systems %v, want genbox and naive", got.Systems)
