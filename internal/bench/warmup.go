@@ -58,8 +58,8 @@ func (w *warming) add(throughput float64) bool {
 // 175, 184, 200, 216, 203, 240 and 223 tasks/s over their first 48 seconds, rounds of 1000 from
 // 105 to 339 over a minute, and a run measured meanwhile reads the JIT compiler, not genbox; on a
 // pair warm from earlier runs the first rounds are as fast as they get, and the warm-up ends
-// after three. A savings run compares
-// costs, which the emulators' speed does not change, and warms nothing.
+// after three. A savings run compares costs, which the emulators' speed does not change, and
+// warms nothing.
 func warmUp(ctx context.Context, cfg Config, emu *emulator.Emulators, suffix string) (Warmup, error) {
 	if cfg.Warmup == 0 {
 		return Warmup{}, nil
