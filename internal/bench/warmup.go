@@ -25,7 +25,7 @@ type Warmup struct {
 }
 
 func (w Warmup) String() string {
-	if w.Tasks == 0 {
+	if len(w.Rounds) == 0 {
 		return "warm-up: none (the emulators as they were)"
 	}
 	return fmt.Sprintf("warm-up: %d tasks of a %s model through genbox on the emulators first, %s; %d rounds, %.0f → %.0f tasks/s",
