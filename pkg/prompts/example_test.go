@@ -17,13 +17,13 @@ func ExampleRegistry_Render() {
 	}
 	fmt.Println(r.Family, r.Variant, r.Version, r.ResponseMIMEType, *r.Config.Temperature)
 	fmt.Println(r.Validate(`{"category":"billing","confidence":0.9}`))
-	fmt.Println(r.Validate(`{"category":"weather","confidence":0.9}`) != nil)
+	fmt.Println(r.Validate(`{"category":"weather","confidence":0.9}`))
 	retry := r.QualityRetry(r.Config)
 	fmt.Println(*retry.Temperature)
 	// Output:
 	// classify default 2026-12-01 application/json 0.2
 	// <nil>
-	// true
+	// classify/default: prompts: invalid output: $.category: value must be one of 'billing', 'technical', 'account', 'sales', 'other'
 	// 0.1
 }
 

@@ -3,6 +3,10 @@
 // whether outputs may be cached, and what to do when every model is unavailable. The built-in
 // families (summarize, classify, analyze) are embedded; more are loaded from a directory in the
 // same file format (see families/*.yaml).
+//
+// A response schema is JSON Schema (draft 2020-12). The model is sent it as written (Gemini's
+// responseJsonSchema), and steers its decoding by the keywords Gemini supports; every output is
+// validated against the whole schema, compiled once when the family loads.
 package prompts
 
 import (
@@ -20,6 +24,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"sigs.k8s.io/yaml"
 
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -112,9 +117,12 @@ type Variant struct {
 	MaxOutputTokensLimit int32
 	System               string
 	ResponseMIMEType     string
-	ResponseSchema       any
-	Checks               Checks
-	tmpl                 *template.Template
+	// ResponseSchema is the JSON Schema the model is asked to answer in (Gemini's
+	// responseJsonSchema), as the family file wrote it; outputs are validated against it.
+	ResponseSchema any
+	Checks         Checks
+	schema         *jsonschema.Schema // ResponseSchema compiled
+	tmpl           *template.Template
 }
 
 // Registry holds the known families. It is read-only after loading and safe for concurrent use.
@@ -192,9 +200,13 @@ func Parse(data []byte) (map[string]*Variant, error) {
 	if _, ok := s.Variants[DefaultVariant]; !ok {
 		return nil, fmt.Errorf("family %s: no %q variant", s.Family, DefaultVariant)
 	}
+	schema, err := compileSchema(s.ResponseSchema)
+	if err != nil {
+		return nil, fmt.Errorf("%s: response_schema: %w", s.Family, err)
+	}
 	out := map[string]*Variant{}
 	for _, name := range slices.Sorted(maps.Keys(s.Variants)) {
-		v, err := resolve(&s, name, s.Variants[name])
+		v, err := resolve(&s, schema, name, s.Variants[name])
 		if err != nil {
 			return nil, fmt.Errorf("%s/%s: %w", s.Family, name, err)
 		}
@@ -203,8 +215,9 @@ func Parse(data []byte) (map[string]*Variant, error) {
 	return out, nil
 }
 
-// resolve applies a variant's overrides to its family and checks the result.
-func resolve(f *spec, name string, o *spec) (*Variant, error) {
+// resolve applies a variant's overrides to its family (whose response schema compiled to
+// schema) and checks the result.
+func resolve(f *spec, schema *jsonschema.Schema, name string, o *spec) (*Variant, error) {
 	if !nameRE.MatchString(name) {
 		return nil, fmt.Errorf("variant name %q: want lower-case letters, digits, - or _", name)
 	}
@@ -228,6 +241,7 @@ func resolve(f *spec, name string, o *spec) (*Variant, error) {
 		System:               pick(o.System, f.System),
 		ResponseMIMEType:     pick(o.ResponseMIMEType, f.ResponseMIMEType),
 		ResponseSchema:       f.ResponseSchema,
+		schema:               schema,
 	}
 	if len(o.Models) > 0 {
 		v.Models = o.Models
@@ -242,7 +256,11 @@ func resolve(f *spec, name string, o *spec) (*Variant, error) {
 		v.MaxOutputTokensLimit = o.MaxOutputTokensLimit
 	}
 	if o.ResponseSchema != nil {
-		v.ResponseSchema = o.ResponseSchema
+		sch, err := compileSchema(o.ResponseSchema)
+		if err != nil {
+			return nil, fmt.Errorf("response_schema: %w", err)
+		}
+		v.ResponseSchema, v.schema = o.ResponseSchema, sch
 	}
 	if f.Config != nil {
 		v.Config = merge(v.Config, *f.Config)
@@ -272,9 +290,6 @@ func resolve(f *spec, name string, o *spec) (*Variant, error) {
 		return nil, fmt.Errorf("a response_schema needs response_mime_type %s", MIMEJSON)
 	case v.Checks.MinChars < 0 || v.Checks.MaxChars < 0 || (v.Checks.MaxChars > 0 && v.Checks.MaxChars < v.Checks.MinChars):
 		return nil, fmt.Errorf("validate: bad bounds min_chars %d max_chars %d", v.Checks.MinChars, v.Checks.MaxChars)
-	}
-	if err := checkSchema(v.ResponseSchema, 0); err != nil {
-		return nil, fmt.Errorf("response_schema: %w", err)
 	}
 	if err := bounds(v.Config, v.MaxOutputTokensLimit); err != nil {
 		return nil, fmt.Errorf("config: %w", err)

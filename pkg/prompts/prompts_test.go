@@ -136,6 +136,11 @@ func TestClassifyValidator(t *testing.T) {
 			t.Errorf("Validate(%q) error %q: want ErrInvalidOutput naming classify/default", tc.out, err)
 		}
 	}
+	// docs/architecture.md quotes this error.
+	const want = "classify/default: prompts: invalid output: $.confidence: maximum: got 1.5, want 1"
+	if err := rd.Validate(`{"category":"billing","confidence":1.5}`); err == nil || err.Error() != want {
+		t.Errorf("an out-of-range confidence: %v, want %s", err, want)
+	}
 }
 
 func TestTextValidators(t *testing.T) {
@@ -216,7 +221,7 @@ variants:
 		"bad on_exhausted":    "family: x\nversion: '1'\ntemplate: t\non_exhausted: retry\nvariants: {default: {}}\n",
 		"unknown field":       "family: x\nversion: '1'\ntemplate: t\ncolour: red\nvariants: {default: {}}\n",
 		"schema without json": "family: x\nversion: '1'\ntemplate: t\nresponse_schema: {type: object}\nvariants: {default: {}}\n",
-		"bad schema keyword":  "family: x\nversion: '1'\ntemplate: t\nresponse_mime_type: application/json\nresponse_schema: {type: object, pattern: x}\nvariants: {default: {}}\n",
+		"bad schema keyword":  "family: x\nversion: '1'\ntemplate: t\nresponse_mime_type: application/json\nresponse_schema: {type: object, nullable: true}\nvariants: {default: {}}\n",
 		"no version":          "family: x\ntemplate: t\nvariants: {default: {}}\n",
 		"bad name":            "family: X Y\nversion: '1'\ntemplate: t\nvariants: {default: {}}\n",
 	} {
@@ -238,6 +243,7 @@ func FuzzParse(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	f.Add([]byte(ticketFamily(ticketSchema)))
 	f.Add([]byte(`{"family":"j","version":"1","template":"{{.Input}}","variants":{"default":{}}}`))
 	f.Add([]byte("family: x\nversion: '1'\ntemplate: '{{range .}}{{end}}'\nvariants: {default: {}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

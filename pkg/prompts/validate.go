@@ -1,17 +1,20 @@
 package prompts
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
-)
 
-// maxSchemaDepth bounds nesting in response schemas, so a hostile family file cannot recurse forever.
-const maxSchemaDepth = 16
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
 
 // Validate checks an output against the variant: JSON matching the response schema for a JSON
 // variant, and the text checks. Its errors wrap ErrInvalidOutput and name the family/variant.
@@ -40,224 +43,194 @@ func (v *Variant) validate(output string) error {
 	if v.ResponseMIMEType != MIMEJSON {
 		return nil
 	}
-	var doc any
-	dec := json.NewDecoder(strings.NewReader(output))
-	dec.UseNumber()
-	if err := dec.Decode(&doc); err != nil {
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(output))
+	if err != nil {
 		return fmt.Errorf("not JSON: %w", err)
 	}
-	if dec.More() {
-		return errors.New("not JSON: trailing data")
-	}
-	if v.ResponseSchema == nil {
+	if v.schema == nil {
 		return nil
 	}
-	return match(v.ResponseSchema, doc, "$")
+	if err := v.schema.Validate(doc); err != nil {
+		return errors.New(describe(err, doc))
+	}
+	return nil
 }
 
-// The JSON Schema subset genbox families use: type, enum, properties, required,
-// additionalProperties (false), items, minItems/maxItems, minLength/maxLength, minimum/maximum.
-var schemaKeys = map[string]bool{
-	"type": true, "enum": true, "properties": true, "required": true, "additionalProperties": true,
-	"items": true, "minItems": true, "maxItems": true, "minLength": true, "maxLength": true,
-	"minimum": true, "maximum": true, "description": true, "title": true,
-}
+// schemaURL names a family's response schema while it compiles; every other URL a $ref
+// resolves to is refused (noLoader).
+const schemaURL = "mem:///response_schema"
 
-var schemaTypes = map[string]bool{"object": true, "array": true, "string": true, "number": true, "integer": true, "boolean": true, "null": true}
+// metaURL names metaSchema.
+const metaURL = "urn:genbox:response_schema_meta"
 
-// checkSchema rejects schemas outside the subset, so a family file fails at load, not per output.
-func checkSchema(s any, depth int) error {
+// metaSchema is what a response schema may say: JSON Schema 2020-12 (the draft Gemini's
+// responseJsonSchema takes) with no keyword outside it but Gemini's propertyOrdering, so that a
+// typo or OpenAPI's nullable fails at load instead of constraining nothing; and, as Gemini asks,
+// nothing but $-keywords beside a $ref. Its $dynamicAnchor makes every subschema answer to it.
+const metaSchema = `{
+	"$schema": "https://json-schema.org/draft/2020-12/schema",
+	"$dynamicAnchor": "meta",
+	"allOf": [{"$ref": "https://json-schema.org/draft/2020-12/schema"}],
+	"properties": {
+		"$schema": {"const": "https://json-schema.org/draft/2020-12/schema"},
+		"propertyOrdering": {"type": "array", "items": {"type": "string"}},
+		"$id": true, "$ref": true, "$anchor": true, "$dynamicRef": true, "$dynamicAnchor": true,
+		"$comment": true, "$defs": true,
+		"prefixItems": true, "items": true, "contains": true, "additionalProperties": true,
+		"properties": true, "patternProperties": true, "dependentSchemas": true, "propertyNames": true,
+		"if": true, "then": true, "else": true, "allOf": true, "anyOf": true, "oneOf": true, "not": true,
+		"unevaluatedItems": true, "unevaluatedProperties": true,
+		"type": true, "const": true, "enum": true, "multipleOf": true, "maximum": true,
+		"exclusiveMaximum": true, "minimum": true, "exclusiveMinimum": true, "maxLength": true,
+		"minLength": true, "pattern": true, "maxItems": true, "minItems": true, "uniqueItems": true,
+		"maxContains": true, "minContains": true, "maxProperties": true, "minProperties": true,
+		"required": true, "dependentRequired": true,
+		"title": true, "description": true, "default": true, "deprecated": true, "readOnly": true,
+		"writeOnly": true, "examples": true, "format": true,
+		"contentEncoding": true, "contentMediaType": true, "contentSchema": true
+	},
+	"additionalProperties": false,
+	"dependentSchemas": {"$ref": {"patternProperties": {"^\\$": true}, "additionalProperties": false}}
+}`
+
+var meta = sync.OnceValue(func() *jsonschema.Schema {
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(metaSchema))
+	if err != nil {
+		panic(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.AssertFormat() // a pattern must compile
+	if err := c.AddResource(metaURL, doc); err != nil {
+		panic(err)
+	}
+	return c.MustCompile(metaURL)
+})
+
+// noLoader follows no reference out of a schema: a family file cannot make a service read a
+// file or call a URL, and the model is sent the schema alone.
+type noLoader struct{}
+
+func (noLoader) Load(string) (any, error) { return nil, errOutside }
+
+var errOutside = errors.New("only references within the schema (#/$defs/...) are followed")
+
+// compileSchema checks a response schema as decoded from a family file and compiles it, with
+// format assertions on (Gemini constrains "date-time", "date" and "time" strings too). A nil
+// schema compiles to nil.
+func compileSchema(s any) (*jsonschema.Schema, error) {
 	if s == nil {
-		return nil
+		return nil, nil
 	}
-	if depth > maxSchemaDepth {
-		return errors.New("nested too deep")
+	if _, ok := s.(map[string]any); !ok {
+		return nil, fmt.Errorf("want an object, got %T", s)
 	}
-	m, ok := s.(map[string]any)
-	if !ok {
-		return fmt.Errorf("want an object, got %T", s)
+	// Decoded again from JSON, so that numbers are json.Number, as the compiler wants them.
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
 	}
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		if !schemaKeys[k] {
-			return fmt.Errorf("keyword %q is not supported", k)
-		}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
 	}
-	if t, ok := m["type"]; ok {
-		ts, ok := t.(string)
-		if !ok || !schemaTypes[ts] {
-			return fmt.Errorf("type %v: want one of object, array, string, number, integer, boolean, null", t)
-		}
+	if err := meta().Validate(doc); err != nil {
+		return nil, errors.New(describe(err, doc))
 	}
-	if e, ok := m["enum"]; ok {
-		if l, ok := e.([]any); !ok || len(l) == 0 {
-			return errors.New("enum: want a non-empty list")
-		}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	c.UseLoader(noLoader{})
+	if err := c.AddResource(schemaURL, doc); err != nil {
+		return nil, err
 	}
-	if r, ok := m["required"]; ok {
-		l, ok := r.([]any)
-		if !ok {
-			return errors.New("required: want a list of names")
-		}
-		for _, n := range l {
-			if _, ok := n.(string); !ok {
-				return errors.New("required: want a list of names")
-			}
-		}
+	sch, err := c.Compile(schemaURL)
+	if err != nil {
+		return nil, compileError(err)
 	}
-	if a, ok := m["additionalProperties"]; ok {
-		if _, ok := a.(bool); !ok {
-			return errors.New("additionalProperties: only true or false is supported")
-		}
-	}
-	for _, k := range []string{"minItems", "maxItems", "minLength", "maxLength", "minimum", "maximum"} {
-		if x, ok := m[k]; ok {
-			if _, ok := x.(float64); !ok {
-				return fmt.Errorf("%s: want a number", k)
-			}
-		}
-	}
-	if p, ok := m["properties"]; ok {
-		props, ok := p.(map[string]any)
-		if !ok {
-			return errors.New("properties: want an object")
-		}
-		for _, name := range slices.Sorted(maps.Keys(props)) {
-			if err := checkSchema(props[name], depth+1); err != nil {
-				return fmt.Errorf("properties.%s: %w", name, err)
-			}
-		}
-	}
-	if it, ok := m["items"]; ok {
-		if err := checkSchema(it, depth+1); err != nil {
-			return fmt.Errorf("items: %w", err)
-		}
-	}
-	return nil
+	return sch, nil
 }
 
-// match checks a decoded JSON value (numbers as json.Number) against a checked schema.
-func match(s any, v any, path string) error {
-	m, _ := s.(map[string]any)
-	if m == nil {
-		return nil
+// compileError says what is wrong with a schema that passed metaSchema: a reference.
+func compileError(err error) error {
+	var load *jsonschema.LoadURLError
+	var missing *jsonschema.JSONPointerNotFoundError
+	var anchor *jsonschema.AnchorNotFoundError
+	switch {
+	case errors.As(err, &load):
+		return fmt.Errorf("$ref %s: %w", strings.TrimPrefix(load.URL, "mem:///"), load.Err)
+	case errors.As(err, &missing):
+		return fmt.Errorf("$ref %s: not found in the schema", strings.TrimPrefix(missing.URL, schemaURL))
+	case errors.As(err, &anchor):
+		return fmt.Errorf("$ref %s: not found in the schema", strings.TrimPrefix(anchor.Reference, schemaURL))
 	}
-	if t, ok := m["type"].(string); ok && !isType(v, t) {
-		return fmt.Errorf("%s: want %s, got %s", path, t, typeName(v))
-	}
-	if e, ok := m["enum"].([]any); ok && !slices.ContainsFunc(e, func(x any) bool { return equal(x, v) }) {
-		return fmt.Errorf("%s: %v is not one of %v", path, v, e)
-	}
-	switch x := v.(type) {
-	case json.Number:
-		f, _ := x.Float64()
-		if lo, ok := m["minimum"].(float64); ok && f < lo {
-			return fmt.Errorf("%s: %v is below the minimum %v", path, f, lo)
-		}
-		if hi, ok := m["maximum"].(float64); ok && f > hi {
-			return fmt.Errorf("%s: %v is above the maximum %v", path, f, hi)
-		}
-	case string:
-		n := float64(utf8.RuneCountInString(x))
-		if lo, ok := m["minLength"].(float64); ok && n < lo {
-			return fmt.Errorf("%s: shorter than %v characters", path, lo)
-		}
-		if hi, ok := m["maxLength"].(float64); ok && n > hi {
-			return fmt.Errorf("%s: longer than %v characters", path, hi)
-		}
-	case []any:
-		n := float64(len(x))
-		if lo, ok := m["minItems"].(float64); ok && n < lo {
-			return fmt.Errorf("%s: fewer than %v items", path, lo)
-		}
-		if hi, ok := m["maxItems"].(float64); ok && n > hi {
-			return fmt.Errorf("%s: more than %v items", path, hi)
-		}
-		for i, item := range x {
-			if err := match(m["items"], item, fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-	case map[string]any:
-		props, _ := m["properties"].(map[string]any)
-		req, _ := m["required"].([]any)
-		for _, r := range req {
-			if _, ok := x[r.(string)]; !ok {
-				return fmt.Errorf("%s: missing %q", path, r)
-			}
-		}
-		for _, k := range slices.Sorted(maps.Keys(x)) {
-			ps, known := props[k]
-			if !known {
-				if closed, _ := m["additionalProperties"].(bool); m["additionalProperties"] != nil && !closed {
-					return fmt.Errorf("%s: unexpected property %q", path, k)
-				}
-				continue
-			}
-			if err := match(ps, x[k], path+"."+k); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return err
 }
 
-func isType(v any, t string) bool {
-	switch t {
-	case "object":
-		_, ok := v.(map[string]any)
-		return ok
-	case "array":
-		_, ok := v.([]any)
-		return ok
-	case "string":
-		_, ok := v.(string)
-		return ok
-	case "number":
-		_, ok := v.(json.Number)
-		return ok
-	case "integer":
-		n, ok := v.(json.Number)
-		if !ok {
-			return false
+// maxFailures bounds the failures an error lists: a quality failure is kept with the task, in
+// a bounded text.
+const maxFailures = 3
+
+var printer = message.NewPrinter(language.English)
+
+// describe lists what failed in a validation of doc, one "path: why" per failed keyword, sorted,
+// at most maxFailures of them. A path is JSONPath over doc: $.entities[0].type.
+func describe(err error, doc any) string {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return err.Error()
+	}
+	var out []string
+	var walk func(*jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			out = append(out, clip(jsonPath(doc, e.InstanceLocation)+": "+e.ErrorKind.LocalizedString(printer)))
 		}
-		_, err := n.Int64()
-		return err == nil
-	case "boolean":
-		_, ok := v.(bool)
-		return ok
-	case "null":
-		return v == nil
+		for _, c := range e.Causes {
+			walk(c)
+		}
 	}
-	return false
+	walk(ve)
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if n := len(out) - maxFailures; n > 0 {
+		out = append(out[:maxFailures], fmt.Sprintf("and %d more", n))
+	}
+	return strings.Join(out, "; ")
 }
 
-func typeName(v any) string {
-	switch v.(type) {
-	case map[string]any:
-		return "object"
-	case []any:
-		return "array"
-	case string:
-		return "string"
-	case json.Number:
-		return "number"
-	case bool:
-		return "boolean"
-	case nil:
-		return "null"
+// clip cuts the middle out of a long failure, where a long value is quoted, and keeps the path
+// before it and the reason after it: a model's output can be megabytes, its error goes to logs.
+func clip(s string) string {
+	const head, tail = 120, 80
+	if len(s) <= head+tail {
+		return s
 	}
-	return fmt.Sprintf("%T", v)
+	i, j := head, len(s)-tail
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	for j < len(s) && !utf8.RuneStart(s[j]) {
+		j++
+	}
+	return s[:i] + "…" + s[j:]
 }
 
-// equal compares a schema enum value (decoded from the family file) with an output value.
-func equal(enum, v any) bool {
-	switch x := v.(type) {
-	case json.Number:
-		f, err := x.Float64()
-		e, isNum := enum.(float64)
-		return err == nil && isNum && e == f
-	case string, bool, nil:
-		return enum == v
+// jsonPath spells a location in doc (JSON Pointer tokens) as $.name[index].
+func jsonPath(doc any, loc []string) string {
+	var b strings.Builder
+	b.WriteString("$")
+	for _, tok := range loc {
+		if a, ok := doc.([]any); ok {
+			b.WriteString("[" + tok + "]")
+			if i, err := strconv.Atoi(tok); err == nil && i < len(a) {
+				doc = a[i]
+			}
+			continue
+		}
+		b.WriteString("." + tok)
+		if m, ok := doc.(map[string]any); ok {
+			doc = m[tok]
+		}
 	}
-	return false // objects and arrays are never enum members here
+	return b.String()
 }
