@@ -64,7 +64,7 @@ func (s *Server) routeTable() []route {
 		{Method: "GET", Path: "/v1/tasks/{id}/events", Summary: "Follow a task as Server-Sent Events: its state at once, then each change, until it has finished and its delivery is settled; a streamed task's previews too", Auth: authTenant, Handle: s.handleEvents,
 			Doc: opDoc{OK: 200, Result: task.StreamEvent{}, ContentType: "text/event-stream", Errors: append(tenantErrs, 429), Header: []param{
 				{Name: "Last-Event-ID", Type: "string", Desc: "The id of the last event received: the stream resumes after it (EventSource sends it on reconnect)."},
-			}}},
+			}, Also: []answer{{Status: 204, Desc: "The task has ended and Last-Event-ID is its final event's id (or later): nothing to send, and an EventSource stops reconnecting"}}}},
 		{Method: "POST", Path: "/v1/tasks/{id}:cancel", Summary: "Cancel a queued or waiting task (queues task.cancelled)", Auth: authTenant, Handle: s.handleCancel,
 			Doc: opDoc{OK: 200, Result: task.View{}, Errors: append(tenantErrs, 409)}},
 		{Method: "DELETE", Path: "/v1/tasks/{id}", Summary: "Erase a finished task's input and outputs, its cache entry and last good output; the accounting stays", Auth: authTenant, Handle: s.handleDelete,
