@@ -218,3 +218,28 @@ func TestDevWithoutEmulatorsSaysHowToInstall(t *testing.T) {
 		t.Errorf("a jar path, or a stack that started:\n%s\n%s", r.stdout, r.stderr)
 	}
 }
+
+// genbox dev whose port is taken says so and exits 1, without the client verbs' hint to start a
+// server: it is the server.
+func TestDevBindErrorHasNoServerHint(t *testing.T) {
+	t.Parallel()
+	project := emulator.ProjectID(t) // the shared emulators, reused
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	env := map[string]string{emulator.FirestoreHostEnv: os.Getenv(emulator.FirestoreHostEnv),
+		emulator.PubSubHostEnv: os.Getenv(emulator.PubSubHostEnv), "GOOGLE_CLOUD_PROJECT": project}
+	r := cli(t, env, "", "dev", "--addr", "127.0.0.1:0", "--dlq-addr", "127.0.0.1:0", "--slack-addr", "127.0.0.1:0",
+		"--webhook-addr", "127.0.0.1:0", "--gemini-addr", taken.Addr().String())
+	if r.code != exitFailure {
+		t.Errorf("exit %d, want %d\n%s", r.code, exitFailure, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "address already in use") {
+		t.Errorf("stderr does not name the bind error:\n%s", r.stderr)
+	}
+	if strings.Contains(r.stderr, "is the server running?") {
+		t.Errorf("stderr carries the client verbs' hint:\n%s", r.stderr)
+	}
+}

@@ -162,6 +162,12 @@ func classify(err error) (int, string) {
 	if errors.As(err, &p) {
 		return problemCode(p), err.Error() + hint(p)
 	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "listen" {
+		// A verb that serves (dev, fakegemini, webhook listen) could not bind: it is the server,
+		// so the hint below about reaching one would mislead.
+		return exitFailure, err.Error()
+	}
 	var ue *url.Error
 	var ne net.Error
 	if errors.As(err, &ue) || errors.As(err, &ne) {

@@ -386,6 +386,7 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_SECRET_OVERLAP":    tuning,
 		"GENBOX_NUDGE_GRACE":       tuning,
 		"GENBOX_PUBLISH_TIMEOUT":   tuning,
+		"GENBOX_STORE_TIMEOUT":     tuning,
 		"GENBOX_LIMITS_TTL":        tuning,
 		"GENBOX_EVENTS_PER_TENANT": tuning,
 		"GENBOX_EVENTS_HEARTBEAT":  tuning,

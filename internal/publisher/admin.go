@@ -78,7 +78,9 @@ func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request, _ st
 	if err != nil {
 		return err
 	}
-	t, err := s.st.CreateTenant(r.Context(), req.ID, limits, secret)
+	ctx, cancel := s.bound(r.Context())
+	defer cancel()
+	t, err := s.st.CreateTenant(ctx, req.ID, limits, secret)
 	if errors.Is(err, store.ErrExists) {
 		return httpapi.Problem(http.StatusConflict, httpapi.TypeConflict, fmt.Sprintf("tenant %s exists", req.ID))
 	}
@@ -96,7 +98,9 @@ func (s *Server) handleGetTenant(w http.ResponseWriter, r *http.Request, _ strin
 	if err != nil {
 		return err
 	}
-	t, err := s.st.GetTenant(r.Context(), id)
+	ctx, cancel := s.bound(r.Context())
+	defer cancel()
+	t, err := s.st.GetTenant(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -120,7 +124,9 @@ func (s *Server) handleSetLimits(w http.ResponseWriter, r *http.Request, _ strin
 	if err != nil {
 		return err
 	}
-	t, err := s.st.SetTenantLimits(r.Context(), id, store.Limits(l))
+	ctx, cancel := s.bound(r.Context())
+	defer cancel()
+	t, err := s.st.SetTenantLimits(ctx, id, store.Limits(l))
 	if err != nil {
 		return err
 	}
@@ -135,7 +141,9 @@ func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, _ strin
 		return err
 	}
 	key := newAPIKey()
-	k, err := s.st.CreateAPIKey(r.Context(), id, key)
+	ctx, cancel := s.bound(r.Context())
+	defer cancel()
+	k, err := s.st.CreateAPIKey(ctx, id, key)
 	if err != nil {
 		return err
 	}
@@ -150,7 +158,9 @@ func (s *Server) handleRevokeKey(w http.ResponseWriter, r *http.Request, _ strin
 	if err != nil {
 		return err
 	}
-	k, err := s.st.RevokeAPIKey(r.Context(), id)
+	ctx, cancel := s.bound(r.Context())
+	defer cancel()
+	k, err := s.st.RevokeAPIKey(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -168,7 +178,9 @@ func (s *Server) handleRotateSecret(w http.ResponseWriter, r *http.Request, _ st
 	if err != nil {
 		return err
 	}
-	t, err := s.st.RotateWebhookSecret(r.Context(), id, secret, s.cfg.SecretOverlap)
+	ctx, cancel := s.bound(r.Context())
+	defer cancel()
+	t, err := s.st.RotateWebhookSecret(ctx, id, secret, s.cfg.SecretOverlap)
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,10 @@ type Config struct {
 	// PublishTimeout bounds the nudge after the write (GENBOX_PUBLISH_TIMEOUT, default 5s); a
 	// slower Pub/Sub leaves the task to the sweeper.
 	PublishTimeout time.Duration
+	// StoreTimeout bounds each Firestore call a request waits on (GENBOX_STORE_TIMEOUT, default
+	// 5s): a store that stalls makes the request a 503 with Retry-After, not a hang the client
+	// cannot tell from a lost answer.
+	StoreTimeout time.Duration
 	// LimitsTTL is how long a tenant's limits are cached per instance (GENBOX_LIMITS_TTL, 30s).
 	LimitsTTL time.Duration
 	// SecretsKey seals the tenants' webhook secrets (GENBOX_WEBHOOK_SECRETS_KEY): a KMS
@@ -76,6 +80,7 @@ const (
 	EnvPromptsDir             = prompts.EnvDir
 	EnvNudgeGrace             = "GENBOX_NUDGE_GRACE"
 	EnvPublishTimeout         = "GENBOX_PUBLISH_TIMEOUT"
+	EnvStoreTimeout           = "GENBOX_STORE_TIMEOUT"
 	EnvLimitsTTL              = "GENBOX_LIMITS_TTL"
 	EnvSecretsKey             = secretbox.EnvKey
 	EnvEventsPerTenant        = "GENBOX_EVENTS_PER_TENANT"
@@ -93,6 +98,7 @@ func DefaultConfig() Config {
 		SecretOverlap:   24 * time.Hour,
 		NudgeGrace:      30 * time.Second,
 		PublishTimeout:  5 * time.Second,
+		StoreTimeout:    5 * time.Second,
 		LimitsTTL:       30 * time.Second,
 		EventsPerTenant: 32,
 		EventsHeartbeat: 15 * time.Second,
@@ -118,6 +124,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String(EnvPromptsDir, &c.PromptsDir)
 	r.Duration(EnvNudgeGrace, &c.NudgeGrace)
 	r.Duration(EnvPublishTimeout, &c.PublishTimeout)
+	r.Duration(EnvStoreTimeout, &c.StoreTimeout)
 	r.Duration(EnvLimitsTTL, &c.LimitsTTL)
 	r.String(EnvSecretsKey, &c.SecretsKey)
 	r.Int(EnvEventsPerTenant, &c.EventsPerTenant)
@@ -172,7 +179,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{EnvSecretOverlap, c.SecretOverlap}, {EnvNudgeGrace, c.NudgeGrace}, {EnvPublishTimeout, c.PublishTimeout}, {EnvLimitsTTL, c.LimitsTTL}, {EnvEventsHeartbeat, c.EventsHeartbeat}, {EnvShutdownGrace, c.ShutdownGrace}} {
+	}{{EnvSecretOverlap, c.SecretOverlap}, {EnvNudgeGrace, c.NudgeGrace}, {EnvPublishTimeout, c.PublishTimeout}, {EnvStoreTimeout, c.StoreTimeout}, {EnvLimitsTTL, c.LimitsTTL}, {EnvEventsHeartbeat, c.EventsHeartbeat}, {EnvShutdownGrace, c.ShutdownGrace}} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive", d.name))
 		}

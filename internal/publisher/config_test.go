@@ -13,7 +13,7 @@ func TestFromEnv(t *testing.T) {
 	env := map[string]string{
 		EnvPort: "9090", EnvProject: "p", EnvAdminKey: "0123456789abcdef", EnvMaxBodyBytes: "2048",
 		EnvAllowInsecureCallbacks: "true", EnvPublicURL: "https://api.example.com", EnvSecretOverlap: "1h",
-		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvLimitsTTL: "5s",
+		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvStoreTimeout: "3s", EnvLimitsTTL: "5s",
 		EnvCallbackPorts: "443, 9443", EnvSecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k",
 		EnvEventsPerTenant: "3", EnvEventsHeartbeat: "1s", EnvShutdownGrace: "5s", "GENBOX_SWEEP_SHARDS": "4",
 	}
@@ -24,7 +24,7 @@ func TestFromEnv(t *testing.T) {
 	}
 	want := Config{Port: 9090, ShutdownGrace: 5 * time.Second, ProjectID: "p", AdminKey: "0123456789abcdef", MaxBodyBytes: 2048, AllowInsecureCallbacks: true,
 		PublicURL: "https://api.example.com", SecretOverlap: time.Hour, PromptsDir: "/etc/prompts", NudgeGrace: 10 * time.Second,
-		PublishTimeout: 2 * time.Second, LimitsTTL: 5 * time.Second, CallbackPorts: []uint16{443, 9443},
+		PublishTimeout: 2 * time.Second, StoreTimeout: 3 * time.Second, LimitsTTL: 5 * time.Second, CallbackPorts: []uint16{443, 9443},
 		SecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k", EventsPerTenant: 3, EventsHeartbeat: time.Second, SweepShards: 4}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("config (-want +got):\n%s", diff)
@@ -66,6 +66,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{EnvPublicURL: "/relative"}, EnvPublicURL},
 		{map[string]string{EnvNudgeGrace: "0s"}, EnvNudgeGrace},
 		{map[string]string{EnvLimitsTTL: "soon"}, EnvLimitsTTL},
+		{map[string]string{EnvStoreTimeout: "0s"}, EnvStoreTimeout},
 		{map[string]string{EnvAllowInsecureCallbacks: "perhaps"}, EnvAllowInsecureCallbacks},
 		{map[string]string{EnvCallbackPorts: "443,https"}, EnvCallbackPorts},
 		{map[string]string{EnvCallbackPorts: "0"}, EnvCallbackPorts},

@@ -121,12 +121,27 @@ func (e sse) event(ev task.StreamEvent) error {
 
 // handleEvents is GET /v1/tasks/{id}/events: a Firestore snapshot listener on the task, sent
 // as Server-Sent Events — the current state at once, then each visible change — until the task
-// has finished and its delivery is settled. After Last-Event-ID it skips what the client saw.
-// A streamed task's previews come as task.preview events without an id.
+// has finished and its delivery is settled. After Last-Event-ID it skips what the client saw; a
+// client that saw the final event gets a 204. A streamed task's previews come as task.preview
+// events without an id.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, tenant string) error {
 	t, err := s.ownTask(r, tenant)
 	if err != nil {
 		return err
+	}
+	var after time.Time
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
+		after, err = time.Parse(time.RFC3339Nano, last)
+		if err != nil {
+			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "Last-Event-ID: not an id of this stream", task.FieldError{Field: "Last-Event-ID", Detail: "not an id of this stream"})
+		}
+	}
+	if v := t.View(); (task.StreamEvent{Task: &v}).Final() && !t.UpdateTime.After(after) {
+		// The client saw the final event: a 204 is what stops an EventSource from reconnecting
+		// (the HTML standard's "fail the connection"), where a 200 that closes at once brings it
+		// back every retry interval, forever.
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
 	release, ok := s.streams.acquire(tenant)
 	if !ok {
@@ -136,13 +151,6 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, tenant str
 		return p
 	}
 	defer release()
-	var after time.Time
-	if last := r.Header.Get("Last-Event-ID"); last != "" {
-		after, err = time.Parse(time.RFC3339Nano, last)
-		if err != nil {
-			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "Last-Event-ID: not an id of this stream", task.FieldError{Field: "Last-Event-ID", Detail: "not an id of this stream"})
-		}
-	}
 	ctx, cancel := context.WithCancel(obs.WithTask(r.Context(), t.ID))
 	defer cancel()
 	select {

@@ -232,13 +232,54 @@ func TestEventsResumeAfterLastEventID(t *testing.T) {
 	if len(got) != 1 || got[0].typ != "task.succeeded" {
 		t.Fatalf("resumed after running: %+v, want task.succeeded then the end", got)
 	}
-	// Resumed after the final event: the stream ends without sending anything.
-	if got := readEvents(t, e.rawStream(ctx, e.url, id, e.key, map[string]string{"Last-Event-ID": got[0].id}), 5, false); len(got) != 0 {
-		t.Fatalf("resumed after the end: %+v, want none", got)
+	// Resumed after the final event: 204, nothing to send (see TestEventsEndedStreamTellsEventSourceToStop).
+	if resp := e.rawStream(ctx, e.url, id, e.key, map[string]string{"Last-Event-ID": got[0].id}); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("resumed after the end: %d, want 204", resp.StatusCode)
 	}
 	bad := e.rawStream(ctx, e.url, id, e.key, map[string]string{"Last-Event-ID": "yesterday"})
 	if bad.StatusCode != http.StatusBadRequest {
 		t.Errorf("Last-Event-ID yesterday: %d, want 400", bad.StatusCode)
+	}
+}
+
+// A browser's EventSource reconnects whenever a stream closes, unless the answer is a 204 (the
+// HTML standard's "fail the connection"). So a finished task's stream sends its final state once
+// and closes; the reconnect that follows, with that event's id as Last-Event-ID, is a 204 — before
+// the stream bound, without a listener — and a reconnect from before the end still gets the end.
+func TestEventsEndedStreamTellsEventSourceToStop(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *Config, _ *Deps) { c.EventsPerTenant = 1 })
+	id := e.submit(validRequest()).TaskID
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	queued := readEvents(t, e.rawStream(ctx, e.url, id, e.key, nil), 1, false)
+	if len(queued) != 1 {
+		t.Fatalf("first connection: %+v, want the queued state", queued)
+	}
+	e.finish(id, task.StateSucceeded)
+
+	first := e.rawStream(ctx, e.url, id, e.key, nil)
+	final := readEvents(t, first, 5, false)
+	if first.StatusCode != http.StatusOK || len(final) != 1 || final[0].typ != string(task.EventSucceeded) {
+		t.Fatalf("first connection to the finished task: %d %+v, want 200 with its final event only", first.StatusCode, final)
+	}
+	// The tenant's one stream is taken: a reconnect that needs none is still answered.
+	other := e.rawStream(ctx, e.url, e.submit(validRequest()).TaskID, e.key, nil)
+	if got := readEvents(t, other, 1, false); len(got) != 1 {
+		t.Fatalf("the stream holding the bound: %+v", got)
+	}
+	for _, c := range []struct {
+		name, last string
+		want       int
+	}{
+		{"after the final event", final[0].id, http.StatusNoContent},
+		{"after a later id", time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano), http.StatusNoContent},
+		{"from before the end, past the bound", queued[0].id, http.StatusTooManyRequests},
+	} {
+		resp := e.rawStream(ctx, e.url, id, e.key, map[string]string{"Last-Event-ID": c.last})
+		if resp.StatusCode != c.want {
+			t.Errorf("reconnect %s: %d, want %d", c.name, resp.StatusCode, c.want)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"reflect"
@@ -132,16 +133,18 @@ func fieldRanges(c schemas) {
 	set("GenConfig", "max_output_tokens", "minimum", 1, "maximum", maxMaxOutputTokens)
 	set("TaskRequest", "input", "maxLength", MaxInputBytes, "minLength", 1, "description", "At most 256 KiB of UTF-8.")
 	set("TaskRequest", "family", "description", "A known prompt family.")
-	set("TaskRequest", "variant", "default", prompts.DefaultVariant)
+	// No "default" on request fields: generators (openapi-typescript's defaultNonNullable) then
+	// make the field required. The default is said in words.
+	set("TaskRequest", "variant", "description", "A variant of the family; absent: "+strconv.Quote(prompts.DefaultVariant)+".")
 	set("TaskRequest", "callback_url", "format", "uri", "description", "https; private, loopback, link-local and metadata addresses are refused.")
 	set("TaskRequest", "labels", "maxProperties", MaxLabels)
-	set("TaskRequest", "cache", "default", false)
+	set("TaskRequest", "cache", "description", "Reuse an identical earlier output of this tenant; absent: false.")
 	set("TaskRequest", "run_before", "format", "date-time", "description", "RFC 3339, in the future: not worth generating after this.")
 	set("TaskRequest", "max_cost_usd", "exclusiveMinimum", 0)
 	set("BatchRequest", "tasks", "minItems", 1, "maxItems", task.MaxBatch)
 	set("TaskRequest", "mode", "description", "standard (at once), flex (the Flex tier: about half the price, minutes) or batch (the Batch API: about half the price, within 24 h or run_before); default the family's mode.")
 	set("Task", "batch_job", "description", "The batch job (batch_jobs id) the task runs or ran in.")
-	set("TaskRequest", "stream", "default", false, "description", "Stream the generation: GET /v1/tasks/{id}/events sends task.preview events with the text so far. Previews are never the stored output and never reach the webhook.")
+	set("TaskRequest", "stream", "description", "Stream the generation: GET /v1/tasks/{id}/events sends task.preview events with the text so far. Previews are never the stored output and never reach the webhook. Absent: false.")
 	set("Event", "type", "enum", strs(slices.Concat(webhookEvents, streamEvents)), "description", "The SSE event name: a webhook event type for a move into an end state, task.queued, task.running, task.waiting, task.attempt, task.delivery, task.updated or task.preview. The SSE id is the task document's update time (none on a preview).")
 	set("Usage", "cached_tokens", "description", "The part of prompt_tokens a context cache served (explicit or implicit), billed at the cached rate.")
 }
@@ -178,22 +181,25 @@ func (s *Server) openAPI() map[string]any {
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
 				"application/json": map[string]any{"schema": c.of(reflect.TypeOf(rt.Doc.Body))}}}
 		}
-		ok := map[string]any{"description": http.StatusText(rt.Doc.OK)}
-		if rt.Doc.Result != nil {
-			ct := rt.Doc.ContentType
-			if ct == "" {
-				ct = "application/json"
+		ct := cmp.Or(rt.Doc.ContentType, "application/json")
+		responses := map[string]any{}
+		for _, a := range append([]answer{{Status: rt.Doc.OK, Desc: http.StatusText(rt.Doc.OK), Result: rt.Doc.Result, Headers: rt.Doc.OKHeaders}}, rt.Doc.Also...) {
+			resp := map[string]any{"description": a.Desc}
+			if a.Result != nil {
+				resp["content"] = map[string]any{ct: map[string]any{"schema": c.of(reflect.TypeOf(a.Result))}}
 			}
-			ok["content"] = map[string]any{ct: map[string]any{"schema": c.of(reflect.TypeOf(rt.Doc.Result))}}
+			withHeaders(resp, a.Headers...)
+			responses[strconv.Itoa(a.Status)] = resp
 		}
-		responses := map[string]any{strconv.Itoa(rt.Doc.OK): ok}
-		if rt.Method == "POST" && rt.Path == "/v1/tasks" {
-			responses["200"] = map[string]any{"description": "The task an earlier request with the same Idempotency-Key created (header Idempotent-Replayed: true)",
-				"content": ok["content"]}
+		errs := slices.Clone(rt.Doc.Errors)
+		if rt.Auth != authNone {
+			errs = append(errs, 503) // every authenticated route waits on the store
 		}
-		for _, code := range append(rt.Doc.Errors, 500) {
-			responses[strconv.Itoa(code)] = map[string]any{"description": http.StatusText(code),
+		for _, code := range append(errs, 500) {
+			resp := map[string]any{"description": http.StatusText(code),
 				"content": map[string]any{task.ProblemContentType: map[string]any{"schema": problemRef}}}
+			withHeaders(resp, errorHeaders[code]...)
+			responses[strconv.Itoa(code)] = resp
 		}
 		op["responses"] = responses
 		item, _ := paths[rt.Path].(map[string]any)
@@ -233,12 +239,47 @@ func (s *Server) openAPI() map[string]any {
 		"webhooks": webhooks,
 		"components": map[string]any{
 			"schemas": map[string]any(c),
+			"headers": answerHeaders,
 			"securitySchemes": map[string]any{
 				"apiKey":   map[string]any{"type": "http", "scheme": "bearer", "description": "A tenant's API key."},
 				"adminKey": map[string]any{"type": "http", "scheme": "bearer", "description": "GENBOX_ADMIN_KEY."},
 			},
 		},
 	}
+}
+
+// answerHeaders are the answer headers clients act on, as components of the document.
+var answerHeaders = map[string]any{
+	"Location": map[string]any{"description": "The task's status_url.",
+		"schema": map[string]any{"type": "string", "format": "uri"}},
+	task.HeaderReplayed: map[string]any{"description": "true: an earlier request with the same Idempotency-Key created this task.",
+		"schema": map[string]any{"type": "string", "enum": []string{"true"}}},
+	"Retry-After": map[string]any{"description": "Seconds to wait before retrying.",
+		"schema": map[string]any{"type": "integer", "minimum": 1}},
+	"WWW-Authenticate": map[string]any{"description": `The scheme to authenticate with: Bearer realm="genbox".`,
+		"schema": map[string]any{"type": "string"}},
+}
+
+// errorHeaders are the answer headers of an error status, wherever it is answered.
+var errorHeaders = map[int][]string{
+	http.StatusUnauthorized:       {"WWW-Authenticate"},
+	http.StatusTooManyRequests:    {"Retry-After"},
+	http.StatusServiceUnavailable: {"Retry-After"},
+}
+
+// withHeaders declares names (of answerHeaders) on a response object.
+func withHeaders(resp map[string]any, names ...string) {
+	if len(names) == 0 {
+		return
+	}
+	h := map[string]any{}
+	for _, n := range names {
+		if answerHeaders[n] == nil {
+			panic("publisher: no answer header " + n)
+		}
+		h[n] = map[string]any{"$ref": "#/components/headers/" + n}
+	}
+	resp["headers"] = h
 }
 
 func operationID(rt route) string {

@@ -2,8 +2,10 @@ package publisher
 
 import (
 	"encoding/json"
+	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +163,121 @@ func FuzzDecodeTask(f *testing.F) {
 			t.Fatalf("hash changed after a round trip: %s", b)
 		}
 	})
+}
+
+// servedDoc is the document GET /openapi.json serves, decoded.
+func servedDoc(t *testing.T, e *env) map[string]any {
+	t.Helper()
+	code, _, body := e.do("GET", "/openapi.json", "", nil, nil)
+	if code != http.StatusOK {
+		t.Fatalf("openapi.json: %d", code)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+// at walks a decoded document by keys, following a "$ref" it meets on the way; nil when a key is
+// missing.
+func at(doc, v any, keys ...string) any {
+	for _, k := range keys {
+		m, _ := v.(map[string]any)
+		if ref, ok := m["$ref"].(string); ok {
+			m, _ = at(doc, doc, strings.Split(strings.TrimPrefix(ref, "#/"), "/")...).(map[string]any)
+		}
+		v = m[k]
+	}
+	return v
+}
+
+// Generators read a request field's "default" as a promise that the field is always there:
+// openapi-typescript 7 (defaultNonNullable) made cache, stream and variant required in the
+// request type, so a client had to send them. A request schema says its defaults in words.
+func TestOpenAPIRequestFieldsHaveNoDefault(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	doc := servedDoc(t, e)
+	seen := map[string]bool{}
+	var walk func(where string, schema any)
+	walk = func(where string, schema any) {
+		m, _ := schema.(map[string]any)
+		if ref, ok := m["$ref"].(string); ok {
+			if seen[ref] {
+				return
+			}
+			seen[ref] = true
+			where, m = ref, at(doc, doc, strings.Split(strings.TrimPrefix(ref, "#/"), "/")...).(map[string]any)
+		}
+		if _, ok := m["default"]; ok {
+			t.Errorf("request field %s has a default (%v): generated clients then require it", where, m["default"])
+		}
+		props, _ := m["properties"].(map[string]any)
+		for name, p := range props {
+			walk(where+"."+name, p)
+		}
+		for _, k := range []string{"items", "additionalProperties"} {
+			if sub, ok := m[k].(map[string]any); ok {
+				walk(where+"."+k, sub)
+			}
+		}
+	}
+	for _, rt := range e.srv.routes {
+		if rt.Doc.Body != nil {
+			walk(rt.Method+" "+rt.Path, at(doc, doc, "paths", rt.Path, strings.ToLower(rt.Method), "requestBody", "content", "application/json", "schema"))
+		}
+	}
+	if len(seen) == 0 {
+		t.Fatal("no request schema walked")
+	}
+}
+
+// contractHeaders are the answer headers clients act on.
+var contractHeaders = []string{"Location", task.HeaderReplayed, "Retry-After", "WWW-Authenticate"}
+
+// Each header a client acts on is declared on the answers that send it: the test sends requests
+// and looks each header of their answers up in the document, and every 429 and 503 the document
+// lists declares Retry-After, every 401 WWW-Authenticate.
+func TestOpenAPIDeclaresResponseHeaders(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	doc := servedDoc(t, e)
+	_, slowKey := e.newTenant("slow", &task.Limits{SubmitRate: 0.001, SubmitBurst: 1})
+	req := mustJSON(t, validRequest())
+	idem := map[string]string{task.HeaderIdempotencyKey: "headers-1"}
+	for _, c := range []struct {
+		method, path, template, key string
+		body                        []byte
+		hdr                         map[string]string
+		status                      int
+	}{
+		{"POST", "/v1/tasks", "/v1/tasks", e.key, req, idem, http.StatusAccepted},
+		{"POST", "/v1/tasks", "/v1/tasks", e.key, req, idem, http.StatusOK},
+		{"POST", "/v1/tasks", "/v1/tasks", slowKey, req, nil, http.StatusAccepted},
+		{"POST", "/v1/tasks", "/v1/tasks", slowKey, req, nil, http.StatusTooManyRequests},
+		{"GET", "/v1/tasks", "/v1/tasks", "", nil, nil, http.StatusUnauthorized},
+	} {
+		code, h, body := e.do(c.method, c.path, c.key, c.body, c.hdr)
+		if code != c.status {
+			t.Fatalf("%s %s: %d %s, want %d", c.method, c.path, code, body, c.status)
+		}
+		for _, name := range contractHeaders {
+			if h.Get(name) == "" {
+				continue
+			}
+			if at(doc, doc, "paths", c.template, strings.ToLower(c.method), "responses", strconv.Itoa(code), "headers", name) == nil {
+				t.Errorf("%s %s answers %d with %s, which the document does not declare there", c.method, c.template, code, name)
+			}
+		}
+	}
+	for path, ops := range at(doc, doc, "paths").(map[string]any) {
+		for method := range ops.(map[string]any) {
+			for code, want := range map[string]string{"429": "Retry-After", "503": "Retry-After", "401": "WWW-Authenticate"} {
+				if at(doc, doc, "paths", path, method, "responses", code) != nil && at(doc, doc, "paths", path, method, "responses", code, "headers", want) == nil {
+					t.Errorf("%s %s: its %s does not declare %s", method, path, code, want)
+				}
+			}
+		}
+	}
 }

@@ -11,9 +11,23 @@ type opDoc struct {
 	Result any // a value of the answer's type; nil: no body
 	// ContentType is the answer's media type when it is not application/json.
 	ContentType string
-	Query       []param
-	Header      []param
-	Errors      []int
+	// OKHeaders are the answer headers the OK answer carries (names of answerHeaders).
+	OKHeaders []string
+	// Also are the route's other successful answers.
+	Also []answer
+	// Query and Header are the request's parameters.
+	Query  []param
+	Header []param
+	Errors []int
+}
+
+// answer is a successful answer besides a route's OK one.
+type answer struct {
+	Status int
+	Desc   string
+	Result any // nil: no body
+	// Headers are the answer headers it carries (names of answerHeaders).
+	Headers []string
 }
 
 // param is a query or header parameter.
@@ -32,7 +46,9 @@ func (s *Server) routeTable() []route {
 		{Method: "GET", Path: "/openapi.json", Summary: "This OpenAPI document", Auth: authNone, Handle: s.handleOpenAPI,
 			Doc: opDoc{OK: 200, Result: map[string]any{}}},
 		{Method: "POST", Path: "/v1/tasks", Summary: "Submit a task", Auth: authTenant, Handle: s.handleSubmit,
-			Doc: opDoc{Body: task.Request{}, OK: 202, Result: task.SubmitResponse{}, Header: []param{idemHeader},
+			Doc: opDoc{Body: task.Request{}, OK: 202, Result: task.SubmitResponse{}, OKHeaders: []string{"Location"}, Header: []param{idemHeader},
+				Also: []answer{{Status: 200, Desc: "The task an earlier request with the same Idempotency-Key created",
+					Result: task.SubmitResponse{}, Headers: []string{"Location", task.HeaderReplayed}}},
 				Errors: []int{400, 401, 413, 415, 422, 429, 503}}},
 		{Method: "POST", Path: "/v1/tasks:batch", Summary: "Submit up to 100 tasks; each is accepted or refused on its own", Auth: authTenant, Handle: s.handleBatch,
 			Doc: opDoc{Body: task.BatchRequest{}, OK: 200, Result: task.BatchResponse{}, Header: []param{idemHeader},
@@ -48,7 +64,7 @@ func (s *Server) routeTable() []route {
 		{Method: "GET", Path: "/v1/tasks/{id}/events", Summary: "Follow a task as Server-Sent Events: its state at once, then each change, until it has finished and its delivery is settled; a streamed task's previews too", Auth: authTenant, Handle: s.handleEvents,
 			Doc: opDoc{OK: 200, Result: task.StreamEvent{}, ContentType: "text/event-stream", Errors: append(tenantErrs, 429), Header: []param{
 				{Name: "Last-Event-ID", Type: "string", Desc: "The id of the last event received: the stream resumes after it (EventSource sends it on reconnect)."},
-			}}},
+			}, Also: []answer{{Status: 204, Desc: "The task has ended and Last-Event-ID is its final event's id (or later): nothing to send, and an EventSource stops reconnecting"}}}},
 		{Method: "POST", Path: "/v1/tasks/{id}:cancel", Summary: "Cancel a queued or waiting task (queues task.cancelled)", Auth: authTenant, Handle: s.handleCancel,
 			Doc: opDoc{OK: 200, Result: task.View{}, Errors: append(tenantErrs, 409)}},
 		{Method: "DELETE", Path: "/v1/tasks/{id}", Summary: "Erase a finished task's input and outputs, its cache entry and last good output; the accounting stays", Auth: authTenant, Handle: s.handleDelete,

@@ -236,7 +236,9 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 	if !ok {
 		return "", httpapi.Problem(http.StatusUnauthorized, httpapi.TypeUnauth, "an Authorization: Bearer <api key> header is required")
 	}
-	tenant, err := s.keys.authenticate(r.Context(), key, func() error { return s.throttled(r) })
+	ctx, cancel := s.bound(r.Context())
+	defer cancel()
+	tenant, err := s.keys.authenticate(ctx, key, func() error { return s.throttled(r) })
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRevoked) {
 		s.authFails.Failed(r)
 		return "", httpapi.Problem(http.StatusUnauthorized, httpapi.TypeUnauth, "the API key is unknown or revoked")
@@ -278,6 +280,14 @@ func pathID(r *http.Request, name string) (string, error) {
 		return "", fmt.Errorf("%s %q: %w", name, v, store.ErrNotFound)
 	}
 	return v, nil
+}
+
+// bound is ctx for one store call a request waits on, ended after Config.StoreTimeout: a stalled
+// Firestore then fails the call with context.DeadlineExceeded, which httpapi.ProblemFor answers
+// 503 with Retry-After, well before the server's WriteTimeout would cut the connection without
+// an answer.
+func (s *Server) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.StoreTimeout)
 }
 
 // now is the store's clock, so tests can move both together.

@@ -44,7 +44,7 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant str
 			return err
 		}
 	}
-	if err := s.limits.take(r.Context(), tenant, s.now()); err != nil {
+	if err := s.take(r.Context(), tenant); err != nil {
 		return err
 	}
 	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
@@ -70,9 +70,21 @@ func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant str
 	return nil
 }
 
+// take takes one submission token of tenant (limiters.take, its read of the tenant's limits
+// bounded).
+func (s *Server) take(ctx context.Context, tenant string) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return s.limits.take(ctx, tenant, s.now())
+}
+
 // submit validates req and creates its task, then nudges it. With an idempotency key, the task
-// id is derived from tenant and key, so Firestore's Create is the dedup.
+// id is derived from tenant and key, so Firestore's Create is the dedup. Its store calls are
+// bounded together: a write that timed out may still land, and a retry under the same key finds
+// it.
 func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Request) (submitted, error) {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	now := s.now()
 	normalize(req)
 	hash, err := requestHash(req)
@@ -234,7 +246,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, tenant stri
 	for i, raw := range body.Tasks {
 		results[i].Index = i
 		// Tokens are taken in order, so a batch over the rate keeps its first items.
-		err := s.limits.take(r.Context(), tenant, s.now())
+		err := s.take(r.Context(), tenant)
 		if err == nil {
 			var req task.Request
 			if err = decodeStrict(raw, &req); err == nil {
@@ -281,7 +293,9 @@ func (s *Server) ownTask(r *http.Request, tenant string) (*store.Task, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := s.st.GetTask(r.Context(), id)
+	ctx, cancel := s.bound(r.Context())
+	defer cancel()
+	t, err := s.st.GetTask(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -350,7 +364,9 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant strin
 	if err != nil {
 		return err
 	}
-	tasks, next, err := s.st.ListTasks(r.Context(), tenant, state, limit, cur)
+	ctx, cancel := s.bound(r.Context())
+	defer cancel()
+	tasks, next, err := s.st.ListTasks(ctx, tenant, state, limit, cur)
 	if err != nil {
 		return err
 	}
@@ -372,7 +388,9 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant str
 	if err != nil {
 		return err
 	}
-	t, err := s.st.MutateTask(r.Context(), id, func(t *store.Task, now time.Time) error {
+	ctx, cancel := s.bound(r.Context())
+	defer cancel()
+	t, err := s.st.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
 		if t.Tenant != tenant {
 			return store.ErrNotFound
 		}
