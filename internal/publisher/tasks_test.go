@@ -14,6 +14,8 @@ import (
 
 	"cloud.google.com/go/firestore"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/httpapi"
@@ -479,6 +481,29 @@ func TestDelete(t *testing.T) {
 	}
 	if err := e.api.Delete(ctx, "no-such-task"); !errors.As(err, &p) || p.Status != 404 {
 		t.Fatalf("delete a missing task: %v", err)
+	}
+}
+
+// A streamed task's preview (previews/{id}) can hold the whole output for an hour after its
+// last write: DELETE erases it with the rest of the task's content.
+func TestDeleteErasesThePreview(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	req := validRequest()
+	req.Stream = true
+	id := e.submit(req).TaskID
+	// What the worker's streamed call left: the text so far, here the whole output.
+	if err := e.st.SavePreview(ctx, id, store.Preview{Epoch: 1, Text: "the output"}); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(id, task.StateSucceeded)
+	if err := e.api.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := e.st.FS.Collection(store.PreviewsCollection).Doc(id).Get(ctx)
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("previews/%s after the erase: %v (%v), want it gone", id, snap.Data(), err)
 	}
 }
 
