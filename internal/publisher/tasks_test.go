@@ -507,6 +507,72 @@ func TestDeleteErasesThePreview(t *testing.T) {
 	}
 }
 
+// A task whose webhook died may be erased by its tenant: DELETE discards its open delivery dead
+// letter (a dead delivery bills nothing), recorded as the tenant's erase with its Slack message
+// queued for an update, sends the next queued event (output erased) as a human's Discard would,
+// and erases the task, which can then expire. Before, the DELETE answered 409 until an operator
+// decided, and floods of such dead letters are not paged task by task.
+func TestDeleteDiscardsTheDeadDelivery(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	req := validRequest()
+	req.CallbackURL = "https://example.com/hook"
+	id := e.submit(req).TaskID
+	e.finish(id, task.StateSucceeded)
+	var dlID string
+	_, err := e.st.MutateTask(ctx, id, func(tk *store.Task, _ time.Time) error {
+		// The webhook died, the dlqnotifier recorded its dead letter and posted it; an event
+		// queued behind it waits.
+		tk.Delivery.State, tk.Delivery.LastStatus, tk.Delivery.NextAttemptAt = task.DeliveryDead, 404, nil
+		n := store.Notice{Stage: task.StageDelivery, Event: tk.Delivery.EventID}
+		dlID = n.DeadLetterID(id)
+		tk.OpenDeadLetters = []string{dlID}
+		tk.Delivery.Queue = []store.QueuedEvent{{EventID: id + ".next", Type: task.EventSucceeded, Payload: tk.Delivery.Payload}}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.DeadLetters().Doc(dlID).Set(ctx, store.DeadLetter{TaskID: id, Tenant: e.tenant, Stage: task.StageDelivery,
+		State: store.DeadLetterOpen, SlackChannel: "C1", SlackTS: "1.2", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	e.pub.Take()
+
+	if err := e.api.Delete(ctx, id); err != nil {
+		t.Fatalf("delete a task whose webhook died: %v, want it erased", err)
+	}
+	d, err := e.st.GetDeadLetter(ctx, dlID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.State != store.DeadLetterDiscarded || d.DecidedBy != store.ErasedBy(e.tenant) || d.DecidedAt == nil || !d.Applied {
+		t.Errorf("dead letter %s: %s by %q at %v, applied %v; want discarded by %q", dlID, d.State, d.DecidedBy, d.DecidedAt, d.Applied, store.ErasedBy(e.tenant))
+	}
+	got, err := e.st.GetTask(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ErasedAt == nil || got.Input != "" || got.Output != "" || strings.Contains(got.Delivery.Payload, "the output") {
+		t.Errorf("task content left after the erase: input %q output %q payload %s", got.Input, got.Output, got.Delivery.Payload)
+	}
+	if len(got.OpenDeadLetters) != 0 || got.SlackUpdate == nil || !slices.Equal(got.SlackUpdate.Keys, []string{dlID}) {
+		t.Errorf("open dead letters %v, Slack update %+v; want none open and %s's message to update", got.OpenDeadLetters, got.SlackUpdate, dlID)
+	}
+	if got.Delivery.State != task.DeliveryPending || got.Delivery.EventID != id+".next" {
+		t.Errorf("delivery %s of %s, want the queued event pending", got.Delivery.State, got.Delivery.EventID)
+	}
+	if n := len(e.pub.On(bus.TopicResults)); n != 1 {
+		t.Errorf("%d results nudges, want 1 for the queued event", n)
+	}
+	// The next DELETE has nothing left to discard; a generation dead letter still answers 409
+	// (TestDelete).
+	if err := e.api.Delete(ctx, id); err != nil {
+		t.Fatalf("delete again: %v", err)
+	}
+}
+
 func TestList(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
