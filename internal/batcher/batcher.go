@@ -196,9 +196,16 @@ func (b *Batcher) pass(ctx context.Context, log *slog.Logger, model string, lead
 		}
 		return
 	}
-	seen := obs.BatchJobs{Model: model, Open: int64(len(jobs))}
-	if len(jobs) > 0 {
-		seen.OldestAge = b.store.Now().Sub(jobs[0].CreatedAt)
+	seen := obs.BatchJobs{Model: model}
+	for _, j := range jobs {
+		if j.State == store.BatchDeleting {
+			seen.Deleting++
+			continue
+		}
+		if seen.Open == 0 {
+			seen.OldestAge = b.store.Now().Sub(j.CreatedAt)
+		}
+		seen.Open++
 	}
 	b.mu.Lock()
 	b.open[model] = seen
@@ -216,7 +223,7 @@ func (b *Batcher) pass(ctx context.Context, log *slog.Logger, model string, lead
 // advance moves one open job on by its state.
 func (b *Batcher) advance(ctx context.Context, log *slog.Logger, j *store.BatchJob, leading func(context.Context) bool) error {
 	now := b.store.Now()
-	if j.State != store.BatchSettling {
+	if j.State != store.BatchSettling && j.State != store.BatchDeleting {
 		if err := b.renew(ctx, j, now); err != nil {
 			return err
 		}
@@ -234,6 +241,8 @@ func (b *Batcher) advance(ctx context.Context, log *slog.Logger, j *store.BatchJ
 		return b.poll(ctx, log, j)
 	case store.BatchSettling:
 		return b.settle(ctx, log, j)
+	case store.BatchDeleting:
+		return b.deleteAtGemini(ctx, log, j)
 	}
 	return nil
 }
@@ -554,23 +563,47 @@ func live(tasks []*store.Task, j *store.BatchJob) []*store.Task {
 	return out
 }
 
-// finish marks the job done and deletes the Gemini job (its results are no longer needed).
+// finish marks the job settled, then deletes the Gemini job: its results are no longer needed,
+// and it holds every member's input and output. A job Gemini never made is done at once.
 func (b *Batcher) finish(ctx context.Context, log *slog.Logger, j *store.BatchJob) error {
+	next := store.BatchDeleting
+	if j.GeminiName == "" {
+		next = store.BatchDone
+	}
+	j, err := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
+		j.State, j.FinishedAt = next, &now
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	log.InfoContext(ctx, "batch job settled", "tasks", len(j.Members), "gemini_state", j.GeminiState)
+	if next == store.BatchDone {
+		return nil
+	}
+	return b.deleteAtGemini(ctx, log, j)
+}
+
+// deleteAtGemini deletes a settled job at Gemini (one Gemini no longer knows is gone already), then
+// marks it done. A failed delete leaves it deleting, counted by genbox.batch.jobs_deleting: every
+// pass tries again, and logs each failure, until Gemini answers — a tenant's erase of a member
+// relies on it.
+func (b *Batcher) deleteAtGemini(ctx context.Context, log *slog.Logger, j *store.BatchJob) error {
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+	defer cancel()
+	if err := b.gem.DeleteBatch(cctx, j.GeminiName); err != nil && !errors.Is(err, gemini.ErrBatchNotFound) {
+		return fmt.Errorf("settled job still at Gemini with its tasks' inputs and outputs: %w", err)
+	}
 	if _, err := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
-		j.State, j.FinishedAt = store.BatchDone, &now
+		if j.State != store.BatchDeleting {
+			return store.ErrNoChange
+		}
+		j.State = store.BatchDone
 		return nil
 	}); err != nil {
 		return err
 	}
-	log.InfoContext(ctx, "batch job settled", "tasks", len(j.Members), "gemini_state", j.GeminiState)
-	if j.GeminiName == "" {
-		return nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
-	defer cancel()
-	if err := b.gem.DeleteBatch(cctx, j.GeminiName); err != nil {
-		log.InfoContext(ctx, "settled batch job not deleted from Gemini", "error", err)
-	}
+	log.InfoContext(ctx, "batch job deleted from Gemini", "gemini_name", j.GeminiName)
 	return nil
 }
 

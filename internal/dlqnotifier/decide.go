@@ -155,9 +155,7 @@ func apply(t *store.Task, d *store.DeadLetter, action Action, now time.Time) ([]
 		return nil, fmt.Errorf("%w: delivery %s of %s round %d", ErrMovedOn, dl.State, dl.EventID, dl.Round)
 	}
 	if action == ActionDiscard {
-		dl.State, dl.NextAttemptAt = task.DeliveryDiscarded, nil
-		dl.Lease.Clear()
-		t.AdvanceDelivery(now)
+		t.DiscardDeadDelivery(now)
 		return deliveryNudge(t), nil
 	}
 	// Redeliver: the same event (same webhook-id, same frozen payload), a new round.

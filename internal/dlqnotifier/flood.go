@@ -43,8 +43,9 @@ func floodCause(t *store.Task, d *store.DeadLetter) string {
 // in its tenant's flood of cause, and reports whether it was counted there rather than to be
 // posted on its own. The first of a window is posted on its own, with its buttons, and so is one
 // whose flood cannot be read (paging is the safe side). A counted one stays open — decided with
-// `genbox dlq`, the admin path or the console — and its notice is cleared; the flood's one
-// message shows the count.
+// `genbox dlq`, the admin path or the console, or discarded by the tenant's erase of the task —
+// and its notice is cleared; the flood's one message shows the count of the deliveries that
+// died, which a decision does not change.
 func (s *Service) flood(ctx context.Context, log *slog.Logger, id, dlID string, n store.Notice, epoch int64, d *store.DeadLetter, cause string) bool {
 	first, err := s.store.JoinFlood(ctx, d.Tenant, cause, dlID, id, s.cfg.FloodWindow)
 	if err != nil {
@@ -125,7 +126,8 @@ func floodMessage(f *store.Flood) (string, []slack.Block) {
 	body := fmt.Sprintf(":repeat: *%d more webhook deliveries of tenant `%s` died the same way* since %s: %s.\n"+
 		"They are not paged one by one (the first was posted on its own, with its buttons): the tenant sees each "+
 		"task's delivery as dead, with its last status and error (`GET /v1/tasks/{id}`, `genbox get`), and each stays "+
-		"open for Redeliver or Discard with `genbox dlq list`, the admin path or the console. Latest task: `%s`.",
+		"open for Redeliver or Discard with `genbox dlq list`, the admin path or the console, unless the tenant erases "+
+		"the task (`DELETE /v1/tasks/{id}` discards it). Latest task: `%s`.",
 		f.Count, esc(f.Tenant), f.WindowStart.UTC().Format(time.RFC3339), why, esc(f.LastTaskID))
 	return text, []slack.Block{slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, body, false, false), nil, nil)}
 }

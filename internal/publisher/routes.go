@@ -67,7 +67,7 @@ func (s *Server) routeTable() []route {
 			}, Also: []answer{{Status: 204, Desc: "The task has ended and Last-Event-ID is its final event's id (or later): nothing to send, and an EventSource stops reconnecting"}}}},
 		{Method: "POST", Path: "/v1/tasks/{id}:cancel", Summary: "Cancel a queued or waiting task (queues task.cancelled)", Auth: authTenant, Handle: s.handleCancel,
 			Doc: opDoc{OK: 200, Result: task.View{}, Errors: append(tenantErrs, 409)}},
-		{Method: "DELETE", Path: "/v1/tasks/{id}", Summary: "Erase a finished task's input and outputs, its cache entry and last good output; the accounting stays", Auth: authTenant, Handle: s.handleDelete,
+		{Method: "DELETE", Path: "/v1/tasks/{id}", Summary: "Erase a finished task's input and outputs, its preview, cache entry and last good output, discarding its dead webhook delivery; the accounting stays", Auth: authTenant, Handle: s.handleDelete,
 			Doc: opDoc{OK: 204, Errors: append(tenantErrs, 409)}},
 		{Method: "POST", Path: "/admin/v1/tenants", Summary: "Create a tenant; the answer carries its first webhook secret, shown once", Auth: authAdmin, Handle: s.handleCreateTenant,
 			Doc: opDoc{Body: task.CreateTenantRequest{}, OK: 201, Result: task.Tenant{}, Errors: []int{400, 401, 403, 409, 413}}},

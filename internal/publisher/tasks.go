@@ -413,14 +413,20 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	s.metrics.TaskFinished(r.Context(), t.Family, t.State, e2e)
 	if t.Delivery.State == task.DeliveryPending {
-		ctx, cancel := context.WithTimeout(obs.WithTask(context.WithoutCancel(r.Context()), t.ID), s.cfg.PublishTimeout)
-		defer cancel()
-		if _, err := s.pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant}); err != nil {
-			s.log.WarnContext(ctx, "cancel nudge not published; the sweeper will nudge the delivery", "task_id", t.ID, "error", err)
-		}
+		s.nudgeDelivery(r.Context(), t, "cancel")
 	}
 	httpapi.JSON(w, http.StatusOK, "application/json", t.View())
 	return nil
+}
+
+// nudgeDelivery publishes the results nudge of t's pending delivery, which the write of what
+// (a cancel, an erase) started; if it is lost, the sweeper nudges after NudgeGrace.
+func (s *Server) nudgeDelivery(ctx context.Context, t *store.Task, what string) {
+	ctx, cancel := context.WithTimeout(obs.WithTask(context.WithoutCancel(ctx), t.ID), s.cfg.PublishTimeout)
+	defer cancel()
+	if _, err := s.pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant}); err != nil {
+		s.log.WarnContext(ctx, what+" nudge not published; the sweeper will nudge the delivery", "task_id", t.ID, "error", err)
+	}
 }
 
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, tenant string) error {
@@ -428,22 +434,28 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, tenant str
 	if err != nil {
 		return err
 	}
-	t, err := s.st.MutateTask(r.Context(), id, func(t *store.Task, now time.Time) error {
+	// The open dead letter of a dead webhook delivery is discarded with the erase: it bills
+	// nothing, and floods of them are not paged task by task. One of a dead generation is a
+	// human's to decide: they may regenerate the task.
+	t, discarded, err := s.st.EraseTask(r.Context(), id, s.cfg.NudgeGrace, func(t *store.Task) error {
 		switch {
 		case t.Tenant != tenant:
 			return store.ErrNotFound
 		case !t.State.Finished():
 			return conflict(t, "only a finished task can be deleted; cancel it first")
-		case t.State == task.StateDead || len(t.OpenDeadLetters) > 0:
+		case t.State == task.StateDead || t.GenerationDeadLetterOpen():
 			return conflict(t, "its dead letter is open (a human may still regenerate it); discard it first")
-		case t.ErasedAt != nil:
-			return store.ErrNoChange
 		}
-		t.Erase(now)
 		return nil
 	})
 	if err != nil {
 		return err
+	}
+	if len(discarded) > 0 {
+		s.log.InfoContext(r.Context(), "erase discarded the task's dead webhook delivery", "task_id", t.ID, "dead_letters", discarded)
+		if t.Delivery.State == task.DeliveryPending {
+			s.nudgeDelivery(r.Context(), t, "erase")
+		}
 	}
 	// After the erase commits: a worker's cache or last good write that raced with it either
 	// committed first (and is found here) or saw the erase and wrote nothing.

@@ -14,6 +14,8 @@ import (
 
 	"cloud.google.com/go/firestore"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/httpapi"
@@ -479,6 +481,95 @@ func TestDelete(t *testing.T) {
 	}
 	if err := e.api.Delete(ctx, "no-such-task"); !errors.As(err, &p) || p.Status != 404 {
 		t.Fatalf("delete a missing task: %v", err)
+	}
+}
+
+// A streamed task's preview (previews/{id}) can hold the whole output for an hour after its
+// last write: DELETE erases it with the rest of the task's content.
+func TestDeleteErasesThePreview(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	req := validRequest()
+	req.Stream = true
+	id := e.submit(req).TaskID
+	// What the worker's streamed call left: the text so far, here the whole output.
+	if err := e.st.SavePreview(ctx, id, store.Preview{Epoch: 1, Text: "the output"}); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(id, task.StateSucceeded)
+	if err := e.api.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := e.st.FS.Collection(store.PreviewsCollection).Doc(id).Get(ctx)
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("previews/%s after the erase: %v (%v), want it gone", id, snap.Data(), err)
+	}
+}
+
+// A task whose webhook died may be erased by its tenant: DELETE discards its open delivery dead
+// letter (a dead delivery bills nothing), recorded as the tenant's erase with its Slack message
+// queued for an update, sends the next queued event (output erased) as a human's Discard would,
+// and erases the task, which can then expire. Before, the DELETE answered 409 until an operator
+// decided, and floods of such dead letters are not paged task by task.
+func TestDeleteDiscardsTheDeadDelivery(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	req := validRequest()
+	req.CallbackURL = "https://example.com/hook"
+	id := e.submit(req).TaskID
+	e.finish(id, task.StateSucceeded)
+	var dlID string
+	_, err := e.st.MutateTask(ctx, id, func(tk *store.Task, _ time.Time) error {
+		// The webhook died, the dlqnotifier recorded its dead letter and posted it; an event
+		// queued behind it waits.
+		tk.Delivery.State, tk.Delivery.LastStatus, tk.Delivery.NextAttemptAt = task.DeliveryDead, 404, nil
+		n := store.Notice{Stage: task.StageDelivery, Event: tk.Delivery.EventID}
+		dlID = n.DeadLetterID(id)
+		tk.OpenDeadLetters = []string{dlID}
+		tk.Delivery.Queue = []store.QueuedEvent{{EventID: id + ".next", Type: task.EventSucceeded, Payload: tk.Delivery.Payload}}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.DeadLetters().Doc(dlID).Set(ctx, store.DeadLetter{TaskID: id, Tenant: e.tenant, Stage: task.StageDelivery,
+		State: store.DeadLetterOpen, SlackChannel: "C1", SlackTS: "1.2", CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	e.pub.Take()
+
+	if err := e.api.Delete(ctx, id); err != nil {
+		t.Fatalf("delete a task whose webhook died: %v, want it erased", err)
+	}
+	d, err := e.st.GetDeadLetter(ctx, dlID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.State != store.DeadLetterDiscarded || d.DecidedBy != store.ErasedBy(e.tenant) || d.DecidedAt == nil || !d.Applied {
+		t.Errorf("dead letter %s: %s by %q at %v, applied %v; want discarded by %q", dlID, d.State, d.DecidedBy, d.DecidedAt, d.Applied, store.ErasedBy(e.tenant))
+	}
+	got, err := e.st.GetTask(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ErasedAt == nil || got.Input != "" || got.Output != "" || strings.Contains(got.Delivery.Payload, "the output") {
+		t.Errorf("task content left after the erase: input %q output %q payload %s", got.Input, got.Output, got.Delivery.Payload)
+	}
+	if len(got.OpenDeadLetters) != 0 || got.SlackUpdate == nil || !slices.Equal(got.SlackUpdate.Keys, []string{dlID}) {
+		t.Errorf("open dead letters %v, Slack update %+v; want none open and %s's message to update", got.OpenDeadLetters, got.SlackUpdate, dlID)
+	}
+	if got.Delivery.State != task.DeliveryPending || got.Delivery.EventID != id+".next" {
+		t.Errorf("delivery %s of %s, want the queued event pending", got.Delivery.State, got.Delivery.EventID)
+	}
+	if n := len(e.pub.On(bus.TopicResults)); n != 1 {
+		t.Errorf("%d results nudges, want 1 for the queued event", n)
+	}
+	// The next DELETE has nothing left to discard; a generation dead letter still answers 409
+	// (TestDelete).
+	if err := e.api.Delete(ctx, id); err != nil {
+		t.Fatalf("delete again: %v", err)
 	}
 }
 

@@ -27,7 +27,11 @@ const (
 	// BatchSettling: the Gemini job is done; its responses are being persisted to their tasks,
 	// or its tasks sent back.
 	BatchSettling = "settling"
-	// BatchDone: every task of the job is settled.
+	// BatchDeleting: every task of the job is settled, and the Gemini job — which holds every
+	// member's input and output — is not deleted yet: the batcher deletes it, again each pass
+	// until Gemini answers.
+	BatchDeleting = "deleting"
+	// BatchDone: every task of the job is settled and the Gemini job, if there was one, deleted.
 	BatchDone = "done"
 )
 

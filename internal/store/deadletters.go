@@ -110,15 +110,30 @@ func supersede(t *Task) []string {
 	if len(closed) == 0 {
 		return nil
 	}
+	t.queueSlackUpdates(closed)
+	return closed
+}
+
+// queueSlackUpdates asks for the Slack messages of dead letters ids to be updated, by the
+// sweeper's slack_update nudge: due at once, as nobody else follows the write up.
+func (t *Task) queueSlackUpdates(ids []string) {
 	if t.SlackUpdate == nil {
-		t.SlackUpdate = &Pending{} // due at once: nobody else follows this write up
+		t.SlackUpdate = &Pending{}
 	}
-	for _, id := range closed {
+	for _, id := range ids {
 		if !slices.Contains(t.SlackUpdate.Keys, id) {
 			t.SlackUpdate.Keys = append(t.SlackUpdate.Keys, id)
 		}
 	}
-	return closed
+}
+
+// DiscardDeadDelivery gives up t's dead delivery, as the Discard of its dead letter decides: the
+// next queued event, if any, goes out.
+func (t *Task) DiscardDeadDelivery(now time.Time) {
+	dl := &t.Delivery
+	dl.State, dl.NextAttemptAt = task.DeliveryDiscarded, nil
+	dl.Lease.Clear()
+	t.AdvanceDelivery(now)
 }
 
 // deliveryCurrent reports whether t's delivery is still the dead one notice n announced.
@@ -135,15 +150,23 @@ func (d *DeadLetter) Supersede(now time.Time) {
 // writeSuperseded writes the dead letters ids closed (DeadLetterSuperseded) in tx; skip is the one
 // the caller writes whole.
 func (s *Store) writeSuperseded(tx *firestore.Transaction, ids []string, skip string, now time.Time) error {
+	return s.writeClosed(tx, ids, skip, DeadLetterSuperseded, "", now)
+}
+
+// writeClosed writes the dead letters ids closed in state, decided by by (when not empty), in tx,
+// with nothing left to apply; skip is the one the caller writes whole.
+func (s *Store) writeClosed(tx *firestore.Transaction, ids []string, skip string, state DeadLetterState, by string, now time.Time) error {
 	for _, id := range ids {
 		if id == skip {
 			continue
 		}
+		fields := map[string]any{"state": string(state), "decided_at": now, "applied": true, "updated_at": now}
+		if by != "" {
+			fields["decided_by"] = by
+		}
 		// A merge, not an update: a dead letter missing for whatever reason must not fail every
 		// later write of its task.
-		if err := tx.Set(s.DeadLetters().Doc(id), map[string]any{
-			"state": string(DeadLetterSuperseded), "decided_at": now, "applied": true, "updated_at": now,
-		}, firestore.MergeAll); err != nil {
+		if err := tx.Set(s.DeadLetters().Doc(id), fields, firestore.MergeAll); err != nil {
 			return err
 		}
 	}

@@ -137,14 +137,16 @@ func (s *Store) Remember(ctx context.Context, r Remembered) error {
 	return nil
 }
 
-// EraseOutputs removes what an erased task left in outputs/: its cache entry outputs/{fingerprint}
-// (whichever task wrote it: the same tenant's identical request) and every entry the task wrote
-// itself (its cache entry and the last good output of its subject, if no later output replaced
-// it). Call it after the erase has committed: a Remember that raced with the erase either
-// committed before it (found here) or saw it (wrote nothing).
+// EraseOutputs removes what an erased task left outside its document: its preview
+// previews/{id} (a streamed task's text so far, kept an hour after its last write, which may be
+// the whole output), its cache entry outputs/{fingerprint} (whichever task wrote it: the same
+// tenant's identical request) and every entry the task wrote itself (its cache entry and the
+// last good output of its subject, if no later output replaced it). Call it after the erase has
+// committed: a Remember that raced with the erase either committed before it (found here) or
+// saw it (wrote nothing), and a finished task's previews are no longer written.
 func (s *Store) EraseOutputs(ctx context.Context, taskID, fingerprint string) error {
 	outputs := s.FS.Collection(OutputsCollection)
-	var refs []*firestore.DocumentRef
+	refs := []*firestore.DocumentRef{s.FS.Collection(PreviewsCollection).Doc(taskID)}
 	if fingerprint != "" {
 		refs = append(refs, outputs.Doc(fingerprint))
 	}

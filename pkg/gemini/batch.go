@@ -107,9 +107,14 @@ func (c *Client) CancelBatch(ctx context.Context, name string) error {
 	return nil
 }
 
-// DeleteBatch deletes a job and its results.
+// DeleteBatch deletes a job with its requests and results. A job Gemini no longer knows is
+// ErrBatchNotFound.
 func (c *Client) DeleteBatch(ctx context.Context, name string) error {
-	if _, err := c.batches.Delete(ctx, name, nil); err != nil {
+	_, err := c.batches.Delete(ctx, name, nil)
+	if apiErr := (genai.APIError{}); errors.As(err, &apiErr) && apiErr.Code == http.StatusNotFound {
+		return fmt.Errorf("delete batch %s: %w", name, ErrBatchNotFound)
+	}
+	if err != nil {
 		return fmt.Errorf("delete batch %s: %w", name, err)
 	}
 	return nil

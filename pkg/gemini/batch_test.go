@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
 	"testing"
 	"time"
 
@@ -57,11 +58,24 @@ func TestBatchRoundTrip(t *testing.T) {
 	if job.Results[0].Err != nil || job.Results[0].Result.Text == "" || gemini.ClassOf(job.Results[1].Err) != gemini.Quality {
 		t.Errorf("results %+v, want the good one answered and the picky one a quality failure", job.Results)
 	}
+	b.srv.FailBatchDeletesNext(http.StatusServiceUnavailable)
+	if err := b.client.DeleteBatch(ctx, job.Name); err == nil {
+		t.Fatal("a delete the fake was to fail succeeded")
+	}
+	if _, err := b.client.GetBatch(ctx, job.Name, nil); err != nil {
+		t.Fatalf("GetBatch after a failed delete: %v, want the job still there", err)
+	}
 	if err := b.client.DeleteBatch(ctx, job.Name); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.client.GetBatch(ctx, job.Name, nil); !errors.Is(err, gemini.ErrBatchNotFound) {
 		t.Errorf("GetBatch after delete: %v", err)
+	}
+	if err := b.client.DeleteBatch(ctx, job.Name); !errors.Is(err, gemini.ErrBatchNotFound) {
+		t.Errorf("DeleteBatch of a deleted job: %v, want ErrBatchNotFound", err)
+	}
+	if got := b.srv.Ledger().BatchesNamed("job-1"); len(got) != 1 || !got[0].Deleted {
+		t.Errorf("the ledger's job-1 %+v, want one, deleted", got)
 	}
 	b.srv.SetBatchPlan(primary, geminitest.BatchPlan{Pending: time.Hour})
 	held, err := b.client.CreateBatch(ctx, primary, "job-3", []gemini.Request{good})

@@ -174,6 +174,25 @@ func TestBatchTasksRunThroughOneJob(t *testing.T) {
 	}
 }
 
+// A settled job whose delete at Gemini fails is deleted by a later pass: until then Gemini holds
+// every member's input and output, so the job stays open (deleting) rather than done with them
+// left there.
+func TestBatchJobDeleteFailedIsRetried(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 0)
+	s.fake.FailBatchDeletesNext(http.StatusServiceUnavailable)
+	s.runBatched(t, ids("erased", 3), 0, geminitest.TierBatch)
+	jobs := s.batchJobs(t)
+	l := s.fake.Ledger()
+	for _, j := range jobs {
+		for _, b := range l.BatchesNamed(j.ID) {
+			if !b.Deleted {
+				t.Errorf("batch job %s is done but Gemini still holds %s (%d requests)", j.ID, b.Name, b.Requests)
+			}
+		}
+	}
+}
+
 // A job that fails or expires sends its tasks back, no attempt counted: the next job serves
 // them, each billed once.
 func TestBatchJobThatFailsOrExpiresGoesToTheNextJob(t *testing.T) {

@@ -52,6 +52,15 @@ func (f *Fake) FailBatchesNext(model string, states ...string) {
 	f.batchScript[model] = append(f.batchScript[model], states...)
 }
 
+// FailBatchDeletesNext appends to the batch delete failure schedule: each of the next
+// DELETE batches/{id} calls, of any job, answers the given HTTP code (500, 503, ...) and deletes
+// nothing.
+func (f *Fake) FailBatchDeletesNext(codes ...int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleteFailures = append(f.deleteFailures, codes...)
+}
+
 // batchRequest is one inlined request of a job.
 type batchRequest struct {
 	req      Request
@@ -83,7 +92,7 @@ func (b *batchJob) done() bool {
 }
 
 func (b *batchJob) record() BatchRecord {
-	return BatchRecord{Name: b.name(), DisplayName: b.displayName, Model: b.model, State: b.state, Requests: len(b.requests), Failed: b.failed}
+	return BatchRecord{Name: b.name(), DisplayName: b.displayName, Model: b.model, State: b.state, Requests: len(b.requests), Failed: b.failed, Deleted: b.deleted}
 }
 
 // end moves the job into a terminal state at now and stops its timers.
@@ -400,9 +409,15 @@ func (f *Fake) cancelBatch(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// deleteBatch serves DELETE batches/{id}: the job is gone; one not yet done ends unbilled.
+// deleteBatch serves DELETE batches/{id}: the job is gone; one not yet done ends unbilled. A
+// scheduled failure (FailBatchDeletesNext) answers first.
 func (f *Fake) deleteBatch(w http.ResponseWriter, r *http.Request) {
 	f.answer(w, func() (any, *apiFailure) {
+		if len(f.deleteFailures) > 0 {
+			code := f.deleteFailures[0]
+			f.deleteFailures = f.deleteFailures[1:]
+			return nil, &apiFailure{code: code, message: "The service is currently unavailable."}
+		}
 		b, fail := f.lookupBatch(r.PathValue("id"))
 		if fail != nil {
 			return nil, fail

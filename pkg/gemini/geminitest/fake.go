@@ -70,7 +70,9 @@ type Fake struct {
 	plans    map[string]BatchPlan       // how each model's batch jobs run
 	// batchScript holds each model's scripted batch outcomes (FailBatchesNext).
 	batchScript map[string][]string
-	ids         int // resource ids handed out (caches, batches)
+	// deleteFailures holds the codes of the next failed batch deletes (FailBatchDeletesNext).
+	deleteFailures []int
+	ids            int // resource ids handed out (caches, batches)
 }
 
 var _ http.Handler = (*Fake)(nil)

@@ -82,6 +82,8 @@ type BatchRecord struct {
 	State string
 	// Requests is the number of requests of the job; Failed is how many answered an error.
 	Requests, Failed int
+	// Deleted: the job was deleted (DELETE batches/{id}), with its requests and responses.
+	Deleted bool
 }
 
 // BatchesNamed returns the batch jobs created with displayName: more than one means a batch was

@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// ErasedBy is who the dead letters that tenant's erase of a task discarded were decided by.
+func ErasedBy(tenant string) string { return "tenant " + tenant + " (erase)" }
+
+// EraseTask erases task id (Task.Erase) once check, given the task as read, accepts it (nil;
+// an error refuses and writes nothing). In the same transaction it discards the open dead
+// letters of the task's dead delivery, as their Discard does (DiscardDeadDelivery): a dead
+// delivery bills nothing, and a flood of them is never paged task by task, so without this the
+// tenant's data stayed until an operator decided. They are recorded as decided by
+// ErasedBy(tenant), and their Slack messages are queued for an update. A task erased already is
+// written again only for such a dead letter opened since. When the discard starts the delivery
+// of the next queued event, the sweeper keeps off it for grace: the caller nudges it first. It
+// returns the task as written (or as read) and the ids of the dead letters discarded.
+func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, check func(t *Task) error) (*Task, []string, error) {
+	ref := s.Tasks().Doc(id)
+	var out *Task
+	var discarded []string
+	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		out, discarded = nil, nil
+		snap, err := tx.Get(ref)
+		if status.Code(err) == codes.NotFound {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		now := s.now()
+		t, changed, closed, err := s.applySnap(snap, now, func(t *Task, now time.Time) error {
+			if err := check(t); err != nil {
+				return err
+			}
+			discarded = t.discardDeliveryDeadLetters(now)
+			if len(discarded) == 0 && t.ErasedAt != nil {
+				return ErrNoChange
+			}
+			if len(discarded) > 0 && t.Delivery.State == task.DeliveryPending {
+				at := now.Add(grace)
+				t.NudgeAt = &at
+			}
+			if t.ErasedAt == nil {
+				t.Erase(now)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		out = t
+		if !changed {
+			return nil
+		}
+		if err := tx.Set(ref, t); err != nil {
+			return err
+		}
+		if err := s.writeSuperseded(tx, closed, "", now); err != nil {
+			return err
+		}
+		return s.writeClosed(tx, discarded, "", DeadLetterDiscarded, ErasedBy(t.Tenant), now)
+	}, s.txOptions()...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("erase task %s: %w", id, err)
+	}
+	return out, discarded, nil
+}
+
+// discardDeliveryDeadLetters discards t's dead delivery when open dead letters announce it:
+// they leave open_dead_letters and their Slack messages are queued for an update. It returns
+// their ids, for the caller to write discarded in the same commit. The open delivery dead
+// letters of earlier deliveries are left to supersede, in the same write.
+func (t *Task) discardDeliveryDeadLetters(now time.Time) []string {
+	var ids []string
+	t.OpenDeadLetters = slices.DeleteFunc(t.OpenDeadLetters, func(id string) bool {
+		_, n, err := ParseDeadLetterID(id)
+		if err != nil || n.Stage != task.StageDelivery || !deliveryCurrent(t, n) {
+			return false
+		}
+		ids = append(ids, id)
+		return true
+	})
+	if len(ids) == 0 {
+		return nil
+	}
+	t.DiscardDeadDelivery(now)
+	t.queueSlackUpdates(ids)
+	return ids
+}
+
+// GenerationDeadLetterOpen reports whether a dead letter of t's generation is open: a human may
+// still regenerate the task.
+func (t *Task) GenerationDeadLetterOpen() bool {
+	return slices.ContainsFunc(t.OpenDeadLetters, func(id string) bool {
+		_, n, err := ParseDeadLetterID(id)
+		return err == nil && n.Stage == task.StageGeneration
+	})
+}
