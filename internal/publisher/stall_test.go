@@ -165,6 +165,7 @@ func TestReadsWhileTheStoreStalls(t *testing.T) {
 		{"GET", "/v1/tasks/" + id},
 		{"GET", "/v1/tasks/" + id + "/events"},
 		{"POST", "/v1/tasks/" + id + ":cancel"},
+		{"DELETE", "/v1/tasks/" + id},
 	} {
 		t.Run(rt.method+" "+rt.path, func(t *testing.T) {
 			t.Parallel()

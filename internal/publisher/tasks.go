@@ -437,7 +437,9 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, tenant str
 	// The open dead letter of a dead webhook delivery is discarded with the erase: it bills
 	// nothing, and floods of them are not paged task by task. One of a dead generation is a
 	// human's to decide: they may regenerate the task.
-	t, discarded, err := s.st.EraseTask(r.Context(), id, s.cfg.NudgeGrace, func(t *store.Task) error {
+	ctx, cancel := s.bound(r.Context())
+	defer cancel()
+	t, discarded, err := s.st.EraseTask(ctx, id, s.cfg.NudgeGrace, func(t *store.Task) error {
 		switch {
 		case t.Tenant != tenant:
 			return store.ErrNotFound
@@ -459,7 +461,9 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	// After the erase commits: a worker's cache or last good write that raced with it either
 	// committed first (and is found here) or saw the erase and wrote nothing.
-	if err := s.st.EraseOutputs(r.Context(), t.ID, t.Fingerprint); err != nil {
+	ctx, cancelOutputs := s.bound(r.Context())
+	defer cancelOutputs()
+	if err := s.st.EraseOutputs(ctx, t.ID, t.Fingerprint); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
