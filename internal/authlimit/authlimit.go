@@ -1,9 +1,9 @@
-// Package authlimit throttles failed authentication: a client whose credentials keep failing is
-// refused before its next attempt costs anything (a Firestore read of an unknown API key, a
-// comparison with the admin key, a signature check), so requests without a valid credential
-// cannot make a service read, compute or log without bound. Failures are counted per client
-// address and, as a backstop against a client that changes address, in all; a successful
-// attempt costs nothing.
+// Package authlimit throttles failed authentication. A credential is always checked first, and
+// a valid one is never refused here, whatever anyone's failures; a credential that fails is
+// counted against its client address and, as a backstop against a client that changes address,
+// against every client together. Past either limit a failure is answered 429 with Retry-After
+// instead of its refusal, and the services leave it out of their logs, so failing requests
+// cannot make a service log without bound.
 package authlimit
 
 import (
@@ -52,27 +52,18 @@ func New(cfg Config, now func() time.Time) *Limiter {
 	return &Limiter{cfg: cfg, now: now, global: rate.NewLimiter(cfg.Global, cfg.GlobalBurst), clients: map[string]*rate.Limiter{}}
 }
 
-// Wait returns how long r's client must wait before its next attempt: zero when it may try now.
-// It spends nothing; Failed does.
-func (l *Limiter) Wait(r *http.Request) time.Duration {
+// Failed counts a failed attempt of r's client and returns how long the client should wait
+// before its next one: zero while its failures and every client's are within their limits. A
+// failure past the client's own limit is not counted again in every client's.
+func (l *Limiter) Failed(r *http.Request) time.Duration {
 	now := l.now()
-	wait := waitFor(l.global, now)
-	l.mu.Lock()
-	c := l.clients[Client(r)]
-	l.mu.Unlock()
-	if c != nil {
-		wait = max(wait, waitFor(c, now))
+	if c := l.client(Client(r), now); c != nil && !c.AllowN(now, 1) {
+		return waitFor(c, now)
 	}
-	return wait
-}
-
-// Failed charges a failed attempt to r's client and to the global limit.
-func (l *Limiter) Failed(r *http.Request) {
-	now := l.now()
-	l.global.AllowN(now, 1)
-	if c := l.client(Client(r), now); c != nil {
-		c.AllowN(now, 1)
+	if !l.global.AllowN(now, 1) {
+		return waitFor(l.global, now)
 	}
+	return 0
 }
 
 // client returns the limiter of client key, making room for it when the table is full; nil

@@ -33,18 +33,19 @@ func (s *Service) Handler() http.Handler {
 }
 
 // interactions answers a Slack interaction: the signature is verified before anything is parsed,
-// only approvers may act, and the decision commits before the answer.
+// only approvers may act, and the decision commits before the answer. A bad signature is counted
+// as a failed credential, and logged while its client's failures are within their limits.
 func (s *Service) interactions(w http.ResponseWriter, r *http.Request) {
-	if s.throttled(w, r) {
-		return
-	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxInteractionBytes))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if err := verifySlack(r.Header, body, s.cfg.SigningSecret); err != nil {
-		s.authFails.Failed(r)
+		if p := httpapi.Failed(s.authFails, r); p != nil {
+			s.writeError(w, r, p)
+			return
+		}
 		s.log.WarnContext(r.Context(), "dlqnotifier: interaction refused: bad signature", "error", err)
 		s.writeError(w, r, httpapi.Problem(http.StatusUnauthorized, httpapi.TypeUnauth, "invalid Slack signature"))
 		return
@@ -107,16 +108,6 @@ func (s *Service) admin(next func(w http.ResponseWriter, r *http.Request) error)
 			s.writeError(w, r, err)
 		}
 	})
-}
-
-// throttled answers 429 to a client whose Slack signatures failed too often lately, before its
-// next attempt is read or checked, and reports whether it did.
-func (s *Service) throttled(w http.ResponseWriter, r *http.Request) bool {
-	p := httpapi.Throttled(s.authFails, r)
-	if p != nil {
-		s.writeError(w, r, p)
-	}
-	return p != nil
 }
 
 // list is GET /admin/dead-letters?state=open&limit=N, oldest first.

@@ -236,9 +236,11 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 	if !ok {
 		return "", httpapi.Problem(http.StatusUnauthorized, httpapi.TypeUnauth, "an Authorization: Bearer <api key> header is required")
 	}
-	tenant, err := s.keys.authenticate(r.Context(), key, func() error { return s.throttled(r) })
+	tenant, err := s.keys.authenticate(r.Context(), key)
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRevoked) {
-		s.authFails.Failed(r)
+		if p := httpapi.Failed(s.authFails, r); p != nil {
+			return "", p
+		}
 		return "", httpapi.Problem(http.StatusUnauthorized, httpapi.TypeUnauth, "the API key is unknown or revoked")
 	}
 	if err != nil {
@@ -249,15 +251,6 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 
 func (s *Server) authorizeAdmin(r *http.Request) error {
 	if p := s.admin.Authorize(r, s.authFails); p != nil {
-		return p
-	}
-	return nil
-}
-
-// throttled refuses, with a 429, a client whose credentials failed too often lately: before its
-// next one costs a Firestore read (an API key not known in memory) or a comparison.
-func (s *Server) throttled(r *http.Request) error {
-	if p := httpapi.Throttled(s.authFails, r); p != nil {
 		return p
 	}
 	return nil
