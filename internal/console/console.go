@@ -61,6 +61,9 @@ type Config struct {
 	SessionTTL time.Duration
 	// LoginTTL is how long a one-time login link is valid (10 min when zero).
 	LoginTTL time.Duration
+	// ProxyHops is the dlqnotifier's GENBOX_TRUSTED_PROXY_HOPS: how many addresses its
+	// front ends append to X-Forwarded-For, to name the client of a failed credential.
+	ProxyHops int
 }
 
 // Deps are the console's collaborators.
@@ -99,8 +102,10 @@ func New(cfg Config, d Deps) (*Console, error) {
 	if cfg.LoginTTL <= 0 {
 		cfg.LoginTTL = 10 * time.Minute
 	}
+	throttle := authlimit.DefaultConfig()
+	throttle.TrustedHops = cfg.ProxyHops
 	c := &Console{cfg: cfg, d: d, pages: map[string]*template.Template{},
-		admin: httpapi.NewAdminKey(cfg.AdminKey), authFails: authlimit.New(authlimit.DefaultConfig(), time.Now)}
+		admin: httpapi.NewAdminKey(cfg.AdminKey), authFails: authlimit.New(throttle, time.Now)}
 	for _, p := range []string{"overview", "tasks", "task", "deadletters", "bulk", "spend", "message"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/layout.html", "assets/parts.html", "assets/"+p+".html")
 		if err != nil {

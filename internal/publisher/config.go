@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/secretbox"
@@ -61,6 +62,10 @@ type Config struct {
 	// EventsHeartbeat is how often an idle event stream sends a comment line
 	// (GENBOX_EVENTS_HEARTBEAT, default 15s), so proxies and clients see it alive.
 	EventsHeartbeat time.Duration
+	// ProxyHops is how many addresses the front ends append to X-Forwarded-For
+	// (GENBOX_TRUSTED_PROXY_HOPS, default 1: Cloud Run's; 2 behind an external HTTPS load
+	// balancer): failed credentials are counted per client address found that far from its end.
+	ProxyHops int
 }
 
 // Environment variable names.
@@ -81,6 +86,7 @@ const (
 	EnvEventsPerTenant        = "GENBOX_EVENTS_PER_TENANT"
 	EnvEventsHeartbeat        = "GENBOX_EVENTS_HEARTBEAT"
 	EnvShutdownGrace          = "GENBOX_SHUTDOWN_GRACE"
+	EnvTrustedProxyHops       = authlimit.EnvTrustedProxyHops
 )
 
 // DefaultConfig returns the defaults FromEnv starts from.
@@ -96,6 +102,7 @@ func DefaultConfig() Config {
 		LimitsTTL:       30 * time.Second,
 		EventsPerTenant: 32,
 		EventsHeartbeat: 15 * time.Second,
+		ProxyHops:       authlimit.DefaultTrustedHops,
 	}
 }
 
@@ -123,6 +130,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Int(EnvEventsPerTenant, &c.EventsPerTenant)
 	r.Duration(EnvEventsHeartbeat, &c.EventsHeartbeat)
 	r.Duration(EnvShutdownGrace, &c.ShutdownGrace)
+	r.Int(EnvTrustedProxyHops, &c.ProxyHops)
 	shards, err := store.ShardsFromEnv(getenv)
 	c.SweepShards = shards
 	return c, errors.Join(r.Err(), err)
@@ -176,6 +184,9 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive", d.name))
 		}
+	}
+	if err := authlimit.CheckTrustedHops(c.ProxyHops); err != nil {
+		errs = append(errs, err)
 	}
 	if c.EventsPerTenant < 1 {
 		errs = append(errs, fmt.Errorf("%s: %d is below 1", EnvEventsPerTenant, c.EventsPerTenant))

@@ -98,7 +98,9 @@ func New(cfg Config, d Deps) (*Server, error) {
 		newSec: d.NewSecret, log: d.Log, metrics: d.Metrics, admin: httpapi.NewAdminKey(cfg.AdminKey)}
 	s.limits = newLimiters(d.Store, cfg.LimitsTTL)
 	s.keys = newKeys(d.Store, d.Log)
-	s.authFails = authlimit.New(authlimit.DefaultConfig(), func() time.Time { return d.Store.Now() })
+	throttle := authlimit.DefaultConfig()
+	throttle.TrustedHops = cfg.ProxyHops
+	s.authFails = authlimit.New(throttle, func() time.Time { return d.Store.Now() })
 	s.streams = newStreams(cfg.EventsPerTenant)
 	s.routes = s.routeTable()
 	s.doc = sync.OnceValue(s.openAPIJSON)
