@@ -4,7 +4,8 @@
 // a one-time login link (printed by `genbox dev`, or issued by POST /console/login-token with the
 // admin key) is exchanged for an HttpOnly, SameSite=Strict cookie, and every action carries the
 // session's CSRF token. Decisions on dead letters go through dlqnotifier.Service.Decide, the
-// same code as Slack's buttons, with the session's operator recorded.
+// same code as Slack's buttons, recorded as the admin routes record theirs: as the admin key that
+// issued the session, with the name its holder gave beside it.
 package console
 
 import (
@@ -55,7 +56,8 @@ var _ Decider = (*dlqnotifier.Service)(nil)
 
 // Config is the console's settings.
 type Config struct {
-	// AdminKey authorizes POST /console/login-token; empty: only IssueLogin's links log in.
+	// AdminKey authorizes POST /console/login-token and issues every login: a session lasts
+	// only as long as the key that issued it; empty: no one logs in.
 	AdminKey string
 	// SessionTTL is how long a session lasts (12 h when zero).
 	SessionTTL time.Duration
@@ -158,11 +160,15 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// IssueLogin stores a one-time login for operator and returns the path that redeems it
-// (LoginPath?token=…), valid for LoginTTL.
+// IssueLogin stores a one-time login for operator, issued by the admin key, and returns the
+// path that redeems it (LoginPath?token=…), valid for LoginTTL. Its session's decisions are the
+// admin key's; without an admin key no login is issued.
 func (c *Console) IssueLogin(ctx context.Context, operator string) (string, error) {
+	if !c.admin.Enabled() {
+		return "", errors.New("console: no login without an admin key (" + httpapi.EnvAdminKey + ")")
+	}
 	tok := randomToken()
-	if err := c.d.Store.CreateConsoleLogin(ctx, tok, operator, c.cfg.LoginTTL); err != nil {
+	if err := c.d.Store.CreateConsoleLogin(ctx, tok, c.admin.Operator(), operator, c.cfg.LoginTTL); err != nil {
 		return "", err
 	}
 	return LoginPath + "?token=" + tok, nil
@@ -236,7 +242,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sid := randomToken()
-	sess := store.ConsoleSession{CSRF: randomToken(), ExpireAt: time.Now().Add(c.cfg.SessionTTL).UTC()}
+	sess := store.ConsoleSession{Issuer: c.admin.Operator(), CSRF: randomToken(), ExpireAt: time.Now().Add(c.cfg.SessionTTL).UTC()}
 	_, err := c.d.Store.RedeemConsoleLogin(r.Context(), tok, sid, sess)
 	if errors.Is(err, store.ErrExpired) {
 		c.message(w, http.StatusUnauthorized, "Login link used or expired", "A login link works once, for a few minutes. Ask for a new one (see docs/console.md).")
@@ -269,7 +275,7 @@ func (c *Console) session(next sessionHandler) http.Handler {
 			c.loggedOut(w)
 			return
 		}
-		sess, err := c.d.Store.ConsoleSessionOf(r.Context(), ck.Value)
+		sess, err := c.d.Store.ConsoleSessionOf(r.Context(), ck.Value, c.admin.Operator())
 		if errors.Is(err, store.ErrExpired) {
 			c.loggedOut(w)
 			return

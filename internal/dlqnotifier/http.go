@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -167,11 +166,7 @@ func (s *Service) decideAdmin(w http.ResponseWriter, r *http.Request) error {
 			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, `the body must be empty or {"operator": "<your name>"}`)
 		}
 	}
-	by := s.adminKey.Operator()
-	if name := strings.TrimSpace(body.Operator); name != "" {
-		by += fmt.Sprintf(" (says %q)", name)
-	}
-	d, err := s.Decide(r.Context(), id, action, by)
+	d, err := s.Decide(r.Context(), id, action, s.adminKey.Says(body.Operator))
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -45,6 +46,16 @@ func (k AdminKey) Enabled() bool { return k.set }
 // Operator names the holder of the key in audit records: the admin key by the first 8 hex
 // digits of its SHA-256, which tells one key from its successor without revealing it.
 func (k AdminKey) Operator() string { return "admin key " + hex.EncodeToString(k.sum[:4]) }
+
+// Says is who decided in an audit record when the holder of the key gives a name: Operator,
+// with the name kept beside it marked as what it is — said, not verified (the key is all that
+// was). A blank name leaves Operator alone.
+func (k AdminKey) Says(name string) string {
+	if name = strings.TrimSpace(name); name != "" {
+		return fmt.Sprintf("%s (says %q)", k.Operator(), name)
+	}
+	return k.Operator()
+}
 
 // Authorize checks r's admin credential: 403 when the admin routes are off, 401 without a
 // Bearer credential, 403 for a wrong key (counted in fails; 429 once its client's failures or

@@ -95,6 +95,22 @@ func TestBearer(t *testing.T) {
 // The admin key check answers as the publisher always has: 403 when off, 401 without a Bearer
 // credential, 403 for a wrong key (counted, and throttled to 429 past the burst), nil for the
 // key, however many wrong ones came before it.
+// An admin key's holder is recorded by the key, with the name it gives marked as only said.
+func TestAdminKeySays(t *testing.T) {
+	t.Parallel()
+	k := httpapi.NewAdminKey("0123456789abcdef-admin")
+	for name, want := range map[string]string{
+		" alice ":    k.Operator() + ` (says "alice")`,
+		`"root" <x>`: k.Operator() + ` (says "\"root\" <x>")`,
+		"   ":        k.Operator(),
+		"":           k.Operator(),
+	} {
+		if got := k.Says(name); got != want {
+			t.Errorf("Says(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
 func TestAdminKey(t *testing.T) {
 	t.Parallel()
 	const key = "0123456789abcdef-admin"
