@@ -84,8 +84,9 @@ type Console struct {
 	d     Deps
 	pages map[string]*template.Template
 	mux   *http.ServeMux
-	// admin checks login-token's Bearer admin key as the publisher and the dlqnotifier do;
-	// authFails throttles clients whose keys keep failing.
+	// admin checks login-token's Bearer admin key as the publisher and the dlqnotifier do, and
+	// issues every session; authFails throttles clients whose keys, login links or session
+	// cookies keep failing.
 	admin     httpapi.AdminKey
 	authFails *authlimit.Limiter
 }
@@ -245,6 +246,9 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	sess := store.ConsoleSession{Issuer: c.admin.Operator(), CSRF: randomToken(), ExpireAt: time.Now().Add(c.cfg.SessionTTL).UTC()}
 	_, err := c.d.Store.RedeemConsoleLogin(r.Context(), tok, sid, sess)
 	if errors.Is(err, store.ErrExpired) {
+		if c.throttled(w, r) {
+			return
+		}
 		c.message(w, http.StatusUnauthorized, "Login link used or expired", "A login link works once, for a few minutes. Ask for a new one (see docs/console.md).")
 		return
 	}
@@ -264,6 +268,23 @@ func (c *Console) loggedOut(w http.ResponseWriter) {
 			`curl -X POST -H "Authorization: Bearer $GENBOX_ADMIN_KEY" -d '{"operator":"you"}' $GENBOX_DLQ_URL/console/login-token`)
 }
 
+// throttled counts r's failed login link or session cookie as a failed credential and, once its
+// client's failures or every client's are past their limits, answers 429 and reports true.
+func (c *Console) throttled(w http.ResponseWriter, r *http.Request) bool {
+	p := httpapi.Failed(c.authFails, r)
+	if p == nil {
+		return false
+	}
+	httpapi.SetRetryAfter(w.Header(), p.RetryAfter)
+	c.message(w, p.Status, "Too many failed logins", "Too many login links or session cookies from this address failed lately. Wait a little, then try again.")
+	return true
+}
+
+// endCookie tells the browser to forget its session cookie.
+func endCookie(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/console", MaxAge: -1, HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
+}
+
 // sessionHandler is a page that runs inside a session.
 type sessionHandler func(w http.ResponseWriter, r *http.Request, sess store.ConsoleSession)
 
@@ -277,6 +298,10 @@ func (c *Console) session(next sessionHandler) http.Handler {
 		}
 		sess, err := c.d.Store.ConsoleSessionOf(r.Context(), ck.Value, c.admin.Operator())
 		if errors.Is(err, store.ErrExpired) {
+			if c.throttled(w, r) {
+				return
+			}
+			endCookie(w, r) // the browser stops presenting it
 			c.loggedOut(w)
 			return
 		}
@@ -308,7 +333,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, _ store.Console
 			return
 		}
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/console", MaxAge: -1, HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
+	endCookie(w, r)
 	c.message(w, http.StatusOK, "Logged out", "The session has ended.")
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/console"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/emulator"
@@ -118,4 +119,56 @@ func TestRotatedAdminKeyEndsSessionsAndLinks(t *testing.T) {
 	}
 	c = browser(t)
 	login(t, c, loginLink(t, rotated, rotatedKey, "alice")) // the new key's own work
+}
+
+// Forged login links and session cookies are failed credentials like any other: past a
+// client's burst they are answered 429 with Retry-After, while a valid session from that same
+// address is served.
+func TestFailedLoginLinksAndCookiesThrottled(t *testing.T) {
+	t.Parallel()
+	st := store.New(testenv.Firestore(t, emulator.ProjectID(t)))
+	base := consoleOn(t, st, adminKey, &decisions{})
+	c := browser(t)
+	login(t, c, loginLink(t, base, adminKey, "alice"))
+	send := func(path, from, cookie string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		req.Header.Set("X-Forwarded-For", from)
+		if cookie != "" {
+			req.AddCookie(&http.Cookie{Name: "genbox_console", Value: cookie})
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" {
+			t.Fatal("a 429 without Retry-After")
+		}
+		return resp.StatusCode
+	}
+	burst := authlimit.DefaultConfig().ClientBurst
+	const extra = 5
+	links, cookies := map[int]int{}, map[int]int{}
+	for i := range burst + extra {
+		links[send(console.LoginPath+"?token=forged-"+string(rune('a'+i)), "203.0.113.1", "")]++
+		cookies[send(console.Prefix, "203.0.113.2", "forged-session-"+string(rune('a'+i)))]++
+	}
+	want := map[int]int{http.StatusUnauthorized: burst, http.StatusTooManyRequests: extra}
+	if diff := cmp.Diff(want, links); diff != "" {
+		t.Errorf("forged login links (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, cookies); diff != "" {
+		t.Errorf("forged session cookies (-want +got):\n%s", diff)
+	}
+	req, _ := http.NewRequest(http.MethodGet, base+console.Prefix, nil)
+	req.Header.Set("X-Forwarded-For", "203.0.113.2")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a valid session from the throttled address: %d, want 200", resp.StatusCode)
+	}
 }

@@ -102,9 +102,14 @@ func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, p *task.Pro
 		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "status", p.Status, "error", cause)
 	}
 	if p.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int((p.RetryAfter+time.Second-1)/time.Second)))
+		SetRetryAfter(w.Header(), p.RetryAfter)
 	}
 	JSON(w, p.Status, task.ProblemContentType, p)
+}
+
+// SetRetryAfter sets h's Retry-After to d in whole seconds, rounded up.
+func SetRetryAfter(h http.Header, d time.Duration) {
+	h.Set("Retry-After", strconv.Itoa(int((d+time.Second-1)/time.Second)))
 }
 
 // JSON answers v as JSON of contentType with status, newline-terminated and with its length.
