@@ -60,6 +60,8 @@ locals {
       GENBOX_CALLBACK_PORTS           = length(var.callback_ports) == 0 ? "any" : join(",", var.callback_ports)
       # Seals the webhook secrets it creates and rotates (kms.tf: encrypt only).
       GENBOX_WEBHOOK_SECRETS_KEY = local.webhook_secrets_key
+      # Where the client's address is in X-Forwarded-For, to count failed API keys per client.
+      GENBOX_TRUSTED_PROXY_HOPS = tostring(var.trusted_proxy_hops.publisher)
     })
 
     worker = merge(local.common_env, local.pricing_env, {
@@ -94,6 +96,8 @@ locals {
       OTEL_SERVICE_NAME      = "dlqnotifier"
       GENBOX_SLACK_CHANNEL   = var.slack_channel
       GENBOX_SLACK_APPROVERS = join(",", var.slack_approvers)
+      # 2 behind an external HTTPS load balancer (IAP in front of the console, docs/console.md).
+      GENBOX_TRUSTED_PROXY_HOPS = tostring(var.trusted_proxy_hops.dlqnotifier)
     })
   }
 

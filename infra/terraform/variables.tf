@@ -92,6 +92,23 @@ variable "max_instances" {
   }
 }
 
+variable "trusted_proxy_hops" {
+  description = "GENBOX_TRUSTED_PROXY_HOPS of each public service: how many addresses its front ends append to X-Forwarded-For, so that failed credentials are counted per client. 1: Cloud Run's own front end; 2: behind an external HTTPS load balancer (a serverless NEG, as for IAP in front of the console)."
+  type = object({
+    publisher   = number
+    dlqnotifier = number
+  })
+  default = {
+    publisher   = 1
+    dlqnotifier = 1
+  }
+
+  validation {
+    condition     = alltrue([for n in values(var.trusted_proxy_hops) : n >= 0 && n <= 10 && floor(n) == n])
+    error_message = "Each trusted_proxy_hops value must be a whole number from 0 to 10."
+  }
+}
+
 variable "gemini_backend" {
   description = "How the worker reaches Gemini: \"gemini\" (the Gemini API with GEMINI_API_KEY from Secret Manager) or \"vertex\" (Vertex AI with the worker's service account)."
   type        = string

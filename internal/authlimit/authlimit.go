@@ -1,12 +1,13 @@
-// Package authlimit throttles failed authentication: a client whose credentials keep failing is
-// refused before its next attempt costs anything (a Firestore read of an unknown API key, a
-// comparison with the admin key, a signature check), so requests without a valid credential
-// cannot make a service read, compute or log without bound. Failures are counted per client
-// address and, as a backstop against a client that changes address, in all; a successful
-// attempt costs nothing.
+// Package authlimit throttles failed authentication. A credential is always checked first, and
+// a valid one is never refused here, whatever anyone's failures; a credential that fails is
+// counted against its client address and, as a backstop against a client that changes address,
+// against every client together. Past either limit a failure is answered 429 with Retry-After
+// instead of its refusal, and the services leave it out of their logs, so failing requests
+// cannot make a service log without bound.
 package authlimit
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -17,6 +18,24 @@ import (
 	"golang.org/x/time/rate"
 )
 
+// EnvTrustedProxyHops names how many addresses the front ends of a service append to
+// X-Forwarded-For (Config.TrustedHops), read by every service that throttles failures.
+const EnvTrustedProxyHops = "GENBOX_TRUSTED_PROXY_HOPS"
+
+// DefaultTrustedHops is Cloud Run's front end alone: it appends the address it was called from.
+const DefaultTrustedHops = 1
+
+// MaxTrustedHops bounds Config.TrustedHops: no genbox setup puts more proxies in front.
+const MaxTrustedHops = 10
+
+// CheckTrustedHops reports a hop count out of range, naming EnvTrustedProxyHops.
+func CheckTrustedHops(n int) error {
+	if n < 0 || n > MaxTrustedHops {
+		return fmt.Errorf("%s: %d is not 0 to %d", EnvTrustedProxyHops, n, MaxTrustedHops)
+	}
+	return nil
+}
+
 // Config sizes a Limiter.
 type Config struct {
 	PerClient   rate.Limit // failures a client may add per second, once its burst is spent
@@ -26,12 +45,15 @@ type Config struct {
 	// MaxClients bounds the clients remembered; past it, the clients that have not failed
 	// lately are forgotten, and failures beyond that are held by the global limit alone.
 	MaxClients int
+	// TrustedHops is how many addresses the front ends in front of the service append to
+	// X-Forwarded-For (see Client): 1 on Cloud Run, 2 behind an external HTTPS load balancer.
+	TrustedHops int
 }
 
 // DefaultConfig is every genbox service's: 20 failures in a row per client, then one a second;
-// 50 a second in all, in bursts of 200, per instance.
+// 50 a second in all, in bursts of 200, per instance; the client named by Cloud Run's front end.
 func DefaultConfig() Config {
-	return Config{PerClient: 1, ClientBurst: 20, Global: 50, GlobalBurst: 200, MaxClients: 10000}
+	return Config{PerClient: 1, ClientBurst: 20, Global: 50, GlobalBurst: 200, MaxClients: 10000, TrustedHops: DefaultTrustedHops}
 }
 
 // Limiter counts failed attempts. Safe for concurrent use.
@@ -52,27 +74,18 @@ func New(cfg Config, now func() time.Time) *Limiter {
 	return &Limiter{cfg: cfg, now: now, global: rate.NewLimiter(cfg.Global, cfg.GlobalBurst), clients: map[string]*rate.Limiter{}}
 }
 
-// Wait returns how long r's client must wait before its next attempt: zero when it may try now.
-// It spends nothing; Failed does.
-func (l *Limiter) Wait(r *http.Request) time.Duration {
+// Failed counts a failed attempt of r's client and returns how long the client should wait
+// before its next one: zero while its failures and every client's are within their limits. A
+// failure past the client's own limit is not counted again in every client's.
+func (l *Limiter) Failed(r *http.Request) time.Duration {
 	now := l.now()
-	wait := waitFor(l.global, now)
-	l.mu.Lock()
-	c := l.clients[Client(r)]
-	l.mu.Unlock()
-	if c != nil {
-		wait = max(wait, waitFor(c, now))
+	if c := l.client(Client(r, l.cfg.TrustedHops), now); c != nil && !c.AllowN(now, 1) {
+		return waitFor(c, now)
 	}
-	return wait
-}
-
-// Failed charges a failed attempt to r's client and to the global limit.
-func (l *Limiter) Failed(r *http.Request) {
-	now := l.now()
-	l.global.AllowN(now, 1)
-	if c := l.client(Client(r), now); c != nil {
-		c.AllowN(now, 1)
+	if !l.global.AllowN(now, 1) {
+		return waitFor(l.global, now)
 	}
+	return 0
 }
 
 // client returns the limiter of client key, making room for it when the table is full; nil
@@ -110,14 +123,22 @@ func waitFor(lim *rate.Limiter, now time.Time) time.Duration {
 	return time.Duration((1 - tokens) / float64(lim.Limit()) * float64(time.Second))
 }
 
-// Client names the client of r: the last address of X-Forwarded-For, which the front end in
-// front of the service (Cloud Run's) appends and a client cannot forge, else the peer address;
-// an IPv6 address stands for its /64, which one client holds whole.
-func Client(r *http.Request) string {
+// Client names the client of r. Each front end in front of the service appends the address it
+// was called from to X-Forwarded-For, and what comes before is whatever the client sent; so the
+// client is the address hops entries from the right (Cloud Run's front end appends one; an
+// external HTTPS load balancer two, the client's and its own), or the leftmost when there are
+// fewer (a request that reached the service past the balancer). With hops 0, or no header, it is
+// the peer address. An IPv6 address stands for its /64, which one client holds whole.
+func Client(r *http.Request, hops int) string {
 	addr := r.RemoteAddr
-	if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-		last := xff[len(xff)-1]
-		addr = strings.TrimSpace(last[strings.LastIndexByte(last, ',')+1:])
+	if hops > 0 {
+		var entries []string
+		for _, v := range r.Header.Values("X-Forwarded-For") {
+			entries = append(entries, strings.Split(v, ",")...)
+		}
+		if len(entries) > 0 {
+			addr = strings.TrimSpace(entries[max(len(entries)-hops, 0)])
+		}
 	}
 	if host, _, err := net.SplitHostPort(addr); err == nil {
 		addr = host

@@ -165,8 +165,8 @@ func TestBrowserFollowsATaskAndDecidesItsDeadLetter(t *testing.T) {
 		t.Errorf("after the double click the page says %q, want the decision recorded", flash)
 	}
 	d, err := s.Store.GetDeadLetter(sctx, dl)
-	if err != nil || d.State != store.DeadLetterDiscarded || d.DecidedBy != "dev (console)" {
-		t.Fatalf("dead letter %+v %v, want discarded by dev (console)", d, err)
+	if err != nil || d.State != store.DeadLetterDiscarded || d.DecidedBy != devDecider(s) {
+		t.Fatalf("dead letter %+v %v, want discarded by %s", d, err, devDecider(s))
 	}
 	// The task page shows the one decision, and no button is left.
 	if err := chromedp.Do(ctx, chromedp.Navigate(s.Info.DLQ+"/console/tasks/"+res.TaskID), chromedp.WaitVisible(`#dead-letters`)); err != nil {
@@ -181,8 +181,8 @@ func TestBrowserFollowsATaskAndDecidesItsDeadLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot.take(ctx, "task decided")
-	if strings.Count(decision, "discarded by dev (console)") != 1 || buttons != 0 {
-		t.Errorf("task page: decision %q with %d buttons, want one discard by dev (console) and none", decision, buttons)
+	if strings.Count(decision, "discarded by "+devDecider(s)) != 1 || buttons != 0 {
+		t.Errorf("task page: decision %q with %d buttons, want one discard by %s and none", decision, buttons, devDecider(s))
 	}
 	if v, err := client.New(s.Info.Publisher, s.Info.APIKey).Get(sctx, res.TaskID); err != nil || v.Delivery.State != task.DeliveryDiscarded {
 		t.Errorf("task delivery %+v %v, want discarded", v, err)

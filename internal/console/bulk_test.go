@@ -89,8 +89,8 @@ func TestBulkDecisionDecidesEachOnce(t *testing.T) {
 	}
 	for _, id := range dls {
 		d, err := s.Store.GetDeadLetter(ctx, id)
-		if err != nil || d.State != store.DeadLetterRedelivered || d.DecidedBy != "dev (console)" {
-			t.Errorf("dead letter %s after the bulk decision: %+v %v, want redelivered by dev (console)", id, d, err)
+		if err != nil || d.State != store.DeadLetterRedelivered || d.DecidedBy != devDecider(s) {
+			t.Errorf("dead letter %s after the bulk decision: %+v %v, want redelivered by %s", id, d, err, devDecider(s))
 		}
 	}
 }

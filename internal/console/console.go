@@ -4,7 +4,8 @@
 // a one-time login link (printed by `genbox dev`, or issued by POST /console/login-token with the
 // admin key) is exchanged for an HttpOnly, SameSite=Strict cookie, and every action carries the
 // session's CSRF token. Decisions on dead letters go through dlqnotifier.Service.Decide, the
-// same code as Slack's buttons, with the session's operator recorded.
+// same code as Slack's buttons, recorded as the admin routes record theirs: as the admin key that
+// issued the session, with the name its holder gave beside it.
 package console
 
 import (
@@ -55,12 +56,16 @@ var _ Decider = (*dlqnotifier.Service)(nil)
 
 // Config is the console's settings.
 type Config struct {
-	// AdminKey authorizes POST /console/login-token; empty: only IssueLogin's links log in.
+	// AdminKey authorizes POST /console/login-token and issues every login: a session lasts
+	// only as long as the key that issued it; empty: no one logs in.
 	AdminKey string
 	// SessionTTL is how long a session lasts (12 h when zero).
 	SessionTTL time.Duration
 	// LoginTTL is how long a one-time login link is valid (10 min when zero).
 	LoginTTL time.Duration
+	// ProxyHops is the dlqnotifier's GENBOX_TRUSTED_PROXY_HOPS: how many addresses its
+	// front ends append to X-Forwarded-For, to name the client of a failed credential.
+	ProxyHops int
 }
 
 // Deps are the console's collaborators.
@@ -79,8 +84,9 @@ type Console struct {
 	d     Deps
 	pages map[string]*template.Template
 	mux   *http.ServeMux
-	// admin checks login-token's Bearer admin key as the publisher and the dlqnotifier do;
-	// authFails throttles clients whose keys keep failing.
+	// admin checks login-token's Bearer admin key as the publisher and the dlqnotifier do, and
+	// issues every session; authFails throttles clients whose keys, login links or session
+	// cookies keep failing.
 	admin     httpapi.AdminKey
 	authFails *authlimit.Limiter
 }
@@ -99,8 +105,10 @@ func New(cfg Config, d Deps) (*Console, error) {
 	if cfg.LoginTTL <= 0 {
 		cfg.LoginTTL = 10 * time.Minute
 	}
+	throttle := authlimit.DefaultConfig()
+	throttle.TrustedHops = cfg.ProxyHops
 	c := &Console{cfg: cfg, d: d, pages: map[string]*template.Template{},
-		admin: httpapi.NewAdminKey(cfg.AdminKey), authFails: authlimit.New(authlimit.DefaultConfig(), time.Now)}
+		admin: httpapi.NewAdminKey(cfg.AdminKey), authFails: authlimit.New(throttle, time.Now)}
 	for _, p := range []string{"overview", "tasks", "task", "deadletters", "bulk", "spend", "message"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/layout.html", "assets/parts.html", "assets/"+p+".html")
 		if err != nil {
@@ -153,11 +161,15 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// IssueLogin stores a one-time login for operator and returns the path that redeems it
-// (LoginPath?token=…), valid for LoginTTL.
+// IssueLogin stores a one-time login for operator, issued by the admin key, and returns the
+// path that redeems it (LoginPath?token=…), valid for LoginTTL. Its session's decisions are the
+// admin key's; without an admin key no login is issued.
 func (c *Console) IssueLogin(ctx context.Context, operator string) (string, error) {
+	if !c.admin.Enabled() {
+		return "", errors.New("console: no login without an admin key (" + httpapi.EnvAdminKey + ")")
+	}
 	tok := randomToken()
-	if err := c.d.Store.CreateConsoleLogin(ctx, tok, operator, c.cfg.LoginTTL); err != nil {
+	if err := c.d.Store.CreateConsoleLogin(ctx, tok, c.admin.Operator(), operator, c.cfg.LoginTTL); err != nil {
 		return "", err
 	}
 	return LoginPath + "?token=" + tok, nil
@@ -231,9 +243,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sid := randomToken()
-	sess := store.ConsoleSession{CSRF: randomToken(), ExpireAt: time.Now().Add(c.cfg.SessionTTL).UTC()}
+	sess := store.ConsoleSession{Issuer: c.admin.Operator(), CSRF: randomToken(), ExpireAt: time.Now().Add(c.cfg.SessionTTL).UTC()}
 	_, err := c.d.Store.RedeemConsoleLogin(r.Context(), tok, sid, sess)
 	if errors.Is(err, store.ErrExpired) {
+		if c.throttled(w, r) {
+			return
+		}
 		c.message(w, http.StatusUnauthorized, "Login link used or expired", "A login link works once, for a few minutes. Ask for a new one (see docs/console.md).")
 		return
 	}
@@ -253,6 +268,23 @@ func (c *Console) loggedOut(w http.ResponseWriter) {
 			`curl -X POST -H "Authorization: Bearer $GENBOX_ADMIN_KEY" -d '{"operator":"you"}' $GENBOX_DLQ_URL/console/login-token`)
 }
 
+// throttled counts r's failed login link or session cookie as a failed credential and, once its
+// client's failures or every client's are past their limits, answers 429 and reports true.
+func (c *Console) throttled(w http.ResponseWriter, r *http.Request) bool {
+	p := httpapi.Failed(c.authFails, r)
+	if p == nil {
+		return false
+	}
+	httpapi.SetRetryAfter(w.Header(), p.RetryAfter)
+	c.message(w, p.Status, "Too many failed logins", "Too many login links or session cookies from this address failed lately. Wait a little, then try again.")
+	return true
+}
+
+// endCookie tells the browser to forget its session cookie.
+func endCookie(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/console", MaxAge: -1, HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
+}
+
 // sessionHandler is a page that runs inside a session.
 type sessionHandler func(w http.ResponseWriter, r *http.Request, sess store.ConsoleSession)
 
@@ -264,8 +296,12 @@ func (c *Console) session(next sessionHandler) http.Handler {
 			c.loggedOut(w)
 			return
 		}
-		sess, err := c.d.Store.ConsoleSessionOf(r.Context(), ck.Value)
+		sess, err := c.d.Store.ConsoleSessionOf(r.Context(), ck.Value, c.admin.Operator())
 		if errors.Is(err, store.ErrExpired) {
+			if c.throttled(w, r) {
+				return
+			}
+			endCookie(w, r) // the browser stops presenting it
 			c.loggedOut(w)
 			return
 		}
@@ -297,7 +333,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, _ store.Console
 			return
 		}
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/console", MaxAge: -1, HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
+	endCookie(w, r)
 	c.message(w, http.StatusOK, "Logged out", "The session has ended.")
 }
 

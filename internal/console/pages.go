@@ -404,8 +404,10 @@ func (c *Console) deadLetters(w http.ResponseWriter, r *http.Request, sess store
 		Flash: r.URL.Query().Get("done"), Data: d})
 }
 
-// decidedBy is how the console records who decided.
-func decidedBy(sess store.ConsoleSession) string { return sess.Operator + " (console)" }
+// decidedBy is how the console records who decided: as the admin routes do, the admin key that
+// issued the session (the credential is all that was verified), with the operator's name kept
+// beside it as what they said.
+func (c *Console) decidedBy(sess store.ConsoleSession) string { return c.admin.Says(sess.Operator) }
 
 // outcome says what a decision did, for the operator.
 func outcome(id string, action dlqnotifier.Action, err error) string {
@@ -424,7 +426,7 @@ func outcome(id string, action dlqnotifier.Action, err error) string {
 // decide is POST /console/dead-letters/{id} (form: action): the same decision as a Slack click.
 func (c *Console) decide(w http.ResponseWriter, r *http.Request, sess store.ConsoleSession) {
 	id, action := r.PathValue("id"), dlqnotifier.Action(r.PostFormValue("action"))
-	_, err := c.d.Decider.Decide(r.Context(), id, action, decidedBy(sess))
+	_, err := c.d.Decider.Decide(r.Context(), id, action, c.decidedBy(sess))
 	msg := outcome(id, action, err)
 	if msg == "" {
 		c.fail(w, r, err)
@@ -501,7 +503,7 @@ func (c *Console) bulkDecide(w http.ResponseWriter, r *http.Request, sess store.
 			continue
 		}
 		seen[taskID] = true
-		_, err = c.d.Decider.Decide(r.Context(), id, action, decidedBy(sess))
+		_, err = c.d.Decider.Decide(r.Context(), id, action, c.decidedBy(sess))
 		msg := outcome(id, action, err)
 		if msg == "" {
 			c.d.Log.ErrorContext(r.Context(), "console: bulk decision failed", "dead_letter_id", id, "error", err)

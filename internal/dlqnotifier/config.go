@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/geminienv"
@@ -44,6 +45,7 @@ const (
 	EnvPushAccount      = "GENBOX_PUSH_SERVICE_ACCOUNT"
 	EnvUnauthPush       = bus.EnvUnauthenticatedPush
 	EnvPromptsDir       = prompts.EnvDir
+	EnvTrustedProxyHops = authlimit.EnvTrustedProxyHops
 	ConsumerPush        = "push"
 	ConsumerPull        = "pull"
 	defaultPort         = 8080
@@ -73,6 +75,11 @@ type Config struct {
 	AdminKey      string   // GENBOX_ADMIN_KEY: Bearer key of /admin/...; empty disables the admin path
 	Consumer      string   // GENBOX_CONSUMER: push (Cloud Run) or pull
 	Instance      string   // GENBOX_INSTANCE_ID: the post lease owner (hostname-pid when empty)
+	// ProxyHops is how many addresses the front ends append to X-Forwarded-For
+	// (GENBOX_TRUSTED_PROXY_HOPS, default 1: Cloud Run's; 2 behind an external HTTPS load
+	// balancer, as with IAP in front of the console): failed credentials are counted per client
+	// address found that far from its end.
+	ProxyHops int
 
 	// Pull subscriptions (GENBOX_TASKS_DLQ_SUBSCRIPTION, GENBOX_RESULTS_DLQ_SUBSCRIPTION,
 	// GENBOX_ALERTS_SUBSCRIPTION).
@@ -128,7 +135,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
 		Port: defaultPort, Consumer: ConsumerPush, SlackAPIURL: defaultSlackAPIBase,
 		TasksDLQSub: bus.SubTasksDLQ, ResultsDLQSub: bus.SubResultsDLQ, AlertsSub: bus.SubAlerts,
-		Policy: DefaultPolicy(), ShutdownGrace: 8 * time.Second,
+		Policy: DefaultPolicy(), ShutdownGrace: 8 * time.Second, ProxyHops: authlimit.DefaultTrustedHops,
 	}
 	r := envconfig.New(getenv)
 	r.Port(EnvPort, &c.Port)
@@ -148,6 +155,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String(EnvPushAccount, &c.PushAccount)
 	r.Bool(EnvUnauthPush, &c.UnauthenticatedPush)
 	r.String(EnvPromptsDir, &c.PromptsDir)
+	r.Int(EnvTrustedProxyHops, &c.ProxyHops)
 	c.SlackAPIURL = strings.TrimRight(c.SlackAPIURL, "/")
 	if c.SlackAPIURL == "" {
 		c.SlackAPIURL = defaultSlackAPIBase
@@ -222,6 +230,9 @@ func (c Config) Validate() error {
 		bad(EnvConsumer, "must be push or pull")
 	}
 	if err := httpapi.CheckAdminKey(c.AdminKey); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err))
+	}
+	if err := authlimit.CheckTrustedHops(c.ProxyHops); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err))
 	}
 	for _, v := range []struct{ name, value, other string }{

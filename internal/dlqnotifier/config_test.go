@@ -23,7 +23,7 @@ func TestFromEnv(t *testing.T) {
 	}{
 		{name: "defaults", check: func(t *testing.T, c Config) {
 			t.Helper()
-			if c.Port != 8080 || c.Consumer != ConsumerPush || c.SlackAPIURL != "http://127.0.0.1:9999" ||
+			if c.Port != 8080 || c.Consumer != ConsumerPush || c.SlackAPIURL != "http://127.0.0.1:9999" || c.ProxyHops != 1 ||
 				!slices.Equal(c.Approvers, []string{"U1", "U2"}) || c.AlertCooldown != 30*time.Minute || c.Instance == "" {
 				t.Fatalf("%+v", c)
 			}
@@ -46,6 +46,13 @@ func TestFromEnv(t *testing.T) {
 		{name: "non-positive", set: map[string]string{EnvPostLease: "0s"}, wantErr: []string{EnvPostLease}},
 		{name: "backoff order", set: map[string]string{EnvPostBackoffBase: "1m", EnvPostBackoffMax: "1s"}, wantErr: []string{EnvPostBackoffMax}},
 		{name: "consumer", set: map[string]string{EnvConsumer: "poll"}, wantErr: []string{EnvConsumer}},
+		{name: "proxy hops", set: map[string]string{EnvTrustedProxyHops: "2"}, check: func(t *testing.T, c Config) {
+			t.Helper()
+			if c.ProxyHops != 2 {
+				t.Fatalf("ProxyHops %d, want 2", c.ProxyHops)
+			}
+		}},
+		{name: "bad proxy hops", set: map[string]string{EnvTrustedProxyHops: "-1"}, wantErr: []string{EnvTrustedProxyHops}},
 		{name: "slack url", set: map[string]string{EnvSlackAPIURL: "slack.com"}, wantErr: []string{EnvSlackAPIURL}},
 		{name: "prices", set: map[string]string{"GENBOX_PRICES": "gemini-2.5-flash=cheap"}, wantErr: []string{"GENBOX_PRICES"}},
 		{name: "push needs push auth", set: map[string]string{EnvUnauthPush: ""},
@@ -111,7 +118,7 @@ func TestFromEnvAsksForEveryVariable(t *testing.T) {
 	for _, v := range []string{EnvPort, EnvProject, EnvBotToken, EnvSigningSecret, EnvChannel, EnvApprovers, EnvSlackAPIURL,
 		EnvAdminKey, EnvAlertCooldown, EnvConsumer, EnvInstance, EnvTasksDLQSub, EnvResultsDLQSub, EnvAlertsSub,
 		EnvPostLease, EnvPostBackoffBase, EnvPostBackoffMax, EnvFollowUpGrace, EnvShutdownGrace,
-		EnvPushAudience, EnvPushAccount, EnvUnauthPush, EnvPromptsDir, "GENBOX_MODEL_CHAIN", "GENBOX_PRICES"} {
+		EnvPushAudience, EnvPushAccount, EnvUnauthPush, EnvPromptsDir, EnvTrustedProxyHops, "GENBOX_MODEL_CHAIN", "GENBOX_PRICES"} {
 		if !slices.Contains(asked, v) {
 			t.Errorf("FromEnv never asked for %s", v)
 		}

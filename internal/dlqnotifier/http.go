@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -33,18 +32,19 @@ func (s *Service) Handler() http.Handler {
 }
 
 // interactions answers a Slack interaction: the signature is verified before anything is parsed,
-// only approvers may act, and the decision commits before the answer.
+// only approvers may act, and the decision commits before the answer. A bad signature is counted
+// as a failed credential, and logged while its client's failures are within their limits.
 func (s *Service) interactions(w http.ResponseWriter, r *http.Request) {
-	if s.throttled(w, r) {
-		return
-	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxInteractionBytes))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if err := verifySlack(r.Header, body, s.cfg.SigningSecret); err != nil {
-		s.authFails.Failed(r)
+		if p := httpapi.Failed(s.authFails, r); p != nil {
+			s.writeError(w, r, p)
+			return
+		}
 		s.log.WarnContext(r.Context(), "dlqnotifier: interaction refused: bad signature", "error", err)
 		s.writeError(w, r, httpapi.Problem(http.StatusUnauthorized, httpapi.TypeUnauth, "invalid Slack signature"))
 		return
@@ -109,16 +109,6 @@ func (s *Service) admin(next func(w http.ResponseWriter, r *http.Request) error)
 	})
 }
 
-// throttled answers 429 to a client whose Slack signatures failed too often lately, before its
-// next attempt is read or checked, and reports whether it did.
-func (s *Service) throttled(w http.ResponseWriter, r *http.Request) bool {
-	p := httpapi.Throttled(s.authFails, r)
-	if p != nil {
-		s.writeError(w, r, p)
-	}
-	return p != nil
-}
-
 // list is GET /admin/dead-letters?state=open&limit=N, oldest first.
 func (s *Service) list(w http.ResponseWriter, r *http.Request) error {
 	state := store.DeadLetterState(r.URL.Query().Get("state"))
@@ -176,11 +166,7 @@ func (s *Service) decideAdmin(w http.ResponseWriter, r *http.Request) error {
 			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, `the body must be empty or {"operator": "<your name>"}`)
 		}
 	}
-	by := s.adminKey.Operator()
-	if name := strings.TrimSpace(body.Operator); name != "" {
-		by += fmt.Sprintf(" (says %q)", name)
-	}
-	d, err := s.Decide(r.Context(), id, action, by)
+	d, err := s.Decide(r.Context(), id, action, s.adminKey.Says(body.Operator))
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -315,42 +316,41 @@ func BenchmarkClick(b *testing.B) {
 	}
 }
 
+// send sends method path from the client address from (X-Forwarded-For, as Cloud Run's front end
+// appends it) and returns the status; a 429 must say when to retry.
+func (e *env) send(t *testing.T, method, path, from string, body []byte, hdr http.Header) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, e.http.URL+path, bytes.NewReader(body))
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	req.Header.Set("X-Forwarded-For", from)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" {
+		t.Fatal("a 429 without Retry-After")
+	}
+	return resp.StatusCode
+}
+
 // A client whose Slack signatures or admin keys keep failing is answered 429 once its burst is
-// spent, before its next attempt is checked; Slack (another address) and the admin with the
-// right key are not held back.
+// spent; Slack (another address) and the admin with the right key are not held back.
 func TestFailedAuthThrottled(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	tk := e.deliveryDeadTask(t, "t-throttle")
 	e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
 	dl := "t-throttle:delivery:0:0"
-	send := func(path, from string, body []byte, hdr http.Header) int {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, e.http.URL+path, bytes.NewReader(body))
-		if path == AdminPrefix {
-			req.Method = http.MethodGet
-		}
-		for k, v := range hdr {
-			req.Header[k] = v
-		}
-		req.Header.Set("X-Forwarded-For", from)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" {
-			t.Fatal("a 429 without Retry-After")
-		}
-		return resp.StatusCode
-	}
 	burst := authlimit.DefaultConfig().ClientBurst
 	const extra = 10
 	click := interaction(testApprover, ActionRedeliver, dl)
 	forged, admin := map[int]int{}, map[int]int{}
 	for range burst + extra {
-		forged[send(InteractionsPath, "203.0.113.1", click, SignSlackRequest("not-the-secret", time.Now(), click))]++
-		admin[send(AdminPrefix, "203.0.113.2", nil, http.Header{"Authorization": {"Bearer wrong-key-of-the-right-length"}})]++
+		forged[e.send(t, http.MethodPost, InteractionsPath, "203.0.113.1", click, SignSlackRequest("not-the-secret", time.Now(), click))]++
+		admin[e.send(t, http.MethodGet, AdminPrefix, "203.0.113.2", nil, http.Header{"Authorization": {"Bearer wrong-key-of-the-right-length"}})]++
 	}
 	want := func(refused int) map[int]int { return map[int]int{refused: burst, http.StatusTooManyRequests: extra} }
 	if diff := cmp.Diff(want(http.StatusUnauthorized), forged); diff != "" {
@@ -359,11 +359,40 @@ func TestFailedAuthThrottled(t *testing.T) {
 	if diff := cmp.Diff(want(http.StatusForbidden), admin); diff != "" {
 		t.Errorf("wrong admin keys (-want +got):\n%s", diff)
 	}
-	if code := send(InteractionsPath, "198.51.100.1", click, SignSlackRequest(testSecret, time.Now(), click)); code != http.StatusOK {
+	if code := e.send(t, http.MethodPost, InteractionsPath, "198.51.100.1", click, SignSlackRequest(testSecret, time.Now(), click)); code != http.StatusOK {
 		t.Errorf("Slack's own click: %d, want 200", code)
 	}
-	if code := send(AdminPrefix, "198.51.100.2", nil, http.Header{"Authorization": {"Bearer " + testAdminKey}}); code != http.StatusOK {
+	if code := e.send(t, http.MethodGet, AdminPrefix, "198.51.100.2", nil, http.Header{"Authorization": {"Bearer " + testAdminKey}}); code != http.StatusOK {
 		t.Errorf("the admin with the right key: %d, want 200", code)
+	}
+	if got := e.deadLetter(t, dl); got.State != store.DeadLetterRedelivered {
+		t.Errorf("dead letter %s after Slack's click, want redelivered", got.State)
+	}
+}
+
+// Failures from many addresses — each /64 of one /56 of IPv6, 256 clients — spend every
+// client's budget of failures together: a failing credential is then answered 429 from any
+// address, but no valid one is refused for it: Slack's click and the admin key are served, even
+// from an address that failed.
+func TestOthersFailuresRefuseNoValidCredential(t *testing.T) {
+	t.Parallel()
+	e := setup(t) // its clock stands still: nothing refills meanwhile
+	tk := e.deliveryDeadTask(t, "t-lockout")
+	e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
+	dl := "t-lockout:delivery:0:0"
+	wrong := http.Header{"Authorization": {"Bearer wrong-key-of-the-right-length"}}
+	for i := range 256 {
+		e.send(t, http.MethodGet, AdminPrefix, fmt.Sprintf("2001:db8:0:ff%02x::1", i), nil, wrong)
+	}
+	if code := e.send(t, http.MethodGet, AdminPrefix, "198.51.100.3", nil, wrong); code != http.StatusTooManyRequests {
+		t.Errorf("a wrong admin key once every client's failures are spent: %d, want 429", code)
+	}
+	if code := e.send(t, http.MethodGet, AdminPrefix, "2001:db8:0:ff00::2", nil, http.Header{"Authorization": {"Bearer " + testAdminKey}}); code != http.StatusOK {
+		t.Errorf("the admin key from a failing address: %d, want 200", code)
+	}
+	click := interaction(testApprover, ActionRedeliver, dl)
+	if code := e.send(t, http.MethodPost, InteractionsPath, "198.51.100.4", click, SignSlackRequest(testSecret, time.Now(), click)); code != http.StatusOK {
+		t.Errorf("Slack's own click: %d, want 200", code)
 	}
 	if got := e.deadLetter(t, dl); got.State != store.DeadLetterRedelivered {
 		t.Errorf("dead letter %s after Slack's click, want redelivered", got.State)

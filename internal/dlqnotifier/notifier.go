@@ -104,8 +104,10 @@ func New(cfg Config, st *store.Store, sl Slack, pub Publisher, est Estimator, lo
 	if est == nil {
 		est = RecordedEstimator{}
 	}
+	throttle := authlimit.DefaultConfig()
+	throttle.TrustedHops = cfg.ProxyHops
 	s := &Service{cfg: cfg, store: st, slack: sl, pub: pub, est: est, log: log, approvers: map[string]bool{},
-		authFails: authlimit.New(authlimit.DefaultConfig(), func() time.Time { return st.Now() }),
+		authFails: authlimit.New(throttle, func() time.Time { return st.Now() }),
 		adminKey:  httpapi.NewAdminKey(cfg.AdminKey)}
 	for _, id := range cfg.Approvers {
 		s.approvers[id] = true

@@ -156,7 +156,7 @@ func testConfig(slackURL string) Config {
 	return Config{
 		Port: 0, Project: "p", BotToken: "xoxb-test", SigningSecret: testSecret, Channel: testChannel,
 		Approvers: []string{testApprover}, SlackAPIURL: slackURL, AdminKey: testAdminKey, Consumer: ConsumerPush, UnauthenticatedPush: true,
-		Instance: "dn-1", TasksDLQSub: bus.SubTasksDLQ, ResultsDLQSub: bus.SubResultsDLQ, AlertsSub: bus.SubAlerts,
+		Instance: "dn-1", TasksDLQSub: bus.SubTasksDLQ, ResultsDLQSub: bus.SubResultsDLQ, AlertsSub: bus.SubAlerts, ProxyHops: 1,
 		Policy: Policy{
 			AlertCooldown: time.Minute, PostLease: 30 * time.Second,
 			PostBackoffBase: 10 * time.Second, PostBackoffMax: time.Minute, FollowUpGrace: time.Minute,

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -46,9 +47,19 @@ func (k AdminKey) Enabled() bool { return k.set }
 // digits of its SHA-256, which tells one key from its successor without revealing it.
 func (k AdminKey) Operator() string { return "admin key " + hex.EncodeToString(k.sum[:4]) }
 
+// Says is who decided in an audit record when the holder of the key gives a name: Operator,
+// with the name kept beside it marked as what it is — said, not verified (the key is all that
+// was). A blank name leaves Operator alone.
+func (k AdminKey) Says(name string) string {
+	if name = strings.TrimSpace(name); name != "" {
+		return fmt.Sprintf("%s (says %q)", k.Operator(), name)
+	}
+	return k.Operator()
+}
+
 // Authorize checks r's admin credential: 403 when the admin routes are off, 401 without a
-// Bearer credential, 429 while the client is throttled (fails counts its failures), 403 for a
-// wrong key; nil when the key is right.
+// Bearer credential, 403 for a wrong key (counted in fails; 429 once its client's failures or
+// every client's are past their limits); nil when the key is right, whatever anyone's failures.
 func (k AdminKey) Authorize(r *http.Request, fails *authlimit.Limiter) *task.Problem {
 	if !k.set {
 		return Problem(http.StatusForbidden, TypeForbidden, "the admin API is disabled ("+EnvAdminKey+" is not set)")
@@ -57,12 +68,11 @@ func (k AdminKey) Authorize(r *http.Request, fails *authlimit.Limiter) *task.Pro
 	if !ok {
 		return Problem(http.StatusUnauthorized, TypeUnauth, "an Authorization: Bearer <admin key> header is required")
 	}
-	if p := Throttled(fails, r); p != nil {
-		return p
-	}
 	sum := sha256.Sum256([]byte(key))
 	if subtle.ConstantTimeCompare(sum[:], k.sum[:]) != 1 {
-		fails.Failed(r)
+		if p := Failed(fails, r); p != nil {
+			return p
+		}
 		return Problem(http.StatusForbidden, TypeForbidden, "the admin key is wrong")
 	}
 	return nil

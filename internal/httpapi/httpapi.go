@@ -102,9 +102,14 @@ func Error(w http.ResponseWriter, r *http.Request, log *slog.Logger, p *task.Pro
 		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "status", p.Status, "error", cause)
 	}
 	if p.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int((p.RetryAfter+time.Second-1)/time.Second)))
+		SetRetryAfter(w.Header(), p.RetryAfter)
 	}
 	JSON(w, p.Status, task.ProblemContentType, p)
+}
+
+// SetRetryAfter sets h's Retry-After to d in whole seconds, rounded up.
+func SetRetryAfter(h http.Header, d time.Duration) {
+	h.Set("Retry-After", strconv.Itoa(int((d+time.Second-1)/time.Second)))
 }
 
 // JSON answers v as JSON of contentType with status, newline-terminated and with its length.
@@ -131,10 +136,12 @@ func Bearer(r *http.Request) (string, bool) {
 	return cred, cred != ""
 }
 
-// Throttled is a 429 for a client whose credentials failed too often lately (nil otherwise):
-// its next attempt is refused before it costs a read or a comparison.
-func Throttled(fails *authlimit.Limiter, r *http.Request) *task.Problem {
-	wait := fails.Wait(r)
+// Failed counts r's failed credential in fails and returns a 429 with Retry-After once its
+// client's failures, or every client's, are past their limits; nil while they are within them,
+// when the caller answers its own refusal. Call it only once a credential has been checked and
+// found wrong: a valid one is never refused for anyone's failures.
+func Failed(fails *authlimit.Limiter, r *http.Request) *task.Problem {
+	wait := fails.Failed(r)
 	if wait <= 0 {
 		return nil
 	}

@@ -93,7 +93,24 @@ func TestBearer(t *testing.T) {
 }
 
 // The admin key check answers as the publisher always has: 403 when off, 401 without a Bearer
-// credential, 403 for a wrong key (counted, and throttled to 429 past the burst), nil for the key.
+// credential, 403 for a wrong key (counted, and throttled to 429 past the burst), nil for the
+// key, however many wrong ones came before it.
+// An admin key's holder is recorded by the key, with the name it gives marked as only said.
+func TestAdminKeySays(t *testing.T) {
+	t.Parallel()
+	k := httpapi.NewAdminKey("0123456789abcdef-admin")
+	for name, want := range map[string]string{
+		" alice ":    k.Operator() + ` (says "alice")`,
+		`"root" <x>`: k.Operator() + ` (says "\"root\" <x>")`,
+		"   ":        k.Operator(),
+		"":           k.Operator(),
+	} {
+		if got := k.Says(name); got != want {
+			t.Errorf("Says(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
 func TestAdminKey(t *testing.T) {
 	t.Parallel()
 	const key = "0123456789abcdef-admin"
@@ -116,9 +133,10 @@ func TestAdminKey(t *testing.T) {
 		check(k, "bearer "+key),
 		check(k, "Bearer "+key+"x"),
 		check(k, "Bearer "+key[:len(key)-1]),
-		check(k, "Bearer "+key), // throttled: the burst of two is spent
+		check(k, "Bearer wrong-"+key), // throttled: the burst of two is spent
+		check(k, "Bearer "+key),       // the right key is never throttled
 	}
-	if diff := cmp.Diff([]int{403, 401, 0, 403, 403, 429}, got); diff != "" {
+	if diff := cmp.Diff([]int{403, 401, 0, 403, 403, 429, 0}, got); diff != "" {
 		t.Errorf("statuses (-want +got):\n%s", diff)
 	}
 	if op := k.Operator(); !strings.HasPrefix(op, "admin key ") || strings.Contains(op, key) || op == httpapi.NewAdminKey(key+"2").Operator() {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/secretbox"
@@ -65,6 +66,10 @@ type Config struct {
 	// EventsHeartbeat is how often an idle event stream sends a comment line
 	// (GENBOX_EVENTS_HEARTBEAT, default 15s), so proxies and clients see it alive.
 	EventsHeartbeat time.Duration
+	// ProxyHops is how many addresses the front ends append to X-Forwarded-For
+	// (GENBOX_TRUSTED_PROXY_HOPS, default 1: Cloud Run's; 2 behind an external HTTPS load
+	// balancer): failed credentials are counted per client address found that far from its end.
+	ProxyHops int
 }
 
 // Environment variable names.
@@ -86,6 +91,7 @@ const (
 	EnvEventsPerTenant        = "GENBOX_EVENTS_PER_TENANT"
 	EnvEventsHeartbeat        = "GENBOX_EVENTS_HEARTBEAT"
 	EnvShutdownGrace          = "GENBOX_SHUTDOWN_GRACE"
+	EnvTrustedProxyHops       = authlimit.EnvTrustedProxyHops
 )
 
 // DefaultConfig returns the defaults FromEnv starts from.
@@ -102,6 +108,7 @@ func DefaultConfig() Config {
 		LimitsTTL:       30 * time.Second,
 		EventsPerTenant: 32,
 		EventsHeartbeat: 15 * time.Second,
+		ProxyHops:       authlimit.DefaultTrustedHops,
 	}
 }
 
@@ -130,6 +137,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Int(EnvEventsPerTenant, &c.EventsPerTenant)
 	r.Duration(EnvEventsHeartbeat, &c.EventsHeartbeat)
 	r.Duration(EnvShutdownGrace, &c.ShutdownGrace)
+	r.Int(EnvTrustedProxyHops, &c.ProxyHops)
 	shards, err := store.ShardsFromEnv(getenv)
 	c.SweepShards = shards
 	return c, errors.Join(r.Err(), err)
@@ -183,6 +191,9 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive", d.name))
 		}
+	}
+	if err := authlimit.CheckTrustedHops(c.ProxyHops); err != nil {
+		errs = append(errs, err)
 	}
 	if c.EventsPerTenant < 1 {
 		errs = append(errs, fmt.Errorf("%s: %d is below 1", EnvEventsPerTenant, c.EventsPerTenant))

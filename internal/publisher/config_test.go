@@ -16,6 +16,7 @@ func TestFromEnv(t *testing.T) {
 		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvStoreTimeout: "3s", EnvLimitsTTL: "5s",
 		EnvCallbackPorts: "443, 9443", EnvSecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k",
 		EnvEventsPerTenant: "3", EnvEventsHeartbeat: "1s", EnvShutdownGrace: "5s", "GENBOX_SWEEP_SHARDS": "4",
+		EnvTrustedProxyHops: "2",
 	}
 	asked := map[string]bool{}
 	c, err := FromEnv(func(k string) string { asked[k] = true; return env[k] })
@@ -25,7 +26,8 @@ func TestFromEnv(t *testing.T) {
 	want := Config{Port: 9090, ShutdownGrace: 5 * time.Second, ProjectID: "p", AdminKey: "0123456789abcdef", MaxBodyBytes: 2048, AllowInsecureCallbacks: true,
 		PublicURL: "https://api.example.com", SecretOverlap: time.Hour, PromptsDir: "/etc/prompts", NudgeGrace: 10 * time.Second,
 		PublishTimeout: 2 * time.Second, StoreTimeout: 3 * time.Second, LimitsTTL: 5 * time.Second, CallbackPorts: []uint16{443, 9443},
-		SecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k", EventsPerTenant: 3, EventsHeartbeat: time.Second, SweepShards: 4}
+		SecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k", EventsPerTenant: 3, EventsHeartbeat: time.Second, SweepShards: 4,
+		ProxyHops: 2}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("config (-want +got):\n%s", diff)
 	}
@@ -74,6 +76,8 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{map[string]string{EnvSecretsKey: ""}, EnvSecretsKey},
 		{map[string]string{EnvSecretsKey: "local:short"}, EnvSecretsKey},
 		{map[string]string{EnvSecretsKey: "projects/p/keyRings/r"}, EnvSecretsKey},
+		{map[string]string{EnvTrustedProxyHops: "-1"}, EnvTrustedProxyHops},
+		{map[string]string{EnvTrustedProxyHops: "two"}, EnvTrustedProxyHops},
 	} {
 		if _, ok := c.env[EnvProject]; !ok && c.name != EnvProject {
 			c.env[EnvProject] = "p"

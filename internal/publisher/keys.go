@@ -44,9 +44,8 @@ func newKeys(st *store.Store, log *slog.Logger) *keys {
 }
 
 // authenticate returns key's tenant: store.ErrNotFound for an unknown key, store.ErrRevoked for
-// a revoked one. When the key must be read from Firestore, beforeRead is asked first, and an
-// error it returns is returned without the read.
-func (k *keys) authenticate(ctx context.Context, key string, beforeRead func() error) (string, error) {
+// a revoked one.
+func (k *keys) authenticate(ctx context.Context, key string) (string, error) {
 	id := store.APIKeyID(key)
 	now := k.st.Now()
 	k.mu.Lock()
@@ -58,9 +57,6 @@ func (k *keys) authenticate(ctx context.Context, key string, beforeRead func() e
 	}
 	if known && current && now.Sub(v.read) < keysMaxAge {
 		return v.tenant, nil
-	}
-	if err := beforeRead(); err != nil {
-		return "", err
 	}
 	tenant, err := k.st.Authenticate(ctx, key)
 	switch {

@@ -98,7 +98,9 @@ func New(cfg Config, d Deps) (*Server, error) {
 		newSec: d.NewSecret, log: d.Log, metrics: d.Metrics, admin: httpapi.NewAdminKey(cfg.AdminKey)}
 	s.limits = newLimiters(d.Store, cfg.LimitsTTL)
 	s.keys = newKeys(d.Store, d.Log)
-	s.authFails = authlimit.New(authlimit.DefaultConfig(), func() time.Time { return d.Store.Now() })
+	throttle := authlimit.DefaultConfig()
+	throttle.TrustedHops = cfg.ProxyHops
+	s.authFails = authlimit.New(throttle, func() time.Time { return d.Store.Now() })
 	s.streams = newStreams(cfg.EventsPerTenant)
 	s.routes = s.routeTable()
 	s.doc = sync.OnceValue(s.openAPIJSON)
@@ -238,9 +240,11 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 	}
 	ctx, cancel := s.bound(r.Context())
 	defer cancel()
-	tenant, err := s.keys.authenticate(ctx, key, func() error { return s.throttled(r) })
+	tenant, err := s.keys.authenticate(ctx, key)
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRevoked) {
-		s.authFails.Failed(r)
+		if p := httpapi.Failed(s.authFails, r); p != nil {
+			return "", p
+		}
 		return "", httpapi.Problem(http.StatusUnauthorized, httpapi.TypeUnauth, "the API key is unknown or revoked")
 	}
 	if err != nil {
@@ -251,15 +255,6 @@ func (s *Server) authenticate(r *http.Request) (string, error) {
 
 func (s *Server) authorizeAdmin(r *http.Request) error {
 	if p := s.admin.Authorize(r, s.authFails); p != nil {
-		return p
-	}
-	return nil
-}
-
-// throttled refuses, with a 429, a client whose credentials failed too often lately: before its
-// next one costs a Firestore read (an API key not known in memory) or a comparison.
-func (s *Server) throttled(r *http.Request) error {
-	if p := httpapi.Throttled(s.authFails, r); p != nil {
 		return p
 	}
 	return nil

@@ -26,9 +26,11 @@ const (
 // ErrExpired means a console login token or session is unknown, used or expired.
 var ErrExpired = errors.New("store: expired or unknown")
 
-// ConsoleSession is the console_sessions/{sha256(session id)} document: who is logged in, the
-// CSRF token of their forms, and until when.
+// ConsoleSession is the console_sessions/{sha256(session id)} document: who is logged in — the
+// admin key that issued the session, and the name its holder gave — the CSRF token of their
+// forms, and until when.
 type ConsoleSession struct {
+	Issuer    string    `firestore:"issuer"` // httpapi.AdminKey.Operator of the key that issued it
 	Operator  string    `firestore:"operator"`
 	CSRF      string    `firestore:"csrf"`
 	CreatedAt time.Time `firestore:"created_at"`
@@ -37,6 +39,7 @@ type ConsoleSession struct {
 
 // consoleLogin is the console_logins/{sha256(token)} document: a one-time login.
 type consoleLogin struct {
+	Issuer   string    `firestore:"issuer"`
 	Operator string    `firestore:"operator"`
 	ExpireAt time.Time `firestore:"expire_at"` // TTL
 }
@@ -47,9 +50,10 @@ func secretID(secret string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// CreateConsoleLogin stores a one-time login token for operator, valid for ttl.
-func (s *Store) CreateConsoleLogin(ctx context.Context, token, operator string, ttl time.Duration) error {
-	l := consoleLogin{Operator: operator, ExpireAt: s.now().Add(ttl)}
+// CreateConsoleLogin stores a one-time login token for operator, issued by issuer (the admin
+// key, as httpapi.AdminKey.Operator names it), valid for ttl.
+func (s *Store) CreateConsoleLogin(ctx context.Context, token, issuer, operator string, ttl time.Duration) error {
+	l := consoleLogin{Issuer: issuer, Operator: operator, ExpireAt: s.now().Add(ttl)}
 	if _, err := s.FS.Collection(ConsoleLoginsCollection).Doc(secretID(token)).Create(ctx, l); err != nil {
 		return fmt.Errorf("create console login: %w", err)
 	}
@@ -57,7 +61,9 @@ func (s *Store) CreateConsoleLogin(ctx context.Context, token, operator string, 
 }
 
 // RedeemConsoleLogin uses token once: it deletes the login and, in the same transaction, creates
-// the session sess under sessionID. An unknown, used or expired token is ErrExpired.
+// the session sess under sessionID, with the login's operator. An unknown, used or expired token
+// is ErrExpired, and so is one issued by another admin key than sess.Issuer: rotating the key
+// ends the links it issued.
 func (s *Store) RedeemConsoleLogin(ctx context.Context, token, sessionID string, sess ConsoleSession) (ConsoleSession, error) {
 	lref := s.FS.Collection(ConsoleLoginsCollection).Doc(secretID(token))
 	sref := s.FS.Collection(ConsoleSessionsCollection).Doc(secretID(sessionID))
@@ -74,7 +80,7 @@ func (s *Store) RedeemConsoleLogin(ctx context.Context, token, sessionID string,
 			return fmt.Errorf("decode console login: %w", err)
 		}
 		now := s.now()
-		if !now.Before(l.ExpireAt) {
+		if !now.Before(l.ExpireAt) || l.Issuer != sess.Issuer {
 			return ErrExpired
 		}
 		sess.Operator, sess.CreatedAt = l.Operator, now
@@ -89,8 +95,9 @@ func (s *Store) RedeemConsoleLogin(ctx context.Context, token, sessionID string,
 	return sess, nil
 }
 
-// ConsoleSessionOf reads the live session of sessionID, or ErrExpired.
-func (s *Store) ConsoleSessionOf(ctx context.Context, sessionID string) (ConsoleSession, error) {
+// ConsoleSessionOf reads the live session of sessionID issued by issuer, or ErrExpired: rotating
+// the admin key ends the sessions it issued.
+func (s *Store) ConsoleSessionOf(ctx context.Context, sessionID, issuer string) (ConsoleSession, error) {
 	snap, err := s.FS.Collection(ConsoleSessionsCollection).Doc(secretID(sessionID)).Get(ctx)
 	if status.Code(err) == codes.NotFound {
 		return ConsoleSession{}, ErrExpired
@@ -102,7 +109,7 @@ func (s *Store) ConsoleSessionOf(ctx context.Context, sessionID string) (Console
 	if err := snap.DataTo(&sess); err != nil {
 		return ConsoleSession{}, fmt.Errorf("decode console session: %w", err)
 	}
-	if !s.now().Before(sess.ExpireAt) {
+	if !s.now().Before(sess.ExpireAt) || sess.Issuer != issuer {
 		return ConsoleSession{}, ErrExpired
 	}
 	return sess, nil

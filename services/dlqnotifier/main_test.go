@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/console"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -156,4 +157,53 @@ func TestRunConfigError(t *testing.T) {
 			t.Errorf("%s=%s: run answered %v, want an error naming it", c.name, c.value, err)
 		}
 	}
+}
+
+// Behind an external HTTPS load balancer (Identity-Aware Proxy in front of the console) the last
+// address of X-Forwarded-For is the balancer's and the client's is the one before it: with
+// GENBOX_TRUSTED_PROXY_HOPS=2, one client's failed keys — on the admin routes or the console's
+// login-token — do not hold back another's behind the same balancer.
+func TestTrustedProxyHops(t *testing.T) {
+	t.Parallel()
+	p := testenv.NewProject(t, bus.DefaultTopology())
+	const adminKey = "admin-key-0123456789abcdef"
+	svc := testenv.Start(t, run, map[string]string{
+		"GOOGLE_CLOUD_PROJECT": p.ID, "PORT": "0", "GENBOX_CONSUMER": dlqnotifier.ConsumerPull,
+		"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "signing-secret", "GENBOX_SLACK_CHANNEL": "C1",
+		"GENBOX_SLACK_APPROVERS": "U1", "GENBOX_SLACK_API_URL": "http://127.0.0.1:9", "GENBOX_SHUTDOWN_GRACE": "3s",
+		"GENBOX_ADMIN_KEY": adminKey, "GENBOX_TRUSTED_PROXY_HOPS": "2",
+	})
+	base := svc.Started(t, "dlqnotifier", 20*time.Second)
+	const balancer = "34.120.0.1"
+	send := func(method, path, client string) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(`{"operator":"alice"}`))
+		req.Header.Set("Authorization", "Bearer wrong-key-of-the-right-length")
+		req.Header.Set("X-Forwarded-For", client+", "+balancer)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	throttled := 0
+	for range 40 { // a burst of 20, then one a second
+		if send(http.MethodGet, dlqnotifier.AdminPrefix, "203.0.113.1") == http.StatusTooManyRequests {
+			throttled++
+		}
+		if send(http.MethodPost, console.LoginTokenPath, "203.0.113.1") == http.StatusTooManyRequests {
+			throttled++
+		}
+	}
+	if throttled == 0 {
+		t.Fatal("80 wrong keys from one client: none throttled")
+	}
+	if code := send(http.MethodGet, dlqnotifier.AdminPrefix, "198.51.100.2"); code != http.StatusForbidden {
+		t.Errorf("another client's wrong admin key behind the same balancer: %d, want 403", code)
+	}
+	if code := send(http.MethodPost, console.LoginTokenPath, "198.51.100.2"); code != http.StatusForbidden {
+		t.Errorf("another client's wrong key on login-token behind the same balancer: %d, want 403", code)
+	}
+	svc.StopClean(t)
 }
