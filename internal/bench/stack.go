@@ -42,13 +42,12 @@ const (
 )
 
 // nudgeGrace is GENBOX_NUDGE_GRACE in a bench run: how long the sweeper leaves a new task to its
-// own nudge, and how long a finished task's delivery stays reserved for the worker's nudge; it
-// outlasts webhookTimeout, so the resulthandler delivers under the reservation as in production
-// (a minute against 10 s).
+// own nudge.
 const nudgeGrace = 5 * time.Second
 
 // webhookTimeout is GENBOX_WEBHOOK_TIMEOUT in a bench run: the receiver is local and answers at
-// once.
+// once. A finished task's delivery stays reserved for the worker's nudge for three times it (one
+// delivery lease), so the resulthandler delivers under the reservation as in production.
 const webhookTimeout = 2 * time.Second
 
 // backlogGrace is the nudge grace of a backlog's tasks: the publisher's default

@@ -56,7 +56,7 @@ func (e *env) pipeline(t *testing.T) *pipeline {
 	w := worker.New(e.st, gen, render, e.pub, quiet, worker.Policy{
 		Owner: "w-1", LeaseTTL: 5 * time.Second, RenewEvery: time.Second, MaxAttempts: 1, ClaimCap: 2,
 		RetryBase: time.Second, RetryMax: 2 * time.Second, ParkBase: time.Second, ParkMax: 2 * time.Second,
-		NudgeGrace: time.Minute, CommitRetry: 5 * time.Second,
+		NudgeGrace: time.Minute, CommitRetry: 5 * time.Second, DeliveryLease: store.DeliveryLease(2 * time.Second),
 	})
 	pol := resulthandler.Policy{Owner: "rh-1", Timeout: 2 * time.Second, Horizon: time.Hour,
 		BackoffMin: time.Second, BackoffMax: 10 * time.Second, NoticeGrace: time.Minute, LogEntries: 20}

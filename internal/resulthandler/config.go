@@ -105,9 +105,9 @@ func DefaultPolicy(owner string) Policy {
 	}
 }
 
-// LeaseTTL is how long a delivery claim lasts: three HTTP timeouts, so a live claimant is never
-// overtaken while its POST may still be in flight.
-func (p Policy) LeaseTTL() time.Duration { return 3 * p.Timeout }
+// LeaseTTL is how long a delivery claim lasts: store.DeliveryLease of the timeout, as long as the
+// worker's reservation.
+func (p Policy) LeaseTTL() time.Duration { return store.DeliveryLease(p.Timeout) }
 
 // SSRF returns the delivery client's policy.
 func (c Config) SSRF() ssrf.Policy {

@@ -373,13 +373,21 @@ func (t *Task) Request(r *prompts.Rendered) gemini.Request {
 // publishes (ReserveDelivery).
 const NudgeOwner = "nudge"
 
+// DeliveryLease is how long a delivery lease lasts for a webhook timeout (GENBOX_WEBHOOK_TIMEOUT):
+// three timeouts, so that a live holder is never overtaken while its POST may still be in flight,
+// and a dead one holds the delivery no longer. A resulthandler's claim and the reservation of the
+// commit that ends a task (ReserveDelivery) both last it: whoever dies holding a delivery, it is
+// due again within one lease (docs/liveness.md).
+func DeliveryLease(webhookTimeout time.Duration) time.Duration { return 3 * webhookTimeout }
+
 // ReserveDelivery folds the delivery claim into the commit that starts the delivery: when the
 // pending delivery is claimable now (no live lease, no retry backoff), it takes the delivery lease
-// for the nudge the writer publishes after its commit, until now+ttl, as the resulthandler's claim
-// would (attempts + 1, first_attempt_at). The resulthandler that receives that nudge — it carries
-// the epoch, task.AttrDeliveryEpoch — delivers under the reservation without a write of its own;
-// if the nudge is lost, the delivery is due when the reservation expires and the sweeper nudges
-// it. It returns the reservation's epoch, or 0 when there is nothing to reserve.
+// for the nudge the writer publishes after its commit, until now+ttl (DeliveryLease), as the
+// resulthandler's claim would (attempts + 1, first_attempt_at). The resulthandler that receives
+// that nudge — it carries the epoch, task.AttrDeliveryEpoch — delivers under the reservation
+// without a write of its own; if the nudge is lost (or dies with the process carrying it), the
+// delivery is due when the reservation expires and the sweeper nudges it. It returns the
+// reservation's epoch, or 0 when there is nothing to reserve.
 func (t *Task) ReserveDelivery(now time.Time, ttl time.Duration) int64 {
 	d := &t.Delivery
 	if d.State != task.DeliveryPending || d.Lease.Live(now) || d.NextAttemptAt != nil && now.Before(*d.NextAttemptAt) {

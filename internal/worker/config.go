@@ -13,6 +13,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/geminienv"
 	"github.com/genbox-dev/genbox/internal/quota"
+	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -38,7 +39,8 @@ type Config struct {
 
 	RetryBase, RetryMax time.Duration // GENBOX_RETRY_BASE/MAX: not_before after a transient failure
 	ParkBase, ParkMax   time.Duration // GENBOX_PARK_BASE/MAX: not_before of a parked (waiting) task
-	NudgeGrace          time.Duration // GENBOX_NUDGE_GRACE: sweeper holds off this long after our own nudge
+	NudgeGrace          time.Duration // GENBOX_NUDGE_GRACE: sweeper holds off a dead task's DLQ notice this long after our own nudge
+	WebhookTimeout      time.Duration // GENBOX_WEBHOOK_TIMEOUT, as the resulthandler's: an ended task's delivery is reserved for one delivery lease of it
 	CommitRetry         time.Duration // GENBOX_COMMIT_RETRY: how long an answered output's commit is retried
 	ShutdownGrace       time.Duration // GENBOX_SHUTDOWN_GRACE: in-flight calls may finish within it on SIGTERM
 
@@ -93,6 +95,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		PreviewEvery:  500 * time.Millisecond,
 		BudgetPolicy:  quota.BudgetWait,
 
+		WebhookTimeout: ssrf.DefaultTimeout,
+
 		DefaultDailyBudgetUSD: 10,
 		ProjectDailyBudgetUSD: 100,
 	}
@@ -114,6 +118,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration("GENBOX_PARK_BASE", &c.ParkBase)
 	r.Duration("GENBOX_PARK_MAX", &c.ParkMax)
 	r.Duration("GENBOX_NUDGE_GRACE", &c.NudgeGrace)
+	r.Duration("GENBOX_WEBHOOK_TIMEOUT", &c.WebhookTimeout)
 	r.Duration("GENBOX_COMMIT_RETRY", &c.CommitRetry)
 	r.Duration("GENBOX_SHUTDOWN_GRACE", &c.ShutdownGrace)
 	r.Duration("GENBOX_BUDGET_RETRY", &c.BudgetRetry)
@@ -225,7 +230,7 @@ func (c Config) Validate() error {
 	}{
 		{"GENBOX_BUDGET_RETRY", c.BudgetRetry}, {"GENBOX_TENANT_REFRESH", c.TenantRefresh},
 		{"GENBOX_TENANT_SLOT_RETRY", c.SlotRetry}, {"GENBOX_CACHE_TTL", c.CacheTTL}, {"GENBOX_FLEX_MARGIN", c.FlexMargin},
-		{"GENBOX_PREVIEW_INTERVAL", c.PreviewEvery},
+		{"GENBOX_PREVIEW_INTERVAL", c.PreviewEvery}, {"GENBOX_WEBHOOK_TIMEOUT", c.WebhookTimeout},
 	} {
 		if v.d <= 0 {
 			bad(v.name, "must be positive")
@@ -257,8 +262,8 @@ func (c Config) Policy() Policy {
 		Owner: c.Instance, LeaseTTL: c.LeaseTTL, RenewEvery: c.RenewEvery,
 		MaxAttempts: c.MaxAttempts, ClaimCap: c.ClaimCap,
 		RetryBase: c.RetryBase, RetryMax: c.RetryMax, ParkBase: c.ParkBase, ParkMax: c.ParkMax,
-		NudgeGrace: c.NudgeGrace, CommitRetry: c.CommitRetry, FlexMargin: c.FlexMargin,
-		PreviewEvery: c.PreviewEvery,
+		NudgeGrace: c.NudgeGrace, DeliveryLease: store.DeliveryLease(c.WebhookTimeout), CommitRetry: c.CommitRetry,
+		FlexMargin: c.FlexMargin, PreviewEvery: c.PreviewEvery,
 	}
 }
 

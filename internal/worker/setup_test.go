@@ -117,7 +117,7 @@ func policy(owner string) Policy {
 		Owner: owner, LeaseTTL: 5 * time.Second, RenewEvery: 100 * time.Millisecond,
 		MaxAttempts: 3, ClaimCap: 2,
 		RetryBase: time.Second, RetryMax: 2 * time.Second, ParkBase: time.Second, ParkMax: 2 * time.Second,
-		NudgeGrace: time.Minute, CommitRetry: 5 * time.Second,
+		NudgeGrace: time.Minute, CommitRetry: 5 * time.Second, DeliveryLease: store.DeliveryLease(2 * time.Second),
 	}
 }
 

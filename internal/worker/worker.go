@@ -65,11 +65,14 @@ type Policy struct {
 	RetryMax    time.Duration
 	ParkBase    time.Duration // park backoff: uniform in the upper half of base·2^(parks-1), capped
 	ParkMax     time.Duration
-	NudgeGrace  time.Duration // the sweeper holds off this long after the worker's own nudge
+	NudgeGrace  time.Duration // the sweeper holds off a dead task's DLQ notice this long after the worker's own nudge
 	CommitRetry time.Duration // how long a failed commit (of an output, of spend) is retried
 	FlexMargin  time.Duration // a flex task closer than this to run_before is called on the standard tier
 	// PreviewEvery throttles a streamed task's previews: one write this often at most (0: 500 ms).
 	PreviewEvery time.Duration
+	// DeliveryLease is how long the commit that ends a task reserves its delivery for the
+	// worker's nudge: store.DeliveryLease of GENBOX_WEBHOOK_TIMEOUT.
+	DeliveryLease time.Duration
 }
 
 // Handler handles gemini-tasks messages. It is safe for concurrent use.
@@ -350,16 +353,13 @@ func (h *Handler) kill(t *store.Task, now time.Time) {
 }
 
 // finish ends t in state. Its webhook, if it has one, is nudged by this worker right after the
-// commit (nudgeResult), so the sweeper holds off for NudgeGrace instead of nudging it too; and
-// the commit reserves the delivery for that nudge for as long, so that the resulthandler
-// receiving it claims nothing (docs/architecture.md §6).
+// commit (nudgeResult), and the commit reserves the delivery for that nudge, so that the
+// resulthandler receiving it claims nothing (docs/architecture.md §6). The reservation is a
+// delivery lease like a claim's: the sweeper leaves the delivery to the nudge while it lasts, and
+// a nudge lost with the process carrying it holds the delivery no longer (docs/liveness.md).
 func (h *Handler) finish(t *store.Task, state task.State, now time.Time) {
 	t.Finish(state, now)
-	if t.Delivery.State == task.DeliveryPending {
-		grace := now.Add(h.pol.NudgeGrace)
-		t.NudgeAt = &grace
-		t.ReserveDelivery(now, h.pol.NudgeGrace)
-	}
+	t.ReserveDelivery(now, h.pol.DeliveryLease)
 }
 
 // errOutputStored cancels a model call whose task already has its output.

@@ -76,7 +76,7 @@ func TestClaimRules(t *testing.T) {
 			t.Errorf("%s: error %+v, want expired", tc.name, got.Error)
 		}
 		if tc.want == claimDead || tc.want == claimExpired {
-			heldOff(t, got, policy("w1").NudgeGrace)
+			heldOff(t, got, policy("w1").DeliveryLease)
 		}
 	}
 	if c, err := h.claim(context.Background(), "missing"); err != nil || c.outcome != claimNot {
@@ -378,16 +378,17 @@ func TestFailureOutcomes(t *testing.T) {
 		t.Errorf("result nudges for %v, want exhausted and permanent", nudged)
 	}
 	for _, id := range nudged {
-		heldOff(t, b.get(t, id), policy("w1").NudgeGrace)
+		heldOff(t, b.get(t, id), policy("w1").DeliveryLease)
 	}
 }
 
-// heldOff checks that the sweeper holds off an ended task for grace after its end, since the
-// worker nudges its webhook itself: a sweep meanwhile would only send a second nudge.
-func heldOff(t *testing.T, got *store.Task, grace time.Duration) {
+// heldOff checks that the sweeper holds off an ended task for the reservation of its delivery
+// (lease after its end), since the worker nudges its webhook itself: a sweep meanwhile would only
+// send a second nudge. And for no longer: a nudge lost with its carrier must not hold the webhook.
+func heldOff(t *testing.T, got *store.Task, lease time.Duration) {
 	t.Helper()
-	if got.DueAt == nil || got.CompletedAt == nil || got.DueAt.Before(got.CompletedAt.Add(grace)) {
-		t.Errorf("%s: due at %v, ended at %v; want the sweeper held off for %s", got.ID, got.DueAt, got.CompletedAt, grace)
+	if got.DueAt == nil || got.CompletedAt == nil || !got.DueAt.Equal(got.CompletedAt.Add(lease)) {
+		t.Errorf("%s: due at %v, ended at %v; want the sweeper held off for the delivery's reservation, %s", got.ID, got.DueAt, got.CompletedAt, lease)
 	}
 }
 

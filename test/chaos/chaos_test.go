@@ -168,7 +168,7 @@ func TestResultHandlerKilledAfterDelivery(t *testing.T) {
 		defer mu.Unlock()
 		if killed < kills {
 			killed++
-			s.killResultHandler()
+			s.procs[svcResultHandler].kill()
 		}
 	}
 	s.recv.mu.Unlock()
@@ -181,5 +181,5 @@ func TestResultHandlerKilledAfterDelivery(t *testing.T) {
 		t.Errorf("resulthandler killed %d times, want %d", killed, kills)
 	}
 	t.Logf("resulthandler killed %d times right after a 2xx (at %v): %d duplicate deliveries, each with the same webhook-id, in the window of a kill",
-		killed, s.rhKills, o.Duplicates)
+		killed, s.procs[svcResultHandler].killed(), o.Duplicates)
 }

@@ -100,6 +100,10 @@ type proc struct {
 	supervised bool
 	stopped    bool
 	restarts   int
+	// kills are the times the harness SIGKILLed the process: for the resulthandler, the only
+	// moments that may leave a receiver's 2xx unrecorded, and so the only causes a duplicate
+	// delivery may have.
+	kills []time.Time
 }
 
 func (p *proc) start(t testing.TB) {
@@ -157,14 +161,26 @@ func (p *proc) waitExit(d time.Duration) (killed, ok bool) {
 	}
 }
 
-// kill SIGKILLs the current process (a supervised one is started again).
+// kill SIGKILLs the current process (a supervised one is started again) and records when.
 func (p *proc) kill() {
 	p.mu.Lock()
-	cmd := p.cmd
-	p.mu.Unlock()
-	if cmd != nil {
-		_ = cmd.Process.Kill()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		p.killLocked(p.cmd)
 	}
+}
+
+// killLocked SIGKILLs cmd and records when; p.mu is held.
+func (p *proc) killLocked(cmd *exec.Cmd) {
+	p.kills = append(p.kills, time.Now())
+	_ = cmd.Process.Kill()
+}
+
+// killed returns the times the harness SIGKILLed the process, whichever way it did.
+func (p *proc) killed() []time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Time(nil), p.kills...)
 }
 
 // stop ends the process for good: SIGTERM, then SIGKILL after a grace.
@@ -180,7 +196,9 @@ func (p *proc) stop() {
 	select {
 	case <-exited:
 	case <-time.After(5 * time.Second):
-		_ = cmd.Process.Kill()
+		p.mu.Lock()
+		p.killLocked(cmd)
+		p.mu.Unlock()
 		<-exited
 	}
 }
@@ -322,17 +340,6 @@ type stack struct {
 
 	mu    sync.Mutex
 	tasks []submitted
-	// rhKills are the times the resulthandler was SIGKILLed: the only moments that may leave a
-	// receiver's 2xx unrecorded, and so the only causes a duplicate delivery may have.
-	rhKills []time.Time
-}
-
-// killResultHandler SIGKILLs the resulthandler and records when.
-func (s *stack) killResultHandler() {
-	s.mu.Lock()
-	s.rhKills = append(s.rhKills, time.Now())
-	s.mu.Unlock()
-	s.procs[svcResultHandler].kill()
 }
 
 // submitted is a task as the app submitted it; its input carries a marker the ledger finds.
@@ -612,9 +619,7 @@ func (s *stack) checkInvariants(within time.Duration, extraBills int) outcome {
 	if err := s.fake.WaitIdle(idle); err != nil {
 		s.t.Errorf("fake Gemini never idle: %v", err)
 	}
-	s.mu.Lock()
-	kills := append([]time.Time(nil), s.rhKills...)
-	s.mu.Unlock()
+	kills := s.procs[svcResultHandler].killed() // killAll's too: a POST may be in flight in any of them
 	led := s.fake.Ledger()
 	o := outcome{Tasks: len(tasks), ModelCalls: led.Total.Calls}
 	for _, sub := range tasks {

@@ -114,25 +114,38 @@ func crashRecovery(c crashConfig, n, limit int) time.Duration {
 	return claimed + time.Duration(rounds)*(2*c.slotRetry+c.interval+c.call) + c.call
 }
 
-// crashConfig is what crashRecovery depends on: GENBOX_LEASE_TTL, the publisher's
-// GENBOX_NUDGE_GRACE, GENBOX_SWEEP_BACKOFF_BASE, GENBOX_SWEEP_LEADER_TTL, GENBOX_SWEEP_INTERVAL,
-// GENBOX_SWEEP_PACE, GENBOX_TENANT_SLOT_RETRY and the longest model call.
+// deliveryRecovery is the documented worst case (docs/liveness.md) from the later of the death
+// of the last process and a task's end until its webhook has been POSTed, for a configuration
+// and n documents due: the longest wait before the delivery is due again or a leader sweeps — a
+// dead holder's delivery lease (a claim's, or the reservation of the commit that ended the task),
+// a lost sweeper nudge's backoff, or the dead leader's lease and one interval — then the pass
+// that finds it, paced, and one POST.
+func deliveryRecovery(c crashConfig, n int) time.Duration {
+	return max(3*c.webhook, c.backoff, c.leaderTTL+c.interval) + c.interval + time.Duration(float64(n)/c.pace*float64(time.Second)) + c.webhook
+}
+
+// crashConfig is what crashRecovery and deliveryRecovery depend on: GENBOX_LEASE_TTL, the
+// publisher's GENBOX_NUDGE_GRACE, GENBOX_SWEEP_BACKOFF_BASE, GENBOX_SWEEP_LEADER_TTL,
+// GENBOX_SWEEP_INTERVAL, GENBOX_SWEEP_PACE, GENBOX_TENANT_SLOT_RETRY, GENBOX_WEBHOOK_TIMEOUT and
+// the longest model call.
 type crashConfig struct {
-	lease, grace, backoff, leaderTTL, interval, slotRetry, call time.Duration
-	pace                                                        float64
+	lease, grace, backoff, leaderTTL, interval, slotRetry, webhook, call time.Duration
+	pace                                                                 float64
 }
 
 // The whole stack — all four services — is SIGKILLed four times in the first seconds of a
 // 30-task run whose tenant may run 10 tasks at once, with the services' default durations: the
 // tasks over the cap are handed back with a short not_before just before a kill, others are
-// claimed or mid-call. Every task succeeds within the documented bound of the last restart
-// (under a minute here), and the only extra generations are the calls the kills cut short.
+// claimed or mid-call, and ended tasks' webhooks are reserved for nudges the kills lose or are
+// in flight. Every task succeeds within the documented bound of the last restart (under a minute
+// here), every webhook arrives within the documented delivery bound of the later of the last
+// restart and its task's end, and the only extra generations are the calls the kills cut short.
 func TestWholeStackKilled(t *testing.T) {
 	t.Parallel()
 	const tasks, kills = 30, 4
-	// The services' defaults, and model calls of 1 to 2 s.
+	// The services' defaults, the harness's webhook timeout and model calls of 1 to 2 s.
 	cfg := crashConfig{lease: 30 * time.Second, grace: 30 * time.Second, backoff: 30 * time.Second, leaderTTL: 15 * time.Second,
-		interval: 5 * time.Second, slotRetry: time.Second, call: 2 * time.Second, pace: 200}
+		interval: 5 * time.Second, slotRetry: time.Second, webhook: webhookTimeout, call: 2 * time.Second, pace: 200}
 	top, ports := pushTopology(t, bus.DefaultTopology())
 	s := newStackOn(t, geminitest.Uniform(time.Second, cfg.call), "", top)
 	s.consumeByPush(ports)
@@ -181,6 +194,7 @@ func TestWholeStackKilled(t *testing.T) {
 		t.FailNow()
 	}
 	s.logf("every task succeeded; the last %s after the last restart", slowest.Round(100*time.Millisecond))
+	hook := s.webhooksWithin(subs, last, deliveryRecovery(cfg, tasks))
 	o := s.checkInvariants(within, tasks*kills)
 	// A kill costs the calls it cut short, and nothing else: after the last restart no task is
 	// paid twice. (Each kill may cut as many calls short as the tenant runs at once.)
@@ -199,8 +213,57 @@ func TestWholeStackKilled(t *testing.T) {
 			t.Errorf("task %s (%s) billed %d times after the last restart", sub.id, sub.marker, after)
 		}
 	}
-	t.Logf("%d kills: %d generations for %d tasks (%d extra), %d started before the last restart (%d cut short); slowest task %s after the last restart",
-		kills, o.Generations, o.Tasks, o.Generations-o.Tasks, before, led.Total.Abandoned, slowest.Round(100*time.Millisecond))
+	t.Logf("%d kills: %d generations for %d tasks (%d extra), %d started before the last restart (%d cut short); slowest task %s after the last restart (bound %s); %s",
+		kills, o.Generations, o.Tasks, o.Generations-o.Tasks, before, led.Total.Abandoned, slowest.Round(100*time.Millisecond), within, hook)
+}
+
+// webhooksWithin checks that the webhook of every task of subs, all succeeded, arrived within
+// bound of the later of the last restart and the task's end, and reports the slowest.
+func (s *stack) webhooksWithin(subs []submitted, last time.Time, bound time.Duration) string {
+	s.t.Helper()
+	ctx := context.Background()
+	var slowest, lag, slowestBound time.Duration
+	for _, sub := range subs {
+		doc, err := s.store.GetTask(ctx, sub.id)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		from := last
+		if doc.CompletedAt.After(from) {
+			from = *doc.CompletedAt
+		}
+		event := task.EventID(sub.id, task.EventSucceeded, 0)
+		var arrived time.Time
+		for deadline := from.Add(bound + 5*time.Second); ; time.Sleep(100 * time.Millisecond) {
+			s.recv.mu.Lock()
+			if at := s.recv.at[event]; len(at) > 0 {
+				arrived = at[0]
+			}
+			s.recv.mu.Unlock()
+			if !arrived.IsZero() || time.Now().After(deadline) {
+				break
+			}
+		}
+		if arrived.IsZero() {
+			if doc, err = s.store.GetTask(ctx, sub.id); err != nil {
+				s.t.Fatal(err)
+			}
+			d := doc.Delivery
+			s.t.Errorf("task %s (%s): no webhook %s after the later of the last restart and its end (the documented bound %s): delivery %s, %d attempts, lease %s/%d until %v, due at %v",
+				sub.id, sub.marker, time.Since(from).Round(100*time.Millisecond), bound, d.State, d.Attempts, d.Lease.Owner, d.Lease.Epoch, d.Lease.ExpiresAt, doc.DueAt)
+			continue
+		}
+		if d := arrived.Sub(from); d > bound {
+			s.t.Errorf("task %s (%s): webhook arrived %s after the later of the last restart and its end, want at most %s",
+				sub.id, sub.marker, d.Round(100*time.Millisecond), bound)
+		}
+		lag = max(lag, arrived.Sub(from))
+		if d := arrived.Sub(last); d > slowest {
+			slowest, slowestBound = d, from.Sub(last)+bound
+		}
+	}
+	return fmt.Sprintf("slowest webhook %s after the last restart (its bound %s); longest wait from the later of the last restart and the task's end %s (bound %s)",
+		slowest.Round(100*time.Millisecond), slowestBound.Round(100*time.Millisecond), lag.Round(100*time.Millisecond), bound)
 }
 
 // describe is what a stuck task's document says about why nobody carries it.
