@@ -1,7 +1,8 @@
 // Package batcher runs batch-mode tasks through the Gemini Batch API at the batch price
 // (docs/cost.md). One leader per model, elected with a lease document like the sweeper's, gathers the
-// tasks waiting for a batch of its model and claims them under the job's lease in the same
-// transaction that writes batch_jobs/{id}; only then does it call batches.create, with that id
+// tasks waiting for a batch of its model — each within its tenant's cap, its worst case reserved
+// against the budgets as an online call's is — and claims them under the job's lease in the same transaction that writes batch_jobs/{id}, each
+// charged its worst case until the job answers; only then does it call batches.create, with that id
 // as the job's display name, so a crash between the create and recording its answer finds the
 // job again by display name instead of creating a second one. It polls each job with a bounded
 // backoff, renews its tasks' lease, and once the job is done settles every task by its key under
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
 	"github.com/genbox-dev/genbox/pkg/backoff"
@@ -61,10 +63,23 @@ type Outcome struct {
 	Fingerprint string
 }
 
-// Tasks is the task side of batching (worker.Handler): it renders a task's request, and settles
-// or renews a member of a job under the job's lease.
+// Tasks is the task side of batching (worker.Handler): it renders a task's request, applies the
+// model-call policy before a task joins a job, and settles or renews a member of a job under the
+// job's lease.
 type Tasks interface {
 	BatchRequest(t *store.Task) (req gemini.Request, fingerprint string, err error)
+	// Cap is tenant's concurrency limit (0: none), which bounds its tasks in batch jobs not yet
+	// done.
+	Cap(ctx context.Context, tenant string) (int, error)
+	// Admit applies the budgets to t before it joins a job of model with req: its tenant's daily
+	// budget and the project's must hold req's worst case at the batch price, which Admit
+	// reserves. The hold is nil without budgets. false keeps t out of the job: it waits for a
+	// later one, or, refused by a budget, it is handed back to the worker, which applies the
+	// budget policy as it does online.
+	Admit(ctx context.Context, t *store.Task, req gemini.Request, model string) (*quota.Hold, bool)
+	// SettleCharge puts what member m spent in the place of its charge; called once, when m
+	// leaves its job.
+	SettleCharge(m store.BatchMember, costUSD float64)
 	// SettleBatch applies o to member m of job j and reports whether m is settled: out of the
 	// job's lease, what it spent recorded.
 	SettleBatch(ctx context.Context, j *store.BatchJob, m store.BatchMember, o Outcome) (bool, error)
@@ -241,28 +256,25 @@ func (b *Batcher) advance(ctx context.Context, log *slog.Logger, j *store.BatchJ
 // gather creates a job of the tasks waiting for model: when a full job's worth waits, or the
 // oldest has waited Wait.
 func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, leading func(context.Context) bool) error {
-	cands, err := b.store.BatchCandidates(ctx, model, b.cfg.MaxTasks)
+	inFlight, err := b.store.BatchTasksInFlight(ctx)
+	if err != nil {
+		return err
+	}
+	ids, oldest, err := b.candidates(ctx, log, model, inFlight)
 	if err != nil {
 		return err
 	}
 	now := b.store.Now()
-	var ids []string
-	var oldest time.Time
-	for _, c := range cands {
-		if c.NotBefore == nil || !now.Before(*c.NotBefore) {
-			continue // its time in batches is over: the worker runs it online when it is due
-		}
-		ids = append(ids, c.ID)
-		if oldest.IsZero() || c.CreatedAt.Before(oldest) {
-			oldest = c.CreatedAt
-		}
-	}
 	if len(ids) == 0 || len(ids) < b.cfg.MaxTasks && now.Sub(oldest) < b.cfg.Wait {
 		return nil
 	}
+	members, holds, err := b.admit(ctx, model, ids)
+	if err != nil || len(members) == 0 {
+		return err
+	}
 	j := &store.BatchJob{ID: newJobID(), Model: model, State: store.BatchCreating, LeaseUntil: now.Add(b.cfg.LeaseTTL)}
 	owner := store.BatchOwner(j.ID)
-	tasks, err := b.store.CreateBatchJob(ctx, j, ids, func(t *store.Task, now time.Time) bool {
+	tasks, err := b.store.CreateBatchJob(ctx, j, members, func(t *store.Task, now time.Time) bool {
 		if t.State != task.StateQueued || t.BatchModel != model || t.HasOutput() || t.NotBefore == nil || !now.Before(*t.NotBefore) ||
 			t.RunBefore != nil && !now.Before(*t.RunBefore) {
 			return false
@@ -273,6 +285,14 @@ func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, le
 		t.State, t.BatchJob, t.BatchModel, t.Claims = task.StateRunning, j.ID, "", 0
 		return true
 	})
+	claimed := make([]string, 0, len(tasks))
+	for _, t := range tasks {
+		claimed = append(claimed, t.ID)
+	}
+	if err != nil && !errors.Is(err, store.ErrNoChange) {
+		claimed = b.written(ctx, j.ID)
+	}
+	keep(holds, claimed)
 	if errors.Is(err, store.ErrNoChange) {
 		return nil
 	}
@@ -283,6 +303,118 @@ func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, le
 	b.metrics.BatchJobCreated(ctx, model, len(tasks))
 	log.InfoContext(ctx, "batch job claimed its tasks", "batch_job", j.ID, "tasks", len(tasks), "deadline", j.Deadline)
 	return b.create(ctx, log.With("batch_job", j.ID), j, tasks, leading)
+}
+
+// maxCandidatePages bounds the pages of candidates one gathering reads past the tasks of tenants
+// at their cap.
+const maxCandidatePages = 5
+
+// candidates returns, oldest first, up to MaxTasks tasks waiting for a batch of model whose time
+// in batches lasts and whose tenant is under its cap — its tasks in jobs not yet done (inFlight,
+// counted on here) fewer than its concurrency limit —, and when the oldest of them was created.
+// It reads on past the tasks of tenants at their cap, up to maxCandidatePages pages, so that one
+// tenant's backlog does not keep the others' tasks out of jobs. A tenant whose limit cannot be
+// read has none of its tasks taken this time.
+func (b *Batcher) candidates(ctx context.Context, log *slog.Logger, model string, inFlight map[string]int) ([]string, time.Time, error) {
+	now := b.store.Now()
+	var ids []string
+	var oldest time.Time
+	caps := map[string]int{}
+	var after *store.BatchCandidate
+	for page := 0; page < maxCandidatePages && len(ids) < b.cfg.MaxTasks; page++ {
+		cands, err := b.store.BatchCandidates(ctx, model, b.cfg.MaxTasks, after)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		for _, c := range cands {
+			if len(ids) == b.cfg.MaxTasks {
+				break
+			}
+			if c.NotBefore == nil || !now.Before(*c.NotBefore) {
+				continue // its time in batches is over: the worker runs it online when it is due
+			}
+			limit, ok := caps[c.Tenant]
+			if !ok {
+				if limit, err = b.tasks.Cap(ctx, c.Tenant); err != nil {
+					log.WarnContext(ctx, "tenant limits unreadable; its tasks wait for a later batch job", "tenant", c.Tenant, "error", err)
+					limit = -1
+				}
+				caps[c.Tenant] = limit
+			}
+			if limit < 0 || limit > 0 && inFlight[c.Tenant] >= limit {
+				continue
+			}
+			inFlight[c.Tenant]++
+			ids = append(ids, c.ID)
+			if oldest.IsZero() || c.CreatedAt.Before(oldest) {
+				oldest = c.CreatedAt
+			}
+		}
+		if len(cands) < b.cfg.MaxTasks {
+			break
+		}
+		after = &cands[len(cands)-1]
+	}
+	return ids, oldest, nil
+}
+
+// admit picks, oldest first, the tasks of ids that join the next job of model: those
+// Tasks.Admit lets through, their worst case reserved against the budgets. It returns them as members, charged, with their holds: the caller keeps the hold of
+// each task the job claims and releases the others'. A task whose request cannot be rendered
+// joins uncharged, to be failed when the job is created.
+func (b *Batcher) admit(ctx context.Context, model string, ids []string) ([]store.BatchMember, map[string]*quota.Hold, error) {
+	tasks, err := b.store.GetTasks(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	var members []store.BatchMember
+	holds := map[string]*quota.Hold{}
+	for _, t := range tasks {
+		if t.State != task.StateQueued || t.BatchModel != model {
+			continue
+		}
+		m := store.BatchMember{TaskID: t.ID}
+		req, _, err := b.tasks.BatchRequest(t)
+		if err == nil {
+			hold, ok := b.tasks.Admit(ctx, t, req, model)
+			if !ok {
+				continue
+			}
+			if hold != nil {
+				c := hold.Charge()
+				m.ChargeUSD, m.ChargeDay = c.USD, c.Day
+				holds[t.ID] = hold
+			}
+		}
+		members = append(members, m)
+	}
+	return members, holds, nil
+}
+
+// keep keeps the hold of each task a job claimed (by id), now its charge, and releases the
+// others'.
+func keep(holds map[string]*quota.Hold, claimed []string) {
+	for _, id := range claimed {
+		if h, ok := holds[id]; ok {
+			h.Keep()
+			delete(holds, id)
+		}
+	}
+	for _, h := range holds {
+		h.Settle(0)
+	}
+}
+
+// written returns the members of job id as a claim whose transaction failed may have written
+// it all the same (its commit's outcome unknown): the next pass carries such a job on, and its
+// members' charges must be kept for their settlement to make sense. None when it is not there,
+// or cannot be read.
+func (b *Batcher) written(ctx context.Context, id string) []string {
+	j, err := b.store.GetBatchJob(ctx, id)
+	if err != nil {
+		return nil
+	}
+	return memberIDs(j)
 }
 
 // creatingGrace is how long a job found creating is left to the leader that may still be
@@ -328,7 +460,7 @@ func (b *Batcher) create(ctx context.Context, log *slog.Logger, j *store.BatchJo
 		return err
 	}
 	if len(reqs) == 0 {
-		return b.finish(ctx, log, j)
+		return b.finish(ctx, log, j, nil)
 	}
 	if !leading(ctx) {
 		return errors.New("no longer leading; the next leader reconciles the job")
@@ -522,6 +654,10 @@ func (b *Batcher) settle(ctx context.Context, log *slog.Logger, j *store.BatchJo
 			results[r.Key] = r
 		}
 	}
+	spent := map[string]float64{}
+	for key, r := range results {
+		spent[key] = r.Result.CostUSD
+	}
 	var unsettled atomic.Int64
 	var once sync.Once
 	b.each(j, func(m store.BatchMember) {
@@ -539,7 +675,7 @@ func (b *Batcher) settle(ctx context.Context, log *slog.Logger, j *store.BatchJo
 	if n := unsettled.Load(); n > 0 {
 		return fmt.Errorf("%d tasks of the job are not settled", n)
 	}
-	return b.finish(ctx, log, j)
+	return b.finish(ctx, log, j, spent)
 }
 
 // live returns the tasks still running in the job: the ones whose results are still wanted
@@ -554,13 +690,24 @@ func live(tasks []*store.Task, j *store.BatchJob) []*store.Task {
 	return out
 }
 
-// finish marks the job done and deletes the Gemini job (its results are no longer needed).
-func (b *Batcher) finish(ctx context.Context, log *slog.Logger, j *store.BatchJob) error {
-	if _, err := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
+// finish marks the job done, settles its members' charges with what each spent (by task id),
+// once, and deletes the Gemini job (its results are no longer needed).
+func (b *Batcher) finish(ctx context.Context, log *slog.Logger, j *store.BatchJob, spent map[string]float64) error {
+	finished := false // by this call: its members' charges are settled here, once
+	done, err := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
+		if finished = j.State != store.BatchDone; !finished {
+			return store.ErrNoChange
+		}
 		j.State, j.FinishedAt = store.BatchDone, &now
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
+	}
+	if finished {
+		for _, m := range done.Members {
+			b.tasks.SettleCharge(m, spent[m.TaskID])
+		}
 	}
 	log.InfoContext(ctx, "batch job settled", "tasks", len(j.Members), "gemini_state", j.GeminiState)
 	if j.GeminiName == "" {

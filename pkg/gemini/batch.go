@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"google.golang.org/genai"
+
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // BatchKey is the metadata key that carries each request's task id through a batch job: the
@@ -50,6 +52,22 @@ type BatchResult struct {
 
 // ErrBatchNotFound means no batch job has the name or display name asked for.
 var ErrBatchNotFound = errors.New("gemini: batch job not found")
+
+// BatchMaxSpend is the most req can spend as one request of a batch job of model: its estimated
+// prompt and largest output at model's batch price, and no more than req's max_cost_usd.
+func (p Pricing) BatchMaxSpend(req Request, model string) float64 {
+	u := task.Usage{PromptTokens: promptTokens(req), OutputTokens: p.maxOutput(req.Config)}
+	worst := p.price(model).Bill(u, TierBatch)
+	if req.MaxCostUSD > 0 {
+		worst = min(worst, req.MaxCostUSD)
+	}
+	return worst
+}
+
+// BatchMaxSpend is Pricing.BatchMaxSpend under the client's configuration.
+func (c *Client) BatchMaxSpend(req Request, model string) float64 {
+	return c.cfg.BatchMaxSpend(req, model)
+}
 
 // CreateBatch submits reqs (one model, each keyed by its TaskID) as one batch job named
 // displayName. The Batch API does not deduplicate: a repeated call makes a second job, so a caller

@@ -75,3 +75,17 @@ func TestBatchRoundTrip(t *testing.T) {
 		t.Errorf("cancelled job %+v, %v", got, err)
 	}
 }
+
+func TestBatchMaxSpend(t *testing.T) {
+	t.Parallel()
+	p := gemini.Pricing{Prices: map[string]gemini.Price{"m": {InputPerM: 2, OutputPerM: 4, BatchInputPerM: 1, BatchOutputPerM: 2}}, DefaultMaxOutputTokens: 1000}
+	req := gemini.Request{Prompt: "x"}
+	_, standard := p.Estimate(gemini.Request{Prompt: "x", Models: []string{"m"}})
+	if got := p.BatchMaxSpend(req, "m"); math.Abs(got-standard/2) > 1e-12 {
+		t.Errorf("batch worst case $%g, want half the standard estimate $%g", got, standard/2)
+	}
+	req.MaxCostUSD = standard / 10
+	if got := p.BatchMaxSpend(req, "m"); got != req.MaxCostUSD {
+		t.Errorf("batch worst case $%g under max_cost_usd $%g, want the cap", got, req.MaxCostUSD)
+	}
+}
