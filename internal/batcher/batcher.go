@@ -1,7 +1,8 @@
 // Package batcher runs batch-mode tasks through the Gemini Batch API at the batch price
 // (docs/cost.md). One leader per model, elected with a lease document like the sweeper's, gathers the
 // tasks waiting for a batch of its model — each within its tenant's cap, its worst case reserved
-// against the budgets as an online call's is — and claims them under the job's lease in the same transaction that writes batch_jobs/{id}, each
+// against the budgets as an online call's is, the job within a size in bytes Gemini accepts — and
+// claims them under the job's lease in the same transaction that writes batch_jobs/{id}, each
 // charged its worst case until the job answers; only then does it call batches.create, with that id
 // as the job's display name, so a crash between the create and recording its answer finds the
 // job again by display name instead of creating a second one. It polls each job with a bounded
@@ -9,7 +10,8 @@
 // the outbox's rules (Tasks.SettleBatch: first output wins, never overwritten, a cancelled task
 // never revived, usage always recorded). A job that failed, expired or was cancelled, and a
 // request that failed inside it, send their tasks back: to the next job, or online when their
-// deadline nears; a job still running when its first task must leave batching is cancelled.
+// deadline nears; a job still running when its first task must leave batching is cancelled. A
+// create refused for its size is split: half the tasks go back to the next job.
 package batcher
 
 import (
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +47,8 @@ type Gemini interface {
 	FindBatch(ctx context.Context, displayName string) (gemini.BatchJob, error)
 	CancelBatch(ctx context.Context, name string) error
 	DeleteBatch(ctx context.Context, name string) error
+	// BatchSize is about what a request adds to a create's body.
+	BatchSize(req gemini.Request) int
 }
 
 var _ Gemini = (*gemini.Client)(nil)
@@ -358,8 +363,9 @@ func (b *Batcher) candidates(ctx context.Context, log *slog.Logger, model string
 	return ids, oldest, nil
 }
 
-// admit picks, oldest first, the tasks of ids that join the next job of model: those
-// Tasks.Admit lets through, their worst case reserved against the budgets. It returns them as members, charged, with their holds: the caller keeps the hold of
+// admit picks, oldest first, the tasks of ids that join the next job of model: while their
+// requests fit in MaxBytes, those Tasks.Admit lets through, their worst case reserved against the
+// budgets. It returns them as members, charged, with their holds: the caller keeps the hold of
 // each task the job claims and releases the others'. A task whose request cannot be rendered
 // joins uncharged, to be failed when the job is created.
 func (b *Batcher) admit(ctx context.Context, model string, ids []string) ([]store.BatchMember, map[string]*quota.Hold, error) {
@@ -369,6 +375,7 @@ func (b *Batcher) admit(ctx context.Context, model string, ids []string) ([]stor
 	}
 	var members []store.BatchMember
 	holds := map[string]*quota.Hold{}
+	size := 0
 	for _, t := range tasks {
 		if t.State != task.StateQueued || t.BatchModel != model {
 			continue
@@ -376,6 +383,10 @@ func (b *Batcher) admit(ctx context.Context, model string, ids []string) ([]stor
 		m := store.BatchMember{TaskID: t.ID}
 		req, _, err := b.tasks.BatchRequest(t)
 		if err == nil {
+			n := b.gem.BatchSize(req)
+			if size+n > b.cfg.MaxBytes && len(members) > 0 {
+				break // the next job takes it, and those after it
+			}
 			hold, ok := b.tasks.Admit(ctx, t, req, model)
 			if !ok {
 				continue
@@ -385,6 +396,7 @@ func (b *Batcher) admit(ctx context.Context, model string, ids []string) ([]stor
 				m.ChargeUSD, m.ChargeDay = c.USD, c.Day
 				holds[t.ID] = hold
 			}
+			size += n
 		}
 		members = append(members, m)
 	}
@@ -452,10 +464,11 @@ func (b *Batcher) reconcile(ctx context.Context, log *slog.Logger, j *store.Batc
 // maxCreateAttempts bounds the batches.create calls of a job that fails transiently.
 const maxCreateAttempts = 5
 
-// create renders the job's requests and calls batches.create, then records the job's name. A
-// task whose request cannot be rendered fails at once. A refused create sends the tasks online.
+// create renders the requests of the members the job still holds and calls batches.create,
+// then records the job's name. A task whose request cannot be rendered fails at once. A job
+// refused for its size is split (split); any other refused create sends the tasks online.
 func (b *Batcher) create(ctx context.Context, log *slog.Logger, j *store.BatchJob, tasks []*store.Task, leading func(context.Context) bool) error {
-	reqs, _, err := b.requests(ctx, log, j, tasks)
+	reqs, _, err := b.requests(ctx, log, j, held(tasks, j))
 	if err != nil {
 		return err
 	}
@@ -468,6 +481,10 @@ func (b *Batcher) create(ctx context.Context, log *slog.Logger, j *store.BatchJo
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
 	defer cancel()
 	job, err := b.gem.CreateBatch(cctx, j.Model, j.ID, reqs)
+	if errors.Is(err, gemini.ErrBatchTooLarge) && len(reqs) > 1 {
+		log.WarnContext(ctx, "batch job refused for its size; split", "requests", len(reqs), "error", err)
+		return b.split(ctx, log, j, reqs, tasks, leading)
+	}
 	if err != nil {
 		refused := permanent(err)
 		_, merr := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
@@ -490,6 +507,68 @@ func (b *Batcher) create(ctx context.Context, log *slog.Logger, j *store.BatchJo
 	crashpoint.Hit(crashpoint.BatchRecorded)
 	log.InfoContext(ctx, "batch job created", "gemini_name", job.Name, "requests", len(reqs))
 	return nil
+}
+
+// split keeps the first half of reqs in job j and sends the tasks of the others back to wait
+// for the next job (no attempt counted: the job, not the request, was refused), then creates j
+// again. The tasks are sent back before they leave the job's document, so that a crash between
+// the two leaves none held by a job that lists it not; create renders only the members the job
+// still holds.
+func (b *Batcher) split(ctx context.Context, log *slog.Logger, j *store.BatchJob, reqs []gemini.Request, tasks []*store.Task, leading func(context.Context) bool) error {
+	leave := map[string]bool{}
+	for _, r := range reqs[len(reqs)/2:] {
+		leave[r.TaskID] = true
+	}
+	for _, m := range j.Members {
+		if !leave[m.TaskID] {
+			continue
+		}
+		if _, err := b.tasks.SettleBatch(ctx, j, m, Outcome{Lost: true}); err != nil {
+			return err
+		}
+	}
+	var left []store.BatchMember
+	kept, err := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, _ time.Time) error {
+		if j.State != store.BatchCreating {
+			return store.ErrNoChange
+		}
+		left = nil
+		j.Members = slices.DeleteFunc(j.Members, func(m store.BatchMember) bool {
+			if leave[m.TaskID] {
+				left = append(left, m)
+				return true
+			}
+			return false
+		})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, m := range left {
+		b.tasks.SettleCharge(m, 0)
+	}
+	if kept.State != store.BatchCreating {
+		return nil
+	}
+	return b.create(ctx, log, kept, tasks, leading)
+}
+
+// held returns the tasks the job holds under its lease: the ones it may still send. A task sent
+// back, cancelled or taken by another job since is not.
+func held(tasks []*store.Task, j *store.BatchJob) []*store.Task {
+	epochs := map[string]int64{}
+	for _, m := range j.Members {
+		epochs[m.TaskID] = m.Epoch
+	}
+	owner := store.BatchOwner(j.ID)
+	out := make([]*store.Task, 0, len(tasks))
+	for _, t := range tasks {
+		if e, ok := epochs[t.ID]; ok && t.State == task.StateRunning && t.Lease.Owner == owner && t.Lease.Epoch == e {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // permanent reports whether Gemini refused a call outright (a 4xx other than 408 and 429).

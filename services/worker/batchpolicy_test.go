@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,6 +164,46 @@ func (s *stack) holdForBatch(t *testing.T, tenant string, input func(id string) 
 			State: task.StateQueued, Mode: task.ModeBatch, BatchModel: "m", NotBefore: &until,
 		}); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// longInput is a task input of about 2 KB.
+func longInput(id string) string { return id + strings.Repeat(" The nightly report says little.", 64) }
+
+// A job is capped in bytes as well as in tasks: six requests of about 2 KB under a cap of 5 KB
+// make several jobs, none of them refused, and every task is billed once at the batch price.
+func TestBatchJobsAreCappedInBytes(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 0)
+	tasks := ids("bytes", 6)
+	s.holdForBatch(t, "tenant-a", longInput, tasks...)
+	testenv.Start(t, run, s.batchEnv("GENBOX_BATCH_MAX_BYTES", "5000"))
+	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
+	s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
+	l := s.fake.Ledger()
+	if len(l.Batches) < 2 || l.BatchesRefused != 0 {
+		t.Errorf("%d batch jobs, %d creates refused: want the six requests in several jobs, none refused", len(l.Batches), l.BatchesRefused)
+	}
+}
+
+// A create Gemini refuses for its size is split and created again: the requests run in smaller
+// jobs at the batch price instead of going online at twice the price.
+func TestBatchJobRefusedForItsSizeIsSplit(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 0)
+	s.fake.SetBatchByteLimit(6000)
+	tasks := ids("split", 6)
+	s.holdForBatch(t, "tenant-a", longInput, tasks...)
+	testenv.Start(t, run, s.batchEnv())
+	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
+	s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
+	if l := s.fake.Ledger(); l.BatchesRefused == 0 || len(l.Batches) < 2 {
+		t.Errorf("%d creates refused, %d batch jobs: want the job refused for its size, then split", l.BatchesRefused, len(l.Batches))
+	}
+	for _, j := range s.batchJobs(t) {
+		if j.CreateFailed {
+			t.Errorf("batch job %s gave up after a refused create; its tasks went online", j.ID)
 		}
 	}
 }

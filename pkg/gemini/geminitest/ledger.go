@@ -61,6 +61,8 @@ type Ledger struct {
 	Caches []CacheBill
 	// Batches lists every batch job ever created, in creation order.
 	Batches []BatchRecord
+	// BatchesRefused counts the batch creates refused for their size (SetBatchByteLimit).
+	BatchesRefused int
 }
 
 // CacheBill is what a cachedContents resource is billed for: its tokens once at the input price
@@ -82,6 +84,8 @@ type BatchRecord struct {
 	State string
 	// Requests is the number of requests of the job; Failed is how many answered an error.
 	Requests, Failed int
+	// Bytes is the size of the create call's body.
+	Bytes int
 }
 
 // BatchesNamed returns the batch jobs created with displayName: more than one means a batch was
