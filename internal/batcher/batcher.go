@@ -1,14 +1,17 @@
 // Package batcher runs batch-mode tasks through the Gemini Batch API at the batch price
 // (docs/cost.md). One leader per model, elected with a lease document like the sweeper's, gathers the
-// tasks waiting for a batch of its model and claims them under the job's lease in the same
-// transaction that writes batch_jobs/{id}; only then does it call batches.create, with that id
+// tasks waiting for a batch of its model — each within its tenant's cap, its worst case reserved
+// against the budgets as an online call's is, the job within a size in bytes Gemini accepts — and
+// claims them under the job's lease in the same transaction that writes batch_jobs/{id}, each
+// charged its worst case until the job answers; only then does it call batches.create, with that id
 // as the job's display name, so a crash between the create and recording its answer finds the
 // job again by display name instead of creating a second one. It polls each job with a bounded
 // backoff, renews its tasks' lease, and once the job is done settles every task by its key under
 // the outbox's rules (Tasks.SettleBatch: first output wins, never overwritten, a cancelled task
 // never revived, usage always recorded). A job that failed, expired or was cancelled, and a
 // request that failed inside it, send their tasks back: to the next job, or online when their
-// deadline nears; a job still running when its first task must leave batching is cancelled.
+// deadline nears; a job still running when its first task must leave batching is cancelled. A
+// create refused for its size is split: half the tasks go back to the next job.
 package batcher
 
 import (
@@ -19,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +31,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
 	"github.com/genbox-dev/genbox/pkg/backoff"
@@ -42,6 +47,8 @@ type Gemini interface {
 	FindBatch(ctx context.Context, displayName string) (gemini.BatchJob, error)
 	CancelBatch(ctx context.Context, name string) error
 	DeleteBatch(ctx context.Context, name string) error
+	// BatchSize is about what a request adds to a create's body.
+	BatchSize(req gemini.Request) int
 }
 
 var _ Gemini = (*gemini.Client)(nil)
@@ -61,10 +68,23 @@ type Outcome struct {
 	Fingerprint string
 }
 
-// Tasks is the task side of batching (worker.Handler): it renders a task's request, and settles
-// or renews a member of a job under the job's lease.
+// Tasks is the task side of batching (worker.Handler): it renders a task's request, applies the
+// model-call policy before a task joins a job, and settles or renews a member of a job under the
+// job's lease.
 type Tasks interface {
 	BatchRequest(t *store.Task) (req gemini.Request, fingerprint string, err error)
+	// Cap is tenant's concurrency limit (0: none), which bounds its tasks in batch jobs not yet
+	// done.
+	Cap(ctx context.Context, tenant string) (int, error)
+	// Admit applies the budgets to t before it joins a job of model with req: its tenant's daily
+	// budget and the project's must hold req's worst case at the batch price, which Admit
+	// reserves. The hold is nil without budgets. false keeps t out of the job: it waits for a
+	// later one, or, refused by a budget, it is handed back to the worker, which applies the
+	// budget policy as it does online.
+	Admit(ctx context.Context, t *store.Task, req gemini.Request, model string) (*quota.Hold, bool)
+	// SettleCharge puts what member m spent in the place of its charge; called once, when m
+	// leaves its job.
+	SettleCharge(m store.BatchMember, costUSD float64)
 	// SettleBatch applies o to member m of job j and reports whether m is settled: out of the
 	// job's lease, what it spent recorded.
 	SettleBatch(ctx context.Context, j *store.BatchJob, m store.BatchMember, o Outcome) (bool, error)
@@ -250,28 +270,25 @@ func (b *Batcher) advance(ctx context.Context, log *slog.Logger, j *store.BatchJ
 // gather creates a job of the tasks waiting for model: when a full job's worth waits, or the
 // oldest has waited Wait.
 func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, leading func(context.Context) bool) error {
-	cands, err := b.store.BatchCandidates(ctx, model, b.cfg.MaxTasks)
+	inFlight, err := b.store.BatchTasksInFlight(ctx)
+	if err != nil {
+		return err
+	}
+	ids, oldest, err := b.candidates(ctx, log, model, inFlight)
 	if err != nil {
 		return err
 	}
 	now := b.store.Now()
-	var ids []string
-	var oldest time.Time
-	for _, c := range cands {
-		if c.NotBefore == nil || !now.Before(*c.NotBefore) {
-			continue // its time in batches is over: the worker runs it online when it is due
-		}
-		ids = append(ids, c.ID)
-		if oldest.IsZero() || c.CreatedAt.Before(oldest) {
-			oldest = c.CreatedAt
-		}
-	}
 	if len(ids) == 0 || len(ids) < b.cfg.MaxTasks && now.Sub(oldest) < b.cfg.Wait {
 		return nil
 	}
+	members, holds, err := b.admit(ctx, model, ids)
+	if err != nil || len(members) == 0 {
+		return err
+	}
 	j := &store.BatchJob{ID: newJobID(), Model: model, State: store.BatchCreating, LeaseUntil: now.Add(b.cfg.LeaseTTL)}
 	owner := store.BatchOwner(j.ID)
-	tasks, err := b.store.CreateBatchJob(ctx, j, ids, func(t *store.Task, now time.Time) bool {
+	tasks, err := b.store.CreateBatchJob(ctx, j, members, func(t *store.Task, now time.Time) bool {
 		if t.State != task.StateQueued || t.BatchModel != model || t.HasOutput() || t.NotBefore == nil || !now.Before(*t.NotBefore) ||
 			t.RunBefore != nil && !now.Before(*t.RunBefore) {
 			return false
@@ -282,6 +299,14 @@ func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, le
 		t.State, t.BatchJob, t.BatchModel, t.Claims = task.StateRunning, j.ID, "", 0
 		return true
 	})
+	claimed := make([]string, 0, len(tasks))
+	for _, t := range tasks {
+		claimed = append(claimed, t.ID)
+	}
+	if err != nil && !errors.Is(err, store.ErrNoChange) {
+		claimed = b.written(ctx, j.ID)
+	}
+	keep(holds, claimed)
 	if errors.Is(err, store.ErrNoChange) {
 		return nil
 	}
@@ -292,6 +317,125 @@ func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, le
 	b.metrics.BatchJobCreated(ctx, model, len(tasks))
 	log.InfoContext(ctx, "batch job claimed its tasks", "batch_job", j.ID, "tasks", len(tasks), "deadline", j.Deadline)
 	return b.create(ctx, log.With("batch_job", j.ID), j, tasks, leading)
+}
+
+// maxCandidatePages bounds the pages of candidates one gathering reads past the tasks of tenants
+// at their cap.
+const maxCandidatePages = 5
+
+// candidates returns, oldest first, up to MaxTasks tasks waiting for a batch of model whose time
+// in batches lasts and whose tenant is under its cap — its tasks in jobs not yet done (inFlight,
+// counted on here) fewer than its concurrency limit —, and when the oldest of them was created.
+// It reads on past the tasks of tenants at their cap, up to maxCandidatePages pages, so that one
+// tenant's backlog does not keep the others' tasks out of jobs. A tenant whose limit cannot be
+// read has none of its tasks taken this time.
+func (b *Batcher) candidates(ctx context.Context, log *slog.Logger, model string, inFlight map[string]int) ([]string, time.Time, error) {
+	now := b.store.Now()
+	var ids []string
+	var oldest time.Time
+	caps := map[string]int{}
+	var after *store.BatchCandidate
+	for page := 0; page < maxCandidatePages && len(ids) < b.cfg.MaxTasks; page++ {
+		cands, err := b.store.BatchCandidates(ctx, model, b.cfg.MaxTasks, after)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		for _, c := range cands {
+			if len(ids) == b.cfg.MaxTasks {
+				break
+			}
+			if c.NotBefore == nil || !now.Before(*c.NotBefore) {
+				continue // its time in batches is over: the worker runs it online when it is due
+			}
+			limit, ok := caps[c.Tenant]
+			if !ok {
+				if limit, err = b.tasks.Cap(ctx, c.Tenant); err != nil {
+					log.WarnContext(ctx, "tenant limits unreadable; its tasks wait for a later batch job", "tenant", c.Tenant, "error", err)
+					limit = -1
+				}
+				caps[c.Tenant] = limit
+			}
+			if limit < 0 || limit > 0 && inFlight[c.Tenant] >= limit {
+				continue
+			}
+			inFlight[c.Tenant]++
+			ids = append(ids, c.ID)
+			if oldest.IsZero() || c.CreatedAt.Before(oldest) {
+				oldest = c.CreatedAt
+			}
+		}
+		if len(cands) < b.cfg.MaxTasks {
+			break
+		}
+		after = &cands[len(cands)-1]
+	}
+	return ids, oldest, nil
+}
+
+// admit picks, oldest first, the tasks of ids that join the next job of model: while their
+// requests fit in MaxBytes, those Tasks.Admit lets through, their worst case reserved against the
+// budgets. It returns them as members, charged, with their holds: the caller keeps the hold of
+// each task the job claims and releases the others'. A task whose request cannot be rendered
+// joins uncharged, to be failed when the job is created.
+func (b *Batcher) admit(ctx context.Context, model string, ids []string) ([]store.BatchMember, map[string]*quota.Hold, error) {
+	tasks, err := b.store.GetTasks(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	var members []store.BatchMember
+	holds := map[string]*quota.Hold{}
+	size := 0
+	for _, t := range tasks {
+		if t.State != task.StateQueued || t.BatchModel != model {
+			continue
+		}
+		m := store.BatchMember{TaskID: t.ID}
+		req, _, err := b.tasks.BatchRequest(t)
+		if err == nil {
+			n := b.gem.BatchSize(req)
+			if size+n > b.cfg.MaxBytes && len(members) > 0 {
+				break // the next job takes it, and those after it
+			}
+			hold, ok := b.tasks.Admit(ctx, t, req, model)
+			if !ok {
+				continue
+			}
+			if hold != nil {
+				c := hold.Charge()
+				m.ChargeUSD, m.ChargeDay = c.USD, c.Day
+				holds[t.ID] = hold
+			}
+			size += n
+		}
+		members = append(members, m)
+	}
+	return members, holds, nil
+}
+
+// keep keeps the hold of each task a job claimed (by id), now its charge, and releases the
+// others'.
+func keep(holds map[string]*quota.Hold, claimed []string) {
+	for _, id := range claimed {
+		if h, ok := holds[id]; ok {
+			h.Keep()
+			delete(holds, id)
+		}
+	}
+	for _, h := range holds {
+		h.Settle(0)
+	}
+}
+
+// written returns the members of job id as a claim whose transaction failed may have written
+// it all the same (its commit's outcome unknown): the next pass carries such a job on, and its
+// members' charges must be kept for their settlement to make sense. None when it is not there,
+// or cannot be read.
+func (b *Batcher) written(ctx context.Context, id string) []string {
+	j, err := b.store.GetBatchJob(ctx, id)
+	if err != nil {
+		return nil
+	}
+	return memberIDs(j)
 }
 
 // creatingGrace is how long a job found creating is left to the leader that may still be
@@ -329,15 +473,16 @@ func (b *Batcher) reconcile(ctx context.Context, log *slog.Logger, j *store.Batc
 // maxCreateAttempts bounds the batches.create calls of a job that fails transiently.
 const maxCreateAttempts = 5
 
-// create renders the job's requests and calls batches.create, then records the job's name. A
-// task whose request cannot be rendered fails at once. A refused create sends the tasks online.
+// create renders the requests of the members the job still holds and calls batches.create,
+// then records the job's name. A task whose request cannot be rendered fails at once. A job
+// refused for its size is split (split); any other refused create sends the tasks online.
 func (b *Batcher) create(ctx context.Context, log *slog.Logger, j *store.BatchJob, tasks []*store.Task, leading func(context.Context) bool) error {
-	reqs, _, err := b.requests(ctx, log, j, tasks)
+	reqs, _, err := b.requests(ctx, log, j, held(tasks, j))
 	if err != nil {
 		return err
 	}
 	if len(reqs) == 0 {
-		return b.finish(ctx, log, j)
+		return b.finish(ctx, log, j, nil)
 	}
 	if !leading(ctx) {
 		return errors.New("no longer leading; the next leader reconciles the job")
@@ -345,6 +490,10 @@ func (b *Batcher) create(ctx context.Context, log *slog.Logger, j *store.BatchJo
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
 	defer cancel()
 	job, err := b.gem.CreateBatch(cctx, j.Model, j.ID, reqs)
+	if errors.Is(err, gemini.ErrBatchTooLarge) && len(reqs) > 1 {
+		log.WarnContext(ctx, "batch job refused for its size; split", "requests", len(reqs), "error", err)
+		return b.split(ctx, log, j, reqs, tasks, leading)
+	}
 	if err != nil {
 		refused := permanent(err)
 		_, merr := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
@@ -367,6 +516,68 @@ func (b *Batcher) create(ctx context.Context, log *slog.Logger, j *store.BatchJo
 	crashpoint.Hit(crashpoint.BatchRecorded)
 	log.InfoContext(ctx, "batch job created", "gemini_name", job.Name, "requests", len(reqs))
 	return nil
+}
+
+// split keeps the first half of reqs in job j and sends the tasks of the others back to wait
+// for the next job (no attempt counted: the job, not the request, was refused), then creates j
+// again. The tasks are sent back before they leave the job's document, so that a crash between
+// the two leaves none held by a job that lists it not; create renders only the members the job
+// still holds.
+func (b *Batcher) split(ctx context.Context, log *slog.Logger, j *store.BatchJob, reqs []gemini.Request, tasks []*store.Task, leading func(context.Context) bool) error {
+	leave := map[string]bool{}
+	for _, r := range reqs[len(reqs)/2:] {
+		leave[r.TaskID] = true
+	}
+	for _, m := range j.Members {
+		if !leave[m.TaskID] {
+			continue
+		}
+		if _, err := b.tasks.SettleBatch(ctx, j, m, Outcome{Lost: true}); err != nil {
+			return err
+		}
+	}
+	var left []store.BatchMember
+	kept, err := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, _ time.Time) error {
+		if j.State != store.BatchCreating {
+			return store.ErrNoChange
+		}
+		left = nil
+		j.Members = slices.DeleteFunc(j.Members, func(m store.BatchMember) bool {
+			if leave[m.TaskID] {
+				left = append(left, m)
+				return true
+			}
+			return false
+		})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, m := range left {
+		b.tasks.SettleCharge(m, 0)
+	}
+	if kept.State != store.BatchCreating {
+		return nil
+	}
+	return b.create(ctx, log, kept, tasks, leading)
+}
+
+// held returns the tasks the job holds under its lease: the ones it may still send. A task sent
+// back, cancelled or taken by another job since is not.
+func held(tasks []*store.Task, j *store.BatchJob) []*store.Task {
+	epochs := map[string]int64{}
+	for _, m := range j.Members {
+		epochs[m.TaskID] = m.Epoch
+	}
+	owner := store.BatchOwner(j.ID)
+	out := make([]*store.Task, 0, len(tasks))
+	for _, t := range tasks {
+		if e, ok := epochs[t.ID]; ok && t.State == task.StateRunning && t.Lease.Owner == owner && t.Lease.Epoch == e {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // permanent reports whether Gemini refused a call outright (a 4xx other than 408 and 429).
@@ -531,6 +742,10 @@ func (b *Batcher) settle(ctx context.Context, log *slog.Logger, j *store.BatchJo
 			results[r.Key] = r
 		}
 	}
+	spent := map[string]float64{}
+	for key, r := range results {
+		spent[key] = r.Result.CostUSD
+	}
 	var unsettled atomic.Int64
 	var once sync.Once
 	b.each(j, func(m store.BatchMember) {
@@ -548,7 +763,7 @@ func (b *Batcher) settle(ctx context.Context, log *slog.Logger, j *store.BatchJo
 	if n := unsettled.Load(); n > 0 {
 		return fmt.Errorf("%d tasks of the job are not settled", n)
 	}
-	return b.finish(ctx, log, j)
+	return b.finish(ctx, log, j, spent)
 }
 
 // live returns the tasks still running in the job: the ones whose results are still wanted
@@ -563,25 +778,35 @@ func live(tasks []*store.Task, j *store.BatchJob) []*store.Task {
 	return out
 }
 
-// finish marks the job settled, then deletes the Gemini job: its results are no longer needed,
-// and it holds every member's input and output. A job Gemini never made is done at once.
-func (b *Batcher) finish(ctx context.Context, log *slog.Logger, j *store.BatchJob) error {
+// finish marks the job settled and settles its members' charges with what each spent (by task
+// id), once, then deletes the Gemini job: its results are no longer needed, and it holds every
+// member's input and output. A job Gemini never made is done at once.
+func (b *Batcher) finish(ctx context.Context, log *slog.Logger, j *store.BatchJob, spent map[string]float64) error {
 	next := store.BatchDeleting
 	if j.GeminiName == "" {
 		next = store.BatchDone
 	}
-	j, err := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
+	finished := false // by this call: its members' charges are settled here, once
+	done, err := b.store.MutateBatchJob(ctx, j.ID, func(j *store.BatchJob, now time.Time) error {
+		if finished = j.State != store.BatchDone && j.State != store.BatchDeleting; !finished {
+			return store.ErrNoChange
+		}
 		j.State, j.FinishedAt = next, &now
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	log.InfoContext(ctx, "batch job settled", "tasks", len(j.Members), "gemini_state", j.GeminiState)
-	if next == store.BatchDone {
+	if finished {
+		for _, m := range done.Members {
+			b.tasks.SettleCharge(m, spent[m.TaskID])
+		}
+	}
+	log.InfoContext(ctx, "batch job settled", "tasks", len(done.Members), "gemini_state", done.GeminiState)
+	if done.State != store.BatchDeleting {
 		return nil
 	}
-	return b.deleteAtGemini(ctx, log, j)
+	return b.deleteAtGemini(ctx, log, done)
 }
 
 // deleteAtGemini deletes a settled job at Gemini (one Gemini no longer knows is gone already), then

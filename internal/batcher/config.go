@@ -12,6 +12,9 @@ import (
 type Config struct {
 	Interval time.Duration // GENBOX_BATCH_INTERVAL: time between passes
 	MaxTasks int           // GENBOX_BATCH_MAX_TASKS: tasks per job at most (one transaction claims them)
+	// MaxBytes bounds a job's inlined requests (gemini.Client.BatchSize): Gemini refuses a
+	// create over 20 MB.
+	MaxBytes int // GENBOX_BATCH_MAX_BYTES
 	// Wait is how long the oldest waiting task waits for a fuller job: a job is created when
 	// MaxTasks are waiting, or when the oldest has waited this long.
 	Wait      time.Duration // GENBOX_BATCH_WAIT
@@ -34,12 +37,13 @@ var ErrConfig = errors.New("batcher: invalid configuration")
 // FromEnv reads the configuration with defaults, calling getenv for every variable it knows.
 func FromEnv(getenv func(string) string) (Config, error) {
 	c := Config{
-		Interval: 30 * time.Second, MaxTasks: 400, Wait: 5 * time.Minute, PollMax: 5 * time.Minute,
+		Interval: 30 * time.Second, MaxTasks: 400, MaxBytes: 16 << 20, Wait: 5 * time.Minute, PollMax: 5 * time.Minute,
 		LeaseTTL: 15 * time.Minute, Deadline: 24 * time.Hour, Margin: time.Hour, CallTimeout: time.Minute,
 	}
 	r := envconfig.New(getenv)
 	r.Duration("GENBOX_BATCH_INTERVAL", &c.Interval)
 	r.Int("GENBOX_BATCH_MAX_TASKS", &c.MaxTasks)
+	r.Int("GENBOX_BATCH_MAX_BYTES", &c.MaxBytes)
 	r.Duration("GENBOX_BATCH_WAIT", &c.Wait)
 	r.Duration("GENBOX_BATCH_POLL_MAX", &c.PollMax)
 	r.Duration("GENBOX_BATCH_LEASE_TTL", &c.LeaseTTL)
@@ -59,6 +63,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 // maxJobTasks is what one Firestore transaction can claim with the job's document: 500 writes.
 const maxJobTasks = 499
 
+// maxJobBytes is Gemini's limit on a batch create's body: 20 MB.
+const maxJobBytes = 20 << 20
+
 // Validate reports every setting that cannot work, naming its variable.
 func (c Config) Validate() error {
 	var errs []error
@@ -68,6 +75,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxTasks < 1 || c.MaxTasks > maxJobTasks {
 		bad("GENBOX_BATCH_MAX_TASKS", fmt.Sprintf("must be in 1..%d (one transaction claims a job)", maxJobTasks))
+	}
+	if c.MaxBytes < 1 || c.MaxBytes > maxJobBytes {
+		bad("GENBOX_BATCH_MAX_BYTES", fmt.Sprintf("must be in 1..%d (Gemini's limit on a batch of inlined requests)", maxJobBytes))
 	}
 	if c.Wait < 0 {
 		bad("GENBOX_BATCH_WAIT", "must not be negative")

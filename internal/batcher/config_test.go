@@ -13,7 +13,7 @@ func TestConfigFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Deadline != 24*time.Hour || c.LeaderTTL != 3*c.Interval || c.MaxTasks != 400 {
+	if c.Deadline != 24*time.Hour || c.LeaderTTL != 3*c.Interval || c.MaxTasks != 400 || c.MaxBytes != 16<<20 {
 		t.Errorf("defaults %+v", c)
 	}
 	for name, tc := range map[string]struct {
@@ -21,6 +21,7 @@ func TestConfigFromEnv(t *testing.T) {
 		want string
 	}{
 		"tasks over a transaction":  {map[string]string{"GENBOX_BATCH_MAX_TASKS": "500"}, "GENBOX_BATCH_MAX_TASKS"},
+		"bytes over Gemini's limit": {map[string]string{"GENBOX_BATCH_MAX_BYTES": "30000000"}, "GENBOX_BATCH_MAX_BYTES"},
 		"margin past the deadline":  {map[string]string{"GENBOX_BATCH_MARGIN": "25h"}, "GENBOX_BATCH_MARGIN"},
 		"lease shorter than passes": {map[string]string{"GENBOX_BATCH_LEASE_TTL": "1m"}, "GENBOX_BATCH_LEASE_TTL"},
 		"poll cap under interval":   {map[string]string{"GENBOX_BATCH_POLL_MAX": "1s"}, "GENBOX_BATCH_POLL_MAX"},

@@ -458,6 +458,7 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_CONTEXT_CACHE_TTL":     tuning,
 		"GENBOX_BATCH_INTERVAL":        tuning,
 		"GENBOX_BATCH_MAX_TASKS":       tuning,
+		"GENBOX_BATCH_MAX_BYTES":       tuning,
 		"GENBOX_BATCH_WAIT":            tuning,
 		"GENBOX_BATCH_POLL_MAX":        tuning,
 		"GENBOX_BATCH_LEASE_TTL":       tuning,

@@ -171,12 +171,19 @@ func ResetAt(now time.Time) time.Time {
 }
 
 // Hold is an estimate reserved against a tenant's budget (and the project's, when limited);
-// Settle it with what the call cost.
+// Settle it with what the call cost, or Keep it.
 type Hold struct {
 	b        *Budgets
 	td, pd   *tenantDay // the tenant's day and the project's (nil without a project limit)
 	estimate float64
 	once     sync.Once
+}
+
+// Charge is a hold kept past the process that reserved it (Hold.Keep): its estimate, counted as
+// the tenant's spend on Day until SettleCharge puts what was actually spent in its place.
+type Charge struct {
+	Tenant, Day string
+	USD         float64
 }
 
 // Reserve holds estimateUSD against tenant's daily budget limitUSD (0 means no limit: the spend is
@@ -290,10 +297,11 @@ func (b *Budgets) dayOf(tenant, day string) *tenantDay {
 	return td
 }
 
-// Record counts usd spent by tenant that no Reserve held — spend known only once paid (a batch
-// job's answers, a context cache's storage): it checks no limit and reads nothing.
-func (b *Budgets) Record(tenant string, usd float64) {
-	day := Day(b.now())
+// Record counts usd spent by tenant that no Reserve held — spend known only once paid (a context
+// cache's storage): it checks no limit and reads nothing.
+func (b *Budgets) Record(tenant string, usd float64) { b.record(tenant, Day(b.now()), usd) }
+
+func (b *Budgets) record(tenant, day string, usd float64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.dayOf(tenant, day).unflushed += usd
@@ -301,6 +309,27 @@ func (b *Budgets) Record(tenant string, usd float64) {
 		b.dayOf(ProjectCounter, day).unflushed += usd
 	}
 }
+
+// SettleCharge puts actualUSD in the place of charge c on its day: the difference is counted
+// (negative when the call cost less than its estimate, as it nearly always does). A charge
+// without a day (none was reserved) counts actualUSD today. Call it once per charge.
+func (b *Budgets) SettleCharge(c Charge, actualUSD float64) {
+	day := c.Day
+	if day == "" {
+		day = Day(b.now())
+	}
+	if d := actualUSD - c.USD; d != 0 {
+		b.record(c.Tenant, day, d)
+	}
+}
+
+// Charge is what Keep would keep: the hold's estimate, on the tenant's day it was reserved on.
+func (h *Hold) Charge() Charge { return Charge{Tenant: h.td.tenant, Day: h.td.day, USD: h.estimate} }
+
+// Keep settles the hold at its whole estimate, which becomes the tenant's spend — flushed to the
+// counters every instance reads — so that the reservation outlives this process: a call answered
+// hours later, by whichever instance, settles it with SettleCharge(h.Charge(), cost).
+func (h *Hold) Keep() { h.Settle(h.estimate) }
 
 // Settle releases the hold and counts actualUSD as spent; later calls do nothing.
 func (h *Hold) Settle(actualUSD float64) {
@@ -327,7 +356,7 @@ func (b *Budgets) Flush(ctx context.Context) error {
 	var todo []*tenantDay
 	b.mu.Lock()
 	for key, td := range b.tenants {
-		if td.unflushed > 0 {
+		if td.unflushed != 0 { // a settled charge may give spend back
 			b.seq++
 			td.batches = append(td.batches, batch{seq: b.seq, usd: td.unflushed})
 			td.unflushed = 0

@@ -473,3 +473,38 @@ func TestBudgetsReReadHoldsNoReserve(t *testing.T) {
 		}
 	})
 }
+
+// A kept hold is spend every instance reads, on the day it was reserved; its settlement, a day
+// later and in another instance, puts the actual cost in its place on that day.
+func TestBudgetsKeptHoldSettledLater(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store, mem := memSpend()
+	now := time.Date(2026, 12, 2, 23, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	a := quota.NewBudgets(store, clock, time.Minute, quota.WithProjectLimit(10))
+	h, err := a.Reserve(ctx, "acme", 1, 0.6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := h.Charge()
+	h.Keep()
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := quota.NewBudgets(store, clock, time.Minute, quota.WithProjectLimit(10))
+	if _, err := other.Reserve(ctx, "acme", 1, 0.5); !errors.Is(err, quota.ErrBudgetExhausted) {
+		t.Fatalf("another instance reserving $0.5 with $0.6 kept of $1: %v, want exhausted", err)
+	}
+	now = now.Add(2 * time.Hour)
+	other.SettleCharge(c, 0.1)
+	if err := other.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	day := quota.Day(now.Add(-2 * time.Hour))
+	totals, _ := mem.snapshot()
+	want := map[string]float64{"acme/" + day: 0.1, quota.ProjectCounter + "/" + day: 0.1}
+	if diff := cmp.Diff(want, totals, cmpopts.EquateApprox(0, 1e-9)); diff != "" {
+		t.Errorf("flushed totals (-want +got):\n%s", diff)
+	}
+}

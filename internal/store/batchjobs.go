@@ -76,6 +76,11 @@ type BatchMember struct {
 	Tenant string `firestore:"tenant"`
 	Replay int    `firestore:"replay"`
 	Epoch  int64  `firestore:"epoch"`
+	// ChargeUSD is the worst case of the task's request, charged to its tenant's budget (and the
+	// project's) on ChargeDay (quota.Day) before it joined; what it spent takes its place when it
+	// leaves the job.
+	ChargeUSD float64 `firestore:"charge_usd,omitempty"`
+	ChargeDay string  `firestore:"charge_day,omitempty"`
 }
 
 // BatchOwner is the lease owner of the tasks of batch job id: the job, not a process, so that
@@ -99,14 +104,15 @@ func (s *Store) batchJobs() *firestore.CollectionRef { return s.FS.Collection(Ba
 type ClaimFunc func(t *Task, now time.Time) bool
 
 // CreateBatchJob writes job with the candidate tasks that claim accepts as its members, in one
-// transaction: a task is never in a job without the job's document, nor claimed twice. The
+// transaction: a task is never in a job without the job's document, nor claimed twice. Each
+// candidate names its task and its charge; the rest of its member is the task's as claimed. The
 // job's Deadline is its members' earliest not_before: when the first of them must leave
 // batching. It returns the claimed tasks as written, or ErrNoChange when no candidate joined
 // (nothing is written).
-func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []string, claim ClaimFunc) ([]*Task, error) {
+func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []BatchMember, claim ClaimFunc) ([]*Task, error) {
 	refs := make([]*firestore.DocumentRef, len(candidates))
-	for i, id := range candidates {
-		refs[i] = s.Tasks().Doc(id)
+	for i, c := range candidates {
+		refs[i] = s.Tasks().Doc(c.TaskID)
 	}
 	jobRef := s.batchJobs().Doc(job.ID)
 	var claimed []*Task
@@ -122,7 +128,7 @@ func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []
 			t   *Task
 		}
 		var writes []write
-		for _, snap := range snaps {
+		for i, snap := range snaps {
 			if !snap.Exists() {
 				continue
 			}
@@ -141,7 +147,9 @@ func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []
 			if changed {
 				writes = append(writes, write{snap.Ref, t})
 				claimed = append(claimed, t)
-				job.Members = append(job.Members, BatchMember{TaskID: t.ID, Tenant: t.Tenant, Replay: t.Replay, Epoch: t.Lease.Epoch})
+				m := candidates[i]
+				m.Tenant, m.Replay, m.Epoch = t.Tenant, t.Replay, t.Lease.Epoch
+				job.Members = append(job.Members, m)
 				if t.NotBefore != nil && (job.Deadline.IsZero() || t.NotBefore.Before(job.Deadline)) {
 					job.Deadline = *t.NotBefore
 				}
@@ -220,6 +228,22 @@ func (s *Store) OpenBatchJobs(ctx context.Context, model string) ([]*BatchJob, e
 	return out, nil
 }
 
+// BatchTasksInFlight counts each tenant's tasks in the batch jobs of every model that are not
+// done (store.Queries "batch-tasks-in-flight").
+func (s *Store) BatchTasksInFlight(ctx context.Context) (map[string]int, error) {
+	jobs, err := readAll(s.batchJobs().Where("open", "==", true).Documents(ctx), "open batch jobs", decodeBatchJob)
+	if err != nil {
+		return nil, err
+	}
+	n := map[string]int{}
+	for _, j := range jobs {
+		for _, m := range j.Members {
+			n[m.Tenant]++
+		}
+	}
+	return n, nil
+}
+
 // MutateBatchJob reads batch job id in a transaction, applies fn (ErrNoChange writes nothing)
 // and writes it back; a done job gets its TTL. It returns the job as written.
 func (s *Store) MutateBatchJob(ctx context.Context, id string, fn func(j *BatchJob, now time.Time) error) (*BatchJob, error) {
@@ -242,24 +266,30 @@ func (s *Store) MutateBatchJob(ctx context.Context, id string, fn func(j *BatchJ
 
 // BatchCandidate is a task waiting for a batch of its model, as the batcher's query reads it.
 type BatchCandidate struct {
-	ID        string
-	CreatedAt time.Time
-	NotBefore *time.Time
+	ID, Tenant string
+	CreatedAt  time.Time
+	NotBefore  *time.Time
 }
 
-// BatchCandidates returns up to limit tasks waiting for a batch of model, oldest first
-// (store.Queries "batch-candidates"), reading only what the gathering needs.
-func (s *Store) BatchCandidates(ctx context.Context, model string, limit int) ([]BatchCandidate, error) {
+// BatchCandidates returns up to limit tasks waiting for a batch of model, oldest first, after
+// the candidate after when it is not nil (store.Queries "batch-candidates"), reading only what
+// the gathering needs.
+func (s *Store) BatchCandidates(ctx context.Context, model string, limit int, after *BatchCandidate) ([]BatchCandidate, error) {
 	q := s.Tasks().Where("batch_model", "==", model).Where("state", "==", string(task.StateQueued)).
-		OrderBy("created_at", firestore.Asc).Limit(limit).Select("created_at", "not_before")
+		OrderBy("created_at", firestore.Asc).OrderBy(firestore.DocumentID, firestore.Asc)
+	if after != nil {
+		q = q.StartAfter(after.CreatedAt, after.ID)
+	}
+	q = q.Limit(limit).Select("created_at", "not_before", "tenant")
 	return readAll(q.Documents(ctx), "batch candidates of "+model, func(snap *firestore.DocumentSnapshot) (BatchCandidate, error) {
 		var c struct {
+			Tenant    string     `firestore:"tenant"`
 			CreatedAt time.Time  `firestore:"created_at"`
 			NotBefore *time.Time `firestore:"not_before"`
 		}
 		if err := snap.DataTo(&c); err != nil {
 			return BatchCandidate{}, fmt.Errorf("decode batch candidate %s: %w", snap.Ref.ID, err)
 		}
-		return BatchCandidate{ID: snap.Ref.ID, CreatedAt: c.CreatedAt, NotBefore: c.NotBefore}, nil
+		return BatchCandidate{ID: snap.Ref.ID, Tenant: c.Tenant, CreatedAt: c.CreatedAt, NotBefore: c.NotBefore}, nil
 	})
 }

@@ -47,6 +47,7 @@ var Queries = []Query{
 	{Name: "revoked-api-keys", Collection: APIKeysCollection, Fields: []IndexField{{"revoked", Asc}}},
 	{Name: "batch-candidates", Collection: TasksCollection, Fields: []IndexField{{"batch_model", Asc}, {"state", Asc}, {"created_at", Asc}}},
 	{Name: "open-batch-jobs", Collection: BatchJobsCollection, Fields: []IndexField{{"model", Asc}, {"open", Asc}}},
+	{Name: "batch-tasks-in-flight", Collection: BatchJobsCollection, Fields: []IndexField{{"open", Asc}}},
 	{Name: "outputs-by-task", Collection: OutputsCollection, Fields: []IndexField{{"task_id", Asc}}},
 	{Name: "console-tasks-by-tenant-family", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"family", Asc}, {"created_at", Desc}}},
 	{Name: "console-tasks-by-tenant-state-family", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"state", Asc}, {"family", Asc}, {"created_at", Desc}}},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -36,7 +37,9 @@ func (h *Handler) batchTimes(t *store.Task) (deadline, online time.Time) {
 // holdForBatch hands a claimed batch-mode task to the batcher: it waits (queued, batch_model
 // set) until a job takes it, or until it must leave batching, when the sweeper brings it back
 // here to run online (or, for a family whose batch_fallback is none, to wait for batches until
-// its deadline, then fail as expired). It reports whether it took the task; false runs it online.
+// its deadline, then fail as expired). A task whose tenant's budget or the project's has no room
+// for its worst case meets the budget policy here, as online, instead of waiting for a job that
+// would not take it (Admit). It reports whether it took the task; false runs it online.
 func (h *Handler) holdForBatch(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered, req gemini.Request) bool {
 	if t.Mode != task.ModeBatch || t.BatchOnline || h.batch.Deadline <= 0 {
 		return false
@@ -70,6 +73,9 @@ func (h *Handler) holdForBatch(ctx context.Context, log *slog.Logger, t *store.T
 		h.fail(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, &store.TaskError{Kind: task.KindExpired, Message: "its batch deadline passed before a batch ran it (batch_fallback: none)"})
 		return true
 	}
+	if !h.affordable(ctx, log, t, req, models[0]) {
+		return true
+	}
 	if _, ok := h.fencedWrite(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, "batch hold", func(t *store.Task, _ time.Time) {
 		t.State, t.BatchModel, t.NotBefore, t.Claims = task.StateQueued, models[0], &until, 0
 		_ = t.Lease.Release(h.pol.Owner, t.Lease.Epoch)
@@ -77,6 +83,94 @@ func (h *Handler) holdForBatch(ctx context.Context, log *slog.Logger, t *store.T
 		log.InfoContext(ctx, "waiting for a batch", "model", models[0], "until", until)
 	}
 	return true
+}
+
+// affordable reports whether the budgets have room for req's worst case in a batch job of model,
+// as Admit will reserve it; the reservation is only a check here, released at once. When they
+// have none, or a total or the tenant's limits cannot be read, it has written the claimed task's
+// outcome as the online path does (overBudget, handBack).
+func (h *Handler) affordable(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request, model string) bool {
+	limits, err := h.limits(ctx, t.Tenant)
+	if err != nil {
+		h.handBack(ctx, log, t.ID, t.Lease.Epoch, h.readRetry(), "tenant limits unreadable", err)
+		return false
+	}
+	hold, err := h.reserve(ctx, t.Tenant, limits, h.batchWorst(req, model))
+	if err != nil {
+		h.overBudget(ctx, log, t.ID, t.Lease.Epoch, err)
+		return false
+	}
+	if hold != nil {
+		hold.Settle(0)
+	}
+	return true
+}
+
+// batchWorst is the most req can spend as a request of a batch job of model.
+func (h *Handler) batchWorst(req gemini.Request, model string) float64 {
+	if h.mp.Estimator == nil {
+		return 0
+	}
+	return h.mp.Estimator.BatchMaxSpend(req, model)
+}
+
+// Cap is tenant's concurrency limit, which bounds its tasks in batch jobs not yet done as it
+// bounds its calls in flight online: a job holds a task for its whole run.
+func (h *Handler) Cap(ctx context.Context, tenant string) (int, error) {
+	l, err := h.limits(ctx, tenant)
+	return l.Concurrency, err
+}
+
+// Admit reserves the worst case of a task waiting for a batch, req's at model's batch price,
+// before it joins a job, as before does an online call's: against its tenant's daily budget and
+// the project's, failing closed. A task whose limits or budget cannot be read waits for a later
+// job; one a budget refuses leaves batching for the worker, which applies the budget policy
+// (affordable).
+func (h *Handler) Admit(ctx context.Context, t *store.Task, req gemini.Request, model string) (*quota.Hold, bool) {
+	log := h.log.With("task_id", t.ID, "model", model)
+	limits, err := h.limits(ctx, t.Tenant)
+	if err != nil {
+		log.WarnContext(ctx, "tenant limits unreadable; the task waits for a later batch job", "error", err)
+		return nil, false
+	}
+	hold, err := h.reserve(ctx, t.Tenant, limits, h.batchWorst(req, model))
+	switch {
+	case err == nil:
+		return hold, true
+	case errors.Is(err, quota.ErrBudgetExhausted) || errors.Is(err, quota.ErrProjectBudgetExhausted):
+		h.leaveBatch(ctx, log, t.ID, model, err)
+	default:
+		log.WarnContext(ctx, "budget unreadable; the task waits for a later batch job", "error", err)
+	}
+	return nil, false
+}
+
+// leaveBatch makes a task waiting for a batch of model due now and nudges it, so that a worker
+// applies the budget policy to it (affordable); it is left alone if a job took it meanwhile.
+func (h *Handler) leaveBatch(ctx context.Context, log *slog.Logger, id, model string, cause error) {
+	_, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+		if t.State != task.StateQueued || t.BatchModel != model || t.HasOutput() {
+			return store.ErrNoChange
+		}
+		t.BatchModel, t.NotBefore = "", &now
+		return nil
+	})
+	if err != nil {
+		log.WarnContext(ctx, "over budget; not taken out of batching", "error", err)
+		return
+	}
+	log.InfoContext(ctx, "over budget; handed to the worker's budget policy", "error", cause)
+	if _, err := h.pub.Publish(ctx, bus.TopicTasks, nil, map[string]string{task.AttrTaskID: id}); err != nil {
+		log.WarnContext(ctx, "nudge not published; the sweeper will", "error", err)
+	}
+}
+
+// SettleCharge puts what member m spent in the place of the worst case charged when it joined
+// its job.
+func (h *Handler) SettleCharge(m store.BatchMember, costUSD float64) {
+	if h.mp.Budgets != nil {
+		h.mp.Budgets.SettleCharge(quota.Charge{Tenant: m.Tenant, Day: m.ChargeDay, USD: m.ChargeUSD}, costUSD)
+	}
 }
 
 // BatchRequest renders the model request of a task joining a batch job, and its output cache
@@ -109,11 +203,8 @@ func (h *Handler) SettleBatch(ctx context.Context, j *store.BatchJob, m store.Ba
 	ctx = context.WithoutCancel(ctx)
 	bh := h.asBatch(j.ID)
 	log := h.log.With("task_id", m.TaskID, "batch_job", j.ID, "epoch", m.Epoch)
-	if spent(o.Result) {
+	if spent(o.Result) { // the budgets count it once the job is done (SettleCharge)
 		h.metrics.Generation(ctx, o.Result.Model, m.Tenant, o.Result.Usage, o.Result.CostUSD, 0)
-		if h.mp.Budgets != nil {
-			h.mp.Budgets.Record(m.Tenant, o.Result.CostUSD)
-		}
 	}
 	switch class := gemini.ClassOf(o.Err); {
 	case o.Lost:

@@ -16,13 +16,14 @@ import (
 )
 
 // Estimator resolves a request's model chain (part of the cache key), prices its worst case
-// before any call is made — one call (max_cost_usd is checked against it) and the whole attempt
-// budget (the tenant's budget reserves it) — and tells whether, or from when, any model of a
-// chain can take a call (gemini.Client).
+// before any call is made — one call (max_cost_usd is checked against it), the whole attempt
+// budget (the tenant's budget reserves it) and one request of a batch job (likewise) — and tells
+// whether, or from when, any model of a chain can take a call (gemini.Client).
 type Estimator interface {
 	Chain(req gemini.Request) []string
 	Estimate(req gemini.Request) (tokens int64, costUSD float64)
 	MaxSpend(req gemini.Request) float64
+	BatchMaxSpend(req gemini.Request, model string) float64
 	Available(models []string) bool
 	NextCall(models []string) time.Time
 }
@@ -203,15 +204,11 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 	if h.mp.Slots == nil && h.mp.Budgets == nil {
 		return tk, true
 	}
-	var limits store.Limits
-	if h.mp.Tenants != nil {
-		l, err := h.mp.Tenants.Limits(ctx, t.Tenant)
-		if err != nil {
-			tk.done(gemini.Result{})
-			h.handBack(ctx, log, t.ID, epoch, h.readRetry(), "tenant limits unreadable", err)
-			return nil, false
-		}
-		limits = l
+	limits, err := h.limits(ctx, t.Tenant)
+	if err != nil {
+		tk.done(gemini.Result{})
+		h.handBack(ctx, log, t.ID, epoch, h.readRetry(), "tenant limits unreadable", err)
+		return nil, false
 	}
 	if h.mp.Slots != nil {
 		ok, wait := h.mp.Slots.Acquire(t.Tenant, limits.Concurrency)
@@ -222,29 +219,50 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		}
 		tk.slot = true
 	}
-	if h.mp.Budgets != nil {
-		budget := limits.DailyBudgetUSD
-		if budget == 0 {
-			budget = h.mp.DefaultDailyBudgetUSD
-		}
-		hold, err := h.mp.Budgets.Reserve(ctx, t.Tenant, budget, worst)
-		switch {
-		case errors.Is(err, quota.ErrProjectBudgetExhausted):
-			tk.done(gemini.Result{})
-			h.budgetWait(ctx, log, t.ID, epoch, err, "project daily budget exhausted; waiting")
-			return nil, false
-		case errors.Is(err, quota.ErrBudgetExhausted):
-			tk.done(gemini.Result{})
-			h.budgetExhausted(ctx, log, t.ID, epoch, err)
-			return nil, false
-		case err != nil:
-			tk.done(gemini.Result{})
-			h.handBack(ctx, log, t.ID, epoch, h.readRetry(), "tenant budget unreadable", err)
-			return nil, false
-		}
-		tk.hold = hold
+	hold, err := h.reserve(ctx, t.Tenant, limits, worst)
+	if err != nil {
+		tk.done(gemini.Result{})
+		h.overBudget(ctx, log, t.ID, epoch, err)
+		return nil, false
 	}
+	tk.hold = hold
 	return tk, true
+}
+
+// limits returns tenant's limits; none without TenantLimits.
+func (h *Handler) limits(ctx context.Context, tenant string) (store.Limits, error) {
+	if h.mp.Tenants == nil {
+		return store.Limits{}, nil
+	}
+	return h.mp.Tenants.Limits(ctx, tenant)
+}
+
+// reserve holds worst, the most a call may spend, against tenant's daily budget — its limits'
+// DailyBudgetUSD, else DefaultDailyBudgetUSD — and the project's, failing closed when a total
+// cannot be read (quota.Budgets.Reserve). It returns a nil hold without Budgets.
+func (h *Handler) reserve(ctx context.Context, tenant string, limits store.Limits, worst float64) (*quota.Hold, error) {
+	if h.mp.Budgets == nil {
+		return nil, nil
+	}
+	budget := limits.DailyBudgetUSD
+	if budget == 0 {
+		budget = h.mp.DefaultDailyBudgetUSD
+	}
+	return h.mp.Budgets.Reserve(ctx, tenant, budget, worst)
+}
+
+// overBudget writes the outcome of a claimed task whose reservation reserve refused, with no
+// call made: the project's budget spent, it waits; its tenant's spent, the budget policy
+// applies; a total unreadable, it is handed back to try again soon.
+func (h *Handler) overBudget(ctx context.Context, log *slog.Logger, id string, epoch int64, err error) {
+	switch {
+	case errors.Is(err, quota.ErrProjectBudgetExhausted):
+		h.budgetWait(ctx, log, id, epoch, err, "project daily budget exhausted; waiting")
+	case errors.Is(err, quota.ErrBudgetExhausted):
+		h.budgetExhausted(ctx, log, id, epoch, err)
+	default:
+		h.handBack(ctx, log, id, epoch, h.readRetry(), "tenant budget unreadable", err)
+	}
 }
 
 // warm starts reading what the model-call policy of a task of tenant (the nudge's attribute; ""

@@ -583,3 +583,26 @@ func TestPolicyReadsStartWithTheNudge(t *testing.T) {
 		t.Errorf("reads %v, want %v", got, want)
 	}
 }
+
+// While the project's spend counter cannot be read, a task waiting for a batch joins no job:
+// nothing is reserved, and it keeps waiting for a later one.
+func TestUnreadableProjectBudgetAdmitsNoBatchTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	ctx := context.Background()
+	mp := b.modelPolicy(quota.BudgetWait)
+	mp.Budgets = quota.NewBudgets(unreadableProject{b.store}, time.Now, time.Minute, quota.WithProjectLimit(100))
+	h := b.policyHandler(t, policy("w1"), mp)
+	until := time.Now().Add(time.Hour)
+	b.task(t, "waiting", func(d *store.Task) { d.Mode, d.BatchModel, d.NotBefore = task.ModeBatch, "m", &until })
+	req, _, err := h.BatchRequest(b.get(t, "waiting"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hold, ok := h.Admit(ctx, b.get(t, "waiting"), req, "m"); ok || hold != nil {
+		t.Fatalf("admitted (hold %v) with the project's budget unreadable", hold)
+	}
+	if got := b.get(t, "waiting"); got.State != task.StateQueued || got.BatchModel != "m" {
+		t.Errorf("state %s batch_model %q, want still waiting for a batch of m", got.State, got.BatchModel)
+	}
+}

@@ -2,12 +2,15 @@ package gemini
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 
 	"google.golang.org/genai"
+
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // BatchKey is the metadata key that carries each request's task id through a batch job: the
@@ -51,19 +54,67 @@ type BatchResult struct {
 // ErrBatchNotFound means no batch job has the name or display name asked for.
 var ErrBatchNotFound = errors.New("gemini: batch job not found")
 
+// ErrBatchTooLarge means Gemini refused a batch create for the size of its inlined requests
+// (20 MB at most): the same requests in smaller jobs are accepted.
+var ErrBatchTooLarge = errors.New("gemini: batch job too large")
+
+// tooLarge reports whether err is Gemini's refusal of a request body for its size: 413, or 400
+// INVALID_ARGUMENT "Request payload size exceeds the limit: N bytes." — the message is the only
+// thing that tells this 400 from any other.
+func tooLarge(err error) bool {
+	var apiErr genai.APIError
+	return errors.As(err, &apiErr) && (apiErr.Code == http.StatusRequestEntityTooLarge ||
+		apiErr.Code == http.StatusBadRequest && strings.Contains(apiErr.Message, "payload size exceeds the limit"))
+}
+
+// BatchMaxSpend is the most req can spend as one request of a batch job of model: its estimated
+// prompt and largest output at model's batch price, and no more than req's max_cost_usd.
+func (p Pricing) BatchMaxSpend(req Request, model string) float64 {
+	u := task.Usage{PromptTokens: promptTokens(req), OutputTokens: p.maxOutput(req.Config)}
+	worst := p.price(model).Bill(u, TierBatch)
+	if req.MaxCostUSD > 0 {
+		worst = min(worst, req.MaxCostUSD)
+	}
+	return worst
+}
+
+// BatchMaxSpend is Pricing.BatchMaxSpend under the client's configuration.
+func (c *Client) BatchMaxSpend(req Request, model string) float64 {
+	return c.cfg.BatchMaxSpend(req, model)
+}
+
+// BatchSize is about what req adds to the body of a batch create: its inlined request as JSON.
+// Jobs are capped in bytes by it, well under Gemini's limit, as the wire form differs a little.
+func (c *Client) BatchSize(req Request) int {
+	b, err := json.Marshal(c.inlined(req))
+	if err != nil {
+		return 0 // an inlined request of strings and numbers always marshals
+	}
+	return len(b)
+}
+
+// inlined is req as one inlined request of a batch job, keyed by its task id.
+func (c *Client) inlined(r Request) *genai.InlinedRequest {
+	return &genai.InlinedRequest{
+		Contents: genai.Text(r.Prompt),
+		Metadata: map[string]string{BatchKey: r.TaskID},
+		Config:   c.genaiConfig(r, r.Config),
+	}
+}
+
 // CreateBatch submits reqs (one model, each keyed by its TaskID) as one batch job named
 // displayName. The Batch API does not deduplicate: a repeated call makes a second job, so a caller
-// records displayName before calling and finds the job again with FindBatch after a crash.
+// records displayName before calling and finds the job again with FindBatch after a crash. A job
+// refused for its size is ErrBatchTooLarge.
 func (c *Client) CreateBatch(ctx context.Context, model, displayName string, reqs []Request) (BatchJob, error) {
 	src := &genai.BatchJobSource{}
 	for _, r := range reqs {
-		src.InlinedRequests = append(src.InlinedRequests, &genai.InlinedRequest{
-			Contents: genai.Text(r.Prompt),
-			Metadata: map[string]string{BatchKey: r.TaskID},
-			Config:   c.genaiConfig(r, r.Config),
-		})
+		src.InlinedRequests = append(src.InlinedRequests, c.inlined(r))
 	}
 	job, err := c.batches.Create(ctx, model, src, &genai.CreateBatchJobConfig{DisplayName: displayName})
+	if tooLarge(err) {
+		return BatchJob{}, fmt.Errorf("create batch %s of %d requests: %w: %w", displayName, len(reqs), ErrBatchTooLarge, err)
+	}
 	if err != nil {
 		return BatchJob{}, fmt.Errorf("create batch %s: %w", displayName, err)
 	}

@@ -89,3 +89,44 @@ func TestBatchRoundTrip(t *testing.T) {
 		t.Errorf("cancelled job %+v, %v", got, err)
 	}
 }
+
+// Gemini refuses a batch of inlined requests over its size limit with a plain 400; CreateBatch
+// tells it from other refusals (ErrBatchTooLarge), and BatchSize measures what a request adds,
+// so that a caller can cap its jobs under the limit.
+func TestBatchTooLarge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	reqs := []gemini.Request{request("a"), request("b"), request("c")}
+	size := 0
+	for _, r := range reqs {
+		size += b.client.BatchSize(r)
+	}
+	b.srv.SetBatchByteLimit(size)
+	_, err := b.client.CreateBatch(ctx, primary, "too-large", reqs)
+	if !errors.Is(err, gemini.ErrBatchTooLarge) {
+		t.Fatalf("a batch over the limit: %v, want ErrBatchTooLarge", err)
+	}
+	if _, err := b.client.CreateBatch(ctx, primary, "fits", reqs[:1]); err != nil {
+		t.Fatalf("a batch of a third of the limit: %v", err)
+	}
+	b.srv.SetBatchByteLimit(0)
+	_, err = b.client.CreateBatch(ctx, "", "no-model", reqs)
+	if err == nil || errors.Is(err, gemini.ErrBatchTooLarge) {
+		t.Errorf("a batch refused for another reason: %v, want an error other than ErrBatchTooLarge", err)
+	}
+}
+
+func TestBatchMaxSpend(t *testing.T) {
+	t.Parallel()
+	p := gemini.Pricing{Prices: map[string]gemini.Price{"m": {InputPerM: 2, OutputPerM: 4, BatchInputPerM: 1, BatchOutputPerM: 2}}, DefaultMaxOutputTokens: 1000}
+	req := gemini.Request{Prompt: "x"}
+	_, standard := p.Estimate(gemini.Request{Prompt: "x", Models: []string{"m"}})
+	if got := p.BatchMaxSpend(req, "m"); math.Abs(got-standard/2) > 1e-12 {
+		t.Errorf("batch worst case $%g, want half the standard estimate $%g", got, standard/2)
+	}
+	req.MaxCostUSD = standard / 10
+	if got := p.BatchMaxSpend(req, "m"); got != req.MaxCostUSD {
+		t.Errorf("batch worst case $%g under max_cost_usd $%g, want the cap", got, req.MaxCostUSD)
+	}
+}

@@ -61,6 +61,18 @@ func (f *Fake) FailBatchDeletesNext(codes ...int) {
 	f.deleteFailures = append(f.deleteFailures, codes...)
 }
 
+// SetBatchByteLimit makes the fake refuse a batch create whose body is over limit bytes, as
+// Gemini refuses one over its 20 MB (400 INVALID_ARGUMENT, "Request payload size exceeds the
+// limit"); limit <= 0 restores that default.
+func (f *Fake) SetBatchByteLimit(limit int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if limit <= 0 {
+		limit = maxBody
+	}
+	f.batchLimit = limit
+}
+
 // batchRequest is one inlined request of a job.
 type batchRequest struct {
 	req      Request
@@ -75,6 +87,7 @@ type batchJob struct {
 	created, updated       time.Time
 	ended                  *time.Time
 	requests               []batchRequest
+	bytes                  int // the create call's body
 	responses              []wireInlinedResponse
 	failed                 int
 	finishing, deleted     bool
@@ -92,7 +105,7 @@ func (b *batchJob) done() bool {
 }
 
 func (b *batchJob) record() BatchRecord {
-	return BatchRecord{Name: b.name(), DisplayName: b.displayName, Model: b.model, State: b.state, Requests: len(b.requests), Failed: b.failed, Deleted: b.deleted}
+	return BatchRecord{Name: b.name(), DisplayName: b.displayName, Model: b.model, State: b.state, Requests: len(b.requests), Failed: b.failed, Deleted: b.deleted, Bytes: b.bytes}
 }
 
 // end moves the job into a terminal state at now and stops its timers.
@@ -203,6 +216,16 @@ func (f *Fake) routeBatches() {
 
 // createBatch serves models/{model}:batchGenerateContent with inlined requests.
 func (f *Fake) createBatch(w http.ResponseWriter, model string, body []byte) {
+	f.mu.Lock()
+	limit := f.batchLimit
+	if len(body) > limit {
+		f.batchesRefused++
+	}
+	f.mu.Unlock()
+	if len(body) > limit {
+		f.writeError(w, payloadTooLarge(limit))
+		return
+	}
 	var in wireBatchCreate
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&in); err != nil {
@@ -219,7 +242,7 @@ func (f *Fake) createBatch(w http.ResponseWriter, model string, body []byte) {
 		return
 	}
 	now := time.Now()
-	b := &batchJob{model: model, displayName: in.Batch.DisplayName, state: BatchPending, created: now, updated: now}
+	b := &batchJob{model: model, displayName: in.Batch.DisplayName, state: BatchPending, created: now, updated: now, bytes: len(body)}
 	for i, r := range ic.Requests.Requests {
 		req, err := decodeRequest(model, methodBatch, r.Request)
 		if err != nil {

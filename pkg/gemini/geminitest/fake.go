@@ -23,6 +23,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -72,6 +73,10 @@ type Fake struct {
 	batchScript map[string][]string
 	// deleteFailures holds the codes of the next failed batch deletes (FailBatchDeletesNext).
 	deleteFailures []int
+	// batchLimit is the largest batch create body accepted (SetBatchByteLimit).
+	batchLimit int
+	// batchesRefused counts the batch creates refused for their size.
+	batchesRefused int
 	ids            int // resource ids handed out (caches, batches)
 }
 
@@ -136,6 +141,7 @@ func New(opts ...Option) *Fake {
 		cacheMin:    make(map[string]int64),
 		plans:       make(map[string]BatchPlan),
 		batchScript: make(map[string][]string),
+		batchLimit:  maxBody,
 	}
 	for _, o := range opts {
 		o(f)
@@ -226,6 +232,7 @@ func (f *Fake) Ledger() Ledger {
 	for _, b := range f.batches {
 		l.Batches = append(l.Batches, b.record())
 	}
+	l.BatchesRefused = f.batchesRefused
 	return l
 }
 
@@ -265,8 +272,29 @@ func (f *Fake) Close() {
 // ServeHTTP serves the Gemini API routes under /{version}/models/.
 func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.mux.ServeHTTP(w, r) }
 
-// maxBody bounds a request body; Gemini's own limit on inline requests is 20 MB.
+// maxBody bounds a request body: Gemini's own limit, 20 MB, which bounds a batch job of inlined
+// requests too.
 const maxBody = 20 << 20
+
+// readBody reads a request body of at most maxBody bytes; a larger one is refused as Gemini
+// refuses it (400 INVALID_ARGUMENT, "Request payload size exceeds the limit: N bytes.").
+func (f *Fake) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		f.writeError(w, payloadTooLarge(maxBody))
+		return nil, false
+	}
+	if err != nil {
+		f.writeError(w, apiFailure{code: http.StatusBadRequest, message: "Request payload could not be read: " + err.Error()})
+		return nil, false
+	}
+	return body, true
+}
+
+// payloadTooLarge is Gemini's answer to a request body over limit bytes.
+func payloadTooLarge(limit int) apiFailure {
+	return apiFailure{code: http.StatusBadRequest, message: fmt.Sprintf("Request payload size exceeds the limit: %d bytes.", limit)}
+}
 
 func (f *Fake) serveModel(w http.ResponseWriter, r *http.Request) {
 	model, method, ok := strings.Cut(r.PathValue("call"), ":")
@@ -292,9 +320,8 @@ func (f *Fake) serveModel(w http.ResponseWriter, r *http.Request) {
 		f.writeError(w, apiFailure{code: http.StatusBadRequest, message: "The fake serves streamGenerateContent only with alt=sse."})
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		f.writeError(w, apiFailure{code: http.StatusBadRequest, message: "Request payload could not be read: " + err.Error()})
+	body, ok := f.readBody(w, r)
+	if !ok {
 		return
 	}
 	if method == methodBatch {

@@ -61,6 +61,8 @@ type Ledger struct {
 	Caches []CacheBill
 	// Batches lists every batch job ever created, in creation order.
 	Batches []BatchRecord
+	// BatchesRefused counts the batch creates refused for their size (SetBatchByteLimit).
+	BatchesRefused int
 }
 
 // CacheBill is what a cachedContents resource is billed for: its tokens once at the input price
@@ -84,6 +86,8 @@ type BatchRecord struct {
 	Requests, Failed int
 	// Deleted: the job was deleted (DELETE batches/{id}), with its requests and responses.
 	Deleted bool
+	// Bytes is the size of the create call's body.
+	Bytes int
 }
 
 // BatchesNamed returns the batch jobs created with displayName: more than one means a batch was
