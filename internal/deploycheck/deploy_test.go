@@ -438,6 +438,7 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_PARK_MAX":              tuning,
 		"GENBOX_NUDGE_GRACE":           tuning,
 		"GENBOX_COMMIT_RETRY":          tuning,
+		"GENBOX_WEBHOOK_TIMEOUT":       "the resulthandler's, which keeps the code default too: the worker reserves a delivery for one lease of it",
 		"GENBOX_SWEEP_INTERVAL":        tuning,
 		"GENBOX_SWEEP_LIMIT":           tuning,
 		"GENBOX_SWEEP_PACE":            tuning,
