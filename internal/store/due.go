@@ -10,8 +10,8 @@ import (
 )
 
 // DueAt is the one function that says when a task document next needs a nudge (docs/architecture.md §0): the
-// earliest deadline among what is still pending — the task's own lease expiry, backoff or
-// run_before (past which it is failed as expired, backoff or not), the delivery in flight, each
+// earliest deadline among what is still pending — the task's own lease expiry, backoff, start
+// time (a scheduled task's not_before) or run_before (past which it is failed as expired, backoff or not), the delivery in flight, each
 // DLQ notice, a decision whose nudges are unpublished, a Slack update — floored by the sweeper's
 // own backoff (nudge_at). ok is false when nothing is pending.
 func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
@@ -21,7 +21,7 @@ func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
 		}
 	}
 	switch t.State {
-	case task.StateQueued, task.StateWaiting:
+	case task.StateScheduled, task.StateQueued, task.StateWaiting:
 		at := t.CreatedAt
 		if t.NotBefore != nil {
 			at = *t.NotBefore
