@@ -78,7 +78,8 @@ func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
 }
 
 // Finalize stores what DueAt derives, and the fields that follow from it: due_shard (Shard of the
-// id among shards), pending_since (set when work becomes pending, cleared when none is) and
+// id among shards), pending_since (set when work becomes pending — a scheduled task's at its
+// start —, cleared when none is) and
 // expire_at (the TTL, set only when nothing is pending, no dead letter is open and the task has
 // ended), and it bounds the task's error texts. Every writer calls it before writing.
 func Finalize(t *Task, now time.Time, retention time.Duration, shards int) {
@@ -90,7 +91,11 @@ func Finalize(t *Task, now time.Time, retention time.Duration, shards int) {
 	} else {
 		t.DueAt = &due
 		if t.PendingSince == nil {
-			t.PendingSince = &now
+			since := now
+			if t.State == task.StateScheduled && t.NotBefore != nil && t.NotBefore.After(now) {
+				since = *t.NotBefore // waiting for its start is not work: the age alerts start there
+			}
+			t.PendingSince = &since
 		}
 	}
 	t.ExpireAt = nil

@@ -250,7 +250,7 @@ func TestShardSpreadsIDs(t *testing.T) {
 }
 
 // A scheduled task is due at its start time, however long before it was written: the sweeper
-// finds it then, and not before.
+// finds it then, and not before; and it is pending only from then on.
 func TestDueAtOfAScheduledTaskIsItsStart(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
@@ -258,5 +258,11 @@ func TestDueAtOfAScheduledTaskIsItsStart(t *testing.T) {
 	doc := &Task{State: task.StateScheduled, CreatedAt: now, StartAfter: &start, NotBefore: &start}
 	if due, ok := DueAt(doc, now); !ok || !due.Equal(start) {
 		t.Fatalf("scheduled to start in 29 days: due %v (%v), want %v", due, ok, start)
+	}
+	// Its work is pending from its start: the age alerts (now - pending_since) do not count
+	// the wait it asked for.
+	Finalize(doc, now, time.Hour, 1)
+	if doc.PendingSince == nil || !doc.PendingSince.Equal(start) {
+		t.Fatalf("pending_since %v, want its start %v", doc.PendingSince, start)
 	}
 }
