@@ -7,6 +7,10 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
+// delayPattern is the OpenAPI pattern of delay: the non-negative durations time.ParseDuration
+// reads.
+const delayPattern = `^\+?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+
 // checkStart checks a request's start_after or delay at now: one of them at most, in the
 // future (a delay of zero is none), at most task.MaxDelay ahead, and before run_before.
 func checkStart(req *task.Request, now time.Time) []task.FieldError {

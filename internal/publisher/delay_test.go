@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -159,6 +160,20 @@ func TestDelayValidation(t *testing.T) {
 		}
 		if code, _, out := e.do("POST", "/v1/tasks", e.key, mustJSON(t, body), nil); code != http.StatusAccepted {
 			t.Fatalf("%v: %d %s", extra, code, out)
+		}
+	}
+}
+
+// The OpenAPI pattern of delay accepts what the server reads as a duration that is not
+// negative, and nothing else.
+func TestDelayPatternMatchesParseDuration(t *testing.T) {
+	t.Parallel()
+	re := regexp.MustCompile(delayPattern)
+	for _, s := range []string{"90s", "1h30m", "0", "0s", "+5s", ".5s", "1.s", "1.5h", "300ms", "2us", "2µs", "2μs", "1h2m3s4ms5us6ns",
+		"", "-1s", "5", "1d", "s", "1 s", "1h-2m", "++1s", ".s", "1e3s", "１s"} {
+		d, err := time.ParseDuration(s)
+		if want := err == nil && d >= 0; re.MatchString(s) != want {
+			t.Errorf("%q: the pattern matches %v, the server reads it %v (%v, %v)", s, re.MatchString(s), want, d, err)
 		}
 	}
 }
