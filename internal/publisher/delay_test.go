@@ -3,6 +3,7 @@ package publisher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"regexp"
 	"slices"
@@ -15,9 +16,12 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
+// errSeen stops a watch after its first event.
+var errSeen = errors.New("seen")
+
 // A delayed task is written scheduled, due at its start (not_before the same time), and not
-// nudged: the sweeper nudges it when it is due. GET shows it scheduled with its start; it can
-// be cancelled; an Idempotency-Key replays it.
+// nudged: the sweeper nudges it when it is due. GET and the event stream show it scheduled with
+// its start; it can be cancelled; an Idempotency-Key replays it.
 func TestSubmitDelayed(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -60,6 +64,11 @@ func TestSubmitDelayed(t *testing.T) {
 		}
 		if v.State != task.StateScheduled || v.StartAfter == nil || !v.StartAfter.Equal(*doc.StartAfter) {
 			t.Fatalf("%s: GET %+v, want scheduled from %v", c.name, v, doc.StartAfter)
+		}
+		var first task.StreamEvent
+		if err := e.api.Watch(ctx, r.TaskID, func(ev task.StreamEvent) error { first = ev; return errSeen }); !errors.Is(err, errSeen) ||
+			first.Type != task.EventScheduled || first.Task == nil || first.Task.StartAfter == nil {
+			t.Fatalf("%s: first event %+v (%v), want task.scheduled with its start", c.name, first, err)
 		}
 		again, err := e.api.SubmitWithKey(ctx, "delayed-"+c.name, req)
 		if err != nil || !again.Replayed || again.TaskID != r.TaskID || again.State != task.StateScheduled {
