@@ -66,6 +66,10 @@ func TestUsageAndExitCodes(t *testing.T) {
 		{"unknown request field", noServer, `{"family":"summarize","input":"x","colour":1}`, []string{"submit"}, exitUsage, "", "colour"},
 		{"bad state", noServer, "", []string{"list", "--state", "sleeping"}, exitUsage, "", "is not one of"},
 		{"bad mode", noServer, "", []string{"submit", "--family", "summarize", "--input", "x", "--mode", "eventually"}, exitUsage, "", "--mode"},
+		{"bad delay", noServer, "", []string{"submit", "--family", "summarize", "--input", "x", "--delay", "soon"}, exitUsage, "", "--delay"},
+		{"negative delay", noServer, "", []string{"submit", "--family", "summarize", "--input", "x", "--delay", "-5s"}, exitUsage, "", "--delay"},
+		{"bad start-after", noServer, "", []string{"submit", "--family", "summarize", "--input", "x", "--start-after", "tomorrow"}, exitUsage, "", "--start-after"},
+		{"delay and start-after", noServer, "", []string{"submit", "--family", "summarize", "--input", "x", "--delay", "1h", "--start-after", "2030-01-01T00:00:00Z"}, exitUsage, "", "exclude each other"},
 		{"bad url", map[string]string{envAPIKey: "k-0123456789abcdef", envURL: "ftp://x"}, "", []string{"get", "t1"}, exitUsage, "", "not an http(s) URL"},
 		{"unreachable", noServer, "", []string{"get", "t1"}, exitUnavailable, "", "is the server running?"},
 		{"dlq unreachable", noServer, "", []string{"dlq", "show", "t:generation:0:0"}, exitUnavailable, "", "is the server running?"},
@@ -178,6 +182,8 @@ func TestTaskVerbs(t *testing.T) {
 		{"list all", env, []string{"list", "--all", "--limit", "1"}, exitOK, v.TaskID, ""},
 		{"cancel finished", env, []string{"cancel", v.TaskID}, exitRejected, "", "409"},
 		{"unknown family", env, []string{"submit", "--family", "nosuch", "--input", "x"}, exitRejected, "", "family"},
+		{"submit delayed", env, []string{"submit", "--family", "summarize", "--input", "later", "--delay", "1h", "--json"}, exitOK, `"state": "scheduled"`, ""},
+		{"submit delayed beyond 30 days", env, []string{"submit", "--family", "summarize", "--input", "later", "--start-after", time.Now().Add(31 * 24 * time.Hour).Format(time.RFC3339)}, exitRejected, "", "start_after"},
 		{"replayed key", env, []string{"submit", "--family", "summarize", "--input", "genbox never pays twice.", "--idempotency-key", "k1"}, exitOK, "", ""},
 	} {
 		r := cli(t, tc.env, "", tc.args...)

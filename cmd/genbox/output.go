@@ -112,7 +112,7 @@ func showTask(w io.Writer, asJSON bool, v *task.View) error {
 	return show(w, asJSON, v, [][2]string{
 		{"task", v.TaskID}, {"state", state}, {"family", family}, {"model", model}, {"usage", usage},
 		{"webhook", webhook}, {"error", errText}, {"labels", strings.Join(labels, " ")},
-		{"created", when(&v.CreatedAt)}, {"completed", when(v.CompletedAt)},
+		{"created", when(&v.CreatedAt)}, {"starts after", when(v.StartAfter)}, {"completed", when(v.CompletedAt)},
 	}, output)
 }
 

@@ -24,7 +24,8 @@ func runSubmit(ctx context.Context, e env, args []string) error {
 fields. Without --file and --family, the request is read from stdin.
 With --wait, follows the task's events (progress on stderr; polling when the event stream is
 unavailable) until it ends and its webhook is settled; with --stream also the text generated so
-far, on stderr. Then it prints the task on stdout, and exits 0 if it succeeded, 1 otherwise, 7 on --timeout. With
+far, on stderr. Then it prints the task on stdout, and exits 0 if it succeeded, 1 otherwise, 7 on --timeout
+(which counts from the submission: a task delayed with --delay or --start-after waits that long first). With
 --json, prints the answer to the submission (without --wait) as JSON; with --wait the task is
 printed as JSON when stdout is not a terminal (--json, --text choose).`)
 	var api apiFlags
@@ -38,6 +39,8 @@ printed as JSON when stdout is not a terminal (--json, --text choose).`)
 	subject := fs.String("subject-key", "", "what a stale fallback is keyed by")
 	cache := fs.Bool("cache", false, "reuse an identical earlier generation of your tenant")
 	mode := fs.String("mode", "", "standard (at once), flex (Flex tier: about half the price, minutes) or batch (Batch API: about half the price, within 24 h); default the family's")
+	delay := fs.String("delay", "", `start the task no sooner than this from now, a duration such as "90s" or "2h" (at most 720h)`)
+	startAfter := fs.String("start-after", "", "start the task no sooner than this RFC 3339 time (at most 30 days ahead)")
 	labels := labelsFlag{}
 	fs.Var(labels, "label", "a label key=value (repeatable)")
 	idemKey := fs.String("idempotency-key", "", "the intent's key: submitting again with it returns the same task (default: a fresh key)")
@@ -81,6 +84,9 @@ printed as JSON when stdout is not a terminal (--json, --text choose).`)
 		if !req.Mode.Valid() {
 			return usageErr("--mode %q: want one of %v", *mode, task.Modes)
 		}
+	}
+	if err := setStart(&req, *delay, *startAfter); err != nil {
+		return err
 	}
 	for k, v := range labels {
 		if req.Labels == nil {

@@ -151,7 +151,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, sess store.Co
 		return
 	}
 	if d.Pending = pending; pending {
-		d.SweeperLag = now.Sub(since).Round(time.Second)
+		d.SweeperLag = max(now.Sub(since), 0).Round(time.Second) // a scheduled task's is its start
 	}
 	open, err := c.d.Store.OpenDeadLetters(ctx)
 	if err != nil {

@@ -69,7 +69,7 @@ func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return decodeProblem(err)
+		return decodeProblem(err, data)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "the body holds more than one JSON value")
@@ -77,7 +77,7 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
-func decodeProblem(err error) error {
+func decodeProblem(err error, data []byte) error {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	var pe *time.ParseError
@@ -94,8 +94,11 @@ func decodeProblem(err error) error {
 		}
 		return fieldProblem(te.Field, "must be %s, not %s", jsonKind(te.Type), te.Value)
 	case errors.As(err, &pe), strings.HasPrefix(err.Error(), "Time.UnmarshalJSON"):
-		// run_before is the request's only timestamp.
-		return fieldProblem("run_before", "must be an RFC 3339 timestamp")
+		// encoding/json does not say which field a time.Time's own decoding refused.
+		if f := timeField(data); f != "" {
+			return fieldProblem(f, "must be an RFC 3339 timestamp")
+		}
+		return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "a timestamp is not RFC 3339")
 	}
 	const unknown = "json: unknown field "
 	if msg := err.Error(); strings.HasPrefix(msg, unknown) {
@@ -108,6 +111,24 @@ func decodeProblem(err error) error {
 		return err
 	}
 	return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, "the body is not valid JSON")
+}
+
+// timeFields are the request's timestamps.
+var timeFields = []string{"run_before", "start_after"}
+
+// timeField names the first of the body's timestamps that does not decode, or "".
+func timeField(data []byte) string {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(data, &fields) != nil {
+		return ""
+	}
+	for _, name := range timeFields {
+		var t time.Time
+		if raw, ok := fields[name]; ok && json.Unmarshal(raw, &t) != nil {
+			return name
+		}
+	}
+	return ""
 }
 
 // jsonKind names a Go type the way a JSON client thinks of it, by its kind: a named string type
@@ -149,6 +170,10 @@ func normalize(req *task.Request) {
 	if req.RunBefore != nil {
 		rb := req.RunBefore.UTC()
 		req.RunBefore = &rb
+	}
+	if req.StartAfter != nil {
+		sa := req.StartAfter.UTC()
+		req.StartAfter = &sa
 	}
 	if len(req.Labels) == 0 {
 		req.Labels = nil
@@ -232,6 +257,7 @@ func (v validator) validate(req *task.Request) (variant *prompts.Variant, err er
 	if req.RunBefore != nil && !req.RunBefore.After(v.now) {
 		bad("run_before", "must be in the future")
 	}
+	fs = append(fs, checkStart(req, v.now)...)
 	if m := req.MaxCostUSD; m != nil && (!(*m > 0) || math.IsInf(*m, 0)) {
 		bad("max_cost_usd", "must be greater than 0")
 	}

@@ -31,7 +31,7 @@ var schemaNames = map[reflect.Type]string{
 // streamEvents.
 var (
 	webhookEvents = []task.EventType{task.EventSucceeded, task.EventFailed, task.EventDead, task.EventCancelled, task.EventDiscarded}
-	streamEvents  = []task.EventType{task.EventQueued, task.EventRunning, task.EventWaiting, task.EventAttempt, task.EventDelivery, task.EventUpdated, task.EventPreview}
+	streamEvents  = []task.EventType{task.EventScheduled, task.EventQueued, task.EventRunning, task.EventWaiting, task.EventAttempt, task.EventDelivery, task.EventUpdated, task.EventPreview}
 )
 
 // enums lists the values of the string types that have a fixed set.
@@ -140,12 +140,15 @@ func fieldRanges(c schemas) {
 	set("TaskRequest", "labels", "maxProperties", MaxLabels)
 	set("TaskRequest", "cache", "description", "Reuse an identical earlier output of this tenant; absent: false.")
 	set("TaskRequest", "run_before", "format", "date-time", "description", "RFC 3339, in the future: not worth generating after this.")
+	set("TaskRequest", "start_after", "format", "date-time", "description", "RFC 3339, in the future, at most 30 days ahead and before run_before: the task is scheduled, and starts no sooner than this (within the sweeper's bound, docs/liveness.md). Not with delay.")
+	set("TaskRequest", "delay", "pattern", delayPattern, "description", `A Go duration such as "90s" or "1h30m", at most 720h: start_after, counted from the submission. "0s" is no delay. Not with start_after.`)
+	set("Task", "start_after", "description", "When a delayed task starts at the earliest; it is scheduled until then.")
 	set("TaskRequest", "max_cost_usd", "exclusiveMinimum", 0)
 	set("BatchRequest", "tasks", "minItems", 1, "maxItems", task.MaxBatch)
 	set("TaskRequest", "mode", "description", "standard (at once), flex (the Flex tier: about half the price, minutes) or batch (the Batch API: about half the price, within 24 h or run_before); default the family's mode.")
 	set("Task", "batch_job", "description", "The batch job (batch_jobs id) the task runs or ran in.")
 	set("TaskRequest", "stream", "description", "Stream the generation: GET /v1/tasks/{id}/events sends task.preview events with the text so far. Previews are never the stored output and never reach the webhook. Absent: false.")
-	set("Event", "type", "enum", strs(slices.Concat(webhookEvents, streamEvents)), "description", "The SSE event name: a webhook event type for a move into an end state, task.queued, task.running, task.waiting, task.attempt, task.delivery, task.updated or task.preview. The SSE id is the task document's update time (none on a preview).")
+	set("Event", "type", "enum", strs(slices.Concat(webhookEvents, streamEvents)), "description", "The SSE event name: a webhook event type for a move into an end state, task.scheduled, task.queued, task.running, task.waiting, task.attempt, task.delivery, task.updated or task.preview. The SSE id is the task document's update time (none on a preview).")
 	set("Usage", "cached_tokens", "description", "The part of prompt_tokens a context cache served (explicit or implicit), billed at the cached rate.")
 }
 

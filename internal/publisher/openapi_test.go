@@ -128,6 +128,9 @@ func FuzzDecodeTask(f *testing.F) {
 		`{"family":"summarize","variant":"digest","input":"x","labels":{"a":"b"},"config":{"temperature":0.5,"top_k":3},"cache":true,"max_cost_usd":0.1}`,
 		`{"family":"summarize","input":"x","run_before":"2999-01-01T00:00:00+02:00"}`,
 		`{"family":"summarize","input":"x","callback_url":"https://example.com/h"}`,
+		`{"family":"summarize","input":"x","start_after":"2030-01-02T00:00:00.123456789+02:00","run_before":"2030-01-03T00:00:00Z"}`,
+		`{"family":"summarize","input":"x","delay":"1h30m"}`, `{"family":"summarize","input":"x","delay":"-1s"}`,
+		`{"family":"summarize","input":"x","start_after":"2030-01-01","delay":"1s"}`,
 		`{"family":1}`, `[]`, `{"input":"\ud800"}`, `{"config":{"top_k":1e10}}`, ``,
 	} {
 		f.Add([]byte(s))

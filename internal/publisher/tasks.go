@@ -108,6 +108,9 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 		return submitted{}, err
 	}
 	t := s.newTask(id, tenant, key, hash, req, variant, now)
+	if start := startOf(req, now); start != nil {
+		t.Schedule(*start)
+	}
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		t.TraceID = sc.TraceID().String()
 	}
@@ -118,8 +121,10 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 	if err != nil {
 		return submitted{}, err
 	}
-	s.metrics.TaskState(ctx, t.Family, task.StateQueued)
-	s.nudge(ctx, t)
+	s.metrics.TaskState(ctx, t.Family, t.State)
+	if t.State == task.StateQueued {
+		s.nudge(ctx, t) // a scheduled task is nudged by the sweeper when it is due
+	}
 	return submitted{t: t}, nil
 }
 
@@ -394,8 +399,8 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant str
 		if t.Tenant != tenant {
 			return store.ErrNotFound
 		}
-		if t.State != task.StateQueued && t.State != task.StateWaiting && !t.InBatchJob() {
-			return conflict(t, "only a queued or waiting task, or one running in a batch job, can be cancelled")
+		if t.State != task.StateScheduled && t.State != task.StateQueued && t.State != task.StateWaiting && !t.InBatchJob() {
+			return conflict(t, "only a scheduled, queued or waiting task, or one running in a batch job, can be cancelled")
 		}
 		t.Finish(task.StateCancelled, now)
 		if t.Delivery.State == task.DeliveryPending {

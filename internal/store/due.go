@@ -10,8 +10,8 @@ import (
 )
 
 // DueAt is the one function that says when a task document next needs a nudge (docs/architecture.md §0): the
-// earliest deadline among what is still pending — the task's own lease expiry, backoff or
-// run_before (past which it is failed as expired, backoff or not), the delivery in flight, each
+// earliest deadline among what is still pending — the task's own lease expiry, backoff, start
+// time (a scheduled task's not_before) or run_before (past which it is failed as expired, backoff or not), the delivery in flight, each
 // DLQ notice, a decision whose nudges are unpublished, a Slack update — floored by the sweeper's
 // own backoff (nudge_at). ok is false when nothing is pending.
 func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
@@ -21,7 +21,7 @@ func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
 		}
 	}
 	switch t.State {
-	case task.StateQueued, task.StateWaiting:
+	case task.StateScheduled, task.StateQueued, task.StateWaiting:
 		at := t.CreatedAt
 		if t.NotBefore != nil {
 			at = *t.NotBefore
@@ -78,7 +78,8 @@ func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
 }
 
 // Finalize stores what DueAt derives, and the fields that follow from it: due_shard (Shard of the
-// id among shards), pending_since (set when work becomes pending, cleared when none is) and
+// id among shards), pending_since (set when work becomes pending — a scheduled task's at its
+// start —, cleared when none is) and
 // expire_at (the TTL, set only when nothing is pending, no dead letter is open and the task has
 // ended), and it bounds the task's error texts. Every writer calls it before writing.
 func Finalize(t *Task, now time.Time, retention time.Duration, shards int) {
@@ -90,7 +91,11 @@ func Finalize(t *Task, now time.Time, retention time.Duration, shards int) {
 	} else {
 		t.DueAt = &due
 		if t.PendingSince == nil {
-			t.PendingSince = &now
+			since := now
+			if t.State == task.StateScheduled && t.NotBefore != nil && t.NotBefore.After(now) {
+				since = *t.NotBefore // waiting for its start is not work: the age alerts start there
+			}
+			t.PendingSince = &since
 		}
 	}
 	t.ExpireAt = nil

@@ -81,7 +81,7 @@ func deadlines(t *Task, now time.Time) []time.Time {
 		return orNow(next)
 	}
 	switch t.State {
-	case task.StateQueued, task.StateWaiting:
+	case task.StateScheduled, task.StateQueued, task.StateWaiting:
 		if t.NotBefore != nil {
 			out = append(out, *t.NotBefore)
 		} else {
@@ -180,7 +180,7 @@ func TestDueAtHonoursRunBefore(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
 	nb, rb := now.Add(time.Hour), now.Add(5*time.Minute)
-	for _, state := range []task.State{task.StateQueued, task.StateWaiting} {
+	for _, state := range []task.State{task.StateScheduled, task.StateQueued, task.StateWaiting} {
 		doc := &Task{State: state, CreatedAt: now, NotBefore: &nb, RunBefore: &rb}
 		if due, ok := DueAt(doc, now); !ok || !due.Equal(rb) {
 			t.Errorf("%s, not_before in 1h, run_before in 5m: due %v (%v), want %v", state, due, ok, rb)
@@ -200,6 +200,7 @@ func TestFinalizeExpiry(t *testing.T) {
 		wantExpire bool
 	}{
 		{"queued", Task{State: task.StateQueued, CreatedAt: now}, true, false},
+		{"scheduled", Task{State: task.StateScheduled, CreatedAt: now, NotBefore: new(now.Add(time.Hour))}, true, false},
 		{"succeeded, delivery pending", Task{State: task.StateSucceeded, Delivery: Delivery{State: task.DeliveryPending}}, true, false},
 		{"succeeded, delivered", Task{State: task.StateSucceeded, Delivery: Delivery{State: task.DeliveryDelivered}}, false, true},
 		{"failed, dead letter open", Task{State: task.StateFailed, OpenDeadLetters: []string{"x"}}, false, false},
@@ -245,5 +246,23 @@ func TestShardSpreadsIDs(t *testing.T) {
 		if k := Shard("x", n); k != 0 {
 			t.Errorf("Shard with %d shards = %d, want 0: fewer than two is one shard", n, k)
 		}
+	}
+}
+
+// A scheduled task is due at its start time, however long before it was written: the sweeper
+// finds it then, and not before; and it is pending only from then on.
+func TestDueAtOfAScheduledTaskIsItsStart(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	start := now.Add(29 * 24 * time.Hour)
+	doc := &Task{State: task.StateScheduled, CreatedAt: now, StartAfter: &start, NotBefore: &start}
+	if due, ok := DueAt(doc, now); !ok || !due.Equal(start) {
+		t.Fatalf("scheduled to start in 29 days: due %v (%v), want %v", due, ok, start)
+	}
+	// Its work is pending from its start: the age alerts (now - pending_since) do not count
+	// the wait it asked for.
+	Finalize(doc, now, time.Hour, 1)
+	if doc.PendingSince == nil || !doc.PendingSince.Equal(start) {
+		t.Fatalf("pending_since %v, want its start %v", doc.PendingSince, start)
 	}
 }

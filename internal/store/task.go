@@ -72,13 +72,15 @@ type Task struct {
 	// its output failed the validator under conditions another batch would repeat).
 	BatchOnline bool `firestore:"batch_online,omitempty"`
 
-	// Scheduling. DueAt is derived by Finalize, never set by hand.
+	// Scheduling. DueAt is derived by Finalize, never set by hand. StartAfter is a delayed task's
+	// start time: its not_before while it is scheduled.
 	DueAt        *time.Time `firestore:"due_at,omitempty"`
 	DueShard     int        `firestore:"due_shard"` // the sweep shard whose leader finds it (Shard)
 	NotBefore    *time.Time `firestore:"not_before,omitempty"`
 	Nudges       int        `firestore:"nudges"`             // sweeper nudges since the last progress
 	NudgeAt      *time.Time `firestore:"nudge_at,omitempty"` // no sweeper nudge before this
 	PendingSince *time.Time `firestore:"pending_since,omitempty"`
+	StartAfter   *time.Time `firestore:"start_after,omitempty"`
 
 	// Generation outcome of the current replay. OutputAt != nil means the output is stored.
 	Output      string       `firestore:"output,omitempty"`
@@ -301,7 +303,7 @@ func (t *Task) View() task.View {
 		Usage: t.Usage, CostUSD: t.CostUSD, Model: t.Model, Degraded: t.Degraded, Stale: t.Stale,
 		CacheHit: t.CacheHit, Replay: t.Replay, Mode: t.Mode, BatchJob: t.BatchJob,
 		Delivery:  task.DeliveryView{State: t.Delivery.State, Attempts: t.Delivery.Attempts},
-		CreatedAt: t.CreatedAt, CompletedAt: t.CompletedAt,
+		CreatedAt: t.CreatedAt, StartAfter: t.StartAfter, CompletedAt: t.CompletedAt,
 	}
 	if v.Delivery.State == "" {
 		v.Delivery.State = task.DeliveryNone

@@ -529,11 +529,12 @@ func (s *Sweeper) unreadableSince(key string, now time.Time) time.Time {
 // unreachable the client would otherwise hold a pass for its own 60 s timeout.
 func (s *Sweeper) publishTimeout() time.Duration { return min(s.cfg.Interval, 5*time.Second) }
 
-// taskDue reports whether the task itself needs a worker: queued or waiting past its backoff or
-// its run_before (its claim then fails it as expired), or running under an expired lease.
+// taskDue reports whether the task itself needs a worker: scheduled past its start, queued or
+// waiting past its backoff, any of them past its run_before (its claim then fails it as
+// expired), or running under an expired lease.
 func taskDue(t *store.Task, now time.Time) bool {
 	switch t.State {
-	case task.StateQueued, task.StateWaiting:
+	case task.StateScheduled, task.StateQueued, task.StateWaiting:
 		return t.NotBefore == nil || !now.Before(*t.NotBefore) || expired(t, now)
 	case task.StateRunning:
 		return !t.Lease.Live(now)

@@ -303,7 +303,8 @@ func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 			late = now.Sub(*t.DueAt)
 		}
 		switch t.State {
-		case task.StateQueued, task.StateWaiting:
+		case task.StateScheduled, task.StateQueued, task.StateWaiting:
+			// A scheduled task's not_before is its start_after: a stray nudge never starts it early.
 			expired := t.RunBefore != nil && !now.Before(*t.RunBefore) // past it a backoff no longer holds
 			if !expired && t.NotBefore != nil && now.Before(*t.NotBefore) {
 				return store.ErrNoChange

@@ -177,7 +177,7 @@ func (c *Client) All(ctx context.Context, o ListOptions) iter.Seq2[task.View, er
 	}
 }
 
-// Cancel cancels a queued or waiting task and returns it; a running or finished task is a 409
+// Cancel cancels a scheduled, queued or waiting task and returns it; a running or finished task is a 409
 // Problem. A retried cancel whose first attempt succeeded also answers 409.
 func (c *Client) Cancel(ctx context.Context, id string) (*task.View, error) {
 	var out task.View

@@ -21,6 +21,9 @@ const (
 // MaxBatch is the largest number of tasks one POST /v1/tasks:batch may carry.
 const MaxBatch = 100
 
+// MaxDelay is how far ahead of its submission a task's start_after may be (30 days).
+const MaxDelay = 30 * 24 * time.Hour
+
 // Problem is an error response of the REST API (RFC 9457 problem details). Every non-2xx answer
 // carries one; the Go client returns it as the error.
 type Problem struct {

@@ -167,7 +167,7 @@ func TestStreamEventFinal(t *testing.T) {
 func TestStateStreamEvent(t *testing.T) {
 	t.Parallel()
 	want := map[task.State]task.EventType{
-		task.StateQueued: task.EventQueued, task.StateRunning: task.EventRunning, task.StateWaiting: task.EventWaiting,
+		task.StateScheduled: task.EventScheduled, task.StateQueued: task.EventQueued, task.StateRunning: task.EventRunning, task.StateWaiting: task.EventWaiting,
 		task.StateSucceeded: task.EventSucceeded, task.StateFailed: task.EventFailed, task.StateDead: task.EventDead,
 		task.StateCancelled: task.EventCancelled, task.StateDiscarded: task.EventDiscarded,
 	}

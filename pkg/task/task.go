@@ -16,6 +16,7 @@ type State string
 
 // Task states.
 const (
+	StateScheduled State = "scheduled" // waiting for its start_after; nothing counts it before then
 	StateQueued    State = "queued"
 	StateRunning   State = "running"
 	StateWaiting   State = "waiting"
@@ -27,7 +28,7 @@ const (
 )
 
 // States lists every task state, in life order.
-var States = []State{StateQueued, StateRunning, StateWaiting, StateSucceeded, StateFailed, StateDead, StateCancelled, StateDiscarded}
+var States = []State{StateScheduled, StateQueued, StateRunning, StateWaiting, StateSucceeded, StateFailed, StateDead, StateCancelled, StateDiscarded}
 
 // Valid reports whether s is a known state.
 func (s State) Valid() bool {
@@ -67,9 +68,11 @@ func (s State) Event() EventType {
 }
 
 // StreamEvent returns the event of GET /v1/tasks/{id}/events that a move into s is: the webhook
-// event of an end state, task.queued, task.running or task.waiting otherwise.
+// event of an end state, task.scheduled, task.queued, task.running or task.waiting otherwise.
 func (s State) StreamEvent() EventType {
 	switch s {
+	case StateScheduled:
+		return EventScheduled
 	case StateQueued:
 		return EventQueued
 	case StateRunning:
@@ -144,6 +147,8 @@ const (
 	EventDelivery EventType = "task.delivery" // the webhook delivery changed (pending, delivered, dead, discarded)
 	EventUpdated  EventType = "task.updated"  // another visible change (e.g. degraded, stale, a replay)
 	EventPreview  EventType = "task.preview"  // the text generated so far by a streamed task (never the output)
+
+	EventScheduled EventType = "task.scheduled" // the task waits for its start_after
 )
 
 // ErrorKind classifies why a task did not succeed.
@@ -212,6 +217,12 @@ type Request struct {
 	// Stream asks for previews of the output while it is generated, on GET /v1/tasks/{id}/events:
 	// never stored as the output, never in a webhook.
 	Stream bool `json:"stream,omitempty"`
+
+	// StartAfter delays the task: it is scheduled, and starts no sooner than this (at most
+	// MaxDelay ahead). Delay says the same from the submission, as a Go duration ("90s"). One of
+	// them at most.
+	StartAfter *time.Time `json:"start_after,omitempty"`
+	Delay      string     `json:"delay,omitempty"`
 }
 
 // Usage counts tokens. CachedTokens are the part of PromptTokens served from a context cache
@@ -267,6 +278,9 @@ type View struct {
 	Error       *ErrorView   `json:"error,omitempty"`
 	CreatedAt   time.Time    `json:"created_at"`
 	CompletedAt *time.Time   `json:"completed_at,omitempty"`
+
+	// StartAfter is when a delayed task starts at the earliest.
+	StartAfter *time.Time `json:"start_after,omitempty"`
 }
 
 // Event is a webhook payload: {"type", "timestamp", "data"} per docs/architecture.md §6.
