@@ -12,8 +12,14 @@ import (
 // CreateSchedule creates a recurring schedule under a fresh idempotency key, reused by every
 // retry of this call, so a retried create makes one schedule (and so fires once per fire time).
 func (c *Client) CreateSchedule(ctx context.Context, req task.ScheduleRequest) (*task.Schedule, error) {
+	return c.CreateScheduleWithKey(ctx, NewIdempotencyKey(), req)
+}
+
+// CreateScheduleWithKey creates a schedule under key: calling it again with the same key and
+// request returns the same schedule; with a different request it fails with a 422 Problem.
+func (c *Client) CreateScheduleWithKey(ctx context.Context, key string, req task.ScheduleRequest) (*task.Schedule, error) {
 	var out task.Schedule
-	if _, err := c.do(ctx, http.MethodPost, "/v1/schedules", NewIdempotencyKey(), req, &out); err != nil {
+	if _, err := c.do(ctx, http.MethodPost, "/v1/schedules", key, req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
