@@ -170,3 +170,10 @@ func (s *Store) AdvanceSchedule(ctx context.Context, sc *Schedule, next, lastFir
 	}
 	return fmt.Errorf("advance schedule %s: %w", sc.ID, err)
 }
+
+// AllSchedules returns up to limit schedules of every tenant, in id order (the console's
+// listing).
+func (s *Store) AllSchedules(ctx context.Context, limit int) ([]*Schedule, error) {
+	q := s.Schedules().OrderBy(firestore.DocumentID, firestore.Asc).Limit(limit)
+	return readAll(q.Documents(ctx), "list schedules", DecodeSchedule)
+}
