@@ -138,14 +138,14 @@ func (s *Server) handleCreateSchedule(w http.ResponseWriter, r *http.Request, te
 	return s.writeSchedule(w, r, http.StatusCreated, sc)
 }
 
-// writeSchedule answers sc's view with code, and its Location.
+// writeSchedule answers sc's view with code, and its Location when it answers a create.
 func (s *Server) writeSchedule(w http.ResponseWriter, r *http.Request, code int, sc *store.Schedule) error {
 	v, err := scheduleView(sc)
 	if err != nil {
 		return err
 	}
-	if code == http.StatusCreated || code == http.StatusOK && r.Method == http.MethodPost {
-		w.Header().Set("Location", "/v1/schedules/"+sc.ID)
+	if r.Method == http.MethodPost {
+		w.Header().Set("Location", s.baseURL(r)+"/v1/schedules/"+sc.ID)
 	}
 	httpapi.JSON(w, code, "application/json", v)
 	return nil

@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
@@ -109,6 +110,9 @@ func TestScheduleIdempotent(t *testing.T) {
 	if code1 != http.StatusCreated || code2 != http.StatusOK || h2.Get(task.HeaderReplayed) != "true" {
 		t.Fatalf("answers %d then %d (replayed %q), want 201 then 200 replayed", code1, code2, h2.Get(task.HeaderReplayed))
 	}
+	if loc := h2.Get("Location"); loc != e.url+"/v1/schedules/"+scheduleIDOf(t, b2) {
+		t.Errorf("Location %q, want the schedule's URL", loc)
+	}
 	if string(b1) != string(b2) {
 		t.Errorf("the replay answered %s, want %s", b2, b1)
 	}
@@ -117,6 +121,15 @@ func TestScheduleIdempotent(t *testing.T) {
 	if code, _, _ := e.do("POST", "/v1/schedules", e.key, mustJSON(t, other), hdr); code != http.StatusUnprocessableEntity {
 		t.Errorf("the key with another body = %d, want 422", code)
 	}
+}
+
+func scheduleIDOf(t *testing.T, body []byte) string {
+	t.Helper()
+	var v task.Schedule
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v.ScheduleID
 }
 
 // TestScheduleRefused: an invalid expression, zone, policy or task template is a 400 naming the
