@@ -3,6 +3,7 @@ package schedule_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"sort"
@@ -54,6 +55,7 @@ type bundle struct {
 	project string
 	clock   *testenv.Clock
 	st      *store.Store
+	firers  atomic.Int64 // firers made, to name their owners
 }
 
 func setup(t *testing.T, start time.Time) *bundle {
@@ -79,7 +81,8 @@ func (b *bundle) firer() (*schedule.Firer, *counting) {
 	}
 	st := newStore(b.t, b.project, b.clock)
 	in := &counting{Intake: publisher.NewIntake(publisher.IntakeDeps{Store: st, Publisher: &testenv.Publisher{}, Families: fams})}
-	return schedule.New(st, in, schedule.Config{Interval: time.Second, LeaderTTL: 3 * time.Second, Limit: 100}, "test", slog.New(slog.DiscardHandler)), in
+	owner := fmt.Sprintf("firer-%d", b.firers.Add(1))
+	return schedule.New(st, in, schedule.Config{Interval: 5 * time.Millisecond, LeaderTTL: 3 * time.Second, Limit: 100}, owner, slog.New(slog.DiscardHandler)), in
 }
 
 // schedule writes a schedule of tenant whose next fire is the first after the clock's now.
@@ -340,5 +343,48 @@ func TestOverlapSkip(t *testing.T) {
 	}
 	if got, want := [2]int64{after.Fires, after.Skipped}, [2]int64{2, 1}; got != want {
 		t.Errorf("fires and skipped = %v, want %v", got, want)
+	}
+}
+
+// TestRunFiresOnceAcrossLeaders runs two firers' leader loops at once while the clock moves a
+// minute at a time over a minutely schedule: whichever leads, each fire is one task, and both
+// loops give their lease up when stopped.
+func TestRunFiresOnceAcrossLeaders(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 12, 7, 0, 0, 30, 0, time.UTC)
+	b := setup(t, start)
+	sc := b.schedule("* * * * *", "UTC", task.OverlapQueue, task.CatchUpAll)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var created []*counting
+	for range 2 {
+		f, in := b.firer()
+		created = append(created, in)
+		wg.Go(func() { f.Run(ctx) })
+	}
+	const fires = 10
+	deadline := time.Now().Add(time.Minute)
+	for i := 1; i <= fires && time.Now().Before(deadline); {
+		b.clock.Set(start.Add(time.Duration(i) * time.Minute))
+		if got, _ := b.fired(sc); len(got) == i {
+			i++
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	got, _ := b.fired(sc)
+	if len(got) != fires {
+		t.Fatalf("%d fires have a task, want %d", len(got), fires)
+	}
+	if n := created[0].created.Load() + created[1].created.Load(); n != fires {
+		t.Errorf("the leaders created %d tasks for %d fires", n, fires)
+	}
+	snap, err := b.st.FS.Collection(store.LeadersCollection).Doc(schedule.LeaderDoc).Get(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner, _ := snap.DataAt("owner"); owner != "" {
+		t.Errorf("the scheduler lease is still held by %v after both loops stopped", owner)
 	}
 }
