@@ -155,3 +155,28 @@ func TestRender(t *testing.T) {
 		t.Errorf("Render changed the template's labels: %v", tmpl.Labels)
 	}
 }
+
+// FuzzSpec: any expression and zone either is refused or yields fire times that rise strictly.
+func FuzzSpec(f *testing.F) {
+	for _, s := range []string{"0 3 * * *", "*/5 * * * *", "30 2 * 3 SUN", "@daily", "0 0 29 2 *", "1-59/7 0-23/5 * * MON-FRI"} {
+		f.Add(s, "America/New_York", int64(1772953200))
+	}
+	f.Add("0 3 * * *", "Asia/Tokyo", int64(0))
+	f.Fuzz(func(t *testing.T, expr, zone string, unix int64) {
+		s, err := Parse(expr, zone)
+		if err != nil {
+			return
+		}
+		at := time.Unix(unix%(1<<40), 0)
+		for range 3 {
+			next := s.Next(at)
+			if next.IsZero() {
+				return
+			}
+			if !next.After(at) {
+				t.Fatalf("Parse(%q, %q).Next(%s) = %s, not after", expr, zone, at, next)
+			}
+			at = next
+		}
+	})
+}
