@@ -195,6 +195,9 @@ locals {
     "tasks.trace_id"      = { collection = "tasks", field = "trace_id" }
     "previews.text"       = { collection = "previews", field = "text" }
     "previews.updated_at" = { collection = "previews", field = "updated_at" }
+
+    # A schedule's task template is read with its schedule only.
+    "schedules.task" = { collection = "schedules", field = "task" }
   }
 
   # TTL policies. expire_at is also exempt from indexing (store.Exemptions): a field carries one

@@ -81,6 +81,9 @@ locals {
       # Once a week one instance sends a small request per family through each fallback model
       # and posts what they answered to the alerts channel (off by default, as in genbox dev).
       GENBOX_FALLBACK_DRILL_INTERVAL = "168h"
+      # A schedule's fire is validated as the publisher validates a request (internal/schedule).
+      GENBOX_ALLOW_INSECURE_CALLBACKS = "false"
+      GENBOX_CALLBACK_PORTS           = length(var.callback_ports) == 0 ? "any" : join(",", var.callback_ports)
     })
 
     resulthandler = merge(local.common_env, local.push_env.resulthandler, {

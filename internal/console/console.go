@@ -109,7 +109,7 @@ func New(cfg Config, d Deps) (*Console, error) {
 	throttle.TrustedHops = cfg.ProxyHops
 	c := &Console{cfg: cfg, d: d, pages: map[string]*template.Template{},
 		admin: httpapi.NewAdminKey(cfg.AdminKey), authFails: authlimit.New(throttle, time.Now)}
-	for _, p := range []string{"overview", "tasks", "task", "deadletters", "bulk", "spend", "message"} {
+	for _, p := range []string{"overview", "tasks", "task", "deadletters", "bulk", "spend", "schedules", "message"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/layout.html", "assets/parts.html", "assets/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: page %s: %w", p, err)
@@ -134,6 +134,7 @@ func New(cfg Config, d Deps) (*Console, error) {
 	m.Handle("GET /console/bulk", c.session(c.bulkPreview))
 	m.Handle("POST /console/bulk", c.session(c.action(c.bulkDecide)))
 	m.Handle("GET /console/spend", c.session(c.spend))
+	m.Handle("GET /console/schedules", c.session(c.schedules))
 	m.Handle("POST /console/logout", c.session(c.action(c.logout)))
 	m.Handle("/console/", c.session(func(w http.ResponseWriter, r *http.Request, _ store.ConsoleSession) {
 		c.message(w, http.StatusNotFound, "Not found", "The console has no page "+r.URL.Path+".")

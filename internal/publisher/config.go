@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
@@ -123,7 +121,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Int64(EnvMaxBodyBytes, &c.MaxBodyBytes)
 	r.Bool(EnvAllowInsecureCallbacks, &c.AllowInsecureCallbacks)
 	r.Func(EnvCallbackPorts, func(v string) (err error) {
-		c.CallbackPorts, err = parsePorts(v)
+		c.CallbackPorts, err = ssrf.ParsePorts(v)
 		return err
 	})
 	r.String(EnvPublicURL, &c.PublicURL)
@@ -141,25 +139,6 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	shards, err := store.ShardsFromEnv(getenv)
 	c.SweepShards = shards
 	return c, errors.Join(r.Err(), err)
-}
-
-// anyPort is the GENBOX_CALLBACK_PORTS value that admits every port.
-const anyPort = "any"
-
-// parsePorts reads a comma-separated list of ports, or "any" (nil: every port).
-func parsePorts(v string) ([]uint16, error) {
-	if strings.TrimSpace(v) == anyPort {
-		return nil, nil
-	}
-	var ports []uint16
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
-		if err != nil || n == 0 {
-			return nil, fmt.Errorf("%q is not a port (a comma-separated list of 1-65535, or %q)", f, anyPort)
-		}
-		ports = append(ports, uint16(n))
-	}
-	return ports, nil
 }
 
 // Validate checks the configuration, naming the variable of each bad value.

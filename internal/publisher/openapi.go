@@ -150,6 +150,15 @@ func fieldRanges(c schemas) {
 	set("TaskRequest", "stream", "description", "Stream the generation: GET /v1/tasks/{id}/events sends task.preview events with the text so far. Previews are never the stored output and never reach the webhook. Absent: false.")
 	set("Event", "type", "enum", strs(slices.Concat(webhookEvents, streamEvents)), "description", "The SSE event name: a webhook event type for a move into an end state, task.scheduled, task.queued, task.running, task.waiting, task.attempt, task.delivery, task.updated or task.preview. The SSE id is the task document's update time (none on a preview).")
 	set("Usage", "cached_tokens", "description", "The part of prompt_tokens a context cache served (explicit or implicit), billed at the cached rate.")
+	for _, typ := range []string{"ScheduleRequest", "SchedulePatch", "Schedule"} {
+		set(typ, "cron", "description", "Five cron fields (minute hour day-of-month month day-of-week) or a descriptor such as @daily; @every is refused.")
+		set(typ, "time_zone", "description", "An IANA time zone name, e.g. Asia/Tokyo; fires follow its wall clock (RFC 5545 for skipped and repeated times).")
+		set(typ, "overlap", "enum", []string{task.OverlapSkip, task.OverlapQueue})
+		set(typ, "catch_up", "enum", []string{task.CatchUpNone, task.CatchUpLast, task.CatchUpAll})
+	}
+	set("ScheduleRequest", "overlap", "description", "skip: a fire while the previous fire's task has not finished is skipped; queue: every fire is submitted. Absent: skip.")
+	set("ScheduleRequest", "catch_up", "description", "Fires missed while genbox was down: none, last (only the latest) or all (each, up to the latest 100). Absent: last.")
+	set("ScheduleRequest", "task", "description", "A task request as POST /v1/tasks takes it, without run_before; {{fire_time}} and {{fire_date}} in subject_key, input and label values are replaced by each fire's time in the zone.")
 }
 
 // openAPI builds the document from the route table.

@@ -194,7 +194,7 @@ func muxPattern(rt route) (pattern, action string) {
 // noRoute answers a path the API does not have (404) or a method it does not allow there (405).
 func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		if m == r.Method {
 			continue
 		}

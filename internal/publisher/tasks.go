@@ -187,6 +187,11 @@ func (s *Server) submitResponse(r *http.Request, t *store.Task) task.SubmitRespo
 }
 
 func (s *Server) statusURL(r *http.Request, id string) string {
+	return s.baseURL(r) + "/v1/tasks/" + id
+}
+
+// baseURL is the API's public base: GENBOX_PUBLIC_URL, else the request's scheme and host.
+func (s *Server) baseURL(r *http.Request) string {
 	base := s.cfg.PublicURL
 	if base == "" {
 		scheme := "http"
@@ -195,7 +200,7 @@ func (s *Server) statusURL(r *http.Request, id string) string {
 		}
 		base = scheme + "://" + r.Host
 	}
-	return base + "/v1/tasks/" + id
+	return base
 }
 
 // requestHash is the SHA-256 of the normalized request's JSON (struct fields in order, map keys sorted).

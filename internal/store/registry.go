@@ -53,6 +53,8 @@ var Queries = []Query{
 	{Name: "console-tasks-by-tenant-state-family", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"state", Asc}, {"family", Asc}, {"created_at", Desc}}},
 	{Name: "tasks-by-state", Collection: TasksCollection, Fields: []IndexField{{"state", Asc}}},
 	{Name: "dead-letters-by-task", Collection: DeadLettersCollection, Fields: []IndexField{{"task_id", Asc}}},
+	{Name: "schedules-due", Collection: SchedulesCollection, Fields: []IndexField{{"next_fire_at", Asc}}},
+	{Name: "schedules-by-tenant", Collection: SchedulesCollection, Fields: []IndexField{{"tenant", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of docs/architecture.md §2.
@@ -87,4 +89,5 @@ var Exemptions = []Exemption{
 	{BatchJobsCollection, "expire_at"},
 	{OutputsCollection, "payload"},
 	{OutputsCollection, "expire_at"},
+	{SchedulesCollection, "task"},
 }

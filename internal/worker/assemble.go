@@ -10,6 +10,8 @@ import (
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/publisher"
+	"github.com/genbox-dev/genbox/internal/schedule"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -60,7 +62,7 @@ type Assembly struct {
 	Pull         bus.PullSettings
 	// Local takes the due tasks this instance's sweeper finds while Consume runs.
 	Local *Local
-	// Background are the breaker listener, the sweeper, the batcher, the spend flush and, when
+	// Background are the breaker listener, the sweeper, the batcher, the schedule firer, the spend flush and, when
 	// configured, the fallback drill; the flush writes once more when its context ends, so the
 	// spend of the calls that finished during the grace is counted.
 	Background []func(ctx context.Context)
@@ -123,6 +125,10 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	})
 	sw := sweeper.New(in.Store, swPub, cfg.Gemini.Models, log.With("component", "sweeper"), cfg.Sweep, cfg.Instance,
 		sweeper.WithMetrics(in.Metrics), sweeper.WithLocal(local), sweeper.WithBreakers(breakers))
+	intake := publisher.NewIntake(publisher.IntakeDeps{Store: in.Store, Publisher: in.Publisher, Families: s.prompts,
+		Callbacks: cfg.Callbacks, Log: log.With("component", "scheduler"), Metrics: in.Metrics})
+	firer := schedule.New(in.Store, intake, schedule.Config{Interval: cfg.Sweep.Interval, LeaderTTL: cfg.Sweep.LeaderTTL, Limit: cfg.Sweep.Limit},
+		cfg.Instance, log.With("component", "scheduler"))
 	a := &Assembly{
 		Handler:      h,
 		Subscription: cfg.Subscription,
@@ -135,6 +141,7 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 			breakers.Run,
 			func(ctx context.Context) { _ = sw.Run(ctx) },
 			bt.Run,
+			firer.Run,
 			func(ctx context.Context) { FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) },
 		},
 	}

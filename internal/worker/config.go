@@ -61,6 +61,10 @@ type Config struct {
 	// cap. It fails closed: while its counter cannot be read, no call starts.
 	ProjectDailyBudgetUSD float64
 
+	// Callbacks is the callback URL policy a schedule's fire is validated with, as the
+	// publisher's (GENBOX_ALLOW_INSECURE_CALLBACKS, GENBOX_CALLBACK_PORTS).
+	Callbacks ssrf.URLPolicy
+
 	Sweep  sweeper.Config
 	Batch  batcher.Config
 	Gemini gemini.Config
@@ -96,6 +100,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		BudgetPolicy:  quota.BudgetWait,
 
 		WebhookTimeout: ssrf.DefaultTimeout,
+		Callbacks:      ssrf.URLPolicy{Ports: ssrf.DefaultPorts},
 
 		DefaultDailyBudgetUSD: 10,
 		ProjectDailyBudgetUSD: 100,
@@ -136,6 +141,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Int("GENBOX_CLAIM_CAP", &c.ClaimCap)
 	r.Float("GENBOX_DEFAULT_DAILY_BUDGET_USD", &c.DefaultDailyBudgetUSD)
 	r.Float("GENBOX_PROJECT_DAILY_BUDGET_USD", &c.ProjectDailyBudgetUSD)
+	r.Bool("GENBOX_ALLOW_INSECURE_CALLBACKS", &c.Callbacks.AllowInsecure)
+	r.Func("GENBOX_CALLBACK_PORTS", func(v string) (err error) { c.Callbacks.Ports, err = ssrf.ParsePorts(v); return err })
 	r.Func("GENBOX_BUDGET_POLICY", func(s string) (err error) { c.BudgetPolicy, err = quota.ParseBudgetPolicy(s); return err })
 	var errs []error
 	if err := r.Err(); err != nil {
