@@ -182,15 +182,19 @@ func (s *Server) submitResponse(r *http.Request, t *store.Task) task.SubmitRespo
 }
 
 func (s *Server) statusURL(r *http.Request, id string) string {
-	base := s.cfg.PublicURL
-	if base == "" {
-		scheme := "http"
-		if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
-			scheme = "https"
-		}
-		base = scheme + "://" + r.Host
+	return s.baseURL(r) + "/v1/tasks/" + id
+}
+
+// baseURL is where the API is reached: GENBOX_PUBLIC_URL, else the request's own host.
+func (s *Server) baseURL(r *http.Request) string {
+	if s.cfg.PublicURL != "" {
+		return s.cfg.PublicURL
 	}
-	return base + "/v1/tasks/" + id
+	scheme := "http"
+	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
 }
 
 // requestHash is the SHA-256 of the normalized request's JSON (struct fields in order, map keys sorted).
