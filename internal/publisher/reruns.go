@@ -49,7 +49,7 @@ func (s *Server) handleRerun(w http.ResponseWriter, r *http.Request, tenant stri
 		httpapi.JSON(w, http.StatusOK, "application/json", v)
 		return nil
 	}
-	rr, replayed, err := s.reruns.Start(ctx, tenant, req.RerunID, req.Filter)
+	rr, replayed, err := s.reruns.Start(ctx, tenant, req.RerunID, "tenant "+tenant+" (api)", req.Filter)
 	if err != nil {
 		return rerunProblem(err)
 	}

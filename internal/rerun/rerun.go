@@ -168,10 +168,10 @@ func (p Planner) DryRun(ctx context.Context, tenant string, f task.RerunFilter) 
 	return task.Rerun{DryRun: true, Filter: f, Count: n, EstimatedCostUSD: usd}, nil
 }
 
-// Start creates the re-run of tenant named rerunID (a random id when empty) over f, with its
-// count and estimate, for the pacer to run. A rerunID that already names a re-run of the same
-// filter returns that re-run (replayed); of another filter, ErrIDReused.
-func (p Planner) Start(ctx context.Context, tenant, rerunID string, f task.RerunFilter) (r *store.Rerun, replayed bool, err error) {
+// Start creates the re-run of tenant named rerunID (a random id when empty) over f, asked for
+// by by, with its count and estimate, for the pacer to run. A rerunID that already names a
+// re-run of the same filter returns that re-run (replayed); of another filter, ErrIDReused.
+func (p Planner) Start(ctx context.Context, tenant, rerunID, by string, f task.RerunFilter) (r *store.Rerun, replayed bool, err error) {
 	if err := Validate(f); err != nil {
 		return nil, false, err
 	}
@@ -191,7 +191,7 @@ func (p Planner) Start(ctx context.Context, tenant, rerunID string, f task.Rerun
 	if err != nil {
 		return nil, false, err
 	}
-	r = &store.Rerun{ID: id, Tenant: tenant, RerunID: rerunID, RequestHash: hash, Filter: f, Until: now,
+	r = &store.Rerun{ID: id, Tenant: tenant, RerunID: rerunID, By: by, RequestHash: hash, Filter: f, Until: now,
 		State: task.RerunRunning, Count: n, EstimatedCostUSD: usd}
 	if n == 0 {
 		r.State, r.Exhausted, r.CompletedAt = task.RerunCompleted, true, &now

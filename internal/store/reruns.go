@@ -29,6 +29,7 @@ type Rerun struct {
 
 	Tenant      string           `firestore:"tenant"`
 	RerunID     string           `firestore:"rerun_id"` // the id the API shows
+	By          string           `firestore:"by"`       // who asked: the tenant's API, or a console operator
 	RequestHash string           `firestore:"request_hash"`
 	Filter      task.RerunFilter `firestore:"filter"`
 	// Until bounds the tasks matched to those created before the re-run: what the estimate
