@@ -337,3 +337,69 @@ func TestRerunOf500ResumesAfterACrashAndRunsEachTaskOnce(t *testing.T) {
 type tenantLimits struct{ l store.Limits }
 
 func (t tenantLimits) Limits(context.Context, string) (store.Limits, error) { return t.l, nil }
+
+// A re-run of a tenant whose daily budget is spent calls no model: its first window of tasks
+// waits on the budget and the pacer starts no more; once the budget is raised it runs to the
+// end, each task once.
+func TestRerunWaitsOnTheTenantsBudget(t *testing.T) {
+	t.Parallel()
+	const n, capacity = 40, 4
+	b := setup(t, store.Limits{Concurrency: capacity, DailyBudgetUSD: 10}, 0,
+		"GENBOX_RERUN_INTERVAL", "100ms", "GENBOX_BUDGET_RETRY", "300ms", "GENBOX_TENANT_REFRESH", "200ms")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	ids := b.submit(t, ctx, "budget", n)
+	var spent float64
+	for _, tk := range b.waitTasks(t, ctx, ids, func(*store.Task) bool { return true }) {
+		spent += tk.CostUSD
+	}
+	// The budget is what the tenant has spent today: no call's worst case fits.
+	limits := b.limits
+	limits.DailyBudgetUSD = spent
+	if _, err := b.stack.Store.SetTenantLimits(ctx, devstack.DevTenant, limits); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // past the worker's tenant refresh
+	before := b.stack.Fake.Ledger()
+	rr, err := b.client.Rerun(ctx, task.RerunRequest{Filter: task.RerunFilter{Labels: map[string]string{"batch": "budget"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docID := rerun.DocID(devstack.DevTenant, rr.RerunID)
+	var waiting int
+	for waiting < capacity {
+		waiting = 0
+		for _, id := range ids {
+			if tk, err := b.stack.Store.GetTask(ctx, id); err == nil && tk.Rerun == docID && tk.State == task.StateWaiting {
+				waiting++
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d of the re-run's tasks wait on the budget, want %d", waiting, capacity)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // ten pacer passes
+	held, err := b.stack.Store.GetRerun(ctx, docID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := b.stack.Fake.Ledger().Total.Calls - before.Total.Calls
+	t.Logf("budget $%.6f spent: %d tasks waiting, %d started, %d model calls", spent, waiting, held.Progress.Started, calls)
+	if held.Progress.Started != capacity || calls != 0 {
+		t.Fatalf("over budget: %d started, %d model calls; want the window of %d started and no call", held.Progress.Started, calls, capacity)
+	}
+
+	limits.DailyBudgetUSD = 10
+	if _, err := b.stack.Store.SetTenantLimits(ctx, devstack.DevTenant, limits); err != nil {
+		t.Fatal(err)
+	}
+	done := b.waitRerun(t, ctx, rr.RerunID)
+	if want := (task.RerunProgress{Matched: n, Started: n, Done: n}); *done.Progress != want {
+		t.Fatalf("progress %+v, want %+v", *done.Progress, want)
+	}
+	if calls := b.stack.Fake.Ledger().Total.Calls - before.Total.Calls; calls != n {
+		t.Fatalf("%d model calls, want %d", calls, n)
+	}
+	checkReplayedOnce(t, b.waitTasks(t, ctx, ids, func(*store.Task) bool { return true }), docID)
+}
