@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"slices"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -32,33 +34,47 @@ func TestRerunRoutes(t *testing.T) {
 	other := e.submit(task.Request{Family: "classify", Input: "x"}).TaskID
 	e.finish(other, task.StateSucceeded)
 	// ids[2] is still queued: running already, not re-run.
+	unanswered := e.submit(task.Request{Family: "summarize", Input: "no model answered this one"}).TaskID
+	if _, err := e.st.MutateTask(ctx, unanswered, func(t *store.Task, now time.Time) error {
+		t.Finish(task.StateFailed, now)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 
-	price := gemini.DefaultPricing().Price("gemini-test").Cost(10, 20)
+	pricing := gemini.DefaultPricing()
+	price := pricing.Price("gemini-test").Cost(10, 20)
+	r, err := testFamilies.Render("summarize", "", "no model answered this one", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, worst := pricing.Estimate((&store.Task{ID: unanswered, Tenant: e.tenant}).Request(r))
 	tests := []struct {
 		name   string
 		filter task.RerunFilter
 		count  int
+		usd    float64
 	}{
-		{"every finished task", task.RerunFilter{}, 3},
-		{"by family and label", task.RerunFilter{Family: "summarize", Labels: map[string]string{"app": "x"}}, 2},
-		{"by state", task.RerunFilter{State: task.StateFailed}, 1},
-		{"by label value", task.RerunFilter{Labels: map[string]string{"app": "y"}}, 0},
-		{"created after them", task.RerunFilter{CreatedAfter: new(time.Now().Add(time.Hour))}, 0},
+		{"every finished task", task.RerunFilter{}, 4, 3*price + worst},
+		{"by family and label", task.RerunFilter{Family: "summarize", Labels: map[string]string{"app": "x"}}, 2, 2 * price},
+		{"by state: one answered, one priced at its worst case", task.RerunFilter{State: task.StateFailed}, 2, price + worst},
+		{"by label value", task.RerunFilter{Labels: map[string]string{"app": "y"}}, 0, 0},
+		{"created after them", task.RerunFilter{CreatedAfter: new(time.Now().Add(time.Hour))}, 0, 0},
 	}
 	for _, tc := range tests {
 		got, err := e.api.Rerun(ctx, task.RerunRequest{Filter: tc.filter, DryRun: true})
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if got.Count != tc.count || got.EstimatedCostUSD != float64(tc.count)*price || got.RerunID != "" {
-			t.Errorf("%s: count %d, $%g, id %q; want %d tasks at $%g each and no re-run", tc.name, got.Count, got.EstimatedCostUSD, got.RerunID, tc.count, price)
+		if got.Count != tc.count || math.Abs(got.EstimatedCostUSD-tc.usd) > 1e-12 || got.RerunID != "" {
+			t.Errorf("%s: count %d, $%g, id %q; want %d tasks at $%g and no re-run", tc.name, got.Count, got.EstimatedCostUSD, got.RerunID, tc.count, tc.usd)
 		}
 	}
 
 	body := mustJSON(t, task.RerunRequest{Filter: task.RerunFilter{Family: "summarize"}})
 	code, h, b := e.do("POST", "/v1/tasks:rerun", e.key, body, map[string]string{task.HeaderIdempotencyKey: "k1"})
 	var first task.Rerun
-	if err := json.Unmarshal(b, &first); code != http.StatusCreated || err != nil || first.State != task.RerunRunning || first.Count != 2 {
+	if err := json.Unmarshal(b, &first); code != http.StatusCreated || err != nil || first.State != task.RerunRunning || first.Count != 3 {
 		t.Fatalf("create: %d %s", code, b)
 	}
 	if h.Get("Location") != first.StatusURL || first.StatusURL != e.url+"/v1/reruns/"+first.RerunID {

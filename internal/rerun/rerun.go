@@ -107,14 +107,22 @@ type Estimator struct {
 	Prompts Catalog
 }
 
-// Cost prices one more generation of t, rendered as r. A task a model answered is priced from
-// its recorded token counts at today's rates for the model and tier that served it: the same
-// prompt gets about the same answer again, so this is what the new replay bills. A task no model
-// answered is priced at the worst case of its rendered prompt, as the Regenerate button prices
-// a dead letter (gemini.Pricing.Estimate of store.Task.Request).
+// Recorded prices one more generation of t from its recorded token counts, at today's rates for
+// the model and tier that served it: the same prompt gets about the same answer again, so this
+// is what the new replay bills. ok is false for a task no model answered.
+func (e Estimator) Recorded(t *store.Task) (usd float64, ok bool) {
+	if t.Model == "" || t.Usage.PromptTokens+t.Usage.OutputTokens == 0 {
+		return 0, false
+	}
+	return e.Pricing.Price(t.Model).Bill(t.Usage, tier(t.Mode)), true
+}
+
+// Cost prices one more generation of t, rendered as r: Recorded, else — for a task no model
+// answered — the worst case of its rendered prompt, as the Regenerate button prices a dead
+// letter (gemini.Pricing.Estimate of store.Task.Request).
 func (e Estimator) Cost(t *store.Task, r *prompts.Rendered) float64 {
-	if t.Model != "" && t.Usage.PromptTokens+t.Usage.OutputTokens > 0 {
-		return e.Pricing.Price(t.Model).Bill(t.Usage, tier(t.Mode))
+	if usd, ok := e.Recorded(t); ok {
+		return usd
 	}
 	_, usd := e.Pricing.Estimate(t.Request(r))
 	return usd
@@ -145,12 +153,24 @@ func (p Planner) Estimate(ctx context.Context, tenant string, f task.RerunFilter
 		if !Matches(f, t) || Blocked(t) != "" {
 			return nil
 		}
-		r, err := p.Estimator.Prompts.Render(t.Family, t.Variant, t.Input, t.GenConfig)
-		if err != nil {
+		if _, err := p.Estimator.Prompts.Render(t.Family, t.Variant, "", t.GenConfig); err != nil {
 			return nil // a retired variant: the pacer skips it too
 		}
 		count++
-		usd += p.Estimator.Cost(t, r)
+		if cost, ok := p.Estimator.Recorded(t); ok {
+			usd += cost
+			return nil
+		}
+		// No model answered it: its prompt, input and all, is priced at the worst case.
+		full, err := p.Store.GetTask(ctx, t.ID)
+		if err != nil {
+			return err
+		}
+		r, err := p.Estimator.Prompts.Render(full.Family, full.Variant, full.Input, full.GenConfig)
+		if err != nil {
+			return nil
+		}
+		usd += p.Estimator.Cost(full, r)
 		return nil
 	})
 	return count, usd, err

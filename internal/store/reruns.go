@@ -127,8 +127,9 @@ func (s *Store) RunningReruns(ctx context.Context) ([]*Rerun, error) {
 	return readAll(s.Reruns().Where("state", "==", string(task.RerunRunning)).Documents(ctx), "running reruns", decodeRerun)
 }
 
-// RerunFields are the task fields a re-run's filter and estimate read.
-var RerunFields = []string{"tenant", "state", "family", "variant", "labels", "prompt_version", "input", "gen_config",
+// RerunFields are the task fields a re-run's filter and estimate read: not the input (up to
+// 256 KiB), needed only to price a task no model answered.
+var RerunFields = []string{"tenant", "state", "family", "variant", "labels", "prompt_version", "gen_config",
 	"model_chain", "max_cost_usd", "mode", "usage", "model", "erased_at", "open_dead_letters", "rerun", "created_at"}
 
 // rerunQuery is the tasks of tenant that f may match and were created before until, newest
