@@ -24,6 +24,10 @@ func (s *Server) handleRerun(w http.ResponseWriter, r *http.Request, tenant stri
 			return err
 		}
 	}
+	// A request reads every candidate task of the tenant: it takes a submission token.
+	if err := s.take(r.Context(), tenant); err != nil {
+		return err
+	}
 	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
 	if err != nil {
 		return err

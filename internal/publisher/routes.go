@@ -61,7 +61,7 @@ func (s *Server) routeTable() []route {
 				Also: []answer{
 					{Status: 200, Desc: "A dry run's count and estimate; or the re-run an earlier request of the same rerun_id (or Idempotency-Key) created", Result: task.Rerun{}, Headers: []string{task.HeaderReplayed}},
 				},
-				Errors: []int{400, 401, 413, 415, 422, 503}}},
+				Errors: []int{400, 401, 413, 415, 422, 429, 503}}},
 		{Method: "GET", Path: "/v1/reruns/{rerun}", Summary: "Read a re-run and its progress", Auth: authTenant, Handle: s.handleGetRerun,
 			Doc: opDoc{OK: 200, Result: task.Rerun{}, Errors: tenantErrs}},
 		{Method: "GET", Path: "/v1/tasks", Summary: "List the tenant's tasks, newest first", Auth: authTenant, Handle: s.handleList,
