@@ -126,8 +126,10 @@ func (p *Pacer) Pass(ctx context.Context) error {
 // room, then completes r once no task is left and none is in flight.
 func (p *Pacer) advance(ctx context.Context, r *store.Rerun) error {
 	now := p.store.Clock()
-	if err := r.Lease.Take(p.owner, now, p.cfg.LeaseTTL); err != nil {
-		return nil // another pacer's
+	if r.Lease.Renew(p.owner, r.Lease.Epoch, now, p.cfg.LeaseTTL) != nil {
+		if err := r.Lease.Take(p.owner, now, p.cfg.LeaseTTL); err != nil {
+			return nil // another pacer's
+		}
 	}
 	if err := p.store.SaveRerun(ctx, r); err != nil {
 		return err
