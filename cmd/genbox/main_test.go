@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -300,5 +301,39 @@ func TestDLQVerbs(t *testing.T) {
 	}
 	if r = cli(t, env, "", "dlq", "show", "nosuch:generation:0:0"); r.code != exitNotFound {
 		t.Errorf("dlq show unknown: exit %d, want %d\n%s", r.code, exitNotFound, r.stderr)
+	}
+}
+
+// rerun against a running stack: --dry-run counts and prices the matching tasks, a re-run
+// followed with --wait ends with each of them run again, status shows it, and a filter the API
+// refuses exits 6.
+func TestRerunVerb(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, "GENBOX_RERUN_INTERVAL", "100ms")
+	env := cliEnv(s)
+	for i := range 3 {
+		if r := cli(t, env, "", "submit", "--family", "summarize", "--input", fmt.Sprintf("re-run %d", i), "--label", "app=rerun", "--wait"); r.code != exitOK {
+			t.Fatalf("submit exit %d\n%s", r.code, r.stderr)
+		}
+	}
+	r := cli(t, env, "", "rerun", "--dry-run", "--label", "app=rerun", "--family", "summarize", "--json")
+	var dry task.Rerun
+	if err := json.Unmarshal([]byte(r.stdout), &dry); r.code != exitOK || err != nil || dry.Count != 3 || !dry.DryRun || dry.EstimatedCostUSD <= 0 {
+		t.Fatalf("rerun --dry-run: exit %d, %+v (%v), want a count of 3 and an estimate\n%s", r.code, dry, err, r.stderr)
+	}
+	r = cli(t, env, "", "rerun", "--label", "app=rerun", "--wait", "--interval", "100ms", "--json")
+	var done task.Rerun
+	if err := json.Unmarshal([]byte(r.stdout), &done); r.code != exitOK || err != nil || done.State != task.RerunCompleted ||
+		done.Progress == nil || done.Progress.Started != 3 || done.Progress.Done != 3 {
+		t.Fatalf("rerun --wait: exit %d, %+v (%v), want completed with 3 done\n%s", r.code, done, err, r.stderr)
+	}
+	if r := cli(t, env, "", "rerun", "status", done.RerunID, "--text"); r.code != exitOK || !strings.Contains(r.stdout, "completed: 3 of 3 started, 3 done") {
+		t.Fatalf("rerun status: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := cli(t, env, "", "rerun", "--state", "queued"); r.code != exitRejected || !strings.Contains(r.stderr, "filter.state") {
+		t.Fatalf("rerun --state queued: exit %d, want %d naming filter.state\n%s", r.code, exitRejected, r.stderr)
+	}
+	if r := cli(t, env, "", "rerun", "status", "no-such-rerun"); r.code != exitNotFound {
+		t.Fatalf("rerun status of an unknown id: exit %d, want %d\n%s", r.code, exitNotFound, r.stderr)
 	}
 }

@@ -64,6 +64,7 @@ func verbs() []verb {
 		{"list", "list your tenant's tasks, newest first", runList},
 		{"cancel", "cancel a queued or waiting task", runCancel},
 		{"schedule", "recurring schedules: create, list, get, pause, resume, delete", runSchedule},
+		{"rerun", "re-run your finished tasks a filter matches (--dry-run: count them and estimate the cost); rerun status ID", runRerun},
 		{"dlq", "dead letters: list, show, redeliver, regenerate, discard (the dlqnotifier's admin routes)", runDLQ},
 		{"admin", "tenants, API keys and webhook secrets (admin key)", runAdmin},
 		{"bench", "measure throughput, latency overhead, operations and billed tokens; --baseline naive side by side", runBench},
@@ -92,7 +93,7 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, "\nRun \"genbox <verb> --help\" for a verb's flags, \"genbox --version\" for this build.\nVerbs that print data print text; --json prints JSON instead.\n\nEnvironment:\n")
 	for _, v := range [][2]string{
 		{envURL, "the publisher's base URL (default " + defaultURL + ")"},
-		{envAPIKey, "your tenant's API key (submit, get, list, cancel, schedule)"},
+		{envAPIKey, "your tenant's API key (submit, get, list, cancel, schedule, rerun)"},
 		{envAdminKey, "the admin key (admin, dlq)"},
 		{envDLQURL, "the dlqnotifier's base URL (dlq; default " + defaultDLQURL + ")"},
 		{envCallbackURL, "the callback_url of submissions that name none"},

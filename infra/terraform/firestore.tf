@@ -103,6 +103,15 @@ locals {
         { path = "created_at", order = "DESCENDING" },
       ]
     }
+
+    # store.Queries "tasks-of-rerun": how many of a re-run's tasks have ended, per outcome.
+    tasks_of_rerun = {
+      collection = "tasks"
+      fields = [
+        { path = "rerun", order = "ASCENDING" },
+        { path = "state", order = "ASCENDING" },
+      ]
+    }
   }
 }
 

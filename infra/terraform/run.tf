@@ -37,8 +37,8 @@ locals {
     }
   }
 
-  # How a call is priced before it is made: the worker's max_cost_usd check and budgets, and the
-  # dlqnotifier's Regenerate estimate, which must agree.
+  # How a call is priced before it is made: the worker's max_cost_usd check and budgets, the
+  # dlqnotifier's Regenerate estimate and the publisher's re-run estimate, which must agree.
   pricing_env = {
     GENBOX_MODEL_CHAIN = join(",", var.model_chain)
     GENBOX_PRICES = join(",", [for m, p in var.model_prices : join(";", compact([
@@ -51,7 +51,7 @@ locals {
   }
 
   env = {
-    publisher = merge(local.common_env, {
+    publisher = merge(local.common_env, local.pricing_env, {
       OTEL_SERVICE_NAME = "publisher"
       # status_url is built from each request's Host unless a custom domain is configured.
       GENBOX_PUBLIC_URL = var.publisher_public_url

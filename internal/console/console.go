@@ -27,6 +27,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/httpapi"
+	"github.com/genbox-dev/genbox/internal/rerun"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 )
@@ -73,8 +74,11 @@ type Deps struct {
 	Store     *store.Store
 	Decider   Decider
 	Estimator Estimator
-	// Pricing prices the savings of the Spend page.
+	// Pricing prices the savings of the Spend page and re-runs' estimates.
 	Pricing gemini.Pricing
+	// Prompts renders tasks' prompts for a re-run: its new replays' prompt version, and the
+	// estimate of a task no model answered (the dlqnotifier's families).
+	Prompts rerun.Catalog
 	Log     *slog.Logger
 }
 
@@ -93,8 +97,8 @@ type Console struct {
 
 // New returns the console.
 func New(cfg Config, d Deps) (*Console, error) {
-	if d.Store == nil || d.Decider == nil || d.Estimator == nil {
-		return nil, errors.New("console: Store, Decider and Estimator are required")
+	if d.Store == nil || d.Decider == nil || d.Estimator == nil || d.Prompts == nil {
+		return nil, errors.New("console: Store, Decider, Estimator and Prompts are required")
 	}
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
@@ -109,7 +113,7 @@ func New(cfg Config, d Deps) (*Console, error) {
 	throttle.TrustedHops = cfg.ProxyHops
 	c := &Console{cfg: cfg, d: d, pages: map[string]*template.Template{},
 		admin: httpapi.NewAdminKey(cfg.AdminKey), authFails: authlimit.New(throttle, time.Now)}
-	for _, p := range []string{"overview", "tasks", "task", "deadletters", "bulk", "spend", "schedules", "message"} {
+	for _, p := range []string{"overview", "tasks", "task", "deadletters", "bulk", "spend", "schedules", "reruns", "message"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/layout.html", "assets/parts.html", "assets/"+p+".html")
 		if err != nil {
 			return nil, fmt.Errorf("console: page %s: %w", p, err)
@@ -135,6 +139,8 @@ func New(cfg Config, d Deps) (*Console, error) {
 	m.Handle("POST /console/bulk", c.session(c.action(c.bulkDecide)))
 	m.Handle("GET /console/spend", c.session(c.spend))
 	m.Handle("GET /console/schedules", c.session(c.schedules))
+	m.Handle("GET /console/reruns", c.session(c.reruns))
+	m.Handle("POST /console/reruns", c.session(c.action(c.startRerun)))
 	m.Handle("POST /console/logout", c.session(c.action(c.logout)))
 	m.Handle("/console/", c.session(func(w http.ResponseWriter, r *http.Request, _ store.ConsoleSession) {
 		c.message(w, http.StatusNotFound, "Not found", "The console has no page "+r.URL.Path+".")

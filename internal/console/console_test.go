@@ -108,10 +108,10 @@ func TestEveryRouteNeedsASession(t *testing.T) {
 	id := strings.Repeat("a", 32)
 	routes := []struct{ method, path string }{
 		{"GET", "/console/"}, {"GET", "/console/tasks"}, {"GET", "/console/tasks?state=queued"}, {"GET", "/console/tasks/" + id},
-		{"GET", "/console/dead-letters"}, {"GET", "/console/bulk?action=discard"}, {"GET", "/console/spend"},
+		{"GET", "/console/dead-letters"}, {"GET", "/console/bulk?action=discard"}, {"GET", "/console/spend"}, {"GET", "/console/reruns"},
 		{"GET", "/console/assets/console.js"}, {"GET", "/console/assets/console.css"}, {"GET", "/console/no-such-page"},
 		{"GET", console.LoginPath}, {"GET", console.LoginPath + "?token=forged"},
-		{"POST", "/console/dead-letters/" + id + ":delivery:0:0"}, {"POST", "/console/bulk"}, {"POST", "/console/logout"},
+		{"POST", "/console/dead-letters/" + id + ":delivery:0:0"}, {"POST", "/console/bulk"}, {"POST", "/console/reruns"}, {"POST", "/console/logout"},
 	}
 	try := func(c *http.Client, name string) {
 		for _, r := range routes {
@@ -136,7 +136,7 @@ func TestEveryRouteNeedsASession(t *testing.T) {
 
 	c := browser(t)
 	login(t, c, s.Info.Console)
-	for _, r := range routes[:9] {
+	for _, r := range routes[:10] {
 		want := http.StatusOK
 		if r.path == "/console/tasks/"+id {
 			want = http.StatusNotFound // a page of its own, in the session: no such task

@@ -19,6 +19,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
+	"github.com/genbox-dev/genbox/pkg/prompts"
 )
 
 // decisions records who each decision was made by, and decides nothing.
@@ -49,7 +50,12 @@ func (noEstimate) EstimateUSD(*store.Task) (float64, bool) { return 0, false }
 // behind Cloud Run's front end (one trusted hop); it returns its base URL.
 func consoleOn(t *testing.T, st *store.Store, adminKey string, d console.Decider) string {
 	t.Helper()
-	con, err := console.New(console.Config{AdminKey: adminKey, ProxyHops: 1}, console.Deps{Store: st, Decider: d, Estimator: noEstimate{}})
+	families, err := prompts.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	con, err := console.New(console.Config{AdminKey: adminKey, ProxyHops: 1}, console.Deps{Store: st, Decider: d, Estimator: noEstimate{},
+		Prompts: families})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -427,6 +427,9 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_PROMPTS_DIR":           builtInPrompts,
 		"GENBOX_LEASE_TTL":             tuning,
 		"GENBOX_LEASE_RENEW":           tuning,
+		"GENBOX_RERUN_INTERVAL":        tuning,
+		"GENBOX_RERUN_PAGE":            tuning,
+		"GENBOX_RERUN_WINDOW":          tuning,
 		"GENBOX_MAX_EXTENSION":         tuning,
 		"GENBOX_CLAIM_AHEAD":           "derived from GENBOX_CONCURRENCY (the model-call slots)",
 		"GENBOX_MAX_IN_FLIGHT":         "derived from GENBOX_CONCURRENCY (the model-call slots)",
@@ -632,8 +635,8 @@ func TestSharedVariablesAgree(t *testing.T) {
 	t.Parallel()
 	for name, want := range map[string][]string{
 		"GENBOX_PROMPTS_DIR": {"dlqnotifier", "publisher", "worker"},
-		"GENBOX_MODEL_CHAIN": {"dlqnotifier", "worker"},
-		"GENBOX_PRICES":      {"dlqnotifier", "worker"},
+		"GENBOX_MODEL_CHAIN": {"dlqnotifier", "publisher", "worker"},
+		"GENBOX_PRICES":      {"dlqnotifier", "publisher", "worker"},
 	} {
 		if got := readers(name); !slices.Equal(got, want) {
 			t.Errorf("%s is read by %v, want %v", name, got, want)

@@ -634,7 +634,7 @@ func (s *Stack) startDLQNotifier(env func(string) string, ln net.Listener) error
 	svc := dlqnotifier.Assemble(set, dlqnotifier.Infra{Store: s.Store, Publisher: s.publisher(ServiceDLQNotifier),
 		Log: s.log.With("service", "dlqnotifier"), Metrics: s.cfg.Metrics})
 	con, err := console.New(console.Config{AdminKey: s.cfg.AdminKey, ProxyHops: set.Config.ProxyHops}, console.Deps{Store: s.Store, Decider: svc, Estimator: svc,
-		Pricing: set.Config.Pricing, Log: s.log.With("service", "console")})
+		Pricing: set.Config.Pricing, Prompts: set.Prompts(), Log: s.log.With("service", "console")})
 	if err != nil {
 		return err
 	}

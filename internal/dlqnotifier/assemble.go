@@ -28,6 +28,10 @@ func Load(getenv func(string) string) (Settings, error) {
 	return Settings{Config: cfg, est: est}, nil
 }
 
+// Prompts renders tasks' prompts with the families of GENBOX_PROMPTS_DIR, as the Regenerate
+// button's estimate does (the console's re-runs use it too).
+func (s Settings) Prompts() Renderer { return s.est.Prompts }
+
 // Infra is what the caller opened for the dlqnotifier: the services/dlqnotifier process or the
 // in-process dev stack.
 type Infra struct {

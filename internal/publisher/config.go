@@ -8,10 +8,12 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/envconfig"
+	"github.com/genbox-dev/genbox/internal/geminienv"
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 )
 
@@ -64,6 +66,9 @@ type Config struct {
 	// EventsHeartbeat is how often an idle event stream sends a comment line
 	// (GENBOX_EVENTS_HEARTBEAT, default 15s), so proxies and clients see it alive.
 	EventsHeartbeat time.Duration
+	// Pricing prices a re-run's estimate as the worker prices calls (GENBOX_MODEL_CHAIN,
+	// GENBOX_PRICES).
+	Pricing gemini.Pricing
 	// ProxyHops is how many addresses the front ends append to X-Forwarded-For
 	// (GENBOX_TRUSTED_PROXY_HOPS, default 1: Cloud Run's; 2 behind an external HTTPS load
 	// balancer): failed credentials are counted per client address found that far from its end.
@@ -107,6 +112,7 @@ func DefaultConfig() Config {
 		EventsPerTenant: 32,
 		EventsHeartbeat: 15 * time.Second,
 		ProxyHops:       authlimit.DefaultTrustedHops,
+		Pricing:         gemini.DefaultPricing(),
 	}
 }
 
@@ -138,7 +144,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Int(EnvTrustedProxyHops, &c.ProxyHops)
 	shards, err := store.ShardsFromEnv(getenv)
 	c.SweepShards = shards
-	return c, errors.Join(r.Err(), err)
+	pricing, perr := geminienv.Pricing(getenv)
+	c.Pricing = pricing
+	return c, errors.Join(r.Err(), err, perr)
 }
 
 // Validate checks the configuration, naming the variable of each bad value.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/genbox-dev/genbox/pkg/gemini"
 )
 
 func TestFromEnv(t *testing.T) {
@@ -16,7 +18,7 @@ func TestFromEnv(t *testing.T) {
 		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvStoreTimeout: "3s", EnvLimitsTTL: "5s",
 		EnvCallbackPorts: "443, 9443", EnvSecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k",
 		EnvEventsPerTenant: "3", EnvEventsHeartbeat: "1s", EnvShutdownGrace: "5s", "GENBOX_SWEEP_SHARDS": "4",
-		EnvTrustedProxyHops: "2",
+		EnvTrustedProxyHops: "2", "GENBOX_MODEL_CHAIN": "m1,m2", "GENBOX_PRICES": "m1=1/2",
 	}
 	asked := map[string]bool{}
 	c, err := FromEnv(func(k string) string { asked[k] = true; return env[k] })
@@ -27,7 +29,8 @@ func TestFromEnv(t *testing.T) {
 		PublicURL: "https://api.example.com", SecretOverlap: time.Hour, PromptsDir: "/etc/prompts", NudgeGrace: 10 * time.Second,
 		PublishTimeout: 2 * time.Second, StoreTimeout: 3 * time.Second, LimitsTTL: 5 * time.Second, CallbackPorts: []uint16{443, 9443},
 		SecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k", EventsPerTenant: 3, EventsHeartbeat: time.Second, SweepShards: 4,
-		ProxyHops: 2}
+		ProxyHops: 2, Pricing: gemini.Pricing{Models: []string{"m1", "m2"}, DefaultMaxOutputTokens: 8192, Prices: map[string]gemini.Price{
+			"m1": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.5, FlexOutputPerM: 1, BatchInputPerM: 0.5, BatchOutputPerM: 1, CachedInputPerM: 0.1}}}}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("config (-want +got):\n%s", diff)
 	}

@@ -39,6 +39,9 @@ type param struct {
 var idemHeader = param{Name: task.HeaderIdempotencyKey, Type: "string",
 	Desc: "Names the intent: the same key and body return the same task (200, Idempotent-Replayed: true); a different body is a 422. Remembered as long as the task is retained."}
 
+var rerunIdemHeader = param{Name: task.HeaderIdempotencyKey, Type: "string",
+	Desc: "Names the re-run when the body has no rerun_id: the same key and filter return the same re-run (200, Idempotent-Replayed: true); another filter is a 422."}
+
 // routeTable lists every route the server answers.
 func (s *Server) routeTable() []route {
 	tenantErrs := []int{400, 401, 404, 503}
@@ -53,6 +56,14 @@ func (s *Server) routeTable() []route {
 		{Method: "POST", Path: "/v1/tasks:batch", Summary: "Submit up to 100 tasks; each is accepted or refused on its own", Auth: authTenant, Handle: s.handleBatch,
 			Doc: opDoc{Body: task.BatchRequest{}, OK: 200, Result: task.BatchResponse{}, Header: []param{idemHeader},
 				Errors: []int{400, 401, 413, 415}}},
+		{Method: "POST", Path: "/v1/tasks:rerun", Summary: "Re-run the tenant's finished tasks a filter matches (each a new replay under the current prompt version, paced within the tenant's cap and budget), or with dry_run count them and estimate the cost", Auth: authTenant, Handle: s.handleRerun,
+			Doc: opDoc{Body: task.RerunRequest{}, OK: 201, Result: task.Rerun{}, OKHeaders: []string{"Location"}, Header: []param{rerunIdemHeader},
+				Also: []answer{
+					{Status: 200, Desc: "A dry run's count and estimate; or the re-run an earlier request of the same rerun_id (or Idempotency-Key) created", Result: task.Rerun{}, Headers: []string{task.HeaderReplayed}},
+				},
+				Errors: []int{400, 401, 413, 415, 422, 429, 503}}},
+		{Method: "GET", Path: "/v1/reruns/{rerun}", Summary: "Read a re-run and its progress", Auth: authTenant, Handle: s.handleGetRerun,
+			Doc: opDoc{OK: 200, Result: task.Rerun{}, Errors: tenantErrs}},
 		{Method: "GET", Path: "/v1/tasks", Summary: "List the tenant's tasks, newest first", Auth: authTenant, Handle: s.handleList,
 			Doc: opDoc{OK: 200, Result: task.List{}, Errors: tenantErrs, Query: []param{
 				{Name: "state", Type: "string", Desc: "Only tasks in this state."},

@@ -18,6 +18,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/rerun"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -30,9 +31,10 @@ type Publisher interface {
 }
 
 // Families resolves a family's variant: whether it exists, its prompt version, model chain and
-// output bounds. *prompts.Registry implements it.
+// output bounds; and renders a task's prompt, to price a re-run. *prompts.Registry implements it.
 type Families interface {
 	Variant(family, variant string) (*prompts.Variant, error)
+	rerun.Catalog
 }
 
 var _ Families = (*prompts.Registry)(nil)
@@ -68,6 +70,7 @@ type Server struct {
 	// authFails throttles clients whose credentials keep failing.
 	authFails *authlimit.Limiter
 	streams   *streams
+	reruns    rerun.Planner
 	admin     httpapi.AdminKey
 	routes    []route
 	doc       func() []byte
@@ -102,6 +105,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	throttle.TrustedHops = cfg.ProxyHops
 	s.authFails = authlimit.New(throttle, func() time.Time { return d.Store.Now() })
 	s.streams = newStreams(cfg.EventsPerTenant)
+	s.reruns = rerun.Planner{Store: d.Store, Estimator: rerun.Estimator{Pricing: cfg.Pricing, Prompts: d.Families}}
 	s.routes = s.routeTable()
 	s.doc = sync.OnceValue(s.openAPIJSON)
 	s.mux = s.buildMux()
@@ -266,6 +270,7 @@ var pathIDs = map[string]*regexp.Regexp{
 	"id":     regexp.MustCompile(`^[0-9a-f]{32}$`),
 	"key_id": regexp.MustCompile(`^[0-9a-f]{64}$`),
 	"tenant": regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`),
+	"rerun":  rerunIDPattern,
 }
 
 // pathID returns the path parameter name, or ErrNotFound when it cannot name anything.

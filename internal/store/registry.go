@@ -55,6 +55,8 @@ var Queries = []Query{
 	{Name: "dead-letters-by-task", Collection: DeadLettersCollection, Fields: []IndexField{{"task_id", Asc}}},
 	{Name: "schedules-due", Collection: SchedulesCollection, Fields: []IndexField{{"next_fire_at", Asc}}},
 	{Name: "schedules-by-tenant", Collection: SchedulesCollection, Fields: []IndexField{{"tenant", Asc}}},
+	{Name: "running-reruns", Collection: RerunsCollection, Fields: []IndexField{{"state", Asc}}},
+	{Name: "tasks-of-rerun", Collection: TasksCollection, Fields: []IndexField{{"rerun", Asc}, {"state", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of docs/architecture.md §2.

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,9 +12,6 @@ import (
 
 // SchedulesCollection holds the recurring schedules (internal/schedule).
 const SchedulesCollection = "schedules"
-
-// ErrChanged means a write conditioned on the document as read found it changed (or gone).
-var ErrChanged = errors.New("store: changed since read")
 
 // Schedule is a schedules/{id} document: a cron expression in a time zone and the task request
 // each fire submits. NextFireAt is unset while the schedule is paused, so the firer's query

@@ -25,6 +25,8 @@ var (
 	ErrExists = errors.New("store: already exists")
 	// ErrNoChange, returned by a Mutate function, ends the transaction without writing.
 	ErrNoChange = errors.New("store: no change")
+	// ErrChanged means a write conditioned on the document as read found it changed (or gone).
+	ErrChanged = errors.New("store: changed since read")
 )
 
 // DefaultRetention is how long a finished task (and so its idempotency key) is kept.

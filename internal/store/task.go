@@ -115,6 +115,8 @@ type Task struct {
 	// BypassCache makes the next run skip the output cache: set by Regenerate, whose point is a
 	// fresh generation.
 	BypassCache bool `firestore:"bypass_cache,omitempty"`
+	// Rerun is the reruns/{id} document that started the current replay (StartRerun).
+	Rerun string `firestore:"rerun,omitempty"`
 }
 
 // TaskError is a task's last error.
@@ -127,6 +129,8 @@ type TaskError struct {
 // Generation is the outcome of an earlier replay, kept when Regenerate starts a new one.
 type Generation struct {
 	Replay int `firestore:"replay"`
+	// PromptVersion is the prompt version the replay ran under, when a re-run replaced it.
+	PromptVersion string `firestore:"prompt_version,omitempty"`
 	// LastEpoch is the lease epoch of the replay's last claim: a call made under an epoch up to
 	// it belongs to this replay (epochs rise across replays), 0 when not recorded.
 	LastEpoch   int64      `firestore:"last_epoch,omitempty"`

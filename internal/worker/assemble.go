@@ -11,6 +11,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/publisher"
+	"github.com/genbox-dev/genbox/internal/rerun"
 	"github.com/genbox-dev/genbox/internal/schedule"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
@@ -24,9 +25,11 @@ import (
 type Settings struct {
 	Config  Config
 	prompts *prompts.Registry
+	rerun   rerun.Config
 }
 
-// Load reads the configuration (FromEnv) and the families of GENBOX_PROMPTS_DIR.
+// Load reads the configuration (FromEnv), the re-run pacer's (rerun.FromEnv) and the families
+// of GENBOX_PROMPTS_DIR.
 func Load(getenv func(string) string) (Settings, error) {
 	cfg, err := FromEnv(getenv)
 	if err != nil {
@@ -36,7 +39,11 @@ func Load(getenv func(string) string) (Settings, error) {
 	if err != nil {
 		return Settings{}, err
 	}
-	return Settings{Config: cfg, prompts: reg}, nil
+	rc, err := rerun.FromEnv(getenv, cfg.NudgeGrace)
+	if err != nil {
+		return Settings{}, err
+	}
+	return Settings{Config: cfg, prompts: reg, rerun: rc}, nil
 }
 
 // Infra is what the caller opened for the worker: the services/worker process or the in-process
@@ -62,7 +69,7 @@ type Assembly struct {
 	Pull         bus.PullSettings
 	// Local takes the due tasks this instance's sweeper finds while Consume runs.
 	Local *Local
-	// Background are the breaker listener, the sweeper, the batcher, the schedule firer, the spend flush and, when
+	// Background are the breaker listener, the sweeper, the batcher, the schedule firer, the re-run pacer, the spend flush and, when
 	// configured, the fallback drill; the flush writes once more when its context ends, so the
 	// spend of the calls that finished during the grace is counted.
 	Background []func(ctx context.Context)
@@ -85,7 +92,7 @@ func (a *Assembly) Consume(ctx context.Context, ps *pubsub.Client, h bus.Handler
 // Assemble builds the worker of s over in: the model client (its breakers metered and stored,
 // each attempt a span, its alerts published to the alerts topic), the model policy, the message
 // handler, the sweeper, the batcher (one leader per primary model of the families and the
-// default chain) and the spend flush. The model client outlives ctx.
+// default chain), the re-run pacer and the spend flush. The model client outlives ctx.
 func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	cfg, log := s.Config, in.Log
 	gen, err := gemini.New(context.WithoutCancel(ctx), cfg.Gemini, gemini.WithLogger(log),
@@ -142,6 +149,7 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 			func(ctx context.Context) { _ = sw.Run(ctx) },
 			bt.Run,
 			firer.Run,
+			rerun.NewPacer(in.Store, in.Publisher, s.prompts, mp.Tenants, s.rerun, cfg.Instance, log.With("component", "rerun")).Run,
 			func(ctx context.Context) { FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) },
 		},
 	}

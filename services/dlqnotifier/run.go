@@ -28,7 +28,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	svc := dlqnotifier.Assemble(set, dlqnotifier.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
-	con, err := console.New(console.Config{AdminKey: cfg.AdminKey, ProxyHops: cfg.ProxyHops}, console.Deps{Store: st, Decider: svc, Estimator: svc, Pricing: cfg.Pricing, Log: d.Log})
+	con, err := console.New(console.Config{AdminKey: cfg.AdminKey, ProxyHops: cfg.ProxyHops}, console.Deps{Store: st, Decider: svc, Estimator: svc, Pricing: cfg.Pricing, Prompts: set.Prompts(), Log: d.Log})
 	if err != nil {
 		return err
 	}
