@@ -310,7 +310,7 @@ type Stack struct {
 	// Inbox is the dev tenant's webhook listener: it prints every delivery as `genbox webhook
 	// listen` does and records it, so tests and scripts can wait for one.
 	Inbox *doubles.Receiver
-	// Worker is the worker's message handler (its Stats count claims and stored outputs).
+	// Worker is the worker's message handler.
 	Worker *worker.Handler
 
 	cfg    Config
