@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/devstack"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -151,7 +152,7 @@ func TestTaskVerbs(t *testing.T) {
 	want := task.EventID(v.TaskID, task.EventSucceeded, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := s.Inbox.Wait(ctx, func(d devstack.Delivery) bool { return d.ID == want }); err != nil {
+	if _, err := s.Inbox.Wait(ctx, func(d doubles.Hook) bool { return d.ID == want }); err != nil {
 		t.Fatalf("webhook %s not received: %v", want, err)
 	}
 
@@ -296,7 +297,7 @@ func TestDLQVerbs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	want := task.EventID(v.TaskID, task.EventSucceeded, 1)
-	if _, err := s.Inbox.Wait(ctx, func(d devstack.Delivery) bool { return d.ID == want }); err != nil {
+	if _, err := s.Inbox.Wait(ctx, func(d doubles.Hook) bool { return d.ID == want }); err != nil {
 		t.Fatalf("no %s webhook after regenerate: %v", want, err)
 	}
 	if r = cli(t, env, "", "dlq", "show", "nosuch:generation:0:0"); r.code != exitNotFound {

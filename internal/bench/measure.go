@@ -163,92 +163,16 @@ func lostAcks(h bus.Handler, in *injector, rate float64) bus.Handler {
 	})
 }
 
-// receiver is the app's webhook endpoint: it verifies every delivery, counts each webhook-id and
-// wakes whoever waits for an event id the first time it arrives.
-type receiver struct {
-	verifier *webhook.Verifier
-	in       *injector
-	failRate float64
-
-	mu      sync.Mutex
-	ids     map[string]int
-	at      map[string]time.Time
-	waiters map[string]chan struct{}
-	bad     int
-}
-
-func newReceiver(secret string, in *injector, failRate float64) (*receiver, error) {
-	v, err := webhook.NewVerifier(secret)
-	if err != nil {
-		return nil, err
-	}
-	return &receiver{verifier: v, in: in, failRate: failRate, ids: map[string]int{}, at: map[string]time.Time{}, waiters: map[string]chan struct{}{}}, nil
-}
-
-// wait returns a channel closed when eventID has been received.
-func (r *receiver) wait(eventID string) <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	ch, ok := r.waiters[eventID]
-	if !ok {
-		ch = make(chan struct{})
-		r.waiters[eventID] = ch
-		if r.ids[eventID] > 0 {
-			close(ch)
+// lossyWebhooks answers at rate (decided per task) 503 to the deliveries before recv sees them.
+func lossyWebhooks(recv http.Handler, in *injector, rate float64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		taskID, _, _ := strings.Cut(req.Header.Get(webhook.HeaderID), ".")
+		if in.fail(failWebhook, taskID, rate) {
+			http.Error(w, "injected", http.StatusServiceUnavailable)
+			return
 		}
-	}
-	return ch
-}
-
-func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(req.Body, webhook.MaxBodyBytes))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	if err := r.verifier.Verify(body, req.Header); err != nil {
-		r.mu.Lock()
-		r.bad++
-		r.mu.Unlock()
-		http.Error(w, err.Error(), http.StatusUnauthorized)
-		return
-	}
-	id := req.Header.Get("webhook-id")
-	taskID, _, _ := strings.Cut(id, ".")
-	if r.in.fail(failWebhook, taskID, r.failRate) {
-		http.Error(w, "injected", http.StatusServiceUnavailable)
-		return
-	}
-	r.mu.Lock()
-	r.ids[id]++
-	if r.ids[id] == 1 {
-		r.at[id] = time.Now()
-		if ch, ok := r.waiters[id]; ok {
-			close(ch)
-		}
-	}
-	r.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-}
-
-// arrival is when eventID was first received.
-func (r *receiver) arrival(eventID string) (time.Time, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	at, ok := r.at[eventID]
-	return at, ok
-}
-
-// tally returns the distinct webhook-ids received, the deliveries beyond the first of each, and
-// the deliveries that failed verification.
-func (r *receiver) tally() (distinct, duplicates, bad int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, n := range r.ids {
-		distinct++
-		duplicates += n - 1
-	}
-	return distinct, duplicates, r.bad
+		recv.ServeHTTP(w, req)
+	})
 }
 
 // percentile returns the p-quantile (0..1) of sorted durations, nearest rank.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/devstack"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/fscount"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
@@ -168,7 +169,7 @@ type stack struct {
 	// measured during a backlog's drain.
 	transport time.Duration
 	tl        *timeline
-	recv      *receiver
+	recv      *doubles.Receiver
 	recvURL   string
 	secret    string
 	log       *slog.Logger
@@ -199,14 +200,12 @@ func newStack(cfg Config) (s *stack, err error) {
 	if s.secret, err = webhook.NewSecret(); err != nil {
 		return nil, err
 	}
-	if s.recv, err = newReceiver(s.secret, s.in, cfg.WebhookErrors); err != nil {
-		return nil, err
-	}
+	s.recv = doubles.New(s.secret)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("webhook receiver: %w", err)
 	}
-	srv := service.NewServer(s.recv, service.Limits{})
+	srv := service.NewServer(lossyWebhooks(s.recv, s.in, cfg.WebhookErrors), service.Limits{})
 	go func() { _ = srv.Serve(ln) }()
 	s.closers = append(s.closers, func() { _ = srv.Close() })
 	s.recvURL = "http://" + ln.Addr().String() + "/hook"
@@ -416,7 +415,7 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 	r.BilledTokens = led.Total.Billed.TotalTokens
 	r.NeededTokens = neededTokens(led)
 	r.CostUSD, r.BatchJobs, r.Caches = led.CostUSD(benchPricing), len(led.Batches), led.Caches
-	r.Webhooks, r.Duplicates, _ = s.recv.tally()
+	r.Webhooks, r.Duplicates, _ = s.recv.Tally()
 	return r, nil
 }
 
@@ -449,7 +448,7 @@ func (s *stack) closedLoop(ctx context.Context, bar *progress) ([]done, time.Dur
 				id := taskID(i)
 				t0 := time.Now()
 				s.tl.mark(id, markSubmitted, t0)
-				arrived := s.recv.wait(task.EventID(id, task.EventSucceeded, 0))
+				arrived := s.recv.Delivered(task.EventID(id, task.EventSucceeded, 0))
 				if err := s.submit(ctx, id, nudgeGrace); err != nil {
 					errOnce.Do(func() { submitErr = err })
 					results <- done{id: id}
@@ -516,7 +515,7 @@ func (s *stack) drainBacklog(ctx context.Context, bar *progress) ([]done, time.D
 	arrived := make([]<-chan struct{}, cfg.Tasks)
 	for i := range cfg.Tasks {
 		id := taskID(i)
-		arrived[i] = s.recv.wait(task.EventID(id, task.EventSucceeded, 0))
+		arrived[i] = s.recv.Delivered(task.EventID(id, task.EventSucceeded, 0))
 		ids <- id
 	}
 	close(ids)
@@ -553,7 +552,7 @@ func (s *stack) drainBacklog(ctx context.Context, bar *progress) ([]done, time.D
 		case <-ctx.Done():
 			return nil, 0, ctx.Err()
 		}
-		at, _ := s.recv.arrival(task.EventID(id, task.EventSucceeded, 0))
+		at := s.recv.Deliveries(task.EventID(id, task.EventSucceeded, 0))[0].At
 		answered, _ := s.lat.answered(id)
 		out[i] = done{id: id, ok: true, e2e: at.Sub(start), over: at.Sub(answered)}
 		if at.After(last) {

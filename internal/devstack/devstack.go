@@ -30,6 +30,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/console"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/publisher"
@@ -306,8 +307,10 @@ type Stack struct {
 	// Fake is the fake Gemini (nil with a real backend).
 	Fake  *geminitest.Fake
 	Slack *Slack
-	Inbox *Inbox
-	// Worker is the worker's message handler (its Stats count claims and stored outputs).
+	// Inbox is the dev tenant's webhook listener: it prints every delivery as `genbox webhook
+	// listen` does and records it, so tests and scripts can wait for one.
+	Inbox *doubles.Receiver
+	// Worker is the worker's message handler.
 	Worker *worker.Handler
 
 	cfg    Config
@@ -413,9 +416,13 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 		s.Info.ModelBackend = "fake Gemini at " + fakeURL + " (set GEMINI_API_KEY to call the Gemini API)"
 	}
 
-	if s.Inbox, err = NewInbox(cfg.WebhookSecret, cfg.Out); err != nil {
+	v, err := webhook.NewVerifier(cfg.WebhookSecret)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", EnvWebhookSecret, err)
 	}
+	// pkg/webhook's Receiver answers and prints every delivery, as `genbox webhook listen` does.
+	s.Inbox = doubles.New(cfg.WebhookSecret)
+	s.Inbox.Respond = webhook.Receiver(v, cfg.Out)
 	ln, err := s.serve(cfg.WebhookAddr, "webhook listener", s.Inbox)
 	if err != nil {
 		return nil, err
@@ -434,8 +441,8 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	sign := func(ts time.Time, body []byte) http.Header {
 		return dlqnotifier.SignSlackRequest(cfg.SigningSecret, ts, body)
 	}
-	s.Slack = &Slack{Interactions: s.Info.SlackInteractions, Sign: sign, Approver: cfg.Approvers[0], Store: s.Store,
-		Log: s.log.With("service", "slack")}
+	s.Slack = &Slack{Slack: &doubles.Slack{Log: s.log.With("service", "slack")},
+		Interactions: s.Info.SlackInteractions, Sign: sign, Approver: cfg.Approvers[0], Store: s.Store}
 	if ln, err = s.serve(cfg.SlackAddr, "slack double", s.Slack); err != nil {
 		return nil, err
 	}

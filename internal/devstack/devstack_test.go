@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -43,15 +44,15 @@ func TestSubmitEndsInVerifiedWebhook(t *testing.T) {
 	if v.State != task.StateSucceeded || v.Output == nil {
 		t.Fatalf("task ended %s (output %v)", v.State, v.Output)
 	}
-	d, err := s.Inbox.Wait(ctx, func(d Delivery) bool { return d.Event.Data.TaskID == v.TaskID })
+	d, err := s.Inbox.Wait(ctx, func(d doubles.Hook) bool { return d.Event().Data.TaskID == v.TaskID })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := task.EventID(v.TaskID, task.EventSucceeded, 0); d.ID != want {
 		t.Errorf("webhook-id %q, want %q", d.ID, want)
 	}
-	if d.Event.Type != task.EventSucceeded || d.Event.Data.Output == nil || *d.Event.Data.Output != *v.Output {
-		t.Errorf("webhook event %+v does not carry the task's output", d.Event)
+	if d.Event().Type != task.EventSucceeded || d.Event().Data.Output == nil || *d.Event().Data.Output != *v.Output {
+		t.Errorf("webhook event %+v does not carry the task's output", d.Event())
 	}
 	if !strings.Contains(out.String(), "verified webhook-id="+d.ID) {
 		t.Errorf("the listener did not print the verified delivery:\n%s", out.String())
@@ -77,7 +78,7 @@ func TestDeadLetterRegeneratedThroughSlack(t *testing.T) {
 		t.Fatalf("task ended %s, want dead", v.State)
 	}
 	deadID := task.EventID(v.TaskID, task.EventDead, 0)
-	if _, err := s.Inbox.Wait(ctx, func(d Delivery) bool { return d.ID == deadID }); err != nil {
+	if _, err := s.Inbox.Wait(ctx, func(d doubles.Hook) bool { return d.ID == deadID }); err != nil {
 		t.Fatalf("no %s webhook: %v", deadID, err)
 	}
 	dlID := store.DeadLetterID(v.TaskID, task.StageGeneration, 0, 0)
@@ -109,14 +110,14 @@ func TestDeadLetterRegeneratedThroughSlack(t *testing.T) {
 		t.Fatalf("console click answered %s", resp.Status)
 	}
 	againID := task.EventID(v.TaskID, task.EventSucceeded, 1)
-	got, err := s.Inbox.Wait(ctx, func(d Delivery) bool { return d.ID == againID })
+	got, err := s.Inbox.Wait(ctx, func(d doubles.Hook) bool { return d.ID == againID })
 	if err != nil {
 		t.Fatalf("no %s webhook after Regenerate: %v", againID, err)
 	}
-	if got.Event.Data.State != task.StateSucceeded || got.Event.Data.Replay != 1 {
-		t.Errorf("webhook after Regenerate carries %+v", got.Event.Data)
+	if got.Event().Data.State != task.StateSucceeded || got.Event().Data.Replay != 1 {
+		t.Errorf("webhook after Regenerate carries %+v", got.Event().Data)
 	}
-	if _, err := s.Slack.WaitCall(ctx, func(c SlackCall) bool {
+	if _, err := s.Slack.WaitCall(ctx, func(c doubles.SlackCall) bool {
 		return c.Method == "chat.update" && c.TS == post.TS && strings.Contains(c.Form.Get("blocks"), s.Slack.Approver)
 	}); err != nil {
 		t.Errorf("the Slack message was not updated with who decided: %v", err)
@@ -140,11 +141,11 @@ func TestForgedClickRefused(t *testing.T) {
 	s, _ := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	forger := &Slack{Interactions: s.Info.SlackInteractions, Store: s.Store, Log: s.Slack.Log,
-		Sign: func(ts time.Time, body []byte) http.Header {
-			return dlqnotifier.SignSlackRequest("not-the-signing-secret", ts, body)
-		}}
-	_, err := forger.ClickAs(ctx, s.Slack.Approver, SlackCall{Channel: "C1", TS: "1.000001"}, "discard", "dlq:x", "t1:generation:0:0")
+	forger := *s.Slack
+	forger.Sign = func(ts time.Time, body []byte) http.Header {
+		return dlqnotifier.SignSlackRequest("not-the-signing-secret", ts, body)
+	}
+	_, err := forger.ClickAs(ctx, s.Slack.Approver, doubles.SlackCall{Channel: "C1", TS: "1.000001"}, "discard", "dlq:x", "t1:generation:0:0")
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("a forged click: %v, want a 401 refusal", err)
 	}
@@ -253,7 +254,7 @@ func TestRestartOnReusedEmulators(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Inbox.Wait(ctx, func(d Delivery) bool { return d.Event.Data.TaskID == res.TaskID }); err != nil {
+	if _, err := s.Inbox.Wait(ctx, func(d doubles.Hook) bool { return d.Event().Data.TaskID == res.TaskID }); err != nil {
 		t.Fatalf("no verified webhook after a restart: %v", err)
 	}
 }

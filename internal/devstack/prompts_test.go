@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -45,7 +46,7 @@ variants:
 		!strings.HasPrefix(r.Prompt, "Write one headline for: The "+marker) {
 		t.Errorf("the model was called with %q, system %q, prompt %q; want the directory's family", r.Model, r.SystemInstruction, r.Prompt)
 	}
-	if _, err := s.Inbox.Wait(ctx, func(d Delivery) bool {
+	if _, err := s.Inbox.Wait(ctx, func(d doubles.Hook) bool {
 		return d.ID == task.EventID(v.TaskID, task.EventSucceeded, 0)
 	}); err != nil {
 		t.Errorf("no task.succeeded webhook: %v", err)

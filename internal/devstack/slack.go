@@ -8,37 +8,16 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/slack-go/slack"
 
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/store"
 )
-
-// SlackCall is one Slack Web API call the double received.
-type SlackCall struct {
-	Method  string     // e.g. "chat.postMessage"
-	Form    url.Values // the call's arguments (slack-go sends them form-encoded)
-	Channel string
-	TS      string // the message the call posted or updated
-	At      time.Time
-}
-
-// Blocks decodes the call's Block Kit blocks.
-func (c SlackCall) Blocks() (slack.Blocks, error) {
-	var b slack.Blocks
-	if s := c.Form.Get("blocks"); s != "" {
-		if err := json.Unmarshal([]byte(s), &b); err != nil {
-			return b, fmt.Errorf("decode blocks of %s: %w", c.Method, err)
-		}
-	}
-	return b, nil
-}
 
 // Signer signs an interaction request body exactly as Slack does (the dlqnotifier's helper).
 type Signer func(ts time.Time, body []byte) http.Header
@@ -50,26 +29,21 @@ type DeadLetters interface {
 
 var _ DeadLetters = (*store.Store)(nil)
 
-// Slack is the Slack double of the dev stack. Under /api/ it answers the Web API calls the
-// dlqnotifier makes (chat.postMessage, chat.update, anything else with ok) and records them; at /
-// it serves the "Slack console": the open dead letters from Firestore, each with the buttons of
-// the message the dlqnotifier posted for it. A click is sent to the dlqnotifier's
-// /slack/interactions as a block_actions payload from the approver, signed as Slack signs.
+// Slack is the Slack double of the dev stack. Under /api/ the shared double answers the Web API
+// calls the dlqnotifier makes and records them; at / it serves the "Slack console": the open dead
+// letters from Firestore, each with the buttons of the message the dlqnotifier posted for it. A
+// click is sent to the dlqnotifier's /slack/interactions as a block_actions payload from the
+// approver, signed as Slack signs.
 type Slack struct {
+	*doubles.Slack
 	// Interactions is the dlqnotifier's /slack/interactions URL.
 	Interactions string
 	// Approver is the Slack user id the console clicks as.
 	Approver string
 	Sign     Signer
 	Store    DeadLetters
-	Log      *slog.Logger
 	// HTTP sends the interactions (http.DefaultClient when nil).
 	HTTP *http.Client
-
-	calls    record[SlackCall]
-	mu       sync.Mutex
-	messages map[string]SlackCall // channel/ts -> the latest post or update of the message
-	seq      int
 }
 
 var _ http.Handler = (*Slack)(nil)
@@ -77,56 +51,10 @@ var _ http.Handler = (*Slack)(nil)
 // ServeHTTP serves the Web API double and the console.
 func (s *Slack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /api/{method}", s.serveAPI)
+	mux.Handle("POST /api/{method}", s.Slack)
 	mux.HandleFunc("GET /{$}", s.serveConsole)
 	mux.HandleFunc("POST /console/click", s.serveClick)
 	mux.ServeHTTP(w, r)
-}
-
-// Calls returns every Web API call so far, in order.
-func (s *Slack) Calls() []SlackCall { return s.calls.all() }
-
-// WaitCall returns the first call that match accepts, waiting for it until ctx ends.
-func (s *Slack) WaitCall(ctx context.Context, match func(SlackCall) bool) (SlackCall, error) {
-	return s.calls.wait(ctx, match)
-}
-
-func (s *Slack) serveAPI(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil {
-		writeSlack(w, map[string]any{"ok": false, "error": "invalid_form_data"})
-		return
-	}
-	c := SlackCall{Method: r.PathValue("method"), Form: r.PostForm, Channel: r.PostForm.Get("channel"), At: time.Now()}
-	s.mu.Lock()
-	if s.messages == nil {
-		s.messages = map[string]SlackCall{}
-	}
-	switch c.Method {
-	case "chat.postMessage":
-		s.seq++
-		c.TS = strconv.FormatInt(time.Now().Unix(), 10) + "." + fmt.Sprintf("%06d", s.seq)
-		s.messages[c.Channel+"/"+c.TS] = c
-	case "chat.update":
-		c.TS = r.PostForm.Get("ts")
-		s.messages[c.Channel+"/"+c.TS] = c
-	}
-	s.mu.Unlock()
-	s.calls.add(c)
-	s.Log.InfoContext(r.Context(), "slack double", "method", c.Method, "channel", c.Channel, "ts", c.TS)
-	writeSlack(w, map[string]any{"ok": true, "channel": c.Channel, "ts": c.TS})
-}
-
-func writeSlack(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// message returns the latest version of a posted message.
-func (s *Slack) message(channel, ts string) (SlackCall, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.messages[channel+"/"+ts]
-	return c, ok
 }
 
 // button is one button of a posted message, as the console shows it.
@@ -135,7 +63,7 @@ type button struct {
 }
 
 // buttons lists the buttons of a message's action blocks.
-func buttons(c SlackCall) ([]button, error) {
+func buttons(c doubles.SlackCall) ([]button, error) {
 	blocks, err := c.Blocks()
 	if err != nil {
 		return nil, err
@@ -194,7 +122,7 @@ func (s *Slack) serveConsole(w http.ResponseWriter, r *http.Request) {
 	var rows []consoleRow
 	for _, dl := range dls {
 		row := consoleRow{DL: dl, Note: "not posted to Slack yet"}
-		if c, ok := s.message(dl.SlackChannel, dl.SlackTS); ok {
+		if c, ok := s.Message(dl.SlackChannel, dl.SlackTS); ok {
 			bs, err := buttons(c)
 			if err != nil {
 				row.Note = err.Error()
@@ -240,14 +168,8 @@ func (s *Slack) Click(ctx context.Context, deadLetterID, actionID string) (strin
 	return s.ClickAs(ctx, s.Approver, msg, btn.ActionID, btn.BlockID, btn.Value)
 }
 
-func (s *Slack) findButton(deadLetterID, actionID string) (SlackCall, button, error) {
-	s.mu.Lock()
-	msgs := make([]SlackCall, 0, len(s.messages))
-	for _, m := range s.messages {
-		msgs = append(msgs, m)
-	}
-	s.mu.Unlock()
-	for _, m := range msgs {
+func (s *Slack) findButton(deadLetterID, actionID string) (doubles.SlackCall, button, error) {
+	for _, m := range s.Messages() {
 		bs, err := buttons(m)
 		if err != nil {
 			continue
@@ -258,14 +180,14 @@ func (s *Slack) findButton(deadLetterID, actionID string) (SlackCall, button, er
 			}
 		}
 	}
-	return SlackCall{}, button{}, fmt.Errorf("%w: dead letter %s, action %s", ErrNoButton, deadLetterID, actionID)
+	return doubles.SlackCall{}, button{}, fmt.Errorf("%w: dead letter %s, action %s", ErrNoButton, deadLetterID, actionID)
 }
 
 // ClickAs sends a block_actions payload for one button of msg from user, signed as Slack signs.
 // It returns what the dlqnotifier told the user: the ephemeral message it posted for them during
 // the click (a refusal, "already decided by …"), or "" when it said nothing (the decision was
 // applied and the message updated).
-func (s *Slack) ClickAs(ctx context.Context, user string, msg SlackCall, actionID, blockID, value string) (string, error) {
+func (s *Slack) ClickAs(ctx context.Context, user string, msg doubles.SlackCall, actionID, blockID, value string) (string, error) {
 	cb := slack.InteractionCallback{
 		Type:      slack.InteractionTypeBlockActions,
 		Token:     "devstack",
@@ -297,7 +219,7 @@ func (s *Slack) ClickAs(ctx context.Context, user string, msg SlackCall, actionI
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	before := s.calls.len()
+	before := len(s.Calls(""))
 	resp, err := hc.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("post interaction: %w", err)
@@ -307,8 +229,7 @@ func (s *Slack) ClickAs(ctx context.Context, user string, msg SlackCall, actionI
 	if resp.StatusCode/100 != 2 {
 		return "", fmt.Errorf("%w: %s: %s", ErrRefused, resp.Status, bytes.TrimSpace(text))
 	}
-	during := s.calls.since(before)
-	for _, c := range during {
+	for _, c := range s.Calls("")[before:] {
 		if c.Method == "chat.postEphemeral" && c.Form.Get("user") == user {
 			return c.Form.Get("text"), nil
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
@@ -123,9 +124,9 @@ func (s *Stack) WaitDeadLetterNotified(t testing.TB, ctx context.Context, dlID s
 // WaitDeadLetterPosted waits until the dlqnotifier has posted dead letter dlID to the Slack
 // double and committed the message's ts, from which on the console shows its buttons, and
 // returns the post. It fails t if that does not happen before ctx ends.
-func (s *Stack) WaitDeadLetterPosted(t testing.TB, ctx context.Context, dlID string) SlackCall {
+func (s *Stack) WaitDeadLetterPosted(t testing.TB, ctx context.Context, dlID string) doubles.SlackCall {
 	t.Helper()
-	post, err := s.Slack.WaitCall(ctx, func(c SlackCall) bool {
+	post, err := s.Slack.WaitCall(ctx, func(c doubles.SlackCall) bool {
 		return c.Method == "chat.postMessage" && strings.Contains(c.Form.Get("blocks"), dlID)
 	})
 	if err != nil {

@@ -66,7 +66,7 @@ func TestSecondDeadDeliveryInOneReplay(t *testing.T) {
 	}
 	e.deliverNotices(&seen)
 	dl := deliveryDL(id, task.EventDiscarded, 0, 0)
-	posts := e.slack.posts(t)
+	posts := e.slack.Posts()
 	if len(posts) != 3 {
 		t.Fatalf("%d posts, want 3: the generation, task.dead's delivery, task.discarded's delivery", len(posts))
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/geminienv"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/ssrf"
@@ -28,7 +29,7 @@ type pipeline struct {
 	gem    *geminitest.Server
 	worker *worker.Handler
 	rh     *resulthandler.Handler
-	recv   *testenv.Receiver
+	recv   *doubles.Receiver
 }
 
 func (e *env) pipeline(t *testing.T) *pipeline {
@@ -48,7 +49,7 @@ func (e *env) pipeline(t *testing.T) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recv := testenv.NewReceiver(t, testenv.Tenant(t, e.st, testTenant))
+	recv := doubles.NewReceiver(t, testenv.Tenant(t, e.st, testTenant))
 	quiet := slog.New(slog.DiscardHandler)
 	render := fakeRenderer{RenderFunc: func(family, variant, input string, _ *task.GenConfig) (*prompts.Rendered, error) {
 		return &prompts.Rendered{Family: family, Variant: variant, Prompt: input, Models: []string{"m"}}, nil
@@ -132,7 +133,7 @@ func TestRegenerate(t *testing.T) {
 	}
 	seen := 0
 	e.deliverNotices(&seen)
-	posts := e.slack.posts(t)
+	posts := e.slack.Posts()
 	if len(posts) != 1 {
 		t.Fatalf("%d posts, want 1", len(posts))
 	}
@@ -162,7 +163,7 @@ func TestRegenerate(t *testing.T) {
 	if d.State != store.DeadLetterRegenerated || d.DecidedBy != "<@"+testApprover+">" || d.DecidedAt == nil || !d.Applied {
 		t.Fatalf("dead letter %+v", d)
 	}
-	updates := e.slack.calls("chat.update")
+	updates := e.slack.Calls("chat.update")
 	if len(updates) != 1 || updates[0].Form.Get("ts") != d.SlackTS || updates[0].Form.Get("channel") != testChannel ||
 		!strings.Contains(textOf(t, updates[0]), "Regenerated* by <@"+testApprover+">") || len(buttons(t, updates[0])) != 0 {
 		t.Fatalf("chat.update %+v", updates)
@@ -175,7 +176,7 @@ func TestRegenerate(t *testing.T) {
 		t.Fatalf("after the failed rerun: %s replay %d", got.State, got.Replay)
 	}
 	e.deliverNotices(&seen)
-	posts = e.slack.posts(t)
+	posts = e.slack.Posts()
 	if len(posts) != 2 || buttons(t, posts[1])[0][2] != id+":generation:1:0" {
 		t.Fatalf("dead again: %d posts, want a second one for replay 1", len(posts))
 	}
@@ -200,7 +201,7 @@ func TestRegenerate(t *testing.T) {
 	if !slices.Equal(ids, want) {
 		t.Fatalf("webhook ids %v, want %v (a new one for the regenerated success)", ids, want)
 	}
-	if n := len(e.slack.calls("chat.update")); n != 2 {
+	if n := len(e.slack.Calls("chat.update")); n != 2 {
 		t.Fatalf("%d chat.update, want one per decision", n)
 	}
 }
@@ -233,7 +234,7 @@ func TestRedeliver(t *testing.T) {
 	e.deliverNotices(&seen)
 	failed := task.EventID(id, task.EventFailed, 0)
 	dl := store.Notice{Stage: task.StageDelivery, Event: failed}.DeadLetterID(id)
-	if posts := e.slack.posts(t); len(posts) != 1 || buttons(t, posts[0])[0][0] != string(ActionRedeliver) {
+	if posts := e.slack.Posts(); len(posts) != 1 || buttons(t, posts[0])[0][0] != string(ActionRedeliver) {
 		t.Fatalf("posts %+v", posts)
 	}
 	ledger := p.gem.Ledger()
@@ -249,7 +250,7 @@ func TestRedeliver(t *testing.T) {
 	}
 	p.rh.Handle(e.ctx, e.resultNudge(id)) // round 1: refused again → dead again
 	e.deliverNotices(&seen)
-	posts := e.slack.posts(t)
+	posts := e.slack.Posts()
 	dl1 := store.Notice{Stage: task.StageDelivery, Round: 1, Event: failed}.DeadLetterID(id)
 	if len(posts) != 2 || buttons(t, posts[1])[0][2] != dl1 {
 		t.Fatalf("dead again: %d posts, want a second one for round 1", len(posts))
@@ -272,7 +273,7 @@ func TestRedeliver(t *testing.T) {
 	if got := p.gem.Ledger(); len(got.Bills) != len(ledger.Bills) || got.Total != ledger.Total {
 		t.Fatalf("a Redeliver called the model: ledger %+v, was %+v", got.Total, ledger.Total)
 	}
-	if n := len(e.slack.calls("chat.update")); n != 2 {
+	if n := len(e.slack.Calls("chat.update")); n != 2 {
 		t.Fatalf("%d chat.update, want one per decision", n)
 	}
 }
@@ -312,9 +313,7 @@ func TestDecisionFinishedLater(t *testing.T) {
 	tk := e.deliveryDeadTask(t, "t-later")
 	e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
 	e.pub.SetPublishFunc(func(context.Context, string, []byte, map[string]string) error { return context.DeadlineExceeded })
-	e.slack.mu.Lock()
-	e.slack.fail = func(method string, _ int) bool { return method == "chat.update" }
-	e.slack.mu.Unlock()
+	e.slack.SetFail(func(method string, _ int) bool { return method == "chat.update" })
 	e.approve(t, ActionRedeliver, "t-later:delivery:0:0")
 	got := testenv.GetTask(t, e.st, tk.ID)
 	if got.Decision == nil || len(got.Decision.Topics) != 1 || got.Decision.Topics[0] != bus.TopicResults ||
@@ -326,9 +325,7 @@ func TestDecisionFinishedLater(t *testing.T) {
 	}
 
 	e.pub.SetPublishFunc(nil)
-	e.slack.mu.Lock()
-	e.slack.fail = nil
-	e.slack.mu.Unlock()
+	e.slack.SetFail(nil)
 	e.svc.Handle(e.ctx, &bus.Message{ID: "u", Attributes: map[string]string{task.AttrTaskID: tk.ID, task.AttrKind: KindSlackUpdate}})
 	got = testenv.GetTask(t, e.st, tk.ID)
 	if len(got.Decision.Topics) != 0 || got.SlackUpdate != nil || e.nudged(bus.TopicResults, tk.ID) != 1 {
@@ -337,7 +334,7 @@ func TestDecisionFinishedLater(t *testing.T) {
 	if d := e.deadLetter(t, "t-later:delivery:0:0"); !d.Applied {
 		t.Fatal("dead letter not marked applied")
 	}
-	if n := len(e.slack.calls("chat.update")); n != 2 {
+	if n := len(e.slack.Calls("chat.update")); n != 2 {
 		t.Fatalf("%d chat.update calls, want the failed one and its retry", n)
 	}
 }

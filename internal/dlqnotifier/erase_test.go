@@ -56,7 +56,7 @@ func TestEraseDiscardsDeadDeliveriesOfAFlood(t *testing.T) {
 		ids, dls = append(ids, tk.ID), append(dls, tk.Notices[0].DeadLetterID(tk.ID))
 	}
 	flood := e.flood(t, "http-404")
-	posts := e.slack.posts(t)
+	posts := e.slack.Posts()
 	if flood.Count != 2 || flood.Shown != 2 || len(posts) != 2 {
 		t.Fatalf("flood counts %d, shows %d, %d posts; want the first posted, 2 in the flood's message", flood.Count, flood.Shown, len(posts))
 	}
@@ -95,7 +95,7 @@ func TestEraseDiscardsDeadDeliveriesOfAFlood(t *testing.T) {
 		}
 	}
 	var shown bool
-	for _, u := range e.slack.calls("chat.update") {
+	for _, u := range e.slack.Calls("chat.update") {
 		if u.Form.Get("ts") == first.SlackTS && strings.Contains(textOf(t, u), "Discarded") && strings.Contains(textOf(t, u), "tenant "+testTenant) && len(buttons(t, u)) == 0 {
 			shown = true
 		}
@@ -114,7 +114,7 @@ func TestEraseDiscardsDeadDeliveriesOfAFlood(t *testing.T) {
 	if f := e.flood(t, "http-404"); f.Count != flood.Count || f.Shown != flood.Shown || f.SlackTS != flood.SlackTS {
 		t.Errorf("flood counts %d, shows %d in %s after the erases; want %d, %d in %s as before", f.Count, f.Shown, f.SlackTS, flood.Count, flood.Shown, flood.SlackTS)
 	}
-	if n := len(e.slack.posts(t)); n != len(posts) {
+	if n := len(e.slack.Posts()); n != len(posts) {
 		t.Errorf("%d Slack posts after the erases, want %d: nothing new to page", n, len(posts))
 	}
 	open, err := e.st.OpenDeadLetters(e.ctx)

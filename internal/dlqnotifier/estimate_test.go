@@ -81,7 +81,7 @@ func TestRegenerateButtonPricesTheRenderedPrompt(t *testing.T) {
 	}
 	vars := map[string]string{
 		EnvProject: "p", EnvBotToken: "xoxb-test", EnvSigningSecret: testSecret, EnvChannel: testChannel,
-		EnvApprovers: testApprover, EnvSlackAPIURL: e.slack.srv.URL, EnvPromptsDir: dir, EnvConsumer: ConsumerPull,
+		EnvApprovers: testApprover, EnvSlackAPIURL: e.cfg.SlackAPIURL, EnvPromptsDir: dir, EnvConsumer: ConsumerPull,
 		"GENBOX_MODEL_CHAIN": "m-cheap", "GENBOX_PRICES": "m-cheap=0.1/0.4,m-dear=2/8",
 	}
 	cfg, err := FromEnv(func(k string) string { return vars[k] })
@@ -104,7 +104,7 @@ func TestRegenerateButtonPricesTheRenderedPrompt(t *testing.T) {
 		svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
 		dl := store.DeadLetterID(tc.id, task.StageGeneration, 0, 0)
 		var label string
-		for _, p := range e.slack.posts(t) {
+		for _, p := range e.slack.Posts() {
 			for _, b := range buttons(t, p) {
 				if b[0] == string(ActionRegenerate) && b[2] == dl {
 					label = b[1]

@@ -32,14 +32,14 @@ func TestDeliveryFloodIsOneMessage(t *testing.T) {
 	gen := e.deadTask(t, "t-generation")
 	e.svc.Handle(e.ctx, noticeMsg(gen.ID, gen.Notices[0]))
 
-	posts := e.slack.posts(t)
+	posts := e.slack.Posts()
 	if len(posts) != 3 {
 		t.Fatalf("%d Slack posts, want 3: the flood's first dead letter, the flood's message, the generation", len(posts))
 	}
 	if b := buttons(t, posts[0]); len(b) != 2 || b[0][0] != string(ActionRedeliver) {
 		t.Errorf("the flood's first dead letter has buttons %v, want Redeliver and Discard", b)
 	}
-	updates := e.slack.calls("chat.update")
+	updates := e.slack.Calls("chat.update")
 	if len(updates) == 0 {
 		t.Fatal("the flood's message was never updated with its count")
 	}
@@ -81,10 +81,10 @@ func TestFloodJoinedWhilePostingIsShown(t *testing.T) {
 		e.svc.Handle(e.ctx, m)
 	}
 	finish()
-	if posts := e.slack.posts(t); len(posts) != 2 {
+	if posts := e.slack.Posts(); len(posts) != 2 {
 		t.Fatalf("%d Slack posts, want 2: the flood's first dead letter and the flood's message", len(posts))
 	}
-	ups := e.slack.calls("chat.update")
+	ups := e.slack.Calls("chat.update")
 	if len(ups) != 1 {
 		t.Fatalf("%d updates of the flood's message, want 1 after its post for the %d that joined meanwhile", len(ups), n-2)
 	}

@@ -83,7 +83,7 @@ func TestInteractionRefusals(t *testing.T) {
 				tc.before(t, e)
 			}
 			taskBefore, dlBefore := testenv.GetTask(t, e.st, tk.ID), e.deadLetter(t, dl)
-			pubBefore, slackBefore := len(e.pub.On(bus.TopicResults)), len(e.slack.calls(""))
+			pubBefore, slackBefore := len(e.pub.On(bus.TopicResults)), len(e.slack.Calls(""))
 
 			req, _ := http.NewRequest(http.MethodPost, e.http.URL+InteractionsPath, bytes.NewReader(tc.body))
 			if !tc.noHeaders {
@@ -114,7 +114,7 @@ func TestInteractionRefusals(t *testing.T) {
 			if n := len(e.pub.On(bus.TopicResults)); n != pubBefore {
 				t.Fatalf("nudges published: %d→%d", pubBefore, n)
 			}
-			calls := e.slack.calls("")[slackBefore:]
+			calls := e.slack.Calls("")[slackBefore:]
 			if tc.ephemeral == "" {
 				if len(calls) != 0 {
 					t.Fatalf("Slack called: %+v", calls)
@@ -243,7 +243,7 @@ func TestAdmin(t *testing.T) {
 	if got.Delivery.State != task.DeliveryPending || got.Delivery.Round != 1 || e.nudged(bus.TopicResults, "t-admin-1") != 1 {
 		t.Fatalf("admin redeliver: %+v", got.Delivery)
 	}
-	if u := e.slack.calls("chat.update"); len(u) != 1 || !strings.Contains(textOf(t, u[0]), "Redelivered* by "+operator) {
+	if u := e.slack.Calls("chat.update"); len(u) != 1 || !strings.Contains(textOf(t, u[0]), "Redelivered* by "+operator) {
 		t.Fatalf("chat.update %+v", u)
 	}
 }
@@ -311,7 +311,7 @@ func BenchmarkClick(b *testing.B) {
 		e.approve(b, ActionRedeliver, ids[i])
 	}
 	b.StopTimer()
-	if n := len(e.slack.calls("chat.update")); n != b.N {
+	if n := len(e.slack.Calls("chat.update")); n != b.N {
 		b.Fatalf("%d updates for %d clicks", n, b.N)
 	}
 }

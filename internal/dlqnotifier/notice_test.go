@@ -54,7 +54,7 @@ func TestNoticePostsOneMessage(t *testing.T) {
 			if r := e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0])); r != bus.Ack {
 				t.Fatalf("result %v", r)
 			}
-			posts := e.slack.posts(t)
+			posts := e.slack.Posts()
 			if len(posts) != 1 {
 				t.Fatalf("%d posts, want 1", len(posts))
 			}
@@ -101,7 +101,7 @@ func TestNoticeTwiceOnePost(t *testing.T) {
 	msg := noticeMsg(tk.ID, tk.Notices[0])
 	e.svc.Handle(e.ctx, msg)
 	e.svc.Handle(e.ctx, msg)
-	if n := len(e.slack.posts(t)); n != 1 {
+	if n := len(e.slack.Posts()); n != 1 {
 		t.Fatalf("sequential duplicates: %d posts, want 1", n)
 	}
 
@@ -115,7 +115,7 @@ func TestNoticeTwiceOnePost(t *testing.T) {
 	other.Handle(e.ctx, noticeMsg(tk2.ID, tk2.Notices[0]))
 	finish()
 	n := 0
-	for _, p := range e.slack.posts(t) {
+	for _, p := range e.slack.Posts() {
 		if strings.Contains(textOf(t, p), "t-twice-concurrent") {
 			n++
 		}
@@ -134,10 +134,10 @@ func TestNoticeTwiceOnePost(t *testing.T) {
 func TestSlack500RetriedBySweeper(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.slack.fail = func(method string, n int) bool { return method == "chat.postMessage" && n == 1 }
+	e.slack.SetFail(func(method string, n int) bool { return method == "chat.postMessage" && n == 1 })
 	tk := e.deadTask(t, "t-500")
 	e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
-	if n := len(e.slack.calls("chat.postMessage")); n != 1 {
+	if n := len(e.slack.Calls("chat.postMessage")); n != 1 {
 		t.Fatalf("%d post attempts, want 1", n)
 	}
 	after := testenv.GetTask(t, e.st, tk.ID)
@@ -165,10 +165,10 @@ func TestSlack500RetriedBySweeper(t *testing.T) {
 		t.Fatalf("sweeper published %+v", resent)
 	}
 	e.svc.Handle(e.ctx, &bus.Message{ID: "resent", Attributes: resent[0].Attrs})
-	if n := len(e.slack.posts(t)); n != 1 {
+	if n := len(e.slack.Posts()); n != 1 {
 		t.Fatalf("%d accepted posts, want 1", n)
 	}
-	if n := len(e.slack.calls("chat.postMessage")); n != 2 {
+	if n := len(e.slack.Calls("chat.postMessage")); n != 2 {
 		t.Fatalf("%d post attempts, want 2", n)
 	}
 	if got := testenv.GetTask(t, e.st, tk.ID); len(got.Notices) != 0 {
@@ -202,7 +202,7 @@ func TestPoison(t *testing.T) {
 	if _, err := e.st.GetDeadLetter(e.ctx, "t-healthy:generation:0:0"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a healthy task got a dead letter: %v", err)
 	}
-	if len(e.slack.posts(t)) != 0 {
+	if len(e.slack.Posts()) != 0 {
 		t.Fatal("posted for a healthy task")
 	}
 
@@ -210,7 +210,7 @@ func TestPoison(t *testing.T) {
 	dead := e.deadTask(t, "t-dead")
 	e.svc.Handle(e.ctx, noticeMsg(dead.ID, dead.Notices[0]))
 	e.svc.Handle(e.ctx, poison("t-dead", "projects/p/subscriptions/"+bus.SubWorker))
-	if n := len(e.slack.posts(t)); n != 1 {
+	if n := len(e.slack.Posts()); n != 1 {
 		t.Fatalf("%d posts, want 1", n)
 	}
 	// A dead delivery whose notice was lost: the poison copy records and posts it.
@@ -219,7 +219,7 @@ func TestPoison(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.svc.Handle(e.ctx, poison("t-lost", bus.SubResults))
-	if n := len(e.slack.posts(t)); n != 2 {
+	if n := len(e.slack.Posts()); n != 2 {
 		t.Fatalf("%d posts, want 2", n)
 	}
 	if d := e.deadLetter(t, "t-lost:delivery:0:0:task.failed.0"); d.State != store.DeadLetterOpen || d.SlackTS == "" {
@@ -245,28 +245,26 @@ func TestAlertCooldown(t *testing.T) {
 		go func() { defer wg.Done(); s.Handle(e.ctx, alert("breaker:m")) }()
 	}
 	wg.Wait()
-	if n := len(e.slack.posts(t)); n != 1 {
+	if n := len(e.slack.Posts()); n != 1 {
 		t.Fatalf("%d posts within the cooldown, want 1", n)
 	}
-	if !strings.Contains(e.slack.posts(t)[0].Form.Get("text"), "breaker open on m") {
-		t.Fatalf("text %q", e.slack.posts(t)[0].Form.Get("text"))
+	if !strings.Contains(e.slack.Posts()[0].Form.Get("text"), "breaker open on m") {
+		t.Fatalf("text %q", e.slack.Posts()[0].Form.Get("text"))
 	}
 	e.svc.Handle(e.ctx, alert("oldest-pending"))
-	if n := len(e.slack.posts(t)); n != 2 {
+	if n := len(e.slack.Posts()); n != 2 {
 		t.Fatalf("another key: %d posts, want 2", n)
 	}
 	e.clock.Add(e.cfg.AlertCooldown)
 	e.svc.Handle(e.ctx, alert("breaker:m"))
-	if n := len(e.slack.posts(t)); n != 3 {
+	if n := len(e.slack.Posts()); n != 3 {
 		t.Fatalf("after the cooldown: %d posts, want 3", n)
 	}
 
-	e.slack.mu.Lock()
-	e.slack.fail = func(method string, n int) bool { return method == "chat.postMessage" && n == 4 }
-	e.slack.mu.Unlock()
+	e.slack.SetFail(func(method string, n int) bool { return method == "chat.postMessage" && n == 4 })
 	e.svc.Handle(e.ctx, alert("failure-rate"))
 	e.svc.Handle(e.ctx, alert("failure-rate"))
-	if n := len(e.slack.calls("chat.postMessage")); n != 5 {
+	if n := len(e.slack.Calls("chat.postMessage")); n != 5 {
 		t.Fatalf("a failed alert post must not hold its key back: %d calls, want 5", n)
 	}
 }
@@ -279,11 +277,11 @@ func TestDecidedWhilePosting(t *testing.T) {
 	tk := e.deliveryDeadTask(t, "t-race")
 	finish := e.handleWhileSlackHolds(t, noticeMsg(tk.ID, tk.Notices[0]))
 	e.approve(t, ActionDiscard, "t-race:delivery:0:0")
-	if n := len(e.slack.calls("chat.update")); n != 0 {
+	if n := len(e.slack.Calls("chat.update")); n != 0 {
 		t.Fatalf("updated a message whose ts is not known yet: %d", n)
 	}
 	finish()
-	u := e.slack.calls("chat.update")
+	u := e.slack.Calls("chat.update")
 	if len(u) != 1 || !strings.Contains(textOf(t, u[0]), "Discarded* by <@"+testApprover+">") || len(buttons(t, u[0])) != 0 {
 		t.Fatalf("chat.update %+v", u)
 	}
@@ -314,7 +312,7 @@ func TestDuplicateNoticeInTheSameInstanceAcked(t *testing.T) {
 	if r := finish(); r != bus.Ack {
 		t.Fatalf("first: %v", r)
 	}
-	if n := len(e.slack.calls("chat.postMessage")); n != 1 {
+	if n := len(e.slack.Calls("chat.postMessage")); n != 1 {
 		t.Fatalf("%d chat.postMessage calls, want 1", n)
 	}
 	if d := e.deadLetter(t, "t-dup:generation:0:0"); d.SlackTS == "" {

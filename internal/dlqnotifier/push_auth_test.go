@@ -69,7 +69,7 @@ func TestPushRefusesUnsignedRequests(t *testing.T) {
 			t.Fatalf("Authorization %q: status %d, want 401", authorization, got)
 		}
 	}
-	if n := len(e.slack.calls("")); n != 0 {
+	if n := len(e.slack.Calls("")); n != 0 {
 		t.Fatalf("%d Slack calls after refused pushes", n)
 	}
 	// Without push authentication the route still refuses, unless local use is explicit.
@@ -85,7 +85,7 @@ func TestPushRefusesUnsignedRequests(t *testing.T) {
 	if got := post(e.http.URL, ""); got != http.StatusNoContent {
 		t.Fatalf("unauthenticated route: status %d, want 204", got)
 	}
-	if n := len(e.slack.posts(t)); n != 1 {
+	if n := len(e.slack.Posts()); n != 1 {
 		t.Fatalf("%d Slack posts, want the alert", n)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,8 +19,8 @@ import (
 	"github.com/slack-go/slack"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
-	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -39,104 +38,6 @@ const (
 	testTenant   = "acme"
 )
 
-// slackCall is one Web API call the double received.
-type slackCall struct {
-	Method string
-	Form   url.Values
-}
-
-// slackDouble is an httptest Slack Web API: it records every call and answers chat.postMessage,
-// chat.update and chat.postEphemeral as Slack does; fail decides, per call of a method (1-based),
-// whether to answer 500 instead.
-type slackDouble struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	seq  int
-	log  []slackCall
-	fail func(method string, n int) bool
-	// hold, when set, makes the next chat.postMessage signal arrived and wait for hold to close.
-	hold, arrived chan struct{}
-}
-
-func newSlackDouble(t testing.TB) *slackDouble {
-	t.Helper()
-	d := &slackDouble{}
-	d.srv = httptest.NewServer(http.HandlerFunc(d.serve))
-	t.Cleanup(d.srv.Close)
-	return d
-}
-
-func (d *slackDouble) serve(w http.ResponseWriter, r *http.Request) {
-	_ = r.ParseForm()
-	method := strings.TrimPrefix(r.URL.Path, "/api/")
-	d.mu.Lock()
-	d.log = append(d.log, slackCall{Method: method, Form: r.PostForm})
-	n := 0
-	for _, c := range d.log {
-		if c.Method == method {
-			n++
-		}
-	}
-	failed := d.fail != nil && d.fail(method, n)
-	d.seq++
-	ts := fmt.Sprintf("1700000000.%06d", d.seq)
-	var hold, arrived chan struct{}
-	if method == "chat.postMessage" {
-		hold, arrived, d.hold = d.hold, d.arrived, nil // only the next post is held
-	}
-	d.mu.Unlock()
-	if hold != nil {
-		arrived <- struct{}{}
-		<-hold
-	}
-	if r.PostForm.Get("token") != "xoxb-test" {
-		httpapi.JSON(w, http.StatusOK, "application/json", map[string]any{"ok": false, "error": "invalid_auth"})
-		return
-	}
-	if failed {
-		w.WriteHeader(http.StatusInternalServerError)
-		return
-	}
-	switch method {
-	case "chat.postMessage":
-		httpapi.JSON(w, http.StatusOK, "application/json", map[string]any{"ok": true, "channel": r.PostForm.Get("channel"), "ts": ts})
-	case "chat.update":
-		httpapi.JSON(w, http.StatusOK, "application/json", map[string]any{"ok": true, "channel": r.PostForm.Get("channel"), "ts": r.PostForm.Get("ts"), "text": r.PostForm.Get("text")})
-	case "chat.postEphemeral":
-		httpapi.JSON(w, http.StatusOK, "application/json", map[string]any{"ok": true, "message_ts": ts})
-	default:
-		httpapi.JSON(w, http.StatusOK, "application/json", map[string]any{"ok": false, "error": "unknown_method"})
-	}
-}
-
-// calls returns the recorded calls of method ("" for all). A failed call is recorded too.
-func (d *slackDouble) calls(method string) []slackCall {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var out []slackCall
-	for _, c := range d.log {
-		if method == "" || c.Method == method {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// posts returns the chat.postMessage calls that Slack accepted.
-func (d *slackDouble) posts(t testing.TB) []slackCall {
-	t.Helper()
-	d.mu.Lock()
-	fail := d.fail
-	d.mu.Unlock()
-	var out []slackCall
-	for i, c := range d.calls("chat.postMessage") {
-		if fail == nil || !fail("chat.postMessage", i+1) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 var _ Publisher = (*testenv.Publisher)(nil)
 
 type env struct {
@@ -144,7 +45,7 @@ type env struct {
 	fs    *firestore.Client
 	st    *store.Store
 	clock *testenv.Clock
-	slack *slackDouble
+	slack *doubles.Slack
 	pub   *testenv.Publisher
 	svc   *Service
 	http  *httptest.Server
@@ -174,8 +75,10 @@ func setup(t testing.TB) *env {
 	st := store.New(fs)
 	st.Now = c.Now
 	st.MaxAttempts = 30
-	sd := newSlackDouble(t)
-	cfg := testConfig(sd.srv.URL)
+	sd := &doubles.Slack{Token: "xoxb-test"}
+	slackSrv := httptest.NewServer(sd)
+	t.Cleanup(slackSrv.Close)
+	cfg := testConfig(slackSrv.URL)
 	logs := &bytes.Buffer{}
 	e := &env{ctx: ctx, fs: fs, st: st, clock: c, slack: sd, pub: &testenv.Publisher{}, cfg: cfg, logs: logs}
 	e.svc = New(cfg, st, NewSlackClient(cfg), e.pub, nil, slog.New(slog.DiscardHandler))
@@ -283,7 +186,7 @@ func (e *env) approve(t testing.TB, action Action, dlID string) {
 }
 
 // blocksOf decodes the Block Kit blocks of a recorded call.
-func blocksOf(t testing.TB, c slackCall) slack.Blocks {
+func blocksOf(t testing.TB, c doubles.SlackCall) slack.Blocks {
 	t.Helper()
 	var b slack.Blocks
 	if err := json.Unmarshal([]byte(c.Form.Get("blocks")), &b); err != nil {
@@ -293,7 +196,7 @@ func blocksOf(t testing.TB, c slackCall) slack.Blocks {
 }
 
 // textOf joins the section texts of a recorded call's blocks.
-func textOf(t testing.TB, c slackCall) string {
+func textOf(t testing.TB, c doubles.SlackCall) string {
 	t.Helper()
 	var parts []string
 	for _, b := range blocksOf(t, c).BlockSet {
@@ -305,7 +208,7 @@ func textOf(t testing.TB, c slackCall) string {
 }
 
 // buttons lists the (action id, label, value) of a message's buttons.
-func buttons(t testing.TB, c slackCall) [][3]string {
+func buttons(t testing.TB, c doubles.SlackCall) [][3]string {
 	t.Helper()
 	var out [][3]string
 	for _, b := range blocksOf(t, c).BlockSet {
@@ -334,12 +237,8 @@ func (e *env) sweeper() (*sweeper.Sweeper, *testenv.Publisher) {
 // and returns what the handling returned (Slack is let go at the test's end in any case).
 func (e *env) handleWhileSlackHolds(t testing.TB, m *bus.Message) (finish func() bus.Result) {
 	t.Helper()
-	hold, arrived := make(chan struct{}), make(chan struct{}, 1)
-	release := sync.OnceFunc(func() { close(hold) })
+	arrived, release := e.slack.HoldNextPost()
 	t.Cleanup(release)
-	e.slack.mu.Lock()
-	e.slack.hold, e.slack.arrived = hold, arrived
-	e.slack.mu.Unlock()
 	res := make(chan bus.Result, 1)
 	go func() { res <- e.svc.Handle(e.ctx, m) }()
 	<-arrived

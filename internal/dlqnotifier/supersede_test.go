@@ -39,7 +39,7 @@ func TestSupersededDeadLettersClose(t *testing.T) {
 		t.Fatalf("task.dead's delivery dead letter %+v, want superseded", d)
 	}
 	var updated bool
-	for _, u := range e.slack.calls("chat.update") {
+	for _, u := range e.slack.Calls("chat.update") {
 		if u.Form.Get("ts") == d.SlackTS && strings.Contains(textOf(t, u), "Superseded") && len(buttons(t, u)) == 0 {
 			updated = true
 		}

@@ -56,7 +56,7 @@ func TestReceiverTextCannotPingOrLink(t *testing.T) {
 	}
 	e.svc.Handle(e.ctx, &bus.Message{ID: "n-1", Attributes: notices[0].Attrs})
 
-	posts := e.slack.posts(t)
+	posts := e.slack.Posts()
 	if len(posts) != 1 {
 		t.Fatalf("%d Slack posts, want 1", len(posts))
 	}

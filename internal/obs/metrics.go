@@ -84,6 +84,10 @@ type Metrics struct {
 	batchOnce sync.Once
 	batchInst *batchInstruments
 	batchErr  error
+
+	workerOnce sync.Once
+	workerInst *workerInstruments
+	workerErr  error
 }
 
 // NewMetrics creates every instrument on mp (otel.GetMeterProvider() after Setup; a

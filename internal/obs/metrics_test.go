@@ -222,3 +222,26 @@ func TestMetricsNilSafe(t *testing.T) {
 		t.Fatalf("nil ObservePendingAge: %v", err)
 	}
 }
+
+// The worker's outcomes are counted by outcome and its paid windows recorded in seconds; a nil
+// *Metrics records nothing.
+func TestWorkerMetrics(t *testing.T) {
+	t.Parallel()
+	m, collect := metricsSetup(t)
+	ctx := context.Background()
+	m.WorkerOutcome(ctx, WorkerClaimed)
+	m.WorkerOutcome(ctx, WorkerClaimed)
+	m.WorkerOutcome(ctx, WorkerLost)
+	m.PaidWindow(ctx, 500*time.Millisecond)
+	m.PaidWindow(ctx, 1500*time.Millisecond)
+	got := collect()
+	equal(t, MetricWorkerOutcomes, points[int64](t, got[MetricWorkerOutcomes]), map[string]int64{"outcome=claimed": 2, "outcome=lost": 1})
+	equal(t, MetricPaidWindow, histogram(t, got[MetricPaidWindow]), map[string][2]float64{"": {2, 2}})
+	if u := got[MetricPaidWindow].Unit; u != "s" {
+		t.Errorf("%s unit = %q, want s", MetricPaidWindow, u)
+	}
+
+	var none *Metrics
+	none.WorkerOutcome(ctx, WorkerStored)
+	none.PaidWindow(ctx, time.Second)
+}

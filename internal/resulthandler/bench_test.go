@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -93,10 +94,10 @@ func pendingTask(id, url string) store.Task {
 	return tk
 }
 
-func benchReceiver(b *testing.B) *testenv.Receiver {
+func benchReceiver(b *testing.B) *doubles.Receiver {
 	b.Helper()
 	secret, _ := webhook.NewSecret()
-	return testenv.NewReceiver(b, secret)
+	return doubles.NewReceiver(b, secret)
 }
 
 func benchClient() *http.Client {

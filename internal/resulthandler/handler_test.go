@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -21,7 +22,7 @@ import (
 )
 
 // checkPosts asserts every post verified with the official library and carried id.
-func checkPosts(t *testing.T, posts []testenv.Hook, ids ...string) {
+func checkPosts(t *testing.T, posts []doubles.Hook, ids ...string) {
 	t.Helper()
 	if len(posts) != len(ids) {
 		t.Fatalf("%d posts, want %d: %+v", len(posts), len(ids), posts)

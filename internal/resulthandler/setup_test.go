@@ -10,6 +10,7 @@ import (
 	"cloud.google.com/go/firestore"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -29,7 +30,7 @@ type env struct {
 	project string
 	st      *store.Store
 	clock   *testenv.Clock
-	recv    *testenv.Receiver
+	recv    *doubles.Receiver
 	pub     *testenv.Publisher
 	h       *Handler
 	policy  Policy
@@ -53,7 +54,7 @@ func setup(t testing.TB) *env {
 	st.Now = c.Now
 	st.MaxAttempts = 30
 	secret := testenv.Tenant(t, st, tenant)
-	e := &env{ctx: ctx, fs: fs, project: project, st: st, clock: c, recv: testenv.NewReceiver(t, secret), pub: &testenv.Publisher{}, policy: testPolicy("rh-1"), secret: secret}
+	e := &env{ctx: ctx, fs: fs, project: project, st: st, clock: c, recv: doubles.NewReceiver(t, secret), pub: &testenv.Publisher{}, policy: testPolicy("rh-1"), secret: secret}
 	e.h = e.handler(t, e.policy)
 	return e
 }

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
-	"github.com/genbox-dev/genbox/pkg/webhook"
 )
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
@@ -129,58 +126,13 @@ func TestBusAt(t *testing.T) {
 	}
 }
 
-// A Receiver records what genbox's signer signs for the tenant's secret as verified, a forged
-// signature as not, answers its schedule, and refuses connections between Stop and Start.
-func TestReceiver(t *testing.T) {
+// Tenant creates the tenant with a webhook secret of its own, the one it returns.
+func TestTenant(t *testing.T) {
 	t.Parallel()
 	st := store.New(testenv.Firestore(t, emulator.ProjectID(t)))
 	secret := testenv.Tenant(t, st, "acme")
 	if got, err := st.WebhookSecrets(t.Context(), "acme"); err != nil || !slices.Contains(got, secret) {
 		t.Fatalf("tenant secrets %q (%v), want %q among them", got, err, secret)
-	}
-	r := testenv.NewReceiver(t, secret)
-	r.Schedule = func(n int) int { return []int{http.StatusNoContent, http.StatusGone}[n-1] }
-	other, err := webhook.NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	post := func(secret, id string) (int, error) {
-		signer, err := webhook.NewSigner(secret)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req, err := http.NewRequest(http.MethodPost, r.URL(), strings.NewReader(`{"n":1}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		signer.SetHeaders(req.Header, id, time.Now(), []byte(`{"n":1}`))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		resp.Body.Close()
-		return resp.StatusCode, nil
-	}
-	if code, err := post(secret, "msg_1"); err != nil || code != http.StatusNoContent {
-		t.Fatalf("first post: %d %v", code, err)
-	}
-	if code, err := post(other, "msg_2"); err != nil || code != http.StatusGone {
-		t.Fatalf("second post: %d %v", code, err)
-	}
-	hooks := r.Hooks()
-	if len(hooks) != 2 || hooks[0].ID != "msg_1" || hooks[0].VerifyErr != nil || hooks[0].Body != `{"n":1}` ||
-		hooks[1].VerifyErr == nil || hooks[1].Status != http.StatusGone {
-		t.Fatalf("hooks %+v", hooks)
-	}
-	addr := r.Addr()
-	r.Stop()
-	if _, err := post(secret, "msg_3"); err == nil {
-		t.Fatal("a stopped receiver answered")
-	}
-	r.Schedule = nil
-	r.Start(t, addr)
-	if code, err := post(secret, "msg_4"); err != nil || code != http.StatusNoContent {
-		t.Fatalf("after Start again on %s: %d %v", addr, code, err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -255,7 +256,7 @@ func (h *Handler) sendBack(ctx context.Context, log *slog.Logger, model, id stri
 	switch {
 	case !ok:
 	case dead:
-		h.stats.dead.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerDead)
 		h.finished(ctx, t)
 		log.ErrorContext(ctx, "batch attempts exhausted; dead", "attempts", t.Attempts, "error", e.Message)
 		h.nudgeResult(ctx, log, t)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -26,7 +27,7 @@ func TestAbandonedReservationDeliveredWithinALease(t *testing.T) {
 	ctx := context.Background()
 	clock := testenv.NewClock(time.Now().UTC().Truncate(time.Microsecond))
 	b.store.Now = clock.Now
-	recv := testenv.NewReceiver(t, testenv.Tenant(t, b.store, "tenant-a"))
+	recv := doubles.NewReceiver(t, testenv.Tenant(t, b.store, "tenant-a"))
 	b.task(t, "abandoned", func(d *store.Task) { d.CallbackURL = recv.URL() })
 	rp := resulthandler.Policy{Owner: "rh", Timeout: 2 * time.Second, Horizon: time.Hour,
 		BackoffMin: time.Second, BackoffMax: time.Minute, NoticeGrace: time.Minute, LogEntries: 20}

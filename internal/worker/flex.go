@@ -62,7 +62,6 @@ func (h *Handler) shed(ctx context.Context, log *slog.Logger, id string, epoch i
 		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	}); ok {
-		h.stats.shed.Add(1)
 		h.metrics.Retry(ctx, string(gemini.Shed))
 		log.InfoContext(ctx, "flex call shed; retry scheduled", "sheds", t.Sheds, "not_before", t.NotBefore)
 	}

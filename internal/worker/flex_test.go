@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
@@ -75,8 +76,8 @@ func TestFlexShedIsRetriedWithoutAnAttempt(t *testing.T) {
 	if l := b.srv.Ledger(); l.Total.Shed != 8 || l.Total.Generations != 0 {
 		t.Errorf("ledger %+v, want 8 shed calls and nothing billed", l.Total)
 	}
-	if st := h.Stats(); st.Shed != 8 || st.Released != 0 {
-		t.Errorf("stats %+v, want 8 sheds and no released attempt", st)
+	if shed, released := b.count(t, h, obs.MetricRetries, obs.AttrClass+"=shed"), b.outcomes(t, h, obs.WorkerReleased); shed != 8 || released != 0 {
+		t.Errorf("%d sheds, %d released attempts; want 8 sheds and no released attempt", shed, released)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -172,7 +173,6 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		switch {
 		case err == nil:
 			log.InfoContext(ctx, "cache hit; no model call", "fingerprint", fp)
-			h.stats.cacheHits.Add(1)
 			h.metrics.CacheHit(ctx, t.Family)
 			p.endCall()
 			h.persist(ctx, log, t, epoch, answer{res: gemini.Result{Text: o.Payload, Model: o.Model}, cached: true, fingerprint: fp})
@@ -306,7 +306,7 @@ func (h *Handler) handBack(ctx context.Context, log *slog.Logger, id string, epo
 		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	}); ok {
-		h.stats.deferred.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerDeferred)
 		log.InfoContext(ctx, why+"; handed back without a call", "not_before", t.NotBefore, "error", cause)
 	}
 }
@@ -333,7 +333,7 @@ func (h *Handler) budgetWait(ctx context.Context, log *slog.Logger, id string, e
 		t.State, t.NotBefore, t.Claims, t.Error = task.StateWaiting, &nb, 0, e
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	}); ok {
-		h.stats.parked.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerParked)
 		log.WarnContext(ctx, why, "not_before", t.NotBefore)
 	}
 }
@@ -387,7 +387,7 @@ func (h *Handler) stale(ctx context.Context, log *slog.Logger, t *store.Task, r 
 		return false
 	}
 	log.WarnContext(ctx, "every model unavailable; answered with the last good output, stale", "model", o.Model)
-	h.stats.stale.Add(1)
+	h.metrics.WorkerOutcome(ctx, obs.WorkerStale)
 	res.Text, res.Model, res.Degraded = o.Payload, o.Model, true
 	h.persist(ctx, log, t, t.Lease.Epoch, answer{res: res, stale: true})
 	return true

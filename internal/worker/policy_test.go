@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -37,7 +38,7 @@ func (b *bundle) policyHandler(t *testing.T, pol Policy, mp ModelPolicy) *Handle
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(b.store, b.gen, reg, b.pub, b.log.With("owner", pol.Owner), pol, WithModelPolicy(mp))
+	return b.handler(pol, reg, WithModelPolicy(mp))
 }
 
 func (b *bundle) tenant(t *testing.T, id string, l store.Limits) {
@@ -106,8 +107,8 @@ func TestCacheOneCallPerIdenticalRequest(t *testing.T) {
 			t.Errorf("again: output %q, want the first's %q", got.Output, firstOutput)
 		}
 	}
-	if s := h.Stats(); s.CacheHits != 2 {
-		t.Errorf("stats: %d cache hits, want 2", s.CacheHits)
+	if n := b.count(t, h, obs.MetricCacheHits); n != 2 {
+		t.Errorf("%d cache hits, want 2", n)
 	}
 }
 
@@ -312,7 +313,7 @@ func TestTenantConcurrencyCap(t *testing.T) {
 	if calls := b.srv.Ledger().Total.Calls; calls != n+1 || calledA != n {
 		t.Errorf("%d model calls (%d of A), want %d: one per task", calls, calledA, n+1)
 	}
-	if s := h.Stats(); s.Deferred == 0 {
+	if b.outcomes(t, h, obs.WorkerDeferred) == 0 {
 		t.Error("no task was handed back")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/geminienv"
+	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/obs/obstest"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -49,6 +52,10 @@ type bundle struct {
 	pub     *testenv.Publisher
 	logs    *testenv.LogBuffer
 	log     *slog.Logger
+
+	t   testing.TB
+	mu  sync.Mutex
+	tel map[*Handler]*obstest.Telemetry // each handler's own metrics
 }
 
 // setup returns a bundle on a project of the test's own, a fake Gemini with lat latency per call,
@@ -108,7 +115,7 @@ func setupOn(t *testing.T, project string, fs *firestore.Client, lat time.Durati
 	}
 	logs := &testenv.LogBuffer{}
 	return &bundle{project: project, fs: fs, store: st, srv: srv, gen: gen, pub: &testenv.Publisher{}, logs: logs,
-		log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+		log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), t: t, tel: map[*Handler]*obstest.Telemetry{}}
 }
 
 // policy is a test policy: short leases, a long renewal unless set.
@@ -121,8 +128,30 @@ func policy(owner string) Policy {
 	}
 }
 
-func (b *bundle) handler(pol Policy, r Renderer) *Handler {
-	return New(b.store, b.gen, r, b.pub, b.log.With("owner", pol.Owner), pol)
+// handler returns a handler of pol, opts applied, with metrics of its own (read them with count).
+func (b *bundle) handler(pol Policy, r Renderer, opts ...Option) *Handler {
+	tel := obstest.Metrics(b.t)
+	h := New(b.store, b.gen, r, b.pub, b.log.With("owner", pol.Owner), pol, append(opts, WithMetrics(tel.Metrics))...)
+	b.mu.Lock()
+	b.tel[h] = tel
+	b.mu.Unlock()
+	return h
+}
+
+// count returns what h recorded in metric name on the points matching every "k=v" of match:
+// the sum of a counter, the number of values of a histogram.
+func (b *bundle) count(t *testing.T, h *Handler, name string, match ...string) int {
+	t.Helper()
+	b.mu.Lock()
+	tel := b.tel[h]
+	b.mu.Unlock()
+	return int(tel.Sum(t, name, match...))
+}
+
+// outcomes returns how many times h counted outcome (obs.Worker*) in genbox.worker.outcomes.
+func (b *bundle) outcomes(t *testing.T, h *Handler, outcome string) int {
+	t.Helper()
+	return b.count(t, h, obs.MetricWorkerOutcomes, obs.AttrOutcome+"="+outcome)
 }
 
 // task writes a queued task whose input names its id (so the fake's ledger can find its bills).

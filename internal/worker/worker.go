@@ -11,11 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -88,7 +86,6 @@ type Handler struct {
 
 	abort   context.Context // cancelled by Abort: in-flight calls give up and release their lease
 	cancel  context.CancelFunc
-	stats   Stats
 	metrics *obs.Metrics // nil records nothing
 
 	// inHand holds the ids of the tasks this instance is claiming or running: a duplicate nudge
@@ -135,61 +132,6 @@ func (h *Handler) finished(ctx context.Context, t *store.Task) {
 // the shutdown grace period. Calls that answered still persist their output.
 func (h *Handler) Abort() { h.cancel() }
 
-// windowSample is how many paid windows Stats keeps: a uniform sample of all of them, so that a
-// long-running worker's memory does not grow with every output it stores.
-const windowSample = 1024
-
-// Stats counts what the handler did; read it with Snapshot.
-type Stats struct {
-	claimed, notClaimed, stored, lost, released, parked, failed, dead, refused atomic.Int64
-	deferred, cacheHits, stale, shed                                           atomic.Int64
-
-	mu      sync.Mutex
-	windows []time.Duration // a reservoir sample of at most windowSample
-	seen    int64           // windows offered to the sample
-}
-
-// window offers d to the sample of paid windows (reservoir sampling: each of the windows seen so
-// far is kept with the same probability).
-func (s *Stats) window(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.seen++
-	if len(s.windows) < windowSample {
-		s.windows = append(s.windows, d)
-		return
-	}
-	if i := rand.Int64N(s.seen); i < windowSample {
-		s.windows[i] = d
-	}
-}
-
-// StatsSnapshot is a copy of the handler's counters.
-type StatsSnapshot struct {
-	Claimed, NotClaimed, Stored, Lost, Released, Parked, Failed, Dead, Refused int64
-	// Deferred counts tasks handed back before a call (tenant cap, unreadable limits); CacheHits
-	// and Stale count outputs stored without a call; Shed counts flex calls shed and handed back.
-	Deferred, CacheHits, Stale, Shed int64
-	// PaidWindows are durations from the start of a stored output's model call to its commit:
-	// the only window in which a crash costs a second generation. A uniform sample of at most
-	// 1024 of them, in no particular order.
-	PaidWindows []time.Duration
-}
-
-// Stats returns a snapshot of the handler's counters.
-func (h *Handler) Stats() StatsSnapshot {
-	s := &h.stats
-	s.mu.Lock()
-	w := append([]time.Duration(nil), s.windows...)
-	s.mu.Unlock()
-	return StatsSnapshot{
-		Claimed: s.claimed.Load(), NotClaimed: s.notClaimed.Load(), Stored: s.stored.Load(), Lost: s.lost.Load(),
-		Released: s.released.Load(), Parked: s.parked.Load(), Failed: s.failed.Load(), Dead: s.dead.Load(),
-		Refused: s.refused.Load(), Deferred: s.deferred.Load(), CacheHits: s.cacheHits.Load(), Stale: s.stale.Load(), Shed: s.shed.Load(),
-		PaidWindows: w,
-	}
-}
-
 // Handle claims the task named by the message, runs it and acks. It never nacks: whatever it
 // cannot act on is left to the lease owner or the sweeper.
 func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
@@ -221,7 +163,7 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 func (h *Handler) takeInHand(ctx context.Context, log *slog.Logger, id string) bool {
 	if _, busy := h.inHand.LoadOrStore(id, struct{}{}); busy {
 		log.DebugContext(ctx, "task already in hand in this instance; acked")
-		h.stats.notClaimed.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerNotClaimed)
 		return false
 	}
 	return true
@@ -242,7 +184,7 @@ func (h *Handler) handle(ctx context.Context, log *slog.Logger, id string, p *pl
 	}
 	if err != nil {
 		log.WarnContext(ctx, "claim failed; acked, the sweeper will nudge again", "error", err)
-		h.stats.notClaimed.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerNotClaimed)
 		return bus.Ack
 	}
 	if c.outcome != claimed {
@@ -251,23 +193,23 @@ func (h *Handler) handle(ctx context.Context, log *slog.Logger, id string, p *pl
 	switch c.outcome {
 	case claimNot:
 		log.DebugContext(ctx, "not claimable; acked", "state", string(c.task.State))
-		h.stats.notClaimed.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerNotClaimed)
 		return bus.Ack
 	case claimExpired:
 		log.InfoContext(ctx, "run_before passed; failed as expired")
-		h.stats.failed.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerFailed)
 		h.finished(ctx, c.task)
 		h.nudgeResult(work, log, c.task)
 		return bus.Ack
 	case claimDead:
 		log.ErrorContext(ctx, "task killed its worker past the claim cap; dead", "claims", c.task.Claims)
-		h.stats.dead.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerDead)
 		h.finished(ctx, c.task)
 		h.nudgeResult(work, log, c.task)
 		h.publishNotices(work, log, c.task)
 		return bus.Ack
 	}
-	h.stats.claimed.Add(1)
+	h.metrics.WorkerOutcome(ctx, obs.WorkerClaimed)
 	log.DebugContext(ctx, "claimed", "due_lag_ms", c.late.Milliseconds())
 	h.metrics.TaskState(ctx, c.task.Family, task.StateRunning)
 	crashpoint.Hit(crashpoint.AfterClaim)
@@ -416,7 +358,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 		h.persist(ctx, log, t, epoch, answer{res: res, start: start, fingerprint: fp, known: last.get()})
 	case errors.Is(cause, errOutputStored):
 		log.InfoContext(ctx, "another worker stored the output first; call cancelled")
-		h.stats.lost.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerLost)
 		h.account(ctx, log, t.ID, epoch, res)
 	case ctx.Err() != nil:
 		log.WarnContext(ctx, "shutting down before the model answered; lease released")
@@ -616,15 +558,15 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 	}
 	switch outcome {
 	case persistAccount:
-		h.stats.lost.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerLost)
 		log.WarnContext(ctx, "output refused: the task already has an output or has ended; spend recorded", "state", string(t.State))
 		return
 	case persistStored, persistMineSeen:
 	}
-	h.stats.stored.Add(1)
+	h.metrics.WorkerOutcome(ctx, obs.WorkerStored)
 	if !a.start.IsZero() {
 		window := time.Since(a.start)
-		h.stats.window(window)
+		h.metrics.PaidWindow(ctx, window)
 		log.InfoContext(ctx, "output stored", "model", t.Model, "paid_window_ms", window.Milliseconds(), "output_tokens", t.Usage.OutputTokens)
 	}
 	if outcome == persistStored {
@@ -721,7 +663,7 @@ func (h *Handler) fencedWrite(ctx context.Context, log *slog.Logger, id string, 
 		return nil, false
 	}
 	if !applied {
-		h.stats.refused.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerRefused)
 		log.WarnContext(ctx, what+": refused, the lease is no longer mine", "state", string(t.State), "lease_epoch", t.Lease.Epoch)
 	}
 	return t, applied
@@ -749,7 +691,7 @@ func (h *Handler) release(ctx context.Context, log *slog.Logger, id string, epoc
 		t.Claims = 0
 		_ = t.Lease.Release(h.pol.Owner, epoch) // fenced above: I hold it
 	}); ok {
-		h.stats.released.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerReleased)
 	}
 }
 
@@ -786,13 +728,13 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 	switch {
 	case !ok:
 	case dead:
-		h.stats.dead.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerDead)
 		h.finished(ctx, t)
 		log.ErrorContext(ctx, "attempts exhausted; dead", "attempts", t.Attempts, "error_kind", string(e.Kind), "error", e.Message)
 		h.nudgeResult(ctx, log, t)
 		h.publishNotices(ctx, log, t)
 	default:
-		h.stats.released.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerReleased)
 		h.metrics.Retry(ctx, string(e.Kind))
 		log.WarnContext(ctx, "transient failure; retry scheduled", "attempt", t.Attempts, "not_before", t.NotBefore,
 			"retry_after_ms", wait.Milliseconds(), "rate_limited", rateLimited, "error", e.Message)
@@ -814,7 +756,7 @@ func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch i
 		t.State, t.NotBefore, t.Claims = task.StateWaiting, &nb, 0
 		_ = t.Lease.Release(h.pol.Owner, epoch)
 	}); ok {
-		h.stats.parked.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerParked)
 		log.WarnContext(ctx, "every model unavailable; parked", "parks", t.Parks, "not_before", t.NotBefore)
 	}
 }
@@ -825,7 +767,7 @@ func (h *Handler) fail(ctx context.Context, log *slog.Logger, id string, epoch i
 		t.Error = e
 		h.finish(t, task.StateFailed, now)
 	}); ok {
-		h.stats.failed.Add(1)
+		h.metrics.WorkerOutcome(ctx, obs.WorkerFailed)
 		h.finished(ctx, t)
 		log.WarnContext(ctx, "failed", "error_kind", string(e.Kind), "error", e.Message)
 		h.nudgeResult(ctx, log, t)

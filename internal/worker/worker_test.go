@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/claim"
@@ -112,8 +113,8 @@ func TestHandleStoresOutputThenNudges(t *testing.T) {
 	if len(res) != 1 || res[0].Attrs[task.AttrTaskID] != "ok" {
 		t.Errorf("result nudges %+v", res)
 	}
-	if st := h.Stats(); len(st.PaidWindows) != 1 {
-		t.Errorf("paid windows %v", st.PaidWindows)
+	if n := b.count(t, h, obs.MetricPaidWindow); n != 1 {
+		t.Errorf("%d paid windows recorded, want 1", n)
 	}
 	// A duplicate after success is acked without a call.
 	if r := h.Handle(context.Background(), msg("ok")); r != bus.Ack || b.srv.Ledger().Total.Calls != 1 {
@@ -151,7 +152,7 @@ func TestDuplicateDeliveryOneCall(t *testing.T) {
 			t.Errorf("%s: %s with %d calls", id, got.State, got.ModelCalls)
 		}
 	}
-	if c := h1.Stats().Claimed + h2.Stats().Claimed; c != 3 {
+	if c := b.outcomes(t, h1, obs.WorkerClaimed) + b.outcomes(t, h2, obs.WorkerClaimed); c != 3 {
 		t.Errorf("claimed %d times, want 3", c)
 	}
 	if d := b.pub.On(bus.TopicTasksDLQ); len(d) != 0 {
@@ -255,13 +256,13 @@ func TestZombieAnswersFirst(t *testing.T) {
 	if got.State != task.StateSucceeded || got.OutputEpoch != 1 {
 		t.Fatalf("state %s output epoch %d; want the zombie's (epoch 1) output kept", got.State, got.OutputEpoch)
 	}
-	if st := n.Stats(); st.Lost != 1 || st.Stored != 0 {
-		t.Errorf("new owner stats %+v; want its call cancelled as lost", st)
+	if lost, stored := b.outcomes(t, n, obs.WorkerLost), b.outcomes(t, n, obs.WorkerStored); lost != 1 || stored != 0 {
+		t.Errorf("new owner: %d lost, %d stored; want its call cancelled as lost", lost, stored)
 	}
 	// Its later release is refused: the task stays as the zombie left it.
 	n.release(context.Background(), n.log, "za", 2, gemini.Result{})
-	if after := b.get(t, "za"); after.State != task.StateSucceeded || after.Output != got.Output || n.Stats().Refused != 1 {
-		t.Errorf("release by the new owner applied: %s, refused %d", after.State, n.Stats().Refused)
+	if after, refused := b.get(t, "za"), b.outcomes(t, n, obs.WorkerRefused); after.State != task.StateSucceeded || after.Output != got.Output || refused != 1 {
+		t.Errorf("release by the new owner applied: %s, refused %d", after.State, refused)
 	}
 }
 
@@ -287,8 +288,8 @@ func TestZombieLosesToNewOwner(t *testing.T) {
 	if got.Output != stored.Output || got.OutputEpoch != 2 || !got.OutputAt.Equal(*stored.OutputAt) {
 		t.Errorf("output overwritten: epoch %d", got.OutputEpoch)
 	}
-	if z.Stats().Lost != 1 || !strings.Contains(b.logs.String(), "output refused") {
-		t.Errorf("the zombie's refused write was not logged: %+v", z.Stats())
+	if lost := b.outcomes(t, z, obs.WorkerLost); lost != 1 || !strings.Contains(b.logs.String(), "output refused") {
+		t.Errorf("the zombie's refused write was not logged (%d lost)", lost)
 	}
 	if got.ModelCalls != 2 || got.Usage != b.srv.Ledger().Total.Billed {
 		t.Errorf("calls %d usage %+v; want both paid calls recorded (%+v)", got.ModelCalls, got.Usage, b.srv.Ledger().Total.Billed)
@@ -325,8 +326,8 @@ func TestCancelledWhileZombieRuns(t *testing.T) {
 	if got.ModelCalls != 1 || got.Usage.TotalTokens == 0 || got.Usage != b.srv.Ledger().BilledFor("zc") {
 		t.Errorf("calls %d usage %+v; want the zombie's spend %+v", got.ModelCalls, got.Usage, b.srv.Ledger().BilledFor("zc"))
 	}
-	if z.Stats().Lost != 1 {
-		t.Errorf("zombie stats %+v", z.Stats())
+	if lost := b.outcomes(t, z, obs.WorkerLost); lost != 1 {
+		t.Errorf("the zombie counted %d lost outputs, want 1", lost)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/console"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -41,38 +42,32 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 	project, ps, st := p.ID, p.PubSub, p.Store
 
 	var svc *testenv.Service // started once the fake Slack serves
-	calls := make(chan url.Values, 16)
-	methods := make(chan string, 16)
-	slackSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_ = r.ParseForm()
-		methods <- strings.TrimPrefix(r.URL.Path, "/api/")
-		calls <- r.PostForm
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "channel": r.PostForm.Get("channel"), "ts": "1700000000.000100"})
-	}))
+	slack := &doubles.Slack{}
+	slackSrv := httptest.NewServer(slack)
 	defer slackSrv.Close()
 	// A click can land while the post is being recorded: the poster then updates the message
 	// too (notice.go, "decided while the post was in flight"), so once the message has been
 	// updated, further chat.update calls are the same update again and are skipped.
 	updated := false
-	next := func(want string) url.Values {
+	taken := 0 // the calls next has gone past
+	next := func(want string) doubles.SlackCall {
 		t.Helper()
-		for {
-			select {
-			case m := <-methods:
-				form := <-calls
-				if m == "chat.update" && want != m && updated {
-					continue
-				}
-				if m != want {
-					t.Fatalf("Slack call %s, want %s", m, want)
-				}
-				updated = updated || m == "chat.update"
-				return form
-			case <-time.After(30 * time.Second):
-				t.Fatalf("no %s\n%s", want, svc.Log.String())
-			}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		n := 0
+		c, err := slack.WaitCall(wctx, func(c doubles.SlackCall) bool {
+			n++
+			return n > taken && (c.Method != "chat.update" || want == c.Method || !updated)
+		})
+		if err != nil {
+			t.Fatalf("no %s\n%s", want, svc.Log.String())
 		}
+		taken = n
+		if c.Method != want {
+			t.Fatalf("Slack call %s, want %s", c.Method, want)
+		}
+		updated = updated || c.Method == "chat.update"
+		return c
 	}
 
 	const secret = "signing-secret"
@@ -102,8 +97,9 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 	if _, err := pub.Publish(ctx, bus.TopicTasksDLQ, nil, tk.Notices[0].Attributes(tk.ID)); err != nil {
 		t.Fatal(err)
 	}
-	if post := next("chat.postMessage"); !strings.Contains(post.Get("blocks"), "regenerate") {
-		t.Fatalf("post %v", post)
+	post := next("chat.postMessage")
+	if !strings.Contains(post.Form.Get("blocks"), "regenerate") {
+		t.Fatalf("post %v", post.Form)
 	}
 
 	payload, _ := json.Marshal(map[string]any{
@@ -120,8 +116,8 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 		t.Fatalf("click: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	if upd := next("chat.update"); upd.Get("ts") != "1700000000.000100" {
-		t.Fatalf("update %v", upd)
+	if upd := next("chat.update"); upd.TS != post.TS {
+		t.Fatalf("update %v, want of the post's message %s", upd.Form, post.TS)
 	}
 	if got, err := st.GetTask(ctx, "t-run"); err != nil || got.State != task.StateDiscarded {
 		t.Fatalf("task %v %v", got, err)
@@ -130,8 +126,8 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 	if _, err := pub.Publish(ctx, bus.TopicAlerts, []byte("breaker open"), map[string]string{task.AttrKind: "alert", task.AttrAlert: "breaker:m"}); err != nil {
 		t.Fatal(err)
 	}
-	if alert := next("chat.postMessage"); !strings.Contains(alert.Get("text"), "breaker open") {
-		t.Fatalf("alert %v", alert)
+	if alert := next("chat.postMessage"); !strings.Contains(alert.Form.Get("text"), "breaker open") {
+		t.Fatalf("alert %v", alert.Form)
 	}
 
 	svc.StopClean(t)

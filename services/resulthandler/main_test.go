@@ -4,22 +4,20 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
-	"github.com/genbox-dev/genbox/pkg/webhook"
 )
 
 func TestMain(m *testing.M) { os.Exit(emulator.RunTests(m)) }
@@ -38,22 +36,13 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 	top.MinBackoff, top.MaxBackoff = time.Second, 2*time.Second
 	p := testenv.NewProject(t, top)
 	project, ps, st := p.ID, p.PubSub, p.Store
-	wh, _ := standardwebhooks.NewWebhook(testenv.Tenant(t, st, "acme"))
-	type got struct {
-		id     string
-		verify error
-	}
-	posts := make(chan got, 8)
-	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		posts <- got{r.Header.Get(webhook.HeaderID), wh.Verify(body, r.Header)}
-		if r.URL.Path == "/bad" {
-			w.WriteHeader(http.StatusBadRequest)
-			return
+	recv := doubles.NewReceiver(t, testenv.Tenant(t, st, "acme"))
+	recv.Schedule = func(n int) int { // t-ok's delivery is accepted, t-bad's refused
+		if n == 1 {
+			return http.StatusNoContent
 		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer recv.Close()
+		return http.StatusBadRequest
+	}
 
 	env := map[string]string{
 		"GOOGLE_CLOUD_PROJECT":            project,
@@ -74,9 +63,9 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 
 	pub := bus.NewPublisher(ps)
 	defer pub.Close()
-	submit := func(id, path string) {
+	submit := func(id string) {
 		now := time.Now()
-		tk := &store.Task{ID: id, Tenant: "acme", Family: "summarize", Input: "x", CallbackURL: recv.URL + path,
+		tk := &store.Task{ID: id, Tenant: "acme", Family: "summarize", Input: "x", CallbackURL: recv.URL(),
 			State: task.StateRunning, CreatedAt: now}
 		tk.Output, tk.OutputAt = "out", &now
 		tk.Finish(task.StateSucceeded, now)
@@ -88,18 +77,20 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 		}
 	}
 	wait := func(id string) {
-		select {
-		case p := <-posts:
-			if p.id != task.EventID(id, task.EventSucceeded, 0) || p.verify != nil {
-				t.Fatalf("post %+v", p)
-			}
-		case <-time.After(30 * time.Second):
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		want := task.EventID(id, task.EventSucceeded, 0)
+		h, err := recv.Wait(wctx, func(h doubles.Hook) bool { return h.ID == want })
+		if err != nil {
 			t.Fatalf("no delivery of %s\n%s", id, svc.Log.String())
 		}
+		if h.VerifyErr != nil {
+			t.Fatalf("delivery of %s does not verify: %v", id, h.VerifyErr)
+		}
 	}
-	submit("t-ok", "/ok")
+	submit("t-ok")
 	wait("t-ok")
-	submit("t-bad", "/bad")
+	submit("t-bad")
 	wait("t-bad")
 
 	// The DLQ notice reaches gemini-results-dlq.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
@@ -78,7 +79,7 @@ func TestModelOutage(t *testing.T) {
 		t.Errorf("billed %d tokens for %d needed: an outage's failed calls were billed", o.Billed, o.Needed)
 	}
 	t.Logf("outage: %d model calls for %d tasks (%d failed during the outage), %d parks, %d Slack posts (alerts)",
-		o.ModelCalls, o.Tasks, s.fake.Ledger().Total.Failed, parks, s.slack.count("chat.postMessage"))
+		o.ModelCalls, o.Tasks, s.fake.Ledger().Total.Failed, parks, len(s.slack.Calls("chat.postMessage")))
 }
 
 // The app's webhook receiver is down (connections refused) for a while: the tasks succeed,
@@ -86,7 +87,7 @@ func TestModelOutage(t *testing.T) {
 func TestWebhookReceiverDown(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, geminitest.Fixed(50*time.Millisecond), "")
-	s.recv.down()
+	s.recv.Stop()
 	s.start()
 	tasks := s.submit(scale(6, 30), "hookdown")
 	// Down until every task has succeeded and seen at least one refused delivery.
@@ -107,7 +108,7 @@ func TestWebhookReceiverDown(t *testing.T) {
 		}
 	}
 	time.Sleep(scale(time.Second, 30*time.Second)) // the rest of the receiver's outage
-	s.recv.up(t)
+	s.recv.Start(t, s.recv.Addr())
 	s.checkInvariants(scale(90*time.Second, 10*time.Minute), 0)
 }
 
@@ -162,8 +163,7 @@ func TestResultHandlerKilledAfterDelivery(t *testing.T) {
 	kills := scale(2, 10)
 	var mu sync.Mutex
 	killed := 0
-	s.recv.mu.Lock()
-	s.recv.answered = func(string) {
+	s.recv.Answered = func(doubles.Hook) {
 		mu.Lock()
 		defer mu.Unlock()
 		if killed < kills {
@@ -171,7 +171,6 @@ func TestResultHandlerKilledAfterDelivery(t *testing.T) {
 			s.procs[svcResultHandler].kill()
 		}
 	}
-	s.recv.mu.Unlock()
 	s.start()
 	s.submit(scale(6, 30), "rhkill")
 	o := s.checkInvariants(scale(90*time.Second, 10*time.Minute), 0)

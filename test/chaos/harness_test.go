@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -203,125 +203,6 @@ func (p *proc) stop() {
 	}
 }
 
-// receiver is the app's webhook endpoint: it verifies each delivery and counts webhook-ids. It
-// can be taken down (its listener closed: connections refused) and brought back on its address.
-type receiver struct {
-	verifier *webhook.Verifier
-	addr     string
-
-	mu  sync.Mutex
-	srv *http.Server
-	ids map[string]int
-	at  map[string][]time.Time // arrivals of each webhook-id
-	bad int
-	// answered, when set, is called after a delivery's 2xx has been flushed to the sender.
-	answered func(id string)
-}
-
-func newReceiver(t testing.TB, secret string) *receiver {
-	t.Helper()
-	v, err := webhook.NewVerifier(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &receiver{verifier: v, ids: map[string]int{}, at: map[string][]time.Time{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.addr = ln.Addr().String()
-	r.serve(ln)
-	t.Cleanup(r.down)
-	return r
-}
-
-func (r *receiver) url() string { return "http://" + r.addr + "/hook" }
-
-func (r *receiver) serve(ln net.Listener) {
-	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
-	r.mu.Lock()
-	r.srv = srv
-	r.mu.Unlock()
-	go func() { _ = srv.Serve(ln) }()
-}
-
-// down closes the listener and every connection: deliveries are refused.
-func (r *receiver) down() {
-	r.mu.Lock()
-	srv := r.srv
-	r.srv = nil
-	r.mu.Unlock()
-	if srv != nil {
-		_ = srv.Close()
-	}
-}
-
-// up listens again on the same address.
-func (r *receiver) up(t *testing.T) {
-	t.Helper()
-	var ln net.Listener
-	var err error
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if ln, err = net.Listen("tcp", r.addr); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.serve(ln)
-}
-
-func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(req.Body, webhook.MaxBodyBytes))
-	if err == nil {
-		err = r.verifier.Verify(body, req.Header)
-	}
-	r.mu.Lock()
-	if err != nil {
-		r.bad++
-		r.mu.Unlock()
-		http.Error(w, err.Error(), http.StatusUnauthorized)
-		return
-	}
-	id := req.Header.Get(webhook.HeaderID)
-	r.ids[id]++
-	r.at[id] = append(r.at[id], time.Now())
-	answered := r.answered
-	r.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-	if answered != nil {
-		_ = http.NewResponseController(w).Flush() // the 204 is on its way before answered runs
-		answered(id)
-	}
-}
-
-func (r *receiver) count(id string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.ids[id]
-}
-
-// slackStub answers the dlqnotifier's Slack Web API calls and counts them.
-type slackStub struct {
-	mu    sync.Mutex
-	calls map[string]int
-}
-
-func (s *slackStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	s.calls[filepath.Base(r.URL.Path)]++
-	s.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = io.WriteString(w, `{"ok":true,"channel":"C0CHAOS","ts":"1700000000.000100"}`)
-}
-
-func (s *slackStub) count(method string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.calls[method]
-}
-
 // stack is one scenario's system: its own project on the emulators (or its own Pub/Sub
 // emulator), the four services as processes, the fake Gemini and the app's receiver in the test.
 type stack struct {
@@ -330,8 +211,8 @@ type stack struct {
 	psHost  string
 	store   *store.Store
 	fake    *geminitest.Server
-	recv    *receiver
-	slack   *slackStub
+	recv    *doubles.Receiver
+	slack   *doubles.Slack
 	api     *client.Client
 	pubURL  string
 	env     map[string]string
@@ -402,7 +283,7 @@ func newStackOn(t testing.TB, latency geminitest.Latency, psHost string, top bus
 	if psHost == "" {
 		psHost = os.Getenv(emulator.PubSubHostEnv)
 	}
-	s := &stack{t: t, project: emulator.ProjectID(t), psHost: psHost, procs: map[string]*proc{}, slack: &slackStub{calls: map[string]int{}}, began: time.Now()}
+	s := &stack{t: t, project: emulator.ProjectID(t), psHost: psHost, procs: map[string]*proc{}, slack: &doubles.Slack{}, began: time.Now()}
 	s.store = store.New(testenv.Firestore(t, s.project))
 	s.store.Secrets = testenv.Secrets()
 	testenv.BusAt(t, s.project, psHost, top)
@@ -413,7 +294,7 @@ func newStackOn(t testing.TB, latency geminitest.Latency, psHost string, top bus
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.recv = newReceiver(t, secret)
+	s.recv = doubles.NewReceiver(t, secret)
 	slackSrv := &http.Server{Handler: s.slack, ReadHeaderTimeout: 5 * time.Second}
 	sln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -466,7 +347,7 @@ func newStackOn(t testing.TB, latency geminitest.Latency, psHost string, top bus
 		"SLACK_SIGNING_SECRET":   "chaos-signing-secret",
 		"GENBOX_SLACK_CHANNEL":   "#chaos",
 		"GENBOX_SLACK_APPROVERS": "UCHAOS",
-		"GENBOX_SLACK_API_URL":   "http://" + sln.Addr().String() + "/api/",
+		"GENBOX_SLACK_API_URL":   "http://" + sln.Addr().String(),
 	}
 	pubPort := freePort(t)
 	for _, name := range []string{svcPublisher, svcWorker, svcResultHandler, svcDLQNotifier} {
@@ -564,7 +445,7 @@ func (s *stack) submit(n int, label string) []submitted {
 		s.mu.Lock()
 		marker := fmt.Sprintf("chaos-%s-%03d", label, len(s.tasks))
 		s.mu.Unlock()
-		resp, err := s.api.Submit(ctx, task.Request{Family: "summarize", Input: "Report " + marker + ": revenue rose while costs held flat.", CallbackURL: s.recv.url()})
+		resp, err := s.api.Submit(ctx, task.Request{Family: "summarize", Input: "Report " + marker + ": revenue rose while costs held flat.", CallbackURL: s.recv.URL()})
 		if err != nil {
 			s.t.Fatalf("submit %s (%d of %d): %v", marker, i+1, n, err)
 		}
@@ -602,13 +483,13 @@ func (s *stack) checkInvariants(within time.Duration, extraBills int) outcome {
 			if err != nil {
 				s.t.Fatalf("task %s (%s) lost: %v", sub.id, sub.marker, err)
 			}
-			if doc.State == task.StateSucceeded && doc.Delivery.State == task.DeliveryDelivered && s.recv.count(event) > 0 {
+			if doc.State == task.StateSucceeded && doc.Delivery.State == task.DeliveryDelivered && len(s.recv.Deliveries(event)) > 0 {
 				s.logf("%s (%s) delivered", sub.id, sub.marker)
 				break
 			}
 			if time.Now().After(deadline) {
 				s.t.Fatalf("task %s (%s) not carried to its end: state %s, delivery %s, webhook received %d times",
-					sub.id, sub.marker, doc.State, doc.Delivery.State, s.recv.count(event))
+					sub.id, sub.marker, doc.State, doc.Delivery.State, len(s.recv.Deliveries(event)))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -633,25 +514,21 @@ func (s *stack) checkInvariants(within time.Duration, extraBills int) outcome {
 		for _, b := range bills {
 			o.Billed += b.Usage.TotalTokens
 		}
-		s.recv.mu.Lock()
-		arrivals := s.recv.at[task.EventID(sub.id, task.EventSucceeded, 0)]
-		s.recv.mu.Unlock()
+		arrivals := s.recv.Deliveries(task.EventID(sub.id, task.EventSucceeded, 0))
 		for i := 1; i < len(arrivals); i++ {
 			o.Duplicates++
 			// The death may precede the receiver's 2xx by as long as the dead process's claim on the
 			// delivery lasted (its lease: three webhook timeouts), the POST being in flight.
 			inWindow := func(k time.Time) bool {
-				return k.After(arrivals[i-1].Add(-3*webhookTimeout)) && k.Before(arrivals[i])
+				return k.After(arrivals[i-1].At.Add(-3*webhookTimeout)) && k.Before(arrivals[i].At)
 			}
 			if !slices.ContainsFunc(kills, inWindow) {
 				s.t.Errorf("task %s: webhook delivered again at %s with no resulthandler death while the previous delivery (%s) was in flight or unrecorded: a duplicate outside the documented window",
-					sub.id, arrivals[i].Format(time.StampMilli), arrivals[i-1].Format(time.StampMilli))
+					sub.id, arrivals[i].At.Format(time.StampMilli), arrivals[i-1].At.Format(time.StampMilli))
 			}
 		}
 	}
-	s.recv.mu.Lock()
-	bad, distinct := s.recv.bad, len(s.recv.ids)
-	s.recv.mu.Unlock()
+	distinct, _, bad := s.recv.Tally()
 	if bad > 0 {
 		s.t.Errorf("%d deliveries failed signature verification", bad)
 	}

@@ -235,11 +235,9 @@ func (s *stack) webhooksWithin(subs []submitted, last time.Time, bound time.Dura
 		event := task.EventID(sub.id, task.EventSucceeded, 0)
 		var arrived time.Time
 		for deadline := from.Add(bound + 5*time.Second); ; time.Sleep(100 * time.Millisecond) {
-			s.recv.mu.Lock()
-			if at := s.recv.at[event]; len(at) > 0 {
-				arrived = at[0]
+			if got := s.recv.Deliveries(event); len(got) > 0 {
+				arrived = got[0].At
 			}
-			s.recv.mu.Unlock()
 			if !arrived.IsZero() || time.Now().After(deadline) {
 				break
 			}

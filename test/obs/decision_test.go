@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genbox-dev/genbox/internal/devstack"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -44,7 +44,7 @@ func TestDeadAndRegeneratedAreCounted(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("console click answered %s", resp.Status)
 	}
-	if _, err := s.Inbox.Wait(ctx, func(d devstack.Delivery) bool { return d.ID == task.EventID(v.TaskID, task.EventSucceeded, 1) }); err != nil {
+	if _, err := s.Inbox.Wait(ctx, func(d doubles.Hook) bool { return d.ID == task.EventID(v.TaskID, task.EventSucceeded, 1) }); err != nil {
 		got, gerr := s.Store.GetTask(context.Background(), v.TaskID)
 		t.Fatalf("no success webhook after Regenerate: %v; task %+v (%v)", err, got, gerr)
 	}

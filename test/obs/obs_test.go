@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/genbox-dev/genbox/internal/devstack"
+	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/obs/obstest"
@@ -34,7 +35,7 @@ type run struct {
 	secret  string // the dev tenant's webhook secret
 	inputs  []string
 	tasks   []*task.View
-	webhook map[string]devstack.Delivery // by task id
+	webhook map[string]doubles.Hook // by task id
 }
 
 // tasksPerRun is how many tasks one run submits.
@@ -57,7 +58,7 @@ func fullRun(t *testing.T) *run {
 			t.Fatalf("task %s ended %s", v.TaskID, v.State)
 		}
 		r.tasks = append(r.tasks, v)
-		d, err := s.Inbox.Wait(ctx, func(d devstack.Delivery) bool { return d.Event.Data.TaskID == v.TaskID })
+		d, err := s.Inbox.Wait(ctx, func(d doubles.Hook) bool { return d.Event().Data.TaskID == v.TaskID })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +103,7 @@ func start(t *testing.T, extra ...string) *run {
 		cfg.Out = io.Discard // the tenant's listener prints deliveries, content included: not a service log
 		cfg.Metrics = tel.Metrics
 	}, extra...)
-	return &run{stack: s, tel: tel, logs: logs, secret: secret, webhook: map[string]devstack.Delivery{}}
+	return &run{stack: s, tel: tel, logs: logs, secret: secret, webhook: map[string]doubles.Hook{}}
 }
 
 func spansNamed(spans []sdktrace.ReadOnlySpan, prefix string) []sdktrace.ReadOnlySpan {
@@ -259,7 +260,7 @@ func (r *run) checkLogs(t *testing.T) {
 	}
 	for _, v := range r.tasks {
 		forbidden["output of "+v.TaskID] = *v.Output
-		forbidden["webhook body of "+v.TaskID] = string(r.webhook[v.TaskID].Body)
+		forbidden["webhook body of "+v.TaskID] = r.webhook[v.TaskID].Body
 	}
 	lines := r.logs.Lines()
 	if len(lines) == 0 {

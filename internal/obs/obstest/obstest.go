@@ -2,11 +2,14 @@
 // and a metric ManualReader behind the global OpenTelemetry providers (as obs.Setup installs
 // exporting ones) and gives the obs.Metrics to hand to services; Spans and Points read back what
 // was recorded. Tests using Install change process-wide state: they must not run in parallel.
+// Metrics gives a test's own metrics, read the same way and safe in parallel tests.
 package obstest
 
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -56,6 +59,21 @@ func Install(t testing.TB) *Telemetry {
 		t.Fatal(err)
 	}
 	return &Telemetry{Metrics: m, rec: rec, reader: reader}
+}
+
+// Metrics returns in-memory metrics of t's own, not installed globally: only what is handed its
+// Metrics is recorded, so parallel tests do not see each other's. views shape its streams (an
+// exponential histogram for a benchmark's quantiles). It records no spans.
+func Metrics(t testing.TB, views ...sdkmetric.View) *Telemetry {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithView(views...))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	m, err := obs.NewMetrics(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Telemetry{Metrics: m, rec: tracetest.NewSpanRecorder(), reader: reader}
 }
 
 // Spans returns the spans ended so far.
@@ -110,23 +128,72 @@ type Point struct {
 	Count uint64
 }
 
-// Points collects the metrics and returns the data points of the metric named name.
-func (tel *Telemetry) Points(t testing.TB, name string) []Point {
+// collect collects the metrics and returns those named name.
+func (tel *Telemetry) collect(t testing.TB, name string) []metricdata.Metrics {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := tel.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
-	var out []Point
+	var out []metricdata.Metrics
 	for _, sm := range rm.ScopeMetrics {
 		for _, mm := range sm.Metrics {
 			if mm.Name == name {
-				out = append(out, points(mm)...)
+				out = append(out, mm)
 			}
 		}
 	}
+	return out
+}
+
+// Points collects the metrics and returns the data points of the metric named name.
+func (tel *Telemetry) Points(t testing.TB, name string) []Point {
+	t.Helper()
+	var out []Point
+	for _, mm := range tel.collect(t, name) {
+		out = append(out, points(mm)...)
+	}
 	slices.SortFunc(out, func(a, b Point) int { return strings.Compare(a.Attrs, b.Attrs) })
 	return out
+}
+
+// Quantile returns the q-quantile (0..1) of the exponential histogram name (every point
+// together): the upper bound of the bucket holding that rank, within the histogram's relative
+// precision. It fails t when name is not an exponential histogram or has no values.
+func (tel *Telemetry) Quantile(t testing.TB, name string, q float64) float64 {
+	t.Helper()
+	counts := map[int32]uint64{} // by bucket index at the coarsest scale
+	var total uint64
+	scale := int32(math.MaxInt32)
+	var pts []metricdata.ExponentialHistogramDataPoint[float64]
+	for _, mm := range tel.collect(t, name) {
+		d, ok := mm.Data.(metricdata.ExponentialHistogram[float64])
+		if !ok {
+			t.Fatalf("%s is a %T, not an exponential histogram", name, mm.Data)
+		}
+		for _, p := range d.DataPoints {
+			pts = append(pts, p)
+			scale = min(scale, p.Scale)
+		}
+	}
+	for _, p := range pts {
+		for k, c := range p.PositiveBucket.Counts {
+			counts[(p.PositiveBucket.Offset+int32(k))>>(p.Scale-scale)] += c
+			total += c
+		}
+	}
+	if total == 0 {
+		t.Fatalf("%s has no positive values", name)
+	}
+	rank := uint64(math.Ceil(q * float64(total)))
+	idx := slices.Sorted(maps.Keys(counts))
+	var seen uint64
+	for _, i := range idx {
+		if seen += counts[i]; seen >= rank {
+			return math.Exp2(float64(i+1) / math.Exp2(float64(scale)))
+		}
+	}
+	return math.Exp2(float64(idx[len(idx)-1]+1) / math.Exp2(float64(scale)))
 }
 
 // Sum adds the values (counts, for histograms) of the points of name whose attributes include

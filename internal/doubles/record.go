@@ -1,12 +1,12 @@
-package devstack
+package doubles
 
 import (
 	"context"
 	"sync"
 )
 
-// record is an append-only list that can be waited on: what the webhook listener and the Slack
-// double received.
+// record is an append-only list that can be waited on: what the Receiver and the Slack double
+// received.
 type record[T any] struct {
 	mu      sync.Mutex
 	items   []T
@@ -28,20 +28,6 @@ func (r *record[T]) all() []T {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]T(nil), r.items...)
-}
-
-// len returns how many items there are.
-func (r *record[T]) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.items)
-}
-
-// since returns the items from index n on.
-func (r *record[T]) since(n int) []T {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]T(nil), r.items[n:]...)
 }
 
 // wait returns the first item match accepts, waiting for it until ctx ends.
