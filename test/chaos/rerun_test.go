@@ -94,11 +94,10 @@ func TestRerunResumesAfterItsWorkerIsKilled(t *testing.T) {
 			t.Errorf("task %s was billed %d times besides the abandoned calls, want 2: its first run and one re-run", sub.id, billed)
 		}
 		event := task.EventID(sub.id, task.EventSucceeded, 1)
-		for s.recv.count(event) == 0 {
-			if ctx.Err() != nil {
-				t.Fatalf("task %s: the re-run's webhook %s never arrived", sub.id, event)
-			}
-			time.Sleep(50 * time.Millisecond)
+		select {
+		case <-s.recv.Delivered(event):
+		case <-ctx.Done():
+			t.Fatalf("task %s: the re-run's webhook %s never arrived", sub.id, event)
 		}
 	}
 	generations := led.Total.Generations - before.Total.Generations
