@@ -203,3 +203,35 @@ func TestNonProblemErrorBody(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// A re-run id the client makes up is typed back on command lines (genbox rerun status ID): none
+// may read as a flag. One in 64 random ids would start with '-' without the prefix.
+func TestRerunIDsNeverReadAsFlags(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var ids []string
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req task.RerunRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		ids = append(ids, req.RerunID)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, `{"rerun_id":%q}`, req.RerunID)
+	}))
+	t.Cleanup(hs.Close)
+	c := client.New(hs.URL, "gbx_key")
+	for range 500 {
+		if _, err := c.Rerun(context.Background(), task.RerunRequest{Filter: task.RerunFilter{Family: "summarize"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		if id == "" || strings.HasPrefix(id, "-") {
+			t.Fatalf("re-run id %q", id)
+		}
+	}
+}

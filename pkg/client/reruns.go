@@ -12,10 +12,11 @@ import (
 // its variant's current prompt version, paced by the workers within the tenant's cap and
 // budget. With req.DryRun nothing runs and the answer only counts the tasks and estimates the
 // cost. A re-run without a RerunID is given a fresh one, reused by every retry of this call, so
-// a retry never starts a second re-run.
+// a retry never starts a second re-run. Its "rr_" prefix, as the API gives the re-runs it names,
+// keeps it from starting with '-', which a command line would read as a flag.
 func (c *Client) Rerun(ctx context.Context, req task.RerunRequest) (*task.Rerun, error) {
 	if !req.DryRun && req.RerunID == "" {
-		req.RerunID = NewIdempotencyKey()
+		req.RerunID = "rr_" + NewIdempotencyKey()
 	}
 	var out task.Rerun
 	if _, err := c.do(ctx, http.MethodPost, "/v1/tasks:rerun", "", req, &out); err != nil {
