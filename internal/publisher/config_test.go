@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/genbox-dev/genbox/internal/autoscale"
 )
 
 func TestFromEnv(t *testing.T) {
@@ -16,7 +18,7 @@ func TestFromEnv(t *testing.T) {
 		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvStoreTimeout: "3s", EnvLimitsTTL: "5s",
 		EnvCallbackPorts: "443, 9443", EnvSecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k",
 		EnvEventsPerTenant: "3", EnvEventsHeartbeat: "1s", EnvShutdownGrace: "5s", "GENBOX_SWEEP_SHARDS": "4",
-		EnvTrustedProxyHops: "2",
+		EnvTrustedProxyHops: "2", "GENBOX_AUTOSCALE_POOL": "projects/p/locations/r/workerPools/genbox-worker",
 	}
 	asked := map[string]bool{}
 	c, err := FromEnv(func(k string) string { asked[k] = true; return env[k] })
@@ -28,6 +30,9 @@ func TestFromEnv(t *testing.T) {
 		PublishTimeout: 2 * time.Second, StoreTimeout: 3 * time.Second, LimitsTTL: 5 * time.Second, CallbackPorts: []uint16{443, 9443},
 		SecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k", EventsPerTenant: 3, EventsHeartbeat: time.Second, SweepShards: 4,
 		ProxyHops: 2}
+	if want.Autoscale, err = autoscale.WakeFromEnv(func(k string) string { return env[k] }); err != nil || !want.Autoscale.Enabled() {
+		t.Fatalf("the pool to wake: %+v, %v", want.Autoscale, err)
+	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("config (-want +got):\n%s", diff)
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/autoscale"
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
@@ -64,6 +65,8 @@ type Config struct {
 	Sweep  sweeper.Config
 	Batch  batcher.Config
 	Gemini gemini.Config
+	// Autoscale sizes the pool when GENBOX_AUTOSCALE_POOL names it; its slots are Concurrency.
+	Autoscale autoscale.Config
 }
 
 // ErrConfig means a setting is invalid; the message names the variable.
@@ -151,6 +154,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.Gemini, err = geminienv.Config(getenv); err != nil {
 		errs = append(errs, err)
 	}
+	if c.Autoscale, err = autoscale.FromEnv(getenv); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
 	}
@@ -167,6 +173,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 2*c.Concurrency + c.ClaimAhead
 	}
+	c.Autoscale.Slots = c.Concurrency
 	return c, c.Validate()
 }
 
