@@ -193,6 +193,41 @@ func TestWakeNeverShrinks(t *testing.T) {
 	}
 }
 
+// A drain waiting on calls in flight is called off when the backlog grows again: the members
+// resume and the count never drops.
+func TestDrainCalledOffWhenTheBacklogGrows(t *testing.T) {
+	t.Parallel()
+	p := setup(t)
+	c := autoscale.NewController(p.cfg, p.store, p.admin, "leader", slog.New(slog.DiscardHandler))
+	p.tasks(t, "running", 3)
+	until(t, c, p, "scaled out to 3 with every call in flight", func() bool { return p.fake.Instances() == 3 && p.calling.Load() == 3 })
+	p.tasks(t, "succeeded", 2) // one running task asks for ⌈1.25⌉ = 2 instances
+	until(t, c, p, "draining to 2", func() bool { st := p.state(t); return st.Draining && st.Target == 2 })
+	p.tasks(t, "running", 3)
+	until(t, c, p, "the drain called off", func() bool { return !p.state(t).Draining })
+	if got := p.fake.Instances(); got != 3 || p.cut.Load() != 0 {
+		t.Errorf("after the drain was called off: %d instances, %d calls cut; want 3, 0", got, p.cut.Load())
+	}
+}
+
+// A wake during a drain to zero, before the count was lowered, calls the drain off and leaves
+// the count alone: the instances resume.
+func TestWakeCallsOffADrainToZero(t *testing.T) {
+	t.Parallel()
+	p := setup(t)
+	c := autoscale.NewController(p.cfg, p.store, p.admin, "leader", slog.New(slog.DiscardHandler))
+	p.tasks(t, "running", 1) // ⌈1.25⌉ = 2 instances
+	until(t, c, p, "scaled out to 2", func() bool { return p.fake.Instances() == 2 && p.calling.Load() == 2 })
+	p.tasks(t, "succeeded", 1)
+	until(t, c, p, "draining to zero", func() bool { st := p.state(t); return st.Draining && st.Target == 0 })
+	if err := autoscale.NewWaker(p.cfg, p.store.FS, p.admin).Wake(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.state(t); st.Draining || st.WakeAt == nil || p.fake.Instances() != 2 {
+		t.Errorf("after the wake: document %+v, %d instances; want the drain off, the wake recorded, 2 instances", st, p.fake.Instances())
+	}
+}
+
 type publishFunc func(topic string)
 
 func (f publishFunc) Publish(_ context.Context, topic string, _ []byte, _ map[string]string) (string, error) {
