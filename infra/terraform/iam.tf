@@ -109,7 +109,7 @@ resource "google_project_iam_member" "ci_tests_logs" {
 }
 
 # The autoscaler's permission (internal/autoscale): read the worker pool and set its instance
-# count, on that pool only. A custom role of exactly run.workerPools.get and .update, rather than
+# count, on that pool only. A custom role of exactly run.workerpools.get and .update, rather than
 # roles/run.developer (which also creates, deletes and reconfigures every Cloud Run service and
 # job it is granted on). The worker's controller sizes the pool; the publisher and the
 # dlqnotifier wake it at zero when they nudge a task.
@@ -118,7 +118,7 @@ resource "google_project_iam_custom_role" "worker_pool_scaler" {
   role_id     = "genboxWorkerPoolScaler"
   title       = "genbox worker pool scaler"
   description = "Reads a Cloud Run worker pool and sets its manual instance count."
-  permissions = ["run.workerPools.get", "run.workerPools.update"]
+  permissions = ["run.workerpools.get", "run.workerpools.update"]
 }
 
 resource "google_cloud_run_v2_worker_pool_iam_member" "scaler" {

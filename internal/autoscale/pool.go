@@ -29,7 +29,7 @@ type Pool interface {
 var _ Pool = (*CloudRun)(nil)
 
 // CloudRun is a worker pool scaled manually through the Cloud Run Admin API: it needs
-// run.workerPools.get and run.workerPools.update on the pool, and nothing else.
+// run.workerpools.get and run.workerpools.update on the pool, and nothing else.
 type CloudRun struct {
 	c    *run.WorkerPoolsClient
 	name string
