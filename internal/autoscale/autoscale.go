@@ -49,8 +49,8 @@ type Config struct {
 	DrainTarget  time.Duration
 	ScaleInAfter time.Duration // GENBOX_AUTOSCALE_SCALE_IN_AFTER (1 min): lower need held this long before a scale-in
 	IdleAfter    time.Duration // GENBOX_AUTOSCALE_IDLE (5 min): nothing pending this long before the pool sleeps
-	// DrainTimeout (GENBOX_AUTOSCALE_DRAIN_TIMEOUT, 10 min) bounds a drain: past it the count is
-	// lowered anyway (counted as forced). At least the longest call.
+	// DrainTimeout (GENBOX_AUTOSCALE_DRAIN_TIMEOUT, 10 min; the worker raises it to the longest
+	// it can hold a task) bounds a drain: past it the count is lowered anyway (counted as forced).
 	DrainTimeout time.Duration
 	// Latency (GENBOX_AUTOSCALE_LATENCY, 10 s) is how long a call holds its slot until the
 	// members have measured it.

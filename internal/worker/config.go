@@ -174,6 +174,11 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		c.MaxInFlight = 2*c.Concurrency + c.ClaimAhead
 	}
 	c.Autoscale.Slots = c.Concurrency
+	// A drain waits for every call in hand to end; lowering the count sooner could throw away a
+	// paid output whose commit is still being retried.
+	if getenv("GENBOX_AUTOSCALE_DRAIN_TIMEOUT") == "" {
+		c.Autoscale.DrainTimeout = max(c.Autoscale.DrainTimeout, c.LongestHold())
+	}
 	return c, c.Validate()
 }
 
