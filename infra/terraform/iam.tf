@@ -107,3 +107,26 @@ resource "google_project_iam_member" "ci_tests_logs" {
   role    = "roles/logging.logWriter"
   member  = google_service_account.ci_tests.member
 }
+
+# The autoscaler's permission (internal/autoscale): read the worker pool and set its instance
+# count, on that pool only. A custom role of exactly run.workerpools.get and .update, rather than
+# roles/run.developer (which also creates, deletes and reconfigures every Cloud Run service and
+# job it is granted on). The worker's controller sizes the pool; the publisher and the
+# dlqnotifier wake it at zero when they nudge a task.
+resource "google_project_iam_custom_role" "worker_pool_scaler" {
+  project     = var.project_id
+  role_id     = "genboxWorkerPoolScaler"
+  title       = "genbox worker pool scaler"
+  description = "Reads a Cloud Run worker pool and sets its manual instance count."
+  permissions = ["run.workerpools.get", "run.workerpools.update"]
+}
+
+resource "google_cloud_run_v2_worker_pool_iam_member" "scaler" {
+  for_each = toset(["worker", "publisher", "dlqnotifier"])
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloud_run_v2_worker_pool.worker.name
+  role     = google_project_iam_custom_role.worker_pool_scaler.id
+  member   = google_service_account.service[each.key].member
+}

@@ -53,6 +53,8 @@ locals {
   env = {
     publisher = merge(local.common_env, local.pricing_env, {
       OTEL_SERVICE_NAME = "publisher"
+      # A submission wakes the worker pool when it sleeps at zero (internal/autoscale).
+      GENBOX_AUTOSCALE_POOL = local.worker_pool_name
       # status_url is built from each request's Host unless a custom domain is configured.
       GENBOX_PUBLIC_URL = var.publisher_public_url
       # Callback URLs must be https to public addresses (docs/architecture.md §6), on these ports.
@@ -70,14 +72,19 @@ locals {
       GOOGLE_CLOUD_LOCATION = var.vertex_location
       GENBOX_RPM            = join(",", [for m, n in var.model_rpm : "${m}=${n}"])
       GENBOX_TPM            = join(",", [for m, n in var.model_tpm : "${m}=${n}"])
-      # Each instance takes its share of the project's Gemini quota.
-      GENBOX_INSTANCE_SHARE     = format("%.6f", 1 / var.worker_instances)
+      # Each instance takes its share of the project's Gemini quota: 1/instances, read from the
+      # autoscaler's document once it has started; this is the share of a full pool until then.
+      GENBOX_INSTANCE_SHARE     = format("%.6f", 1 / var.worker_max_instances)
       GENBOX_TASKS_SUBSCRIPTION = google_pubsub_subscription.subscriptions["gemini-tasks-worker"].name
       GENBOX_CONCURRENCY        = tostring(var.worker_concurrency)
       # Money is limited out of the box: a tenant without a budget of its own gets the default,
       # and every tenant together stops at the project's budget (fail closed).
       GENBOX_DEFAULT_DAILY_BUDGET_USD = tostring(var.default_tenant_daily_budget_usd)
       GENBOX_PROJECT_DAILY_BUDGET_USD = tostring(var.project_daily_budget_usd)
+      # The autoscaler (internal/autoscale) sizes this pool between min and max.
+      GENBOX_AUTOSCALE_POOL = local.worker_pool_name
+      GENBOX_AUTOSCALE_MIN  = tostring(var.worker_min_instances)
+      GENBOX_AUTOSCALE_MAX  = tostring(var.worker_max_instances)
       # Once a week one instance sends a small request per family through each fallback model
       # and posts what they answered to the alerts channel (off by default, as in genbox dev).
       GENBOX_FALLBACK_DRILL_INTERVAL = "168h"
@@ -96,7 +103,9 @@ locals {
 
     # Public: the app alone checks a push request's OIDC token (local.push_env).
     dlqnotifier = merge(local.common_env, local.pricing_env, local.push_env.dlqnotifier, {
-      OTEL_SERVICE_NAME      = "dlqnotifier"
+      OTEL_SERVICE_NAME = "dlqnotifier"
+      # A Regenerate wakes the worker pool when it sleeps at zero (internal/autoscale).
+      GENBOX_AUTOSCALE_POOL  = local.worker_pool_name
       GENBOX_SLACK_CHANNEL   = var.slack_channel
       GENBOX_SLACK_APPROVERS = join(",", var.slack_approvers)
       # 2 behind an external HTTPS load balancer (IAP in front of the console, docs/console.md).
@@ -219,8 +228,13 @@ resource "google_cloud_run_v2_service" "http" {
   depends_on = [google_project_service.required, google_secret_manager_secret_iam_member.reads]
 }
 
-# The worker pulls from gemini-tasks-worker and needs CPU between requests: a worker pool with a
-# fixed instance count, so autoscaling never stops an instance in the middle of a paid generation.
+# The worker pulls from gemini-tasks-worker and needs CPU between requests: a worker pool scaled
+# manually by genbox's own autoscaler (internal/autoscale), which drains the pool before lowering
+# its count, so no instance is stopped in the middle of a paid generation (docs/deploy.md).
+locals {
+  worker_pool_name = "projects/${var.project_id}/locations/${var.region}/workerPools/genbox-worker"
+}
+
 resource "google_cloud_run_v2_worker_pool" "worker" {
   project             = var.project_id
   name                = "genbox-worker"
@@ -230,10 +244,15 @@ resource "google_cloud_run_v2_worker_pool" "worker" {
   # Worker pools were a preview feature when the 6.x provider line was current.
   launch_stage = "BETA"
 
-  # Worker pools scale manually: exactly this many instances. (The provider also offers
-  # scaling_mode, copied from services; the WorkerPool API has no such field.)
+  # Worker pools scale manually: the autoscaler sets the count through the Admin API from then
+  # on, so Terraform creates the pool at the minimum and leaves the count alone afterwards. (The
+  # provider also offers scaling_mode, copied from services; the WorkerPool API has no such field.)
   scaling {
-    manual_instance_count = var.worker_instances
+    manual_instance_count = var.worker_min_instances
+  }
+
+  lifecycle {
+    ignore_changes = [scaling[0].manual_instance_count]
   }
 
   template {

@@ -62,14 +62,25 @@ variable "sweep_shards" {
   }
 }
 
-variable "worker_instances" {
-  description = "Fixed number of worker instances. Autoscaling never removes one in the middle of a paid generation; raise it for throughput (the Gemini rate limits are shared between instances)."
+variable "worker_min_instances" {
+  description = "Fewest worker instances the autoscaler keeps (internal/autoscale); 0 lets the pool sleep when nothing is pending, and the first submission wakes it. Set min = max for a fixed pool."
   type        = number
-  default     = 2
+  default     = 0
 
   validation {
-    condition     = var.worker_instances >= 1 && var.worker_instances <= 100 && floor(var.worker_instances) == var.worker_instances
-    error_message = "worker_instances must be a whole number from 1 to 100."
+    condition     = var.worker_min_instances >= 0 && var.worker_min_instances <= 100 && floor(var.worker_min_instances) == var.worker_min_instances
+    error_message = "worker_min_instances must be a whole number from 0 to 100."
+  }
+}
+
+variable "worker_max_instances" {
+  description = "Most worker instances the autoscaler starts under a backlog. The Gemini rate limits are shared between the live instances (each takes 1/instances)."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.worker_max_instances >= 1 && var.worker_max_instances <= 100 && floor(var.worker_max_instances) == var.worker_max_instances && var.worker_max_instances >= var.worker_min_instances
+    error_message = "worker_max_instances must be a whole number from 1 to 100, at least worker_min_instances."
   }
 }
 
@@ -143,7 +154,7 @@ variable "model_chain" {
 }
 
 variable "model_rpm" {
-  description = "Requests per minute the project's Gemini quota allows, per model. The worker instances share it (each takes 1/worker_instances). Empty means no client-side limit."
+  description = "Requests per minute the project's Gemini quota allows, per model. The live worker instances share it (each takes 1/instances, following the autoscaler). Empty means no client-side limit."
   type        = map(number)
   default     = {}
 

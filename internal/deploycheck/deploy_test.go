@@ -120,13 +120,13 @@ func TestVariableValidations(t *testing.T) {
 
 	t.Run("a value outside its validation fails", func(t *testing.T) {
 		vars := maps.Clone(testVars)
-		vars["worker_instances"] = cty.NumberIntVal(0)
+		vars["worker_max_instances"] = cty.NumberIntVal(0)
 		vars["slack_channel"] = cty.StringVal("#genbox")
 		m, err := deploycheck.LoadModule(terraformDir, vars)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantErrors(t, m.CheckValidations(), `"worker_instances"`, `"slack_channel"`)
+		wantErrors(t, m.CheckValidations(), `"worker_max_instances"`, `"slack_channel"`)
 	})
 }
 
@@ -362,6 +362,10 @@ var services = map[string]service{
 
 const tuning = "a tuning knob whose code default is the production value"
 
+// adminEmulator is why GENBOX_RUN_ADMIN_EMULATOR_HOST is left unset: deployed, the Cloud Run Admin
+// API is Google's.
+const adminEmulator = "a fake Cloud Run Admin API for tests and local runs; deployed, the autoscaler calls Google's"
+
 // unauthPush is why GENBOX_UNAUTHENTICATED_PUSH is left unset: a deployed push route verifies
 // every push token.
 const unauthPush = "local use only (genbox dev, tests): deployed, every push carries an OIDC token that is verified"
@@ -380,18 +384,22 @@ var leftUnset = map[string]map[string]string{
 		"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "as OTEL_EXPORTER_OTLP_ENDPOINT",
 	},
 	"publisher": {
-		"PORT":                     "set by Cloud Run itself (a reserved name)",
-		"GENBOX_PROMPTS_DIR":       builtInPrompts,
-		"GENBOX_MAX_BODY_BYTES":    tuning,
-		"GENBOX_SECRET_OVERLAP":    tuning,
-		"GENBOX_NUDGE_GRACE":       tuning,
-		"GENBOX_PUBLISH_TIMEOUT":   tuning,
-		"GENBOX_STORE_TIMEOUT":     tuning,
-		"GENBOX_LIMITS_TTL":        tuning,
-		"GENBOX_EVENTS_PER_TENANT": tuning,
-		"GENBOX_EVENTS_HEARTBEAT":  tuning,
+		"GENBOX_RUN_ADMIN_EMULATOR_HOST": adminEmulator,
+		"GENBOX_AUTOSCALE_INTERVAL":      tuning,
+		"PORT":                           "set by Cloud Run itself (a reserved name)",
+		"GENBOX_PROMPTS_DIR":             builtInPrompts,
+		"GENBOX_MAX_BODY_BYTES":          tuning,
+		"GENBOX_SECRET_OVERLAP":          tuning,
+		"GENBOX_NUDGE_GRACE":             tuning,
+		"GENBOX_PUBLISH_TIMEOUT":         tuning,
+		"GENBOX_STORE_TIMEOUT":           tuning,
+		"GENBOX_LIMITS_TTL":              tuning,
+		"GENBOX_EVENTS_PER_TENANT":       tuning,
+		"GENBOX_EVENTS_HEARTBEAT":        tuning,
 	},
 	"dlqnotifier": {
+		"GENBOX_RUN_ADMIN_EMULATOR_HOST":  adminEmulator,
+		"GENBOX_AUTOSCALE_INTERVAL":       tuning,
 		"PORT":                            "set by Cloud Run itself (a reserved name)",
 		"GENBOX_UNAUTHENTICATED_PUSH":     unauthPush,
 		"GENBOX_PROMPTS_DIR":              builtInPrompts,
@@ -421,67 +429,75 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_UNAUTHENTICATED_PUSH": unauthPush,
 	},
 	"worker": {
-		"PORT":                         "a worker pool gets no PORT and no traffic; /healthz stays on the default port",
-		"GENBOX_INSTANCE_ID":           "the default (hostname-pid) names each instance uniquely",
-		"GOOGLE_GEMINI_BASE_URL":       "the genai SDK's endpoint override, for the fake Gemini server in local runs",
-		"GENBOX_PROMPTS_DIR":           builtInPrompts,
-		"GENBOX_LEASE_TTL":             tuning,
-		"GENBOX_LEASE_RENEW":           tuning,
-		"GENBOX_RERUN_INTERVAL":        tuning,
-		"GENBOX_RERUN_PAGE":            tuning,
-		"GENBOX_RERUN_WINDOW":          tuning,
-		"GENBOX_MAX_EXTENSION":         tuning,
-		"GENBOX_CLAIM_AHEAD":           "derived from GENBOX_CONCURRENCY (the model-call slots)",
-		"GENBOX_MAX_IN_FLIGHT":         "derived from GENBOX_CONCURRENCY (the model-call slots)",
-		"GENBOX_TASK_ATTEMPTS":         tuning,
-		"GENBOX_CLAIM_CAP":             tuning,
-		"GENBOX_RETRY_BASE":            tuning,
-		"GENBOX_RETRY_MAX":             tuning,
-		"GENBOX_PARK_BASE":             tuning,
-		"GENBOX_PARK_MAX":              tuning,
-		"GENBOX_NUDGE_GRACE":           tuning,
-		"GENBOX_COMMIT_RETRY":          tuning,
-		"GENBOX_WEBHOOK_TIMEOUT":       "the resulthandler's, which keeps the code default too: the worker reserves a delivery for one lease of it",
-		"GENBOX_SWEEP_INTERVAL":        tuning,
-		"GENBOX_SWEEP_LIMIT":           tuning,
-		"GENBOX_SWEEP_PACE":            tuning,
-		"GENBOX_SWEEP_RELEASE_RATE":    tuning,
-		"GENBOX_SWEEP_LEADER_TTL":      tuning,
-		"GENBOX_SWEEP_BACKOFF_BASE":    tuning,
-		"GENBOX_SWEEP_BACKOFF_MAX":     tuning,
-		"GENBOX_MAX_ATTEMPTS":          tuning,
-		"GENBOX_MODEL_ATTEMPTS":        tuning,
-		"GENBOX_QUALITY_ATTEMPTS":      tuning,
-		"GENBOX_BACKOFF_BASE":          tuning,
-		"GENBOX_BACKOFF_MAX":           tuning,
-		"GENBOX_MAX_RETRY_WAIT":        tuning,
-		"GENBOX_CALL_TIMEOUT":          tuning,
-		"GENBOX_FLEX_CALL_TIMEOUT":     tuning,
-		"GENBOX_FLEX_MARGIN":           tuning,
-		"GENBOX_PREVIEW_INTERVAL":      tuning,
-		"GENBOX_CONTEXT_CACHE_TTL":     tuning,
-		"GENBOX_BATCH_INTERVAL":        tuning,
-		"GENBOX_BATCH_MAX_TASKS":       tuning,
-		"GENBOX_BATCH_MAX_BYTES":       tuning,
-		"GENBOX_BATCH_WAIT":            tuning,
-		"GENBOX_BATCH_POLL_MAX":        tuning,
-		"GENBOX_BATCH_LEASE_TTL":       tuning,
-		"GENBOX_BATCH_LEADER_TTL":      tuning,
-		"GENBOX_BATCH_DEADLINE":        tuning,
-		"GENBOX_BATCH_MARGIN":          tuning,
-		"GENBOX_BATCH_CALL_TIMEOUT":    tuning,
-		"GENBOX_RATE_HEADROOM":         tuning,
-		"GENBOX_RATE_WINDOW":           "a minute, the period of Gemini's quotas; shorter only in tests",
-		"GENBOX_BREAKER_FAILURES":      tuning,
-		"GENBOX_BREAKER_MIN_VOLUME":    tuning,
-		"GENBOX_BREAKER_WINDOW":        tuning,
-		"GENBOX_BREAKER_COOLDOWN":      tuning,
-		"GENBOX_BREAKER_FAILURE_RATIO": tuning,
-		"GENBOX_BUDGET_POLICY":         "the default, wait (a soft limit), until an operator chooses fail",
-		"GENBOX_BUDGET_RETRY":          tuning,
-		"GENBOX_TENANT_REFRESH":        tuning,
-		"GENBOX_TENANT_SLOT_RETRY":     tuning,
-		"GENBOX_CACHE_TTL":             tuning,
+		"GENBOX_RUN_ADMIN_EMULATOR_HOST":  adminEmulator,
+		"GENBOX_AUTOSCALE_INTERVAL":       tuning,
+		"GENBOX_AUTOSCALE_HEADROOM":       tuning,
+		"GENBOX_AUTOSCALE_DRAIN_TARGET":   tuning,
+		"GENBOX_AUTOSCALE_SCALE_IN_AFTER": tuning,
+		"GENBOX_AUTOSCALE_IDLE":           tuning,
+		"GENBOX_AUTOSCALE_DRAIN_TIMEOUT":  tuning,
+		"GENBOX_AUTOSCALE_LATENCY":        tuning,
+		"PORT":                            "a worker pool gets no PORT and no traffic; /healthz stays on the default port",
+		"GENBOX_INSTANCE_ID":              "the default (hostname-pid) names each instance uniquely",
+		"GOOGLE_GEMINI_BASE_URL":          "the genai SDK's endpoint override, for the fake Gemini server in local runs",
+		"GENBOX_PROMPTS_DIR":              builtInPrompts,
+		"GENBOX_LEASE_TTL":                tuning,
+		"GENBOX_LEASE_RENEW":              tuning,
+		"GENBOX_RERUN_INTERVAL":           tuning,
+		"GENBOX_RERUN_PAGE":               tuning,
+		"GENBOX_RERUN_WINDOW":             tuning,
+		"GENBOX_MAX_EXTENSION":            tuning,
+		"GENBOX_CLAIM_AHEAD":              "derived from GENBOX_CONCURRENCY (the model-call slots)",
+		"GENBOX_MAX_IN_FLIGHT":            "derived from GENBOX_CONCURRENCY (the model-call slots)",
+		"GENBOX_TASK_ATTEMPTS":            tuning,
+		"GENBOX_CLAIM_CAP":                tuning,
+		"GENBOX_RETRY_BASE":               tuning,
+		"GENBOX_RETRY_MAX":                tuning,
+		"GENBOX_PARK_BASE":                tuning,
+		"GENBOX_PARK_MAX":                 tuning,
+		"GENBOX_NUDGE_GRACE":              tuning,
+		"GENBOX_COMMIT_RETRY":             tuning,
+		"GENBOX_WEBHOOK_TIMEOUT":          "the resulthandler's, which keeps the code default too: the worker reserves a delivery for one lease of it",
+		"GENBOX_SWEEP_INTERVAL":           tuning,
+		"GENBOX_SWEEP_LIMIT":              tuning,
+		"GENBOX_SWEEP_PACE":               tuning,
+		"GENBOX_SWEEP_RELEASE_RATE":       tuning,
+		"GENBOX_SWEEP_LEADER_TTL":         tuning,
+		"GENBOX_SWEEP_BACKOFF_BASE":       tuning,
+		"GENBOX_SWEEP_BACKOFF_MAX":        tuning,
+		"GENBOX_MAX_ATTEMPTS":             tuning,
+		"GENBOX_MODEL_ATTEMPTS":           tuning,
+		"GENBOX_QUALITY_ATTEMPTS":         tuning,
+		"GENBOX_BACKOFF_BASE":             tuning,
+		"GENBOX_BACKOFF_MAX":              tuning,
+		"GENBOX_MAX_RETRY_WAIT":           tuning,
+		"GENBOX_CALL_TIMEOUT":             tuning,
+		"GENBOX_FLEX_CALL_TIMEOUT":        tuning,
+		"GENBOX_FLEX_MARGIN":              tuning,
+		"GENBOX_PREVIEW_INTERVAL":         tuning,
+		"GENBOX_CONTEXT_CACHE_TTL":        tuning,
+		"GENBOX_BATCH_INTERVAL":           tuning,
+		"GENBOX_BATCH_MAX_TASKS":          tuning,
+		"GENBOX_BATCH_MAX_BYTES":          tuning,
+		"GENBOX_BATCH_WAIT":               tuning,
+		"GENBOX_BATCH_POLL_MAX":           tuning,
+		"GENBOX_BATCH_LEASE_TTL":          tuning,
+		"GENBOX_BATCH_LEADER_TTL":         tuning,
+		"GENBOX_BATCH_DEADLINE":           tuning,
+		"GENBOX_BATCH_MARGIN":             tuning,
+		"GENBOX_BATCH_CALL_TIMEOUT":       tuning,
+		"GENBOX_RATE_HEADROOM":            tuning,
+		"GENBOX_RATE_WINDOW":              "a minute, the period of Gemini's quotas; shorter only in tests",
+		"GENBOX_BREAKER_FAILURES":         tuning,
+		"GENBOX_BREAKER_MIN_VOLUME":       tuning,
+		"GENBOX_BREAKER_WINDOW":           tuning,
+		"GENBOX_BREAKER_COOLDOWN":         tuning,
+		"GENBOX_BREAKER_FAILURE_RATIO":    tuning,
+		"GENBOX_BUDGET_POLICY":            "the default, wait (a soft limit), until an operator chooses fail",
+		"GENBOX_BUDGET_RETRY":             tuning,
+		"GENBOX_TENANT_REFRESH":           tuning,
+		"GENBOX_TENANT_SLOT_RETRY":        tuning,
+		"GENBOX_CACHE_TTL":                tuning,
 	},
 }
 
@@ -1003,7 +1019,9 @@ func TestEachServiceRunsAsItsOwnAccountWithNarrowRoles(t *testing.T) {
 	})
 }
 
-func TestWorkerRunsAFixedNumberOfInstances(t *testing.T) {
+// The worker pool is scaled manually, by the autoscaler alone: Terraform creates it at the
+// minimum and leaves the count to it afterwards.
+func TestWorkerPoolScaledManually(t *testing.T) {
 	t.Parallel()
 	check := func(m *deploycheck.Module) error {
 		res := m.Resource("google_cloud_run_v2_worker_pool", "worker")
@@ -1015,8 +1033,8 @@ func TestWorkerRunsAFixedNumberOfInstances(t *testing.T) {
 			return errors.New("the worker pool has no scaling block")
 		}
 		n, err := scaling.Attr("manual_instance_count")
-		if err != nil || n.IsNull() || !n.RawEquals(m.Variables["worker_instances"]) {
-			return fmt.Errorf("manual_instance_count = %#v, want var.worker_instances", n)
+		if err != nil || n.IsNull() || !n.RawEquals(m.Variables["worker_min_instances"]) {
+			return fmt.Errorf("manual_instance_count = %#v, want var.worker_min_instances", n)
 		}
 		for _, a := range []string{"min_instance_count", "max_instance_count", "scaling_mode"} {
 			if scaling.Has(a) {
@@ -1029,7 +1047,7 @@ func TestWorkerRunsAFixedNumberOfInstances(t *testing.T) {
 		t.Error(err)
 	}
 	t.Run("autoscaling fails", func(t *testing.T) {
-		dir := brokenCopy(t, map[string][2]string{"run.tf": {"manual_instance_count = var.worker_instances", "max_instance_count = var.worker_instances"}})
+		dir := brokenCopy(t, map[string][2]string{"run.tf": {"manual_instance_count = var.worker_min_instances", "max_instance_count = var.worker_max_instances"}})
 		if err := check(loadModule(t, dir)); err == nil {
 			t.Error("a worker pool without manual_instance_count passed")
 		}

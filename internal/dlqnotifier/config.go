@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
+	"github.com/genbox-dev/genbox/internal/autoscale"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/geminienv"
@@ -64,6 +65,8 @@ var ErrConfig = errors.New("dlqnotifier: invalid configuration")
 
 // Config is the dlqnotifier's configuration, read from the environment.
 type Config struct {
+	// Autoscale names the autoscaled worker pool a Regenerate wakes at zero (GENBOX_AUTOSCALE_POOL).
+	Autoscale     autoscale.Config
 	Port          int      // PORT
 	Project       string   // GOOGLE_CLOUD_PROJECT
 	BotToken      string   // SLACK_BOT_TOKEN: chat.postMessage, chat.update, chat.postEphemeral
@@ -180,6 +183,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		errs = append(errs, err)
 	}
 	if c.SweepShards, err = store.ShardsFromEnv(getenv); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Autoscale, err = autoscale.WakeFromEnv(getenv); err != nil {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
+	"github.com/genbox-dev/genbox/internal/autoscale"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/geminienv"
 	"github.com/genbox-dev/genbox/internal/httpapi"
@@ -21,6 +22,8 @@ import (
 type Config struct {
 	// Port is the HTTP port (PORT, default 8080).
 	Port int
+	// Autoscale names the autoscaled worker pool a submission wakes at zero (GENBOX_AUTOSCALE_POOL).
+	Autoscale autoscale.Config
 	// ShutdownGrace is how long requests in flight (event streams end at once) may finish after
 	// SIGTERM (GENBOX_SHUTDOWN_GRACE, default 8s, inside Cloud Run's 10 s).
 	ShutdownGrace time.Duration
@@ -146,7 +149,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	c.SweepShards = shards
 	pricing, perr := geminienv.Pricing(getenv)
 	c.Pricing = pricing
-	return c, errors.Join(r.Err(), err, perr)
+	var aerr error
+	c.Autoscale, aerr = autoscale.WakeFromEnv(getenv)
+	return c, errors.Join(r.Err(), err, perr, aerr)
 }
 
 // Validate checks the configuration, naming the variable of each bad value.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/genbox-dev/genbox/internal/autoscale"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 )
 
@@ -19,6 +20,7 @@ func TestFromEnv(t *testing.T) {
 		EnvCallbackPorts: "443, 9443", EnvSecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k",
 		EnvEventsPerTenant: "3", EnvEventsHeartbeat: "1s", EnvShutdownGrace: "5s", "GENBOX_SWEEP_SHARDS": "4",
 		EnvTrustedProxyHops: "2", "GENBOX_MODEL_CHAIN": "m1,m2", "GENBOX_PRICES": "m1=1/2",
+		"GENBOX_AUTOSCALE_POOL": "projects/p/locations/r/workerPools/genbox-worker",
 	}
 	asked := map[string]bool{}
 	c, err := FromEnv(func(k string) string { asked[k] = true; return env[k] })
@@ -31,6 +33,9 @@ func TestFromEnv(t *testing.T) {
 		SecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k", EventsPerTenant: 3, EventsHeartbeat: time.Second, SweepShards: 4,
 		ProxyHops: 2, Pricing: gemini.Pricing{Models: []string{"m1", "m2"}, DefaultMaxOutputTokens: 8192, Prices: map[string]gemini.Price{
 			"m1": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.5, FlexOutputPerM: 1, BatchInputPerM: 0.5, BatchOutputPerM: 1, CachedInputPerM: 0.1}}}}
+	if want.Autoscale, err = autoscale.WakeFromEnv(func(k string) string { return env[k] }); err != nil || !want.Autoscale.Enabled() {
+		t.Fatalf("the pool to wake: %+v, %v", want.Autoscale, err)
+	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("config (-want +got):\n%s", diff)
 	}

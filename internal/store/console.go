@@ -204,16 +204,7 @@ func (s *Store) SearchTasks(ctx context.Context, f TaskFilter) ([]*Task, error) 
 // CountTasks counts the tasks in each state (query "tasks-by-state": a count aggregation per
 // state, reading no documents).
 func (s *Store) CountTasks(ctx context.Context) (map[task.State]int64, error) {
-	out := map[task.State]int64{}
-	for _, st := range task.States {
-		q := s.Tasks().Where("state", "==", string(st))
-		res, err := q.NewAggregationQuery().WithCount("n").Get(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("count %s tasks: %w", st, err)
-		}
-		out[st] = countOf(res["n"])
-	}
-	return out, nil
+	return s.CountStates(ctx, task.States...)
 }
 
 // countOf reads a count aggregation's value.

@@ -57,6 +57,7 @@ var Queries = []Query{
 	{Name: "schedules-by-tenant", Collection: SchedulesCollection, Fields: []IndexField{{"tenant", Asc}}},
 	{Name: "running-reruns", Collection: RerunsCollection, Fields: []IndexField{{"state", Asc}}},
 	{Name: "tasks-of-rerun", Collection: TasksCollection, Fields: []IndexField{{"rerun", Asc}, {"state", Asc}}},
+	{Name: "any-pending", Collection: TasksCollection, Fields: []IndexField{{"due_at", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of docs/architecture.md §2.

@@ -7,6 +7,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/genbox-dev/genbox/internal/autoscale"
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
@@ -77,6 +78,7 @@ type Assembly struct {
 	grace   time.Duration
 	ready   []obs.Check
 	started []any
+	gate    func(pull func(ctx context.Context) error) func(ctx context.Context) error // the pool's drains; nil: none
 }
 
 // Consume pulls Subscription into h (Handler, or a wrapper of it) and runs Local beside it until
@@ -152,6 +154,16 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 			rerun.NewPacer(in.Store, in.Publisher, s.prompts, mp.Tenants, s.rerun, cfg.Instance, log.With("component", "rerun")).Run,
 			func(ctx context.Context) { FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) },
 		},
+	}
+	if cfg.Autoscale.Enabled() {
+		pool, err := autoscale.OpenCloudRun(context.WithoutCancel(ctx), cfg.Autoscale)
+		if err != nil {
+			return nil, err
+		}
+		alog := log.With("component", "autoscaler")
+		ctrl := autoscale.NewController(cfg.Autoscale, in.Store, pool, cfg.Instance, alog)
+		a.gate = autoscale.NewMember(cfg.Autoscale, in.Store.FS, cfg.Instance, h.Load, gen.SetInstanceShare, alog).Gate
+		a.Background = append(a.Background, func(ctx context.Context) { ctrl.Run(ctx); _ = pool.Close() })
 	}
 	if cfg.DrillEvery > 0 {
 		d := &Drill{Store: in.Store, Models: gen, Catalog: s.prompts, Pub: in.Publisher, Log: log.With("component", "fallback-drill"),

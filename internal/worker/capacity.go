@@ -3,6 +3,10 @@ package worker
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/autoscale"
 )
 
 // capacity bounds a Handler's work at three points (WithCapacity): the tasks in hand — a message
@@ -17,6 +21,9 @@ type capacity struct {
 	ahead    chan struct{}
 	calls    chan struct{}
 	claiming chan struct{} // claims under way
+
+	served atomic.Int64 // model calls that have freed their slot
+	busy   atomic.Int64 // nanoseconds those calls held their slot
 }
 
 // claimsAtOnce is how many claims of a Handler with calls model-call slots may be under way at
@@ -81,8 +88,9 @@ type place struct {
 	c    *capacity
 	stop context.Context // ends when the instance stops taking work: the pull's or Local's context
 
-	mu   sync.Mutex
-	held []chan struct{} // in the order taken: inHand, ahead, calls
+	mu      sync.Mutex
+	held    []chan struct{} // in the order taken: inHand, ahead, calls
+	calling time.Time       // when the call slot was taken
 }
 
 // claim runs fn, the task's claim, once fewer than claimsAtOnce claims are under way, and reports
@@ -115,6 +123,7 @@ func (p *place) startCall(ctx context.Context) bool {
 	}
 	p.mu.Lock()
 	p.held = append(p.held, p.c.calls)
+	p.calling = time.Now()
 	p.mu.Unlock()
 	return true
 }
@@ -132,7 +141,22 @@ func (p *place) free(keep int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for len(p.held) > keep {
-		<-p.held[len(p.held)-1]
+		sem := p.held[len(p.held)-1]
+		if sem == p.c.calls {
+			p.c.served.Add(1)
+			p.c.busy.Add(int64(time.Since(p.calling)))
+		}
+		<-sem
 		p.held = p.held[:len(p.held)-1]
 	}
+}
+
+// Load reports the handler's slots and the calls they served, which the autoscaler sizes the
+// pool from; a Handler without WithCapacity reports the zero Load.
+func (h *Handler) Load() autoscale.Load {
+	c := h.room
+	if c == nil {
+		return autoscale.Load{}
+	}
+	return autoscale.Load{Slots: cap(c.calls), Calling: len(c.calls), Served: c.served.Load(), Busy: time.Duration(c.busy.Load())}
 }

@@ -12,6 +12,7 @@ import (
 
 	"cloud.google.com/go/firestore/apiv1/firestorepb"
 
+	"github.com/genbox-dev/genbox/internal/autoscale"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -224,5 +225,32 @@ func TestClaimsOfABurstArePaced(t *testing.T) {
 		if want := 1 + claimsAtOnce(64); ran != want {
 			t.Errorf("%d claims ran, want %d: those under way when pulling stopped, and the one before; the waiting ones give up", ran, want)
 		}
+	})
+}
+
+// Load counts the slots a call holds and, once freed, how long it held one; the places among
+// the claimed and in hand are not calls.
+func TestLoadCountsCallSlots(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := New(nil, nil, nil, nil, nil, Policy{}, WithCapacity(2, 1, 4))
+		ctx := context.Background()
+		a, _ := h.room.enter(ctx, false)
+		b, _ := h.room.enter(ctx, false)
+		if !a.startCall(ctx) || !b.startCall(ctx) {
+			t.Fatal("no call slot free")
+		}
+		if got, want := h.Load(), (autoscale.Load{Slots: 2, Calling: 2}); got != want {
+			t.Fatalf("two calls: %+v, want %+v", got, want)
+		}
+		time.Sleep(3 * time.Second)
+		a.endCall()
+		a.endCall() // a second end frees nothing more
+		time.Sleep(time.Second)
+		b.leave()
+		if got, want := h.Load(), (autoscale.Load{Slots: 2, Served: 2, Busy: 7 * time.Second}); got != want {
+			t.Fatalf("after both: %+v, want %+v", got, want)
+		}
+		a.leave()
 	})
 }

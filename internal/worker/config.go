@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/autoscale"
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
@@ -68,6 +69,8 @@ type Config struct {
 	Sweep  sweeper.Config
 	Batch  batcher.Config
 	Gemini gemini.Config
+	// Autoscale sizes the pool when GENBOX_AUTOSCALE_POOL names it; its slots are Concurrency.
+	Autoscale autoscale.Config
 }
 
 // ErrConfig means a setting is invalid; the message names the variable.
@@ -158,6 +161,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.Gemini, err = geminienv.Config(getenv); err != nil {
 		errs = append(errs, err)
 	}
+	if c.Autoscale, err = autoscale.FromEnv(getenv); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
 	}
@@ -173,6 +179,12 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 2*c.Concurrency + c.ClaimAhead
+	}
+	c.Autoscale.Slots = c.Concurrency
+	// A drain waits for every call in hand to end; lowering the count sooner could throw away a
+	// paid output whose commit is still being retried.
+	if getenv("GENBOX_AUTOSCALE_DRAIN_TIMEOUT") == "" {
+		c.Autoscale.DrainTimeout = max(c.Autoscale.DrainTimeout, c.LongestHold())
 	}
 	return c, c.Validate()
 }

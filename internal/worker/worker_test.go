@@ -505,6 +505,9 @@ func TestConfigFromEnv(t *testing.T) {
 				if err != nil || c.Subscription != bus.SubWorker || c.ShutdownGrace != 8*time.Second || c.BudgetPolicy != quota.BudgetWait {
 					t.Fatalf("%+v %v", c, err)
 				}
+				if c.Autoscale.Slots != c.Concurrency || c.Autoscale.DrainTimeout != c.LongestHold() || c.Autoscale.DrainTimeout < 10*time.Minute {
+					t.Errorf("autoscaler: %d slots, drain timeout %s; want the %d slots and the longest hold %s", c.Autoscale.Slots, c.Autoscale.DrainTimeout, c.Concurrency, c.LongestHold())
+				}
 				if c.DefaultDailyBudgetUSD != 10 || c.ProjectDailyBudgetUSD != 100 || c.ModelPolicy(nil, nil).DefaultDailyBudgetUSD != 10 {
 					t.Errorf("budgets by default: tenant $%v, project $%v; want $10 and $100, money limited out of the box", c.DefaultDailyBudgetUSD, c.ProjectDailyBudgetUSD)
 				}

@@ -95,6 +95,7 @@ type Client struct {
 	mu       sync.Mutex
 	breakers map[string]*breaker
 	limiters map[string]*limiter
+	share    float64 // of each model's RPM and TPM: Config.InstanceShare, then SetInstanceShare's
 }
 
 // New returns a Client with the SDK's own retries off: every retry is this package's decision.
@@ -109,6 +110,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 		log:      slog.New(slog.DiscardHandler),
 		breakers: map[string]*breaker{},
 		limiters: map[string]*limiter{},
+		share:    cfg.InstanceShare,
 	}
 	for _, o := range opts {
 		o(c)
@@ -157,14 +159,30 @@ func (c *Client) limiter(model string) *limiter {
 	if !ok {
 		l = &limiter{}
 		if r, ok := c.cfg.RPM[model]; ok {
-			l.requests = newBucket(r, c.cfg.RateWindow, c.cfg.InstanceShare, c.cfg.RateHeadroom)
+			l.requests = newBucket(r, c.cfg.RateWindow, c.share, c.cfg.RateHeadroom)
 		}
 		if t, ok := c.cfg.TPM[model]; ok {
-			l.tokens = newBucket(t, c.cfg.RateWindow, c.cfg.InstanceShare, c.cfg.RateHeadroom)
+			l.tokens = newBucket(t, c.cfg.RateWindow, c.share, c.cfg.RateHeadroom)
 		}
 		c.limiters[model] = l
 	}
 	return l
+}
+
+// SetInstanceShare makes share the fraction of each model's RPM and TPM this instance may use
+// from now on (Config.InstanceShare): the autoscaler changes it as the pool's instance count
+// changes. The limiters start again from their burst; a share outside (0, 1] is ignored.
+func (c *Client) SetInstanceShare(share float64) {
+	if !(share > 0 && share <= 1) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.share == share {
+		return
+	}
+	c.share = share
+	c.limiters = map[string]*limiter{}
 }
 
 // Available reports whether any model of the chain could take a call now: false when every

@@ -253,3 +253,20 @@ func TestStatusCodesNotRetriedBySDK(t *testing.T) {
 		t.Errorf("unreachable endpoint: %v after %d calls, want one network failure", err, res.Calls)
 	}
 }
+
+// The instance share set at run time sizes the limiters made from then on.
+func TestSetInstanceShare(t *testing.T) {
+	t.Parallel()
+	c := &Client{cfg: Config{RPM: map[string]float64{"m": 100}, RateWindow: time.Minute, RateHeadroom: 0.9},
+		limiters: map[string]*limiter{}, share: 1}
+	if got := c.limiter("m").requests.cap; got != 90 {
+		t.Fatalf("share 1: the log holds %v a window, want 90", got)
+	}
+	for _, bad := range []float64{0, -1, 1.5} {
+		c.SetInstanceShare(bad)
+	}
+	c.SetInstanceShare(0.25)
+	if got := c.limiter("m").requests.cap; got != 22.5 {
+		t.Errorf("share 0.25: the log holds %v a window, want 22.5", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/genbox-dev/genbox/internal/autoscale"
 	"github.com/genbox-dev/genbox/internal/console"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/service"
@@ -27,7 +28,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	svc := dlqnotifier.Assemble(set, dlqnotifier.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
+	pub, closePool, err := autoscale.WakingPublisher(ctx, cfg.Autoscale, d.Firestore, d.Publisher, d.Log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closePool() }()
+	svc := dlqnotifier.Assemble(set, dlqnotifier.Infra{Store: st, Publisher: pub, Log: d.Log, Metrics: d.Metrics})
 	con, err := console.New(console.Config{AdminKey: cfg.AdminKey, ProxyHops: cfg.ProxyHops}, console.Deps{Store: st, Decider: svc, Estimator: svc, Pricing: cfg.Pricing, Prompts: set.Prompts(), Log: d.Log})
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/genbox-dev/genbox/internal/autoscale"
 	"github.com/genbox-dev/genbox/internal/publisher"
 	"github.com/genbox-dev/genbox/internal/service"
 )
@@ -25,7 +26,12 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	a, err := publisher.Assemble(set, publisher.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
+	pub, closePool, err := autoscale.WakingPublisher(ctx, cfg.Autoscale, d.Firestore, d.Publisher, d.Log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closePool() }()
+	a, err := publisher.Assemble(set, publisher.Infra{Store: st, Publisher: pub, Log: d.Log, Metrics: d.Metrics})
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ type stack struct {
 	fake    *geminitest.Server
 }
 
-func newStack(t *testing.T, latency time.Duration) *stack {
+func newStack(t testing.TB, latency time.Duration) *stack {
 	t.Helper()
 	top := bus.DefaultTopology()
 	top.AckDeadline = 10 * time.Second
@@ -82,7 +82,7 @@ func (s *stack) env(extra ...string) map[string]string {
 
 // submit writes a queued task whose input names its id, then nudges it unless nudge is false.
 // Like the publisher, it sets nudge_at so the sweeper leaves the fresh task to its own nudge.
-func (s *stack) submit(t *testing.T, id string, nudge bool) {
+func (s *stack) submit(t testing.TB, id string, nudge bool) {
 	t.Helper()
 	ctx := context.Background()
 	grace := time.Now().Add(time.Second)
@@ -100,7 +100,7 @@ func (s *stack) submit(t *testing.T, id string, nudge bool) {
 	}
 }
 
-func (s *stack) get(t *testing.T, id string) *store.Task {
+func (s *stack) get(t testing.TB, id string) *store.Task {
 	t.Helper()
 	doc, err := s.store.GetTask(context.Background(), id)
 	if err != nil {
