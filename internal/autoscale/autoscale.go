@@ -145,8 +145,9 @@ type Backlog struct {
 	// Batched are running tasks inside Gemini batch jobs: they hold no slot, but the batcher
 	// that polls their jobs runs in an instance.
 	Batched int64
-	// Pending says some document is due now or later (its due_at is set): a retry, a
-	// delivery, a DLQ notice. A pool at zero runs no sweeper, so it sleeps only without any.
+	// Pending says some document is due now or later (its due_at is set: a retry, a
+	// delivery, a DLQ notice), a schedule is not paused or a re-run is running. A pool at zero
+	// runs no sweeper, schedule firer or re-run pacer, so it sleeps only without any.
 	Pending bool
 }
 

@@ -291,6 +291,11 @@ func (c *Controller) backlog(ctx context.Context) (Backlog, error) {
 	if err != nil {
 		return Backlog{}, err
 	}
+	if !pending {
+		if pending, err = c.store.WorkersWillRun(ctx); err != nil {
+			return Backlog{}, err
+		}
+	}
 	inBatch, err := c.store.BatchTasksInFlight(ctx)
 	if err != nil {
 		return Backlog{}, err

@@ -234,3 +234,46 @@ func (f publishFunc) Publish(_ context.Context, topic string, _ []byte, _ map[st
 	f(topic)
 	return "id", nil
 }
+
+// A schedule that is not paused or a re-run still running keeps one instance: the workers fire
+// schedules and pace re-runs, so a pool at zero would miss the fires and stall the re-run. Each
+// of them alone keeps the pool up; with neither, it sleeps.
+func TestSchedulesAndRerunsKeepAnInstance(t *testing.T) {
+	t.Parallel()
+	p := setup(t)
+	p.releaseCalls()
+	c := autoscale.NewController(p.cfg, p.store, p.admin, "leader", slog.New(slog.DiscardHandler))
+	ctx := context.Background()
+	if err := autoscale.NewWaker(p.cfg, p.store.FS, p.admin).Wake(ctx); err != nil {
+		t.Fatal(err)
+	}
+	schedule := p.store.Schedules().Doc("s1")
+	if _, err := schedule.Set(ctx, map[string]any{"next_fire_at": time.Now().Add(24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	rerun := p.store.Reruns().Doc("r1")
+	stepIdle := func(what string) {
+		t.Helper()
+		for range 3 * int(p.cfg.IdleAfter/p.cfg.Interval) {
+			if err := c.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(p.cfg.Interval)
+		}
+		if got := p.fake.Instances(); got != 1 {
+			t.Fatalf("%s: pool at %d after three idle periods, want 1", what, got)
+		}
+	}
+	stepIdle("a schedule with a next fire")
+	if _, err := rerun.Set(ctx, map[string]any{"state": "running"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := schedule.Set(ctx, map[string]any{"paused": true}); err != nil { // a paused schedule has no next_fire_at
+		t.Fatal(err)
+	}
+	stepIdle("a running re-run")
+	if _, err := rerun.Set(ctx, map[string]any{"state": "completed"}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, c, p, "asleep with the schedule paused and the re-run completed", func() bool { return p.fake.Instances() == 0 })
+}

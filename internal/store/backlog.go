@@ -40,3 +40,20 @@ func (s *Store) AnyPending(ctx context.Context) (bool, error) {
 	}
 	return true, nil
 }
+
+// WorkersWillRun reports whether something the workers run in the background is ahead besides
+// tasks: a schedule not paused (its next_fire_at is set; query "schedules-due", reading only the
+// first id) or a re-run still running. A pool at zero runs no schedule firer and no re-run pacer.
+func (s *Store) WorkersWillRun(ctx context.Context) (bool, error) {
+	it := s.Schedules().OrderBy("next_fire_at", firestore.Asc).Limit(1).Select().Documents(ctx)
+	defer it.Stop()
+	_, err := it.Next()
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, iterator.Done) {
+		return false, fmt.Errorf("any schedule: %w", err)
+	}
+	reruns, err := s.RunningReruns(ctx)
+	return len(reruns) > 0, err
+}
