@@ -195,6 +195,9 @@ locals {
     "tasks.trace_id"      = { collection = "tasks", field = "trace_id" }
     "previews.text"       = { collection = "previews", field = "text" }
     "previews.updated_at" = { collection = "previews", field = "updated_at" }
+
+    # A task's files (objects, generations, checksums, Files API copies) are read with it only.
+    "tasks.files" = { collection = "tasks", field = "files" }
   }
 
   # TTL policies. expire_at is also exempt from indexing (store.Exemptions): a field carries one
@@ -207,6 +210,9 @@ locals {
 
     "console_sessions.expire_at" = { collection = "console_sessions", field = "expire_at" }
     "console_logins.expire_at"   = { collection = "console_logins", field = "expire_at" }
+
+    # An upload's document lives as long as the input bucket's lifecycle rule keeps its object.
+    "uploads.expire_at" = { collection = "uploads", field = "expire_at" }
   }
 }
 

@@ -87,4 +87,6 @@ var Exemptions = []Exemption{
 	{BatchJobsCollection, "expire_at"},
 	{OutputsCollection, "payload"},
 	{OutputsCollection, "expire_at"},
+	{TasksCollection, "files"},
+	{UploadsCollection, "expire_at"},
 }
