@@ -18,8 +18,13 @@ import (
 	"google.golang.org/api/option"
 )
 
-// EnvInputBucket names the deployment's input bucket: where POST /v1/uploads writes.
-const EnvInputBucket = "GENBOX_INPUT_BUCKET"
+// Environment variables.
+const (
+	// EnvInputBucket names the deployment's input bucket: where POST /v1/uploads writes.
+	EnvInputBucket = "GENBOX_INPUT_BUCKET"
+	// EnvEmulatorHost points the storage client at an emulator (read by the client itself).
+	EnvEmulatorHost = "STORAGE_EMULATOR_HOST"
+)
 
 // Sentinel errors.
 var (

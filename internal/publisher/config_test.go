@@ -16,7 +16,7 @@ func TestFromEnv(t *testing.T) {
 		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvStoreTimeout: "3s", EnvLimitsTTL: "5s",
 		EnvCallbackPorts: "443, 9443", EnvSecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k",
 		EnvEventsPerTenant: "3", EnvEventsHeartbeat: "1s", EnvShutdownGrace: "5s", "GENBOX_SWEEP_SHARDS": "4",
-		EnvTrustedProxyHops: "2",
+		EnvTrustedProxyHops: "2", EnvInputBucket: "in", EnvMaxFiles: "4",
 	}
 	asked := map[string]bool{}
 	c, err := FromEnv(func(k string) string { asked[k] = true; return env[k] })
@@ -27,7 +27,7 @@ func TestFromEnv(t *testing.T) {
 		PublicURL: "https://api.example.com", SecretOverlap: time.Hour, PromptsDir: "/etc/prompts", NudgeGrace: 10 * time.Second,
 		PublishTimeout: 2 * time.Second, StoreTimeout: 3 * time.Second, LimitsTTL: 5 * time.Second, CallbackPorts: []uint16{443, 9443},
 		SecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k", EventsPerTenant: 3, EventsHeartbeat: time.Second, SweepShards: 4,
-		ProxyHops: 2}
+		ProxyHops: 2, InputBucket: "in", MaxFiles: 4, MaxFileBytes: 2 << 30, UploadRetention: 8 * 24 * time.Hour}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Fatalf("config (-want +got):\n%s", diff)
 	}

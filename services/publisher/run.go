@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/genbox-dev/genbox/internal/objects"
 	"github.com/genbox-dev/genbox/internal/publisher"
 	"github.com/genbox-dev/genbox/internal/service"
 )
@@ -25,7 +26,18 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	a, err := publisher.Assemble(set, publisher.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
+	in := publisher.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics}
+	if cfg.InputBucket != "" || getenv(objects.EnvEmulatorHost) != "" {
+		// Cloud Storage with the service's own credentials (upload URLs signed as the service
+		// account, through IAM signBlob), or the emulator STORAGE_EMULATOR_HOST names.
+		objs, err := objects.New(ctx, objects.Signer{})
+		if err != nil {
+			return err
+		}
+		defer objs.Close()
+		in.Objects = objs
+	}
+	a, err := publisher.Assemble(set, in)
 	if err != nil {
 		return err
 	}
