@@ -70,6 +70,8 @@ locals {
     worker = merge(local.common_env, local.pricing_env, {
       OTEL_SERVICE_NAME     = "worker"
       GENBOX_GEMINI_BACKEND = var.gemini_backend
+      # Tasks' files: read from Cloud Storage at their recorded generation (storage.tf).
+      GENBOX_INPUT_BUCKET   = google_storage_bucket.input.name
       GOOGLE_CLOUD_LOCATION = var.vertex_location
       GENBOX_RPM            = join(",", [for m, n in var.model_rpm : "${m}=${n}"])
       GENBOX_TPM            = join(",", [for m, n in var.model_tpm : "${m}=${n}"])

@@ -44,6 +44,8 @@ type FileCopy struct {
 	Name     string    `firestore:"name"`
 	URI      string    `firestore:"uri"`
 	ExpireAt time.Time `firestore:"expire_at"`
+	// Replay is the replay it was made for: the copies of a replay are deleted when it ends.
+	Replay int `firestore:"replay"`
 }
 
 // URI is the file's gs://bucket/object.

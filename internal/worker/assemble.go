@@ -48,6 +48,8 @@ type Infra struct {
 	Log              *slog.Logger
 	// Metrics records the worker's, the sweeper's and the breakers' metrics; nil records none.
 	Metrics *obs.Metrics
+	// Objects reads the files tasks name; nil: tasks with files fail.
+	Objects ObjectReader
 }
 
 // Assembly is the worker as a process runs it. The caller pulls Subscription into Handler with
@@ -101,6 +103,9 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 		mp.ContextCaches = NewContextCaches(in.Store, gen, cfg.Gemini.Pricing, cfg.ContextTTL, cfg.Gemini.InstanceShare, cfg.Instance, in.Metrics, mp.Budgets)
 	}
 	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics), WithCapacity(cfg.Concurrency, cfg.ClaimAhead, cfg.MaxInFlight)}
+	if in.Objects != nil {
+		opts = append(opts, WithFiles(Files{Copier: gen, Objects: in.Objects, Margin: DefaultCopyMargin}))
+	}
 	if cfg.Gemini.Backend == gemini.BackendGemini {
 		opts = append(opts, WithBatch(cfg.Batch)) // Vertex AI's batch jobs read Cloud Storage or BigQuery, not inlined requests
 	} else {

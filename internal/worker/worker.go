@@ -85,6 +85,7 @@ type Handler struct {
 	pol    Policy
 	mp     ModelPolicy
 	batch  batcher.Config // zero: batch-mode tasks run online
+	files  Files          // zero: tasks with files fail
 
 	abort   context.Context // cancelled by Abort: in-flight calls give up and release their lease
 	cancel  context.CancelFunc
@@ -129,6 +130,7 @@ func (h *Handler) finished(ctx context.Context, t *store.Task) {
 		e2e = t.CompletedAt.Sub(t.CreatedAt)
 	}
 	h.metrics.TaskFinished(ctx, t.Family, t.State, e2e)
+	h.deleteCopies(ctx, h.log, t)
 }
 
 // Abort makes every in-flight model call give up and release its lease (fenced): the end of
@@ -142,7 +144,7 @@ const windowSample = 1024
 // Stats counts what the handler did; read it with Snapshot.
 type Stats struct {
 	claimed, notClaimed, stored, lost, released, parked, failed, dead, refused atomic.Int64
-	deferred, cacheHits, stale, shed                                           atomic.Int64
+	deferred, cacheHits, stale, shed, fileCopies                               atomic.Int64
 
 	mu      sync.Mutex
 	windows []time.Duration // a reservoir sample of at most windowSample
@@ -170,6 +172,8 @@ type StatsSnapshot struct {
 	// Deferred counts tasks handed back before a call (tenant cap, unreadable limits); CacheHits
 	// and Stale count outputs stored without a call; Shed counts flex calls shed and handed back.
 	Deferred, CacheHits, Stale, Shed int64
+	// FileCopies counts the files this instance put in the Files API.
+	FileCopies int64
 	// PaidWindows are durations from the start of a stored output's model call to its commit:
 	// the only window in which a crash costs a second generation. A uniform sample of at most
 	// 1024 of them, in no particular order.
@@ -186,7 +190,7 @@ func (h *Handler) Stats() StatsSnapshot {
 		Claimed: s.claimed.Load(), NotClaimed: s.notClaimed.Load(), Stored: s.stored.Load(), Lost: s.lost.Load(),
 		Released: s.released.Load(), Parked: s.parked.Load(), Failed: s.failed.Load(), Dead: s.dead.Load(),
 		Refused: s.refused.Load(), Deferred: s.deferred.Load(), CacheHits: s.cacheHits.Load(), Stale: s.stale.Load(), Shed: s.shed.Load(),
-		PaidWindows: w,
+		FileCopies: s.fileCopies.Load(), PaidWindows: w,
 	}
 }
 
@@ -377,6 +381,13 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 		h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return
 	}
+	if t.Mode == task.ModeBatch && !t.BatchOnline && h.batch.Deadline > 0 {
+		// A batch job reads the copies its tasks recorded: made here, to last its whole wait.
+		var ok bool
+		if req, ok = h.prepareFiles(ctx, log, t, req, h.batch.Deadline); !ok {
+			return
+		}
+	}
 	if h.holdForBatch(ctx, log, t, r, req) {
 		return
 	}
@@ -391,6 +402,10 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 	defer stopRenewal()
 	tk, ok := h.before(ctx, log, t, req, fp, p)
 	if !ok {
+		return
+	}
+	if req, ok = h.prepareFiles(ctx, log, t, req, 0); !ok {
+		tk.done(gemini.Result{})
 		return
 	}
 
