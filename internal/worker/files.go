@@ -78,14 +78,15 @@ func (h *Handler) usable(f store.File, replay int, now time.Time, wait time.Dura
 // after checking each object still holds its recorded generation. On the Gemini API each file
 // needs a live copy in the Files API: made once per task and kept on the task, made again only
 // when it would expire first (a task parked past 48 h) — never once per retry. Each new copy is
-// recorded (fenced) before the call. It returns false when it wrote the task's outcome instead:
-// failed (a file is gone), handed back (Cloud Storage or the Files API failed), or lost.
-func (h *Handler) prepareFiles(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request, wait time.Duration) (gemini.Request, bool) {
+// recorded (fenced) before the call, and kept in last when given (the document the output's
+// commit is conditioned on). It returns false when it wrote the task's outcome instead: failed
+// (a file is gone), handed back (Cloud Storage or the Files API failed), or lost.
+func (h *Handler) prepareFiles(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request, wait time.Duration, last *lastWrite) (gemini.Request, bool) {
 	if len(t.Files) == 0 {
 		return req, true
 	}
 	epoch := t.Lease.Epoch
-	err := h.readyFiles(ctx, log, t, wait)
+	err := h.readyFiles(ctx, log, t, wait, last)
 	switch {
 	case errors.Is(err, errLeaseLost):
 		return req, false
@@ -117,7 +118,7 @@ func (h *Handler) withCopies(t *store.Task, req gemini.Request) gemini.Request {
 // errLeaseLost: a fenced write found the task no longer mine.
 var errLeaseLost = errors.New("worker: the lease is no longer mine")
 
-func (h *Handler) readyFiles(ctx context.Context, log *slog.Logger, t *store.Task, wait time.Duration) error {
+func (h *Handler) readyFiles(ctx context.Context, log *slog.Logger, t *store.Task, wait time.Duration, last *lastWrite) error {
 	if h.files.Copier == nil || h.files.Objects == nil {
 		return fmt.Errorf("%w: this worker reads no files (no storage configured)", errFileGone)
 	}
@@ -138,7 +139,7 @@ func (h *Handler) readyFiles(ctx context.Context, log *slog.Logger, t *store.Tas
 		if h.usable(t.Files[i], t.Replay, now, wait) {
 			continue
 		}
-		if err := h.copyFile(ctx, log, t, i); err != nil {
+		if err := h.copyFile(ctx, log, t, i, last); err != nil {
 			return err
 		}
 	}
@@ -146,7 +147,7 @@ func (h *Handler) readyFiles(ctx context.Context, log *slog.Logger, t *store.Tas
 }
 
 // copyFile makes copy Copies+1 of file i of t and records it on the task, fenced by the claim.
-func (h *Handler) copyFile(ctx context.Context, log *slog.Logger, t *store.Task, i int) error {
+func (h *Handler) copyFile(ctx context.Context, log *slog.Logger, t *store.Task, i int, last *lastWrite) error {
 	f := t.Files[i]
 	n := f.Copies + 1
 	name := copyName(t, i, n)
@@ -175,6 +176,9 @@ func (h *Handler) copyFile(ctx context.Context, log *slog.Logger, t *store.Task,
 		return errLeaseLost
 	}
 	t.Files = got.Files
+	if last != nil {
+		last.set(got)
+	}
 	log.InfoContext(ctx, "file copied to the Files API", "file", f.URI(), "copy", c.Name, "expire_at", c.ExpireAt)
 	crashpoint.Hit(crashpoint.FileRecorded)
 	if old != nil {

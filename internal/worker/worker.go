@@ -384,7 +384,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 	if t.Mode == task.ModeBatch && !t.BatchOnline && h.batch.Deadline > 0 {
 		// A batch job reads the copies its tasks recorded: made here, to last its whole wait.
 		var ok bool
-		if req, ok = h.prepareFiles(ctx, log, t, req, h.batch.Deadline); !ok {
+		if req, ok = h.prepareFiles(ctx, log, t, req, h.batch.Deadline, nil); !ok {
 			return
 		}
 	}
@@ -404,7 +404,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 	if !ok {
 		return
 	}
-	if req, ok = h.prepareFiles(ctx, log, t, req, 0); !ok {
+	if req, ok = h.prepareFiles(ctx, log, t, req, 0, last); !ok {
 		tk.done(gemini.Result{})
 		return
 	}
