@@ -14,6 +14,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/objects"
 	"github.com/genbox-dev/genbox/internal/objects/gcsfake"
+	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -217,5 +218,35 @@ func TestFilesIdempotencyCoversTheGeneration(t *testing.T) {
 	_, err = e.api.SubmitWithKey(ctx, "scan-1", req)
 	if p := apiProblem(t, err); p.Status != http.StatusUnprocessableEntity {
 		t.Fatalf("a new generation under the same key: %d, want 422", p.Status)
+	}
+}
+
+// DELETE erases the task's uploads with it: the object and its upload document.
+func TestFilesEraseDeletesUploads(t *testing.T) {
+	t.Parallel()
+	gcs, withObjects := withStorage(t)
+	e := setup(t, withObjects)
+	ctx := context.Background()
+	up, err := e.api.Upload(ctx, "application/pdf", pdf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.api.Submit(ctx, task.Request{Family: "extract", Files: []task.File{up}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.finish(res.TaskID, task.StateSucceeded)
+	object := "uploads/" + e.tenant + "/" + up.UploadID
+	if _, err := gcs.Fake().GetObject(inputBucket, object); err != nil {
+		t.Fatalf("the upload before the erase: %v", err)
+	}
+	if err := e.api.Delete(ctx, res.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gcs.Fake().GetObject(inputBucket, object); err == nil {
+		t.Error("the uploaded object survived the erase")
+	}
+	if _, err := e.st.GetUpload(ctx, up.UploadID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the upload's document after the erase: %v, want not found", err)
 	}
 }

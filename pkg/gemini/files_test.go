@@ -96,3 +96,25 @@ func digest(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// A file-bearing request's worst case counts its files from their size and modality, audio at
+// the audio price: what max_cost_usd and the budgets reserve before the call.
+func TestEstimateCountsFiles(t *testing.T) {
+	t.Parallel()
+	p := gemini.Pricing{Models: []string{"m"}, Prices: map[string]gemini.Price{"m": {InputPerM: 1, OutputPerM: 2, AudioInputPerM: 3}}, DefaultMaxOutputTokens: 100}
+	text := gemini.Request{Prompt: strings.Repeat("x", 400)}
+	_, base := p.Estimate(text)
+	withAudio := text
+	withAudio.Files = []gemini.File{{MIMEType: "audio/wav", Size: 600_000}}
+	_, audio := p.Estimate(withAudio)
+	withDoc := text
+	withDoc.Files = []gemini.File{{MIMEType: "application/pdf", Size: 200_000}}
+	_, doc := p.Estimate(withDoc)
+	// 600 kB of audio: 10,001 tokens at 3/M; 200 kB of PDF: 10,001 tokens at 1/M.
+	if want := base + 10_001*3/1e6; math.Abs(audio-want) > 1e-12 {
+		t.Errorf("estimate with audio %g, want %g", audio, want)
+	}
+	if want := base + 10_001*1/1e6; math.Abs(doc-want) > 1e-12 {
+		t.Errorf("estimate with a PDF %g, want %g", doc, want)
+	}
+}
