@@ -250,3 +250,34 @@ func TestFilesEraseDeletesUploads(t *testing.T) {
 		t.Errorf("the upload's document after the erase: %v, want not found", err)
 	}
 }
+
+// :batch resolves each item's files on its own: a readable file is accepted, another tenant's
+// upload refused with its 403, in the same batch.
+func TestFilesInABatch(t *testing.T) {
+	t.Parallel()
+	_, withObjects := withStorage(t)
+	e := setup(t, withObjects)
+	ctx := context.Background()
+	_, keyB := e.newTenant("initech", &task.Limits{SubmitRate: 1000, SubmitBurst: 1000})
+	b := client.New(e.url, keyB, client.WithRetries(0))
+	mine, err := b.Upload(ctx, "image/png", []byte("png bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := e.api.Upload(ctx, "image/png", []byte("another png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.SubmitBatch(ctx, []task.Request{
+		{Family: "describe", Files: []task.File{mine}},
+		{Family: "describe", Files: []task.File{theirs}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []int{res.Results[0].Status, res.Results[1].Status}
+	if !cmp.Equal(got, []int{http.StatusAccepted, http.StatusForbidden}) || res.Results[1].Problem == nil ||
+		!cmp.Equal(fields(*res.Results[1].Problem), []string{"files[0].upload_id"}) {
+		t.Fatalf("batch statuses %v (%+v), want 202 and a 403 naming files[0].upload_id", got, res.Results[1].Problem)
+	}
+}
