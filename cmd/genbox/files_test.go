@@ -57,11 +57,24 @@ func TestSubmitAttach(t *testing.T) {
 			t.Errorf("%s: the fake Gemini never read its %d bytes as %s", tc.name, len(tc.data), v.Files[0].MIMEType)
 		}
 	}
+	// The copies are deleted beside the tasks' ends, not before their webhooks.
+	deadline := time.Now().Add(10 * time.Second)
+	for left := leftBehind(s); left != ""; left = leftBehind(s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Files API copy %s left behind", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// leftBehind names a Files API copy not deleted, "" when none is.
+func leftBehind(s *devstack.Stack) string {
 	for _, f := range s.Fake.Files() {
 		if !f.Deleted {
-			t.Errorf("Files API copy %s left behind", f.Name)
+			return f.Name
 		}
 	}
+	return ""
 }
 
 // readByModel reports whether a billed generation read a file of digest and mimeType.

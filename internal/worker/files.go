@@ -187,17 +187,27 @@ func (h *Handler) copyFile(ctx context.Context, log *slog.Logger, t *store.Task,
 	return nil
 }
 
-// deleteCopies deletes the Files API copies of a task that has ended: best effort, as a copy
-// left behind (this process died first, or the delete failed) expires within 48 hours.
+// deleteCopies deletes the Files API copies of a task that has ended, beside what follows the
+// end (its result nudge): best effort, as a copy left behind (this process died first, or the
+// delete failed) expires within 48 hours.
 func (h *Handler) deleteCopies(ctx context.Context, log *slog.Logger, t *store.Task) {
 	if h.files.Copier == nil {
 		return
 	}
+	var names []string
 	for _, f := range t.Files {
 		if f.Copy != nil {
-			h.deleteCopy(ctx, log, f.Copy.Name)
+			names = append(names, f.Copy.Name)
 		}
 	}
+	if len(names) == 0 {
+		return
+	}
+	go func() {
+		for _, name := range names {
+			h.deleteCopy(ctx, log, name)
+		}
+	}()
 }
 
 func (h *Handler) deleteCopy(ctx context.Context, log *slog.Logger, name string) {

@@ -116,7 +116,17 @@ func TestWorkerFileCrashPoints(t *testing.T) {
 	if len(files) != len(tasks) {
 		t.Errorf("%d Files API copies for %d tasks of one file each: want one each, adopted after a kill", len(files), len(tasks))
 	}
+	// Copies are deleted beside their tasks' ends, not before their webhooks.
+	deadline := time.Now().Add(10 * time.Second)
 	for _, f := range files {
+		for !f.Deleted && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+			for _, g := range s.fake.Files() {
+				if g.Name == f.Name {
+					f = g
+				}
+			}
+		}
 		if !f.Deleted {
 			t.Errorf("copy %s left in the Files API after its task ended", f.Name)
 		}
