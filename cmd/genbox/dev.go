@@ -132,8 +132,9 @@ func printInfo(w io.Writer, in devstack.Info) {
   dead letters admin  %s
   webhook listener    %s   (dev tenant callback_url: %s)
   emulators (%s)  FIRESTORE_EMULATOR_HOST=%s PUBSUB_EMULATOR_HOST=%s
+  cloud storage       STORAGE_EMULATOR_HOST=%s   (in-process; uploads go to bucket %s)
 `, in.Project, in.Publisher, in.Publisher, in.ModelBackend, in.Console, in.SlackConsole, in.SlackInteractions, in.DLQ,
-		in.WebhookListener, in.WebhookURL, emu, in.FirestoreHost, in.PubSubHost)
+		in.WebhookListener, in.WebhookURL, emu, in.FirestoreHost, in.PubSubHost, in.StorageHost, devstack.DevInputBucket)
 	for _, name := range in.Generated {
 		fmt.Fprintf(w, "  generated %s (set it to keep it across runs)\n", name)
 	}

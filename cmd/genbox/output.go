@@ -122,6 +122,9 @@ func showTenant(w io.Writer, asJSON bool, t *task.Tenant) error {
 	limits := fmt.Sprintf("concurrency %s, %s, daily budget %s", orNone(l.Concurrency > 0, fmt.Sprint(l.Concurrency)),
 		orNone(l.SubmitRate > 0, fmt.Sprintf("%g submissions/s (burst %d)", l.SubmitRate, l.SubmitBurst)),
 		budgetOf(l.DailyBudgetUSD))
+	if len(l.AllowedBuckets) > 0 {
+		limits += ", buckets " + strings.Join(l.AllowedBuckets, " ")
+	}
 	secret := ""
 	if t.WebhookSecret != "" {
 		secret = t.WebhookSecret + "   (shown once: keep it)"

@@ -21,7 +21,8 @@ func runSubmit(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "submit", "[flags] [--file request.json | -]",
 		`Submits one task and prints its id. The request is JSON (the body of POST /v1/tasks) read from
 --file (- for stdin), or built from --family and --input; flags given with a file override its
-fields. Without --file and --family, the request is read from stdin.
+fields. Without --file and --family, the request is read from stdin. Each --attach uploads a
+file (PDF, image, audio, video; its type from its extension) and names it in the request's files.
 With --wait, follows the task's events (progress on stderr; polling when the event stream is
 unavailable) until it ends and its webhook is settled; with --stream also the text generated so
 far, on stderr. Then it prints the task on stdout, and exits 0 if it succeeded, 1 otherwise, 7 on --timeout
@@ -43,6 +44,8 @@ printed as JSON when stdout is not a terminal (--json, --text choose).`)
 	startAfter := fs.String("start-after", "", "start the task no sooner than this RFC 3339 time (at most 30 days ahead)")
 	labels := labelsFlag{}
 	fs.Var(labels, "label", "a label key=value (repeatable)")
+	var attach pathsFlag
+	fs.Var(&attach, "attach", "upload this file and add it to the task's files (repeatable; e.g. --family extract --attach invoice.pdf)")
 	idemKey := fs.String("idempotency-key", "", "the intent's key: submitting again with it returns the same task (default: a fresh key)")
 	wait := fs.Bool("wait", false, "follow the task until it ends; exit by its final state")
 	timeout := fs.Duration("timeout", 10*time.Minute, "with --wait: give up after this long (exit 7)")
@@ -94,12 +97,19 @@ printed as JSON when stdout is not a terminal (--json, --text choose).`)
 		}
 		req.Labels[k] = v
 	}
-	if req.Family == "" || req.Input == "" {
-		return usageErr("a request needs a family and an input: pass --family and --input (or --input-file), or a JSON request with --file")
+	if req.Family == "" || req.Input == "" && len(req.Files) == 0 && len(attach) == 0 {
+		return usageErr("a request needs a family and an input: pass --family and --input (or --input-file, or --attach for a family that reads files), or a JSON request with --file")
 	}
 	c, err := api.client(envAPIKey)
 	if err != nil {
 		return err
+	}
+	for _, path := range attach {
+		f, err := c.UploadFile(ctx, path)
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", path, err)
+		}
+		req.Files = append(req.Files, f)
 	}
 	if *idemKey == "" {
 		*idemKey = client.NewIdempotencyKey()
@@ -123,6 +133,19 @@ printed as JSON when stdout is not a terminal (--json, --text choose).`)
 	return follow(ctx, e, c, res.TaskID, followOptions{timeout: *timeout, interval: *interval, asJSON: output.asJSON(e.stdout), stream: *stream})
 }
 
+// pathsFlag is a repeatable flag of file paths.
+type pathsFlag []string
+
+func (p *pathsFlag) String() string { return strings.Join(*p, ",") }
+
+func (p *pathsFlag) Set(s string) error {
+	if s == "" {
+		return errors.New("an empty path")
+	}
+	*p = append(*p, s)
+	return nil
+}
+
 // buildRequest reads the request from file, or builds it from the flags, or reads it from stdin.
 func buildRequest(e env, file, family, input, inputFile string) (task.Request, error) {
 	var req task.Request
@@ -144,7 +167,7 @@ func buildRequest(e env, file, family, input, inputFile string) (task.Request, e
 		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return req, usageErr("the request is not a valid task request: %v (fields: family, variant, input, subject_key, callback_url, config, labels, cache, run_before, max_cost_usd, mode, stream)", err)
+			return req, usageErr("the request is not a valid task request: %v (fields: family, variant, input, subject_key, callback_url, config, labels, cache, run_before, max_cost_usd, mode, stream, files)", err)
 		}
 	}
 	if family != "" {

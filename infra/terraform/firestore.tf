@@ -207,6 +207,8 @@ locals {
 
     # A schedule's task template is read with its schedule only.
     "schedules.task" = { collection = "schedules", field = "task" }
+    # A task's files (objects, generations, checksums, Files API copies) are read with it only.
+    "tasks.files" = { collection = "tasks", field = "files" }
   }
 
   # TTL policies. expire_at is also exempt from indexing (store.Exemptions): a field carries one
@@ -219,6 +221,9 @@ locals {
 
     "console_sessions.expire_at" = { collection = "console_sessions", field = "expire_at" }
     "console_logins.expire_at"   = { collection = "console_logins", field = "expire_at" }
+
+    # An upload's document lives as long as the input bucket's lifecycle rule keeps its object.
+    "uploads.expire_at" = { collection = "uploads", field = "expire_at" }
   }
 }
 

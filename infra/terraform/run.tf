@@ -64,11 +64,16 @@ locals {
       GENBOX_WEBHOOK_SECRETS_KEY = local.webhook_secrets_key
       # Where the client's address is in X-Forwarded-For, to count failed API keys per client.
       GENBOX_TRUSTED_PROXY_HOPS = tostring(var.trusted_proxy_hops.publisher)
+      # Uploads are signed into the input bucket (storage.tf); a task names at most this many files.
+      GENBOX_INPUT_BUCKET = google_storage_bucket.input.name
+      GENBOX_MAX_FILES    = tostring(var.max_files_per_task)
     })
 
     worker = merge(local.common_env, local.pricing_env, {
       OTEL_SERVICE_NAME     = "worker"
       GENBOX_GEMINI_BACKEND = var.gemini_backend
+      # Tasks' files: read from Cloud Storage at their recorded generation (storage.tf).
+      GENBOX_INPUT_BUCKET   = google_storage_bucket.input.name
       GOOGLE_CLOUD_LOCATION = var.vertex_location
       GENBOX_RPM            = join(",", [for m, n in var.model_rpm : "${m}=${n}"])
       GENBOX_TPM            = join(",", [for m, n in var.model_tpm : "${m}=${n}"])

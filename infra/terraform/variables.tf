@@ -359,3 +359,20 @@ variable "project_daily_budget_usd" {
     error_message = "project_daily_budget_usd must not be negative."
   }
 }
+
+variable "input_bucket" {
+  description = "Name of the input bucket tasks' uploads go to (storage.tf); empty: <project_id>-genbox-input."
+  type        = string
+  default     = ""
+}
+
+variable "max_files_per_task" {
+  description = "The most files one task may name (GENBOX_MAX_FILES); a family may allow fewer."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.max_files_per_task >= 0 && var.max_files_per_task == floor(var.max_files_per_task)
+    error_message = "max_files_per_task must be a whole number, 0 or more."
+  }
+}

@@ -47,6 +47,10 @@ type Config struct {
 	Latency      time.Duration // --latency: the model's mean latency
 	Distribution string        // --latency-dist: fixed, uniform or exponential
 	InputBytes   int           // --input-bytes: size of each task's input
+	// FileBytes, when set, gives each task a PDF of this size in Cloud Storage (the dev stack's
+	// emulator) for the extract family: what files add to a task — the object's read, the
+	// Files API upload and the copy's record — shows beside the text path.
+	FileBytes int // --file-bytes
 
 	// The failure mix; each rate is a probability decided per task and occurrence, the same for
 	// genbox and the baseline.
@@ -104,6 +108,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Latency, "latency", c.Latency, "the fake model's mean latency")
 	fs.StringVar(&c.Distribution, "latency-dist", c.Distribution, "latency distribution: fixed, uniform or exponential")
 	fs.IntVar(&c.InputBytes, "input-bytes", c.InputBytes, "size of each task's input in bytes")
+	fs.IntVar(&c.FileBytes, "file-bytes", c.FileBytes, "give each task a PDF of this many bytes in Cloud Storage (the extract family); 0: text only")
 	fs.Float64Var(&c.ModelErrors, "fail-model", c.ModelErrors, "probability a model call is answered 503")
 	fs.Float64Var(&c.ResultLoss, "fail-result", c.ResultLoss, "probability the step after a generation (publishing its result) fails")
 	fs.Float64Var(&c.AckLoss, "fail-ack", c.AckLoss, "probability a worker's ack is lost (the message comes back)")
@@ -144,6 +149,12 @@ func (c Config) Validate() error {
 		if !(r >= 0 && r < 1) {
 			bad(flag, "must be a probability in [0, 1)")
 		}
+	}
+	if c.FileBytes < 0 || c.FileBytes > 64<<20 {
+		bad("file-bytes", "must be in 0..67108864")
+	}
+	if c.FileBytes > 0 && (c.Baseline != BaselineNone || c.ContextCache) {
+		bad("file-bytes", "runs genbox's own workload with files; pass it without --baseline and --context-cache")
 	}
 	if c.Baseline != BaselineNone && c.Baseline != BaselineNaive {
 		bad("baseline", fmt.Sprintf("%q is not naive", c.Baseline))
@@ -233,6 +244,9 @@ type Result struct {
 	CostUSD   float64
 	BatchJobs int                    // batch jobs the fake ran
 	Caches    []geminitest.CacheBill // context caches the fake stored
+	// FileCopies are the files the fake's Files API received; FileReads the billed generations
+	// that read one (FileBytes).
+	FileCopies, FileReads int
 }
 
 // PerTask divides n by the completed tasks.
@@ -345,6 +359,9 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "workload: %d tasks, concurrency %d, model latency %s (%s), input %d B\n",
 			c.Tasks, c.Concurrency, c.Latency, c.Distribution, c.InputBytes)
 	}
+	if c.FileBytes > 0 {
+		fmt.Fprintf(w, "files: each task reads a %d B PDF from Cloud Storage (the extract family)\n", c.FileBytes)
+	}
 	fmt.Fprintf(w, "failures: model 503 %.0f%%, result step lost %.0f%%, ack lost %.0f%%, webhook 503 %.0f%% (seed %d)\n",
 		100*c.ModelErrors, 100*c.ResultLoss, 100*c.AckLoss, 100*c.WebhookErrors, c.Seed)
 	fmt.Fprintf(w, "%s\n\n", r.Warmup)
@@ -392,6 +409,10 @@ func (r Report) Print(w io.Writer) {
 	row("model calls / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(int64(r.ModelCalls))) })
 	row("billed generations / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(int64(r.Generations))) })
 	row("billed ÷ needed tokens", func(r Result) string { return fmt.Sprintf("%.3f", r.BilledRatio()) })
+	if c.FileBytes > 0 {
+		row("Files API copies / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(int64(r.FileCopies))) })
+		row("generations that read their file", func(r Result) string { return fmt.Sprintf("%d", r.FileReads) })
+	}
 	row("webhook duplicates", func(r Result) string { return fmt.Sprintf("%d", r.Duplicates) })
 	row("peak RSS (MiB)", func(r Result) string { return fmt.Sprintf("%.0f", float64(r.PeakRSS)/(1<<20)) })
 	row("failures injected", func(r Result) string { return injected(r.Injected) })

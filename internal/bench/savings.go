@@ -249,6 +249,9 @@ func (s Savings) print(w io.Writer, cfg Config) {
 	row("billed ÷ needed tokens", func(r Result) string { return fmt.Sprintf("%.3f", r.BilledRatio()) })
 	row("model calls / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(int64(r.ModelCalls))) })
 	row("batch jobs", func(r Result) string { return fmt.Sprintf("%d", r.BatchJobs) })
+	if cfg.FileBytes > 0 {
+		row("Files API copies / task", func(r Result) string { return fmt.Sprintf("%.2f", r.PerTask(int64(r.FileCopies))) })
+	}
 	row("context caches", func(r Result) string { return fmt.Sprintf("%d", len(r.Caches)) })
 	row("end-to-end p50 / p99", func(r Result) string { return dur(r.P50) + " / " + dur(r.P99) })
 	fmt.Fprintln(w)

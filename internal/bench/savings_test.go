@@ -73,3 +73,24 @@ func TestSavingsOfContextCaching(t *testing.T) {
 		t.Errorf("caches: hot %d, cold %d, with caching off %d; want one for the hot family alone", sv.HotCaches, sv.ColdCaches, len(sv.Base.Caches))
 	}
 }
+
+// Batch mode with 100 tasks that each read a file: every task reads its file through one Files
+// API copy made before its batch, the batch costs at most about half the standard run per task,
+// and nothing is lost.
+func TestSavingsOfBatchWithFiles(t *testing.T) {
+	t.Parallel()
+	cfg := savingsConfig(t, 100)
+	cfg.Mode, cfg.FileBytes = ModeBatch, 20000
+	rep, _ := runLogged(t, cfg)
+	sv := rep.Savings
+	if sv.Base.Lost+sv.Run.Lost != 0 || sv.Run.Completed != cfg.Tasks {
+		t.Errorf("lost %d + %d, completed %d of %d", sv.Base.Lost, sv.Run.Lost, sv.Run.Completed, cfg.Tasks)
+	}
+	if r := sv.Ratio(); r > 0.52 || r <= 0 {
+		t.Errorf("cost per task ÷ standard's = %.3f, want at most 0.52", r)
+	}
+	if sv.Run.BatchJobs == 0 || sv.Run.FileReads < cfg.Tasks || sv.Run.FileCopies != cfg.Tasks {
+		t.Errorf("batch run: %d jobs, %d generations read a file, %d Files API copies; want jobs, every task's file read, one copy each",
+			sv.Run.BatchJobs, sv.Run.FileReads, sv.Run.FileCopies)
+	}
+}

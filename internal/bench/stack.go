@@ -18,11 +18,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/devstack"
 	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/fscount"
+	"github.com/genbox-dev/genbox/internal/objects"
+	"github.com/genbox-dev/genbox/internal/objects/gcsfake"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -180,6 +184,9 @@ type stack struct {
 	store *store.Store
 	pub   Publisher // the submissions' nudges, counted
 	fake  *geminitest.Fake
+	// storage is the dev stack's Cloud Storage emulator and objects its client (FileBytes).
+	storage *gcsfake.Server
+	objects *objects.Client
 	// stopSystem stops the system's consumers and loops, leaving the fake and the clients up.
 	stopSystem func(context.Context) error
 	closers    []func()
@@ -281,6 +288,7 @@ func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, projec
 		}
 	})
 	s.store, s.fake, s.stopSystem = st.Store, st.Fake, st.StopServices
+	s.storage, s.objects = st.Storage, st.Objects
 	return s.createTenant(ctx)
 }
 
@@ -292,12 +300,32 @@ func (s *stack) submit(ctx context.Context, id string, grace time.Duration) erro
 	nudgeAt := time.Now().Add(grace)
 	doc := &store.Task{ID: id, Tenant: benchTenant, Family: s.familyOf(id), Variant: "default",
 		Input: input(id, s.cfg.InputBytes), State: task.StateQueued, CallbackURL: s.recvURL, NudgeAt: &nudgeAt, Mode: s.cfg.run.mode}
+	if s.cfg.FileBytes > 0 {
+		f, err := s.putFile(ctx, id)
+		if err != nil {
+			return err
+		}
+		doc.Family, doc.Files = "extract", []store.File{f}
+	}
 	if err := s.store.CreateTask(ctx, doc); err != nil {
 		return err
 	}
 	_, err := s.pub.Publish(ctx, bus.TopicTasks, nil, map[string]string{task.AttrTaskID: id, task.AttrTenant: doc.Tenant,
 		task.AttrFamily: doc.Family, task.AttrVariant: doc.Variant}) // the publisher's nudge
 	return err
+}
+
+// putFile writes task id's PDF of FileBytes to the storage emulator, as an upload would, and
+// returns the file as the publisher records it (the object's attributes, one read).
+func (s *stack) putFile(ctx context.Context, id string) (store.File, error) {
+	name := "uploads/" + benchTenant + "/" + id
+	s.storage.Fake().CreateObject(fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: devstack.DevInputBucket, Name: name,
+		ContentType: "application/pdf"}, Content: []byte(input("%PDF-1.7 "+id, s.cfg.FileBytes))})
+	a, err := s.objects.Attrs(ctx, devstack.DevInputBucket, name)
+	if err != nil {
+		return store.File{}, err
+	}
+	return store.FileOf(a.Bucket, a.Object, a.Generation, a.Size, a.CRC32C, a.MD5, "application/pdf", ""), nil
 }
 
 // input is a task's text: its id (the fake's key) and filler up to n bytes.
@@ -415,6 +443,12 @@ func runSystem(ctx context.Context, cfg Config, emu *emulator.Emulators, system,
 	r.BilledTokens = led.Total.Billed.TotalTokens
 	r.NeededTokens = neededTokens(led)
 	r.CostUSD, r.BatchJobs, r.Caches = led.CostUSD(benchPricing), len(led.Batches), led.Caches
+	r.FileCopies = len(s.fake.Files())
+	for _, b := range led.Bills {
+		if len(b.Request.Files) > 0 {
+			r.FileReads++
+		}
+	}
 	r.Webhooks, r.Duplicates, _ = s.recv.Tally()
 	return r, nil
 }

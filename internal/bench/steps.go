@@ -20,6 +20,7 @@ const (
 	stepClaim         = "claim"           // the worker's claim
 	stepRenew         = "lease renewal"   // the worker's lease renewals during the call
 	stepTenant        = "tenant limits"   // the worker's reads of the tenant's limits
+	stepFileCopy      = "file copy"       // the worker's record of a file's Files API copy
 	stepCommit        = "output commit"   // the worker's output commit
 	stepRemember      = "cache entry"     // the worker's cache entry and last good output
 	stepDeliveryClaim = "delivery claim"  // the resulthandler's delivery claim
@@ -34,6 +35,7 @@ var stepFuncs = []struct{ fn, step string }{
 	{"internal/worker.(*Handler).claim", stepClaim},
 	{"internal/worker.(*Handler).renew", stepRenew},
 	{"internal/worker.(*TenantCache).Limits", stepTenant},
+	{"internal/worker.(*Handler).copyFile", stepFileCopy},
 	{"internal/worker.(*Handler).remember", stepRemember},
 	{"internal/worker.(*Handler).persist", stepCommit},
 	{"internal/resulthandler.(*Handler).claim", stepDeliveryClaim},
@@ -44,7 +46,7 @@ var stepFuncs = []struct{ fn, step string }{
 
 // stepOrder is the order the report lists the steps in; what no entry of stepFuncs names comes
 // after them, named by the innermost genbox function outside the store on its stack.
-var stepOrder = []string{stepSubmit, stepClaim, stepTenant, stepRenew, stepCommit, stepRemember, stepDeliveryClaim, stepSecrets, stepRecord, stepSweeper}
+var stepOrder = []string{stepSubmit, stepClaim, stepTenant, stepFileCopy, stepRenew, stepCommit, stepRemember, stepDeliveryClaim, stepSecrets, stepRecord, stepSweeper}
 
 const module = "github.com/genbox-dev/genbox/"
 

@@ -252,6 +252,7 @@ func firestoreWant(queries []store.Query) deploycheck.FirestoreWant {
 		{Collection: store.PreviewsCollection, Path: "expire_at"},
 		{Collection: store.ConsoleSessionsCollection, Path: "expire_at"},
 		{Collection: store.ConsoleLoginsCollection, Path: "expire_at"},
+		{Collection: store.UploadsCollection, Path: "expire_at"},
 	}
 	return w
 }

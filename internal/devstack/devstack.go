@@ -2,7 +2,7 @@
 // or reused when FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST name running ones), the Pub/Sub
 // topology, the four services wired from their internal packages (publisher over HTTP; worker
 // with its sweeper, resulthandler and dlqnotifier consuming by pull), the fake Gemini unless a
-// real backend is configured, a Slack double with its console page, and a verifying webhook
+// real backend is configured, Cloud Storage (fake-gcs-server, in-process), a Slack double with its console page, and a verifying webhook
 // listener for the dev tenant. It is `genbox dev`, and the stack of the end-to-end tests and of
 // the benchmarks. Local (loopback, http) callbacks are allowed here, and only here.
 package devstack
@@ -32,6 +32,8 @@ import (
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
+	"github.com/genbox-dev/genbox/internal/objects"
+	"github.com/genbox-dev/genbox/internal/objects/gcsfake"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/publisher"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
@@ -69,6 +71,9 @@ const (
 	WebhookPath     = "/webhook"
 	slackBotToken   = "xoxb-genbox-dev-double"
 )
+
+// DevInputBucket is the input bucket of the in-process storage emulator.
+const DevInputBucket = "genbox-dev-input"
 
 // The stack's services (and the worker's sweeper), as Config.WrapPublisher and
 // Config.WrapHandler name them.
@@ -265,6 +270,7 @@ func (c Config) ServiceEnv(fakeGeminiURL, slackAPIURL string) func(string) strin
 	if fakeGeminiURL != "" {
 		forced["GOOGLE_GEMINI_BASE_URL"] = fakeGeminiURL
 	}
+	forced[objects.EnvInputBucket] = DevInputBucket
 	if c.Getenv(EnvSlackChannel) == "" {
 		forced[EnvSlackChannel] = DefaultChannel
 	}
@@ -293,7 +299,10 @@ type Info struct {
 	Project       string `json:"project"`
 	FirestoreHost string `json:"firestore_emulator_host"`
 	PubSubHost    string `json:"pubsub_emulator_host"`
-	ModelBackend  string `json:"model_backend"`
+	// StorageHost is the in-process Cloud Storage emulator (STORAGE_EMULATOR_HOST reaches it);
+	// uploads go to its bucket DevInputBucket.
+	StorageHost  string `json:"storage_emulator_host"`
+	ModelBackend string `json:"model_backend"`
 	// Generated names the secrets the stack generated because their variable was unset.
 	Generated []string `json:"generated,omitempty"`
 	// EmulatorsStarted is true when the stack started the emulators (and stops them on Close).
@@ -312,6 +321,9 @@ type Stack struct {
 	Inbox *doubles.Receiver
 	// Worker is the worker's message handler.
 	Worker *worker.Handler
+	// Storage is the in-process Cloud Storage emulator; Objects its client, the services'.
+	Storage *gcsfake.Server
+	Objects *objects.Client
 
 	cfg    Config
 	log    *slog.Logger
@@ -415,6 +427,16 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 		s.Info.FakeGemini = fakeURL
 		s.Info.ModelBackend = "fake Gemini at " + fakeURL + " (set GEMINI_API_KEY to call the Gemini API)"
 	}
+
+	if s.Storage, err = gcsfake.Start(DevInputBucket); err != nil {
+		return nil, err
+	}
+	s.onClose(func(context.Context) error { s.Storage.Close(); return nil })
+	if s.Objects, err = s.Storage.Client(bg); err != nil {
+		return nil, err
+	}
+	s.onClose(func(context.Context) error { return s.Objects.Close() })
+	s.Info.StorageHost = s.Storage.Host()
 
 	v, err := webhook.NewVerifier(cfg.WebhookSecret)
 	if err != nil {
@@ -544,7 +566,7 @@ func (s *Stack) startPublisher(env func(string) string) error {
 		return err
 	}
 	a, err := publisher.Assemble(set, publisher.Infra{Store: s.Store, Publisher: s.publisher(ServicePublisher),
-		Log: s.log.With("service", "publisher"), Metrics: s.cfg.Metrics})
+		Log: s.log.With("service", "publisher"), Metrics: s.cfg.Metrics, Objects: s.Objects})
 	if err != nil {
 		return err
 	}
@@ -602,7 +624,7 @@ func (s *Stack) startWorker(ctx context.Context, env func(string) string) error 
 		return err
 	}
 	a, err := worker.Assemble(ctx, set, worker.Infra{Store: s.Store, Publisher: s.publisher(ServiceWorker),
-		SweeperPublisher: s.publisher(ServiceSweeper), Log: s.log.With("service", "worker"), Metrics: s.cfg.Metrics})
+		SweeperPublisher: s.publisher(ServiceSweeper), Log: s.log.With("service", "worker"), Metrics: s.cfg.Metrics, Objects: s.Objects})
 	if err != nil {
 		return err
 	}

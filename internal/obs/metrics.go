@@ -79,6 +79,7 @@ type Metrics struct {
 	webhookLatency  metric.Float64Histogram
 	drillCalls      metric.Int64Counter
 	drillLatency    metric.Float64Histogram
+	genAI           genAIInstruments
 	meter           metric.Meter
 
 	batchOnce sync.Once
@@ -141,6 +142,8 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 		"Calls of the fallback drill, by family, model and outcome (ok, invalid, unavailable or the failure's class).")
 	m.drillLatency = seconds(MetricDrillLatency, "Duration of one fallback drill call, by model and outcome.",
 		0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)
+	m.genAI, err = newGenAIInstruments(mt)
+	check(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("create instruments: %w", err)
 	}

@@ -3,6 +3,7 @@ package publisher
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ func TestAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tn.Limits != task.Limits(store.DefaultLimits()) || !strings.HasPrefix(tn.WebhookSecret, webhook.SecretPrefix) || len(tn.WebhookSecrets) != 1 {
+	if !reflect.DeepEqual(tn.Limits, task.Limits(store.DefaultLimits())) || !strings.HasPrefix(tn.WebhookSecret, webhook.SecretPrefix) || len(tn.WebhookSecrets) != 1 {
 		t.Fatalf("created %+v", tn)
 	}
 	if _, err := webhook.ParseSecret(tn.WebhookSecret); err != nil {
@@ -67,7 +68,7 @@ func TestAdmin(t *testing.T) {
 	}
 	// Limits.
 	want := task.Limits{Concurrency: 3, SubmitRate: 5, SubmitBurst: 7, DailyBudgetUSD: 12.5}
-	if tn, err := e.admin.SetLimits(ctx, "initech", want); err != nil || tn.Limits != want {
+	if tn, err := e.admin.SetLimits(ctx, "initech", want); err != nil || !reflect.DeepEqual(tn.Limits, want) {
 		t.Fatalf("set limits: %+v %v", tn, err)
 	}
 	if _, err := e.admin.SetLimits(ctx, "initech", task.Limits{SubmitBurst: -1}); status(err) != 400 || !slices.Contains(fields(*p), "submit_burst") {

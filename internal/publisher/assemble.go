@@ -42,6 +42,8 @@ type Infra struct {
 	Log       *slog.Logger
 	// Metrics counts submitted and cancelled tasks; nil records none.
 	Metrics *obs.Metrics
+	// Objects reads the files tasks name and signs uploads; nil: tasks take no files.
+	Objects Objects
 }
 
 // Assembly is the publisher as a process runs it (Lifecycle): Server is served and Background
@@ -65,7 +67,7 @@ func (a *Assembly) Lifecycle() service.Lifecycle {
 
 // Assemble builds the publisher of s over in.
 func Assemble(s Settings, in Infra) (*Assembly, error) {
-	srv, err := New(s.Config, Deps{Store: in.Store, Publisher: in.Publisher, Families: s.families, Log: in.Log, Metrics: in.Metrics})
+	srv, err := New(s.Config, Deps{Store: in.Store, Publisher: in.Publisher, Families: s.families, Log: in.Log, Metrics: in.Metrics, Objects: in.Objects})
 	if err != nil {
 		return nil, err
 	}

@@ -161,7 +161,7 @@ func (s *series) report(b *testing.B) {
 // Firestore and Pub/Sub work of one submission without the HTTP API around it.
 func createPublish(e *env, req task.Request) error {
 	normalize(&req)
-	hash, err := requestHash(&req)
+	hash, err := requestHash(&req, nil)
 	if err != nil {
 		return err
 	}

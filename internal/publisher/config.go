@@ -11,6 +11,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/geminienv"
 	"github.com/genbox-dev/genbox/internal/httpapi"
+	"github.com/genbox-dev/genbox/internal/objects"
 	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -76,6 +77,16 @@ type Config struct {
 	// (GENBOX_TRUSTED_PROXY_HOPS, default 1: Cloud Run's; 2 behind an external HTTPS load
 	// balancer): failed credentials are counted per client address found that far from its end.
 	ProxyHops int
+	// InputBucket is the Cloud Storage bucket POST /v1/uploads signs uploads into
+	// (GENBOX_INPUT_BUCKET); empty: no uploads.
+	InputBucket string
+	// MaxFiles bounds a task's files (GENBOX_MAX_FILES, default 10); a family may allow fewer.
+	MaxFiles int
+	// MaxFileBytes bounds one file (the Gemini Files API's limit, 2 GiB).
+	MaxFileBytes int64
+	// UploadRetention is how long an upload's document is kept, and so how long a task may
+	// name it: the input bucket's lifecycle rule deletes objects about then (8 days).
+	UploadRetention time.Duration
 }
 
 // Environment variable names.
@@ -98,6 +109,8 @@ const (
 	EnvEventsHeartbeat        = "GENBOX_EVENTS_HEARTBEAT"
 	EnvShutdownGrace          = "GENBOX_SHUTDOWN_GRACE"
 	EnvTrustedProxyHops       = authlimit.EnvTrustedProxyHops
+	EnvInputBucket            = objects.EnvInputBucket
+	EnvMaxFiles               = "GENBOX_MAX_FILES"
 )
 
 // DefaultConfig returns the defaults FromEnv starts from.
@@ -116,6 +129,9 @@ func DefaultConfig() Config {
 		EventsHeartbeat: 15 * time.Second,
 		ProxyHops:       authlimit.DefaultTrustedHops,
 		Pricing:         gemini.DefaultPricing(),
+		MaxFiles:        prompts.DefaultMaxFiles,
+		MaxFileBytes:    2 << 30,
+		UploadRetention: 8 * 24 * time.Hour,
 	}
 }
 
@@ -145,6 +161,8 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration(EnvEventsHeartbeat, &c.EventsHeartbeat)
 	r.Duration(EnvShutdownGrace, &c.ShutdownGrace)
 	r.Int(EnvTrustedProxyHops, &c.ProxyHops)
+	r.String(EnvInputBucket, &c.InputBucket)
+	r.Int(EnvMaxFiles, &c.MaxFiles)
 	shards, err := store.ShardsFromEnv(getenv)
 	c.SweepShards = shards
 	pricing, perr := geminienv.Pricing(getenv)
@@ -186,6 +204,9 @@ func (c Config) Validate() error {
 	}
 	if err := authlimit.CheckTrustedHops(c.ProxyHops); err != nil {
 		errs = append(errs, err)
+	}
+	if c.MaxFiles < 0 {
+		errs = append(errs, fmt.Errorf("%s: %d is negative", EnvMaxFiles, c.MaxFiles))
 	}
 	if c.EventsPerTenant < 1 {
 		errs = append(errs, fmt.Errorf("%s: %d is below 1", EnvEventsPerTenant, c.EventsPerTenant))

@@ -19,7 +19,7 @@ func TestFromEnv(t *testing.T) {
 		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvStoreTimeout: "3s", EnvLimitsTTL: "5s",
 		EnvCallbackPorts: "443, 9443", EnvSecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k",
 		EnvEventsPerTenant: "3", EnvEventsHeartbeat: "1s", EnvShutdownGrace: "5s", "GENBOX_SWEEP_SHARDS": "4",
-		EnvTrustedProxyHops: "2", "GENBOX_MODEL_CHAIN": "m1,m2", "GENBOX_PRICES": "m1=1/2",
+		EnvTrustedProxyHops: "2", "GENBOX_MODEL_CHAIN": "m1,m2", "GENBOX_PRICES": "m1=1/2", EnvInputBucket: "in", EnvMaxFiles: "4",
 		"GENBOX_AUTOSCALE_POOL": "projects/p/locations/r/workerPools/genbox-worker",
 	}
 	asked := map[string]bool{}
@@ -31,7 +31,7 @@ func TestFromEnv(t *testing.T) {
 		PublicURL: "https://api.example.com", SecretOverlap: time.Hour, PromptsDir: "/etc/prompts", NudgeGrace: 10 * time.Second,
 		PublishTimeout: 2 * time.Second, StoreTimeout: 3 * time.Second, LimitsTTL: 5 * time.Second, CallbackPorts: []uint16{443, 9443},
 		SecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k", EventsPerTenant: 3, EventsHeartbeat: time.Second, SweepShards: 4,
-		ProxyHops: 2, Pricing: gemini.Pricing{Models: []string{"m1", "m2"}, DefaultMaxOutputTokens: 8192, Prices: map[string]gemini.Price{
+		ProxyHops: 2, InputBucket: "in", MaxFiles: 4, MaxFileBytes: 2 << 30, UploadRetention: 8 * 24 * time.Hour, Pricing: gemini.Pricing{Models: []string{"m1", "m2"}, DefaultMaxOutputTokens: 8192, Prices: map[string]gemini.Price{
 			"m1": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.5, FlexOutputPerM: 1, BatchInputPerM: 0.5, BatchOutputPerM: 1, CachedInputPerM: 0.1}}}}
 	if want.Autoscale, err = autoscale.WakeFromEnv(func(k string) string { return env[k] }); err != nil || !want.Autoscale.Enabled() {
 		t.Fatalf("the pool to wake: %+v, %v", want.Autoscale, err)

@@ -160,6 +160,7 @@ type validator struct {
 	families      Families
 	checkCallback func(rawURL string) error
 	now           time.Time
+	maxFiles      int
 }
 
 // normalize fills defaults so equal intents hash alike.
@@ -208,9 +209,10 @@ func (v validator) validate(req *task.Request) (variant *prompts.Variant, err er
 		}
 		variant = fam
 	}
+	v.checkFiles(req, variant, bad)
 	switch {
-	case req.Input == "":
-		bad("input", "is required")
+	case req.Input == "" && len(req.Files) == 0:
+		bad("input", "is required (or files, for a family that reads them)")
 	case len(req.Input) > MaxInputBytes:
 		bad("input", "is %d bytes; at most %d are accepted", len(req.Input), MaxInputBytes)
 	}

@@ -25,6 +25,9 @@ var schemaNames = map[reflect.Type]string{
 	reflect.TypeFor[task.DeliveryView](): "Delivery",
 	reflect.TypeFor[task.List]():         "TaskList",
 	reflect.TypeFor[task.StreamEvent]():  "Event",
+	reflect.TypeFor[task.File]():         "File",
+	reflect.TypeFor[task.FileView]():     "TaskFile",
+	reflect.TypeFor[task.Upload]():       "Upload",
 }
 
 // webhookEvents are the event types a webhook carries; the event stream sends them and

@@ -160,8 +160,8 @@ func FuzzDecodeTask(f *testing.F) {
 		if _, err := v.validate(&again); err != nil {
 			t.Fatalf("re-validate %s: %v", b, err)
 		}
-		h1, _ := requestHash(&req)
-		h2, _ := requestHash(&again)
+		h1, _ := requestHash(&req, nil)
+		h2, _ := requestHash(&again, nil)
 		if h1 != h2 {
 			t.Fatalf("hash changed after a round trip: %s", b)
 		}

@@ -49,11 +49,18 @@ func (s *Server) checkSchedule(req *task.ScheduleRequest) (schedule.Spec, error)
 	if req.Task.RunBefore != nil {
 		bad("task.run_before", "a schedule's task cannot have a fixed deadline")
 	}
+	if len(req.Task.Files) > 0 {
+		// Each fire would read the same objects; the firer resolves no files (it runs in the
+		// worker, without the publisher's signer), so a template with files is refused here
+		// rather than failing at every fire.
+		bad("task.files", "a schedule's task cannot name files")
+	}
 	normalize(&req.Task)
 	sample := req.Task
 	if err == nil {
 		sample = schedule.Render(req.Task, spec.Next(now), spec.Location())
 	}
+	sample.Files = nil // refused above, once
 	v := validator{families: s.families, checkCallback: s.checkURL, now: now}
 	if _, err := v.validate(&sample); err != nil {
 		p := problemFor(err)

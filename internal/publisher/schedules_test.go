@@ -150,6 +150,9 @@ func TestScheduleRefused(t *testing.T) {
 		{"policies", func(r *task.ScheduleRequest) { r.Overlap, r.CatchUp = "maybe", "some" }, []string{"catch_up", "overlap"}},
 		{"task", func(r *task.ScheduleRequest) { r.Task.Family, r.Task.Input = "nosuch", "" }, []string{"task.family", "task.input"}},
 		{"deadline", func(r *task.ScheduleRequest) { r.Task.RunBefore = &soon }, []string{"task.run_before"}},
+		{"files", func(r *task.ScheduleRequest) {
+			r.Task.Files = []task.File{{URI: "gs://b/o.pdf", MIMEType: "application/pdf"}}
+		}, []string{"task.files"}},
 		{"expanded", func(r *task.ScheduleRequest) { r.Task.SubjectKey = string(make([]byte, 500)) + "{{fire_time}}" }, []string{"task.subject_key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -53,6 +53,8 @@ type Deps struct {
 	Log       *slog.Logger
 	// Metrics counts submitted (queued) and cancelled tasks; nil records nothing.
 	Metrics *obs.Metrics
+	// Objects reads the files tasks name and signs uploads; nil: tasks take no files.
+	Objects Objects
 }
 
 // Server is the publisher's HTTP handler.
@@ -65,6 +67,7 @@ type Server struct {
 	newSec   func() (string, error)
 	log      *slog.Logger
 	metrics  *obs.Metrics
+	objects  Objects
 	limits   *limiters
 	keys     *keys
 	// authFails throttles clients whose credentials keep failing.
@@ -98,7 +101,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, st: d.Store, pub: d.Publisher, families: d.Families, checkURL: d.CheckCallback,
-		newSec: d.NewSecret, log: d.Log, metrics: d.Metrics, admin: httpapi.NewAdminKey(cfg.AdminKey)}
+		newSec: d.NewSecret, log: d.Log, metrics: d.Metrics, objects: d.Objects, admin: httpapi.NewAdminKey(cfg.AdminKey)}
 	s.limits = newLimiters(d.Store, cfg.LimitsTTL)
 	s.keys = newKeys(d.Store, d.Log)
 	throttle := authlimit.DefaultConfig()

@@ -87,16 +87,20 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 	defer cancel()
 	now := s.now()
 	normalize(req)
-	hash, err := requestHash(req)
-	if err != nil {
-		return submitted{}, err
-	}
 	id := randomID()
 	if key != "" {
 		id = derivedID(tenant, key)
 	}
-	v := validator{families: s.families, checkCallback: s.checkURL, now: now}
+	v := validator{families: s.families, checkCallback: s.checkURL, now: now, maxFiles: s.cfg.MaxFiles}
 	variant, err := v.validate(req)
+	var files []store.File
+	if err == nil {
+		files, err = s.resolveFiles(ctx, tenant, req, variant)
+	}
+	hash, herr := requestHash(req, files)
+	if herr != nil {
+		return submitted{}, herr
+	}
 	if err != nil && key != "" {
 		// A retry of an accepted request may no longer validate (run_before has passed, the
 		// policy changed): the key still names its task.
@@ -111,6 +115,7 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 	if start := startOf(req, now); start != nil {
 		t.Schedule(*start)
 	}
+	t.Files = files
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
 		t.TraceID = sc.TraceID().String()
 	}
@@ -203,9 +208,19 @@ func (s *Server) baseURL(r *http.Request) string {
 	return base
 }
 
-// requestHash is the SHA-256 of the normalized request's JSON (struct fields in order, map keys sorted).
-func requestHash(req *task.Request) (string, error) {
-	b, err := json.Marshal(req)
+// requestHash is the SHA-256 of the normalized request's JSON (struct fields in order, map keys
+// sorted), with the keys of the files it resolved to (their generations and checksums): the same
+// request naming a new generation of an object is a different request.
+func requestHash(req *task.Request, files []store.File) (string, error) {
+	var v any = req
+	if len(files) > 0 {
+		keys := make([]string, len(files))
+		for i, f := range files {
+			keys[i] = f.Key()
+		}
+		v = []any{req, keys}
+	}
+	b, err := json.Marshal(v)
 	if err != nil {
 		return "", fmt.Errorf("hash request: %w", err)
 	}
@@ -474,6 +489,9 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, tenant str
 	ctx, cancelOutputs := s.bound(r.Context())
 	defer cancelOutputs()
 	if err := s.st.EraseOutputs(ctx, t.ID, t.Fingerprint); err != nil {
+		return err
+	}
+	if err := s.eraseUploads(ctx, t); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -93,4 +93,6 @@ var Exemptions = []Exemption{
 	{OutputsCollection, "payload"},
 	{OutputsCollection, "expire_at"},
 	{SchedulesCollection, "task"},
+	{TasksCollection, "files"},
+	{UploadsCollection, "expire_at"},
 }

@@ -55,6 +55,8 @@ type Task struct {
 	Stream bool `firestore:"stream,omitempty"`
 	// TraceID is the trace of the submission, for finding the task's spans.
 	TraceID string `firestore:"trace_id,omitempty"`
+	// Files are the task's input files, resolved at submit (File).
+	Files []File `firestore:"files,omitempty"`
 
 	State    task.State  `firestore:"state"`
 	Attempts int         `firestore:"attempts"`        // failed generation attempts of this replay
@@ -305,7 +307,7 @@ func (t *Task) View() task.View {
 	v := task.View{
 		TaskID: t.ID, State: t.State, Family: t.Family, Variant: t.Variant, Labels: t.Labels,
 		Usage: t.Usage, CostUSD: t.CostUSD, Model: t.Model, Degraded: t.Degraded, Stale: t.Stale,
-		CacheHit: t.CacheHit, Replay: t.Replay, Mode: t.Mode, BatchJob: t.BatchJob,
+		CacheHit: t.CacheHit, Replay: t.Replay, Mode: t.Mode, BatchJob: t.BatchJob, Files: fileViews(t.Files),
 		Delivery:  task.DeliveryView{State: t.Delivery.State, Attempts: t.Delivery.Attempts},
 		CreatedAt: t.CreatedAt, StartAfter: t.StartAfter, CompletedAt: t.CompletedAt,
 	}
@@ -366,6 +368,7 @@ func boundError(e *TaskError) {
 // the price shown is the one the worker will check.
 func (t *Task) Request(r *prompts.Rendered) gemini.Request {
 	req := gemini.NewRequest(t.ID, t.Tenant, r)
+	req.Files = modelFiles(t.Files)
 	if len(t.ModelChain) > 0 {
 		req.Models = t.ModelChain
 	}

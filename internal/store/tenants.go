@@ -24,6 +24,8 @@ type Limits struct {
 	SubmitBurst int `firestore:"submit_burst" json:"submit_burst"`
 	// DailyBudgetUSD is the soft daily spending limit.
 	DailyBudgetUSD float64 `firestore:"daily_budget_usd" json:"daily_budget_usd"`
+	// AllowedBuckets are the Cloud Storage buckets whose objects the tenant may name by gs:// URI.
+	AllowedBuckets []string `firestore:"allowed_buckets,omitempty" json:"allowed_buckets,omitempty"`
 }
 
 // DefaultLimits are the limits of a tenant created without any.

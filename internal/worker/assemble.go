@@ -58,6 +58,8 @@ type Infra struct {
 	Log              *slog.Logger
 	// Metrics records the worker's, the sweeper's and the breakers' metrics; nil records none.
 	Metrics *obs.Metrics
+	// Objects reads the files tasks name; nil: tasks with files fail.
+	Objects ObjectReader
 }
 
 // Assembly is the worker as a process runs it. The caller pulls Subscription into Handler with
@@ -98,7 +100,7 @@ func (a *Assembly) Consume(ctx context.Context, ps *pubsub.Client, h bus.Handler
 func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	cfg, log := s.Config, in.Log
 	gen, err := gemini.New(context.WithoutCancel(ctx), cfg.Gemini, gemini.WithLogger(log),
-		gemini.WithBreakerStore(MeteredBreakers(in.Store, in.Metrics)), gemini.WithAttemptHook(AttemptSpans()),
+		gemini.WithBreakerStore(MeteredBreakers(in.Store, in.Metrics)), gemini.WithAttemptHook(AttemptSpans(GenAIProvider(cfg.Gemini.Backend), in.Metrics)),
 		gemini.WithAlerts(func(ctx context.Context, key, msg string) {
 			if _, err := in.Publisher.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: "alert", task.AttrAlert: key}); err != nil {
 				log.WarnContext(ctx, "alert not published", "alert_key", key, "error", err)
@@ -112,6 +114,9 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 		mp.ContextCaches = NewContextCaches(in.Store, gen, cfg.Gemini.Pricing, cfg.ContextTTL, cfg.Gemini.InstanceShare, cfg.Instance, in.Metrics, mp.Budgets)
 	}
 	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics), WithCapacity(cfg.Concurrency, cfg.ClaimAhead, cfg.MaxInFlight)}
+	if in.Objects != nil {
+		opts = append(opts, WithFiles(Files{Copier: gen, Objects: in.Objects, Margin: DefaultCopyMargin}))
+	}
 	if cfg.Gemini.Backend == gemini.BackendGemini {
 		opts = append(opts, WithBatch(cfg.Batch)) // Vertex AI's batch jobs read Cloud Storage or BigQuery, not inlined requests
 	} else {

@@ -181,7 +181,7 @@ func (h *Handler) BatchRequest(t *store.Task) (gemini.Request, string, error) {
 	if err != nil {
 		return gemini.Request{}, "", err
 	}
-	return req, h.cacheKey(t, r, req), nil
+	return h.withCopies(t, req), h.cacheKey(t, r, req), nil
 }
 
 // asBatch is a handler acting as the lease owner of batch job id: its writes to the job's tasks
@@ -191,7 +191,7 @@ func (h *Handler) asBatch(id string) *Handler {
 	pol := h.pol
 	pol.Owner = store.BatchOwner(id)
 	return &Handler{store: h.store, gen: h.gen, render: h.render, pub: h.pub, log: h.log, pol: pol, mp: h.mp,
-		abort: h.abort, cancel: h.cancel, metrics: h.metrics, batch: h.batch, beforeRemember: h.beforeRemember}
+		abort: h.abort, cancel: h.cancel, metrics: h.metrics, batch: h.batch, files: h.files, beforeRemember: h.beforeRemember}
 }
 
 // SettleBatch applies one request's outcome to its task, as the job's lease owner and under the

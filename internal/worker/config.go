@@ -13,6 +13,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/geminienv"
+	"github.com/genbox-dev/genbox/internal/objects"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -28,6 +29,9 @@ type Config struct {
 	Instance     string // GENBOX_INSTANCE_ID: the lease owner name (hostname-pid when empty)
 	Subscription string // GENBOX_TASKS_SUBSCRIPTION
 	PromptsDir   string // GENBOX_PROMPTS_DIR: family files over the built-in ones (prompts.Load), as the publisher's
+	// InputBucket (GENBOX_INPUT_BUCKET) is the publisher's upload bucket: when set, the worker
+	// opens Cloud Storage and runs tasks with files (any bucket its account may read).
+	InputBucket string
 
 	LeaseTTL     time.Duration // GENBOX_LEASE_TTL: how long a claim lasts without renewal
 	RenewEvery   time.Duration // GENBOX_LEASE_RENEW: renewal interval while the model runs
@@ -114,6 +118,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.String("GENBOX_INSTANCE_ID", &c.Instance)
 	r.String("GENBOX_TASKS_SUBSCRIPTION", &c.Subscription)
 	r.String(prompts.EnvDir, &c.PromptsDir)
+	r.String(objects.EnvInputBucket, &c.InputBucket)
 	if c.Instance == "" {
 		host, _ := os.Hostname()
 		c.Instance = host + "-" + strconv.Itoa(os.Getpid())

@@ -92,12 +92,12 @@ func setupFaulty(t *testing.T, fault func(req any) error) *bundle {
 }
 
 // setupOn is setupWith over the Firestore client fs of project.
-func setupOn(t *testing.T, project string, fs *firestore.Client, lat time.Duration, extra map[string]string) *bundle {
+func setupOn(t *testing.T, project string, fs *firestore.Client, lat time.Duration, extra map[string]string, fakeOpts ...geminitest.Option) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	st := store.New(fs)
 	st.MaxAttempts = 20
-	srv := geminitest.NewServer(geminitest.WithLatency("", geminitest.Fixed(lat)))
+	srv := geminitest.NewServer(append([]geminitest.Option{geminitest.WithLatency("", geminitest.Fixed(lat))}, fakeOpts...)...)
 	t.Cleanup(srv.Close)
 	env := map[string]string{
 		"GOOGLE_GEMINI_BASE_URL": srv.URL, "GENBOX_MODEL_CHAIN": "m",

@@ -14,15 +14,28 @@ import (
 const SpanGeminiAttempt = "gemini generate"
 
 // AttemptSpans is the gemini.AttemptHook that makes each model call a span of its task: model,
-// attempt number, tokens and, on failure, the error class (gemini.Class, or "canceled").
-func AttemptSpans() gemini.AttemptHook {
+// attempt number, tokens (by modality too) and, on failure, the error class (gemini.Class, or
+// "canceled"), with the GenAI semantic conventions' attributes of a call through provider
+// (obs.GenAIProviderGemini or obs.GenAIProviderVertex); m records the conventions' client
+// metrics of each call (nil records none).
+func AttemptSpans(provider string, m *obs.Metrics) gemini.AttemptHook {
 	return func(ctx context.Context, a gemini.Attempt) (context.Context, func(gemini.Attempt)) {
-		ctx, span := obs.Start(ctx, SpanGeminiAttempt, obs.GenerationAttrs(a.Model, a.Number, a.Usage)...)
+		ctx, span := obs.Start(ctx, SpanGeminiAttempt, append(obs.GenerationAttrs(a.Model, a.Number, a.Usage), obs.GenAIAttrs(provider, a.Model)...)...)
 		return ctx, func(a gemini.Attempt) {
 			span.SetAttributes(obs.GenerationAttrs(a.Model, a.Number, a.Usage)...)
+			span.SetAttributes(obs.ModalityAttrs(a.Usage)...)
+			m.GenAICall(ctx, provider, a.Model, a.Usage, a.Latency, string(a.Class))
 			obs.End(span, a.Err, string(a.Class))
 		}
 	}
+}
+
+// GenAIProvider is the GenAI conventions' provider of a model backend.
+func GenAIProvider(backend string) string {
+	if backend == gemini.BackendVertex {
+		return obs.GenAIProviderVertex
+	}
+	return obs.GenAIProviderGemini
 }
 
 // MeteredBreakers passes each breaker change to next (*store.Store), which may be nil, and

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/codes"
@@ -27,7 +28,7 @@ func TestAttemptSpansAndBreakerGauge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := gemini.New(context.Background(), cfg, gemini.WithAttemptHook(AttemptSpans()),
+	c, err := gemini.New(context.Background(), cfg, gemini.WithAttemptHook(AttemptSpans(obs.GenAIProviderGemini, tel.Metrics)),
 		gemini.WithBreakerStore(MeteredBreakers(nil, tel.Metrics)))
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +55,27 @@ func TestAttemptSpansAndBreakerGauge(t *testing.T) {
 	check(1, obs.SpanAttempt, int64(2))
 	check(1, obs.SpanInputTokens, res.Usage.PromptTokens)
 	check(1, obs.SpanOutputTokens, res.Usage.OutputTokens)
+	check(1, obs.SpanGenAIOperation, obs.GenAIGenerate)
+	check(1, obs.SpanGenAIProvider, obs.GenAIProviderGemini)
+	// The GenAI conventions' client metrics, beside genbox's own: one duration per call (the
+	// 503 with its error.type), the answer's input and output tokens.
+	if got := tel.Sum(t, obs.MetricGenAIDuration, "gen_ai.request.model=m", "error.type=transient"); got != 1 {
+		t.Errorf("%s of the failed call: %g points, want 1", obs.MetricGenAIDuration, got)
+	}
+	if got := tel.Sum(t, obs.MetricGenAIDuration, "gen_ai.operation.name=generate_content"); got != 2 {
+		t.Errorf("%s: %g calls, want 2", obs.MetricGenAIDuration, got)
+	}
+	for kind, want := range map[string]int64{"input": res.Usage.PromptTokens, "output": res.Usage.OutputTokens} {
+		var sum float64
+		for _, p := range tel.Points(t, obs.MetricGenAITokenUsage) {
+			if strings.Contains(p.Attrs, "gen_ai.token.type="+kind) {
+				sum += p.Value
+			}
+		}
+		if int64(sum) != want {
+			t.Errorf("%s{%s} sums %g, want %d", obs.MetricGenAITokenUsage, kind, sum, want)
+		}
+	}
 	if spans[0].Status().Code != codes.Error || spans[1].Status().Code == codes.Error {
 		t.Errorf("span statuses %v, %v; want the 503 failed, the answer not", spans[0].Status(), spans[1].Status())
 	}

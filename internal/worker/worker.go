@@ -83,6 +83,7 @@ type Handler struct {
 	pol    Policy
 	mp     ModelPolicy
 	batch  batcher.Config // zero: batch-mode tasks run online
+	files  Files          // zero: tasks with files fail
 
 	abort   context.Context // cancelled by Abort: in-flight calls give up and release their lease
 	cancel  context.CancelFunc
@@ -126,6 +127,7 @@ func (h *Handler) finished(ctx context.Context, t *store.Task) {
 		e2e = t.CompletedAt.Sub(t.CreatedAt)
 	}
 	h.metrics.TaskFinished(ctx, t.Family, t.State, e2e)
+	h.deleteCopies(ctx, h.log, t)
 }
 
 // Abort makes every in-flight model call give up and release its lease (fenced): the end of
@@ -320,6 +322,13 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 		h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return
 	}
+	if t.Mode == task.ModeBatch && !t.BatchOnline && h.batch.Deadline > 0 {
+		// A batch job reads the copies its tasks recorded: made here, to last its whole wait.
+		var ok bool
+		if req, ok = h.prepareFiles(ctx, log, t, req, h.batch.Deadline, nil); !ok {
+			return
+		}
+	}
 	if h.holdForBatch(ctx, log, t, r, req) {
 		return
 	}
@@ -334,6 +343,10 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 	defer stopRenewal()
 	tk, ok := h.before(ctx, log, t, req, fp, p)
 	if !ok {
+		return
+	}
+	if req, ok = h.prepareFiles(ctx, log, t, req, 0, last); !ok {
+		tk.done(gemini.Result{})
 		return
 	}
 

@@ -46,12 +46,7 @@ func (c *Client) attempt(ctx context.Context, number int, model string, req Requ
 	}
 	text, f, err := c.call(callCtx, model, req, cfg, res)
 	a.Latency = c.clock.Now().Sub(a.Start)
-	a.Usage = task.Usage{
-		PromptTokens: res.Usage.PromptTokens - before.Usage.PromptTokens,
-		OutputTokens: res.Usage.OutputTokens - before.Usage.OutputTokens,
-		TotalTokens:  res.Usage.TotalTokens - before.Usage.TotalTokens,
-		CachedTokens: res.Usage.CachedTokens - before.Usage.CachedTokens,
-	}
+	a.Usage = res.Usage.Sub(before.Usage)
 	a.CostUSD = res.CostUSD - before.CostUSD
 	switch {
 	case err != nil:

@@ -70,7 +70,7 @@ func tooLarge(err error) bool {
 // BatchMaxSpend is the most req can spend as one request of a batch job of model: its estimated
 // prompt and largest output at model's batch price, and no more than req's max_cost_usd.
 func (p Pricing) BatchMaxSpend(req Request, model string) float64 {
-	u := task.Usage{PromptTokens: promptTokens(req), OutputTokens: p.maxOutput(req.Config)}
+	u := task.Usage{PromptTokens: promptTokens(req), OutputTokens: p.maxOutput(req.Config), AudioTokens: audioTokens(req)}
 	worst := p.price(model).Bill(u, TierBatch)
 	if req.MaxCostUSD > 0 {
 		worst = min(worst, req.MaxCostUSD)
@@ -96,7 +96,7 @@ func (c *Client) BatchSize(req Request) int {
 // inlined is req as one inlined request of a batch job, keyed by its task id.
 func (c *Client) inlined(r Request) *genai.InlinedRequest {
 	return &genai.InlinedRequest{
-		Contents: genai.Text(r.Prompt),
+		Contents: contents(r),
 		Metadata: map[string]string{BatchKey: r.TaskID},
 		Config:   c.genaiConfig(r, r.Config),
 	}

@@ -84,6 +84,7 @@ type Client struct {
 	models       *genai.Models
 	batches      *genai.Batches
 	caches       *genai.Caches
+	files        *genai.Files
 	breakerStore BreakerStore
 	alert        func(ctx context.Context, key, msg string)
 	clock        Clock
@@ -137,7 +138,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gemini client: %w", err)
 	}
-	c.models, c.batches, c.caches = g.Models, g.Batches, g.Caches
+	c.models, c.batches, c.caches, c.files = g.Models, g.Batches, g.Caches, g.Files
 	return c, nil
 }
 
@@ -227,7 +228,11 @@ func (c *Client) ObserveBreaker(st BreakerStatus) { c.breaker(st.Model).observe(
 func EstimateTokens(s string) int64 { return int64(len(s)+3) / 4 }
 
 func promptTokens(req Request) int64 {
-	return EstimateTokens(req.SystemInstruction) + EstimateTokens(req.Prompt)
+	n := EstimateTokens(req.SystemInstruction) + EstimateTokens(req.Prompt)
+	for _, f := range req.Files {
+		n += fileTokens(f)
+	}
+	return n
 }
 
 func (p Pricing) chain(req Request) []string {
@@ -248,9 +253,9 @@ func (p Pricing) maxOutput(cfg task.GenConfig) int64 {
 // largest output, priced at the most expensive model of the chain. It is what max_cost_usd and
 // the Regenerate button's estimate compare against. A model missing from the price table costs 0.
 func (p Pricing) Estimate(req Request) (tokens int64, costUSD float64) {
-	in, out := promptTokens(req), p.maxOutput(req.Config)
+	in, audio, out := promptTokens(req), audioTokens(req), p.maxOutput(req.Config)
 	for _, m := range p.chain(req) {
-		costUSD = max(costUSD, p.price(m).Cost(in, out))
+		costUSD = max(costUSD, p.price(m).CostAudio(in, audio, out))
 	}
 	return in + out, costUSD
 }
@@ -327,7 +332,7 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 				break
 			}
 			if req.MaxCostUSD > 0 {
-				if one := c.cfg.price(model).Cost(promptTokens(req), c.cfg.maxOutput(cfg)); res.CostUSD+one > req.MaxCostUSD {
+				if one := c.cfg.price(model).CostAudio(promptTokens(req), audioTokens(req), c.cfg.maxOutput(cfg)); res.CostUSD+one > req.MaxCostUSD {
 					br.record(c.clock.Now(), gen, outcomeNeutral)
 					return res, &Error{Class: Budget, Model: model, Err: fmt.Errorf("spent $%.6f; another call could exceed max_cost_usd $%.6f", res.CostUSD, req.MaxCostUSD)}
 				}
@@ -440,7 +445,7 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 	resp, err := c.generateContent(callCtx, model, req, gc)
 	if err != nil {
 		if ctx.Err() != nil {
-			c.spendInDoubt(model, prompt, cfg, res)
+			c.spendInDoubt(model, req, cfg, res)
 			return "", nil, ctx.Err()
 		}
 		f := classify(err)
@@ -449,7 +454,7 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 		}
 		switch {
 		case f.class == Network:
-			c.spendInDoubt(model, prompt, cfg, res)
+			c.spendInDoubt(model, req, cfg, res)
 		case f.code == http.StatusTooManyRequests:
 			lim.throttled(c.clock)
 			lim.settle(c.clock, resv, 0)
@@ -477,10 +482,11 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 
 // spendInDoubt records a call that may have been billed without telling us: the estimated prompt
 // and expected output count as in doubt, and their cost is counted (never under-count spend).
-func (c *Client) spendInDoubt(model string, prompt int64, cfg task.GenConfig, res *Result) {
+func (c *Client) spendInDoubt(model string, req Request, cfg task.GenConfig, res *Result) {
+	prompt, audio := promptTokens(req), audioTokens(req)
 	out := min(c.cfg.ExpectedOutputTokens, c.cfg.maxOutput(cfg))
 	res.InDoubt = res.InDoubt.Add(task.Usage{PromptTokens: prompt, OutputTokens: out, TotalTokens: prompt + out})
-	res.CostUSD += c.cfg.price(model).Cost(prompt, out)
+	res.CostUSD += c.cfg.price(model).CostAudio(prompt, audio, out)
 }
 
 func usageOf(resp *genai.GenerateContentResponse) task.Usage {
@@ -491,6 +497,7 @@ func usageOf(resp *genai.GenerateContentResponse) task.Usage {
 	out := int64(m.CandidatesTokenCount) + int64(m.ThoughtsTokenCount)
 	u := task.Usage{PromptTokens: int64(m.PromptTokenCount), OutputTokens: out, TotalTokens: int64(m.TotalTokenCount),
 		CachedTokens: int64(m.CachedContentTokenCount)}
+	addModalities(&u, m.PromptTokensDetails)
 	if u.TotalTokens == 0 {
 		u.TotalTokens = u.PromptTokens + u.OutputTokens
 	}

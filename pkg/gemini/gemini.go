@@ -76,7 +76,10 @@ type Request struct {
 	Models            []string
 	SystemInstruction string
 	Prompt            string
-	Config            task.GenConfig
+	// Files are sent as fileData parts beside Prompt, before it unless FilesAfter.
+	Files      []File
+	FilesAfter bool
+	Config     task.GenConfig
 	// ResponseMIMEType and ResponseJSONSchema ask for structured output ("application/json").
 	ResponseMIMEType   string
 	ResponseJSONSchema any

@@ -31,19 +31,24 @@ const (
 // them).
 var DefaultPrices = map[string]Price{
 	"gemini-2.5-flash": {InputPerM: 0.30, OutputPerM: 2.50, FlexInputPerM: 0.15, FlexOutputPerM: 1.25,
-		BatchInputPerM: 0.15, BatchOutputPerM: 1.25, CachedInputPerM: 0.03, StoragePerMHour: 1.00},
+		BatchInputPerM: 0.15, BatchOutputPerM: 1.25, CachedInputPerM: 0.03, StoragePerMHour: 1.00,
+		AudioInputPerM: 1.00, FlexAudioInputPerM: 0.50, BatchAudioInputPerM: 0.50},
 	"gemini-2.5-flash-lite": {InputPerM: 0.10, OutputPerM: 0.40, FlexInputPerM: 0.05, FlexOutputPerM: 0.20,
-		BatchInputPerM: 0.05, BatchOutputPerM: 0.20, CachedInputPerM: 0.01, StoragePerMHour: 1.00},
+		BatchInputPerM: 0.05, BatchOutputPerM: 0.20, CachedInputPerM: 0.01, StoragePerMHour: 1.00,
+		AudioInputPerM: 0.30, FlexAudioInputPerM: 0.15, BatchAudioInputPerM: 0.15},
 	"gemini-2.5-pro": {InputPerM: 1.25, OutputPerM: 10.00, FlexInputPerM: 0.625, FlexOutputPerM: 5.00,
 		BatchInputPerM: 0.625, BatchOutputPerM: 5.00, CachedInputPerM: 0.125, StoragePerMHour: 4.50},
 }
 
-// Price is what a model costs, in USD per million tokens: input and output on each tier, input
-// tokens served from a context cache, and a cache's storage per hour.
+// Price is what a model costs, in USD per million tokens: input and output on each tier, audio
+// input on each tier, input tokens served from a context cache, and a cache's storage per hour.
 type Price struct {
 	InputPerM, OutputPerM           float64 // standard tier
 	FlexInputPerM, FlexOutputPerM   float64
 	BatchInputPerM, BatchOutputPerM float64
+	// AudioInputPerM (and its flex and batch rates) prices the prompt tokens usageMetadata counts
+	// as AUDIO; zero prices them as the tier's text input.
+	AudioInputPerM, FlexAudioInputPerM, BatchAudioInputPerM float64
 	// CachedInputPerM prices the prompt tokens a context cache served (cachedContentTokenCount),
 	// explicit or implicit, on every tier.
 	CachedInputPerM float64
@@ -58,6 +63,28 @@ func (p Price) Cost(promptTokens, outputTokens int64) float64 {
 	return (float64(promptTokens)*p.InputPerM + float64(outputTokens)*p.OutputPerM) / 1e6
 }
 
+// CostAudio is Cost of a prompt of which audioTokens are audio, priced at the audio rate.
+func (p Price) CostAudio(promptTokens, audioTokens, outputTokens int64) float64 {
+	audio := min(max(audioTokens, 0), promptTokens)
+	return p.Cost(promptTokens-audio, outputTokens) + float64(audio)*p.audioRate(TierStandard)/1e6
+}
+
+// audioRate is the audio input price of tier, the tier's text input price when none is set.
+func (p Price) audioRate(tier Tier) float64 {
+	in, _ := p.rates(tier)
+	r := p.AudioInputPerM
+	switch tier {
+	case TierFlex:
+		r = p.FlexAudioInputPerM
+	case TierBatch:
+		r = p.BatchAudioInputPerM
+	}
+	if r == 0 {
+		return in
+	}
+	return r
+}
+
 // rates returns the input and output prices of tier.
 func (p Price) rates(tier Tier) (in, out float64) {
 	switch tier {
@@ -70,11 +97,14 @@ func (p Price) rates(tier Tier) (in, out float64) {
 }
 
 // Bill returns the cost in USD of a call that used u and was served on tier: its cached prompt
-// tokens at the cached rate, the rest of the prompt and the output at the tier's.
+// tokens at the cached rate, its audio prompt tokens at the tier's audio rate, the rest of the
+// prompt and the output at the tier's.
 func (p Price) Bill(u task.Usage, tier Tier) float64 {
 	in, out := p.rates(tier)
 	cached := min(max(u.CachedTokens, 0), u.PromptTokens)
-	return (float64(u.PromptTokens-cached)*in + float64(cached)*p.CachedInputPerM + float64(u.OutputTokens)*out) / 1e6
+	audio := min(max(u.AudioTokens, 0), u.PromptTokens-cached)
+	return (float64(u.PromptTokens-cached-audio)*in + float64(audio)*p.audioRate(tier) + float64(cached)*p.CachedInputPerM +
+		float64(u.OutputTokens)*out) / 1e6
 }
 
 // Storage returns the cost in USD of keeping tokens in an explicit cache for hours.
@@ -103,11 +133,12 @@ func servedTier(m *genai.GenerateContentResponseUsageMetadata) Tier {
 }
 
 // ParsePrices parses GENBOX_PRICES: a comma-separated list of
-// "model=in/out[;flex=in/out][;batch=in/out][;cached=c][;storage=s]", USD per million tokens
-// (storage per million tokens per hour). A part left out is derived: flex and batch at half the
-// standard price, cached input at a tenth of the standard input (Google's published discounts
-// for the 2.5 models), storage as the built-in table has it for the model, else zero — no
-// explicit cache for that model.
+// "model=in/out[;flex=in/out][;batch=in/out][;cached=c][;storage=s][;audio=a]", USD per million
+// tokens (storage per million tokens per hour). A part left out is derived: flex and batch at
+// half the standard price, cached input at a tenth of the standard input (Google's published
+// discounts for the 2.5 models), storage as the built-in table has it for the model, else zero
+// — no explicit cache for that model; audio input (standard tier) at the standard input price,
+// and on flex and batch at half the standard audio price.
 func ParsePrices(s string) (map[string]Price, error) {
 	out := map[string]Price{}
 	for _, item := range splitList(s) {
@@ -138,13 +169,19 @@ func ParsePrices(s string) (map[string]Price, error) {
 				p.CachedInputPerM, err = priceOf(v)
 			case "storage":
 				p.StoragePerMHour, err = priceOf(v)
+			case "audio":
+				p.AudioInputPerM, err = priceOf(v)
 			default:
-				err = fmt.Errorf("unknown price %q: want flex, batch, cached or storage", key)
+				err = fmt.Errorf("unknown price %q: want flex, batch, cached, storage or audio", key)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%q: %w", item, err)
 			}
 		}
+		if p.AudioInputPerM == 0 {
+			p.AudioInputPerM = in
+		}
+		p.FlexAudioInputPerM, p.BatchAudioInputPerM = p.AudioInputPerM/2, p.AudioInputPerM/2
 		out[model] = p
 	}
 	return out, nil

@@ -15,15 +15,17 @@ import (
 
 func TestParsePricesTiers(t *testing.T) {
 	t.Parallel()
-	got, err := gemini.ParsePrices("m=1/2, n=1/2;flex=0.6/1.2;batch=0.4/0.8;cached=0.05;storage=2, gemini-2.5-pro=1/8")
+	got, err := gemini.ParsePrices("m=1/2, n=1/2;flex=0.6/1.2;batch=0.4/0.8;cached=0.05;storage=2;audio=3, gemini-2.5-pro=1/8")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]gemini.Price{
-		"m": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.5, FlexOutputPerM: 1, BatchInputPerM: 0.5, BatchOutputPerM: 1, CachedInputPerM: 0.1},
-		"n": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.6, FlexOutputPerM: 1.2, BatchInputPerM: 0.4, BatchOutputPerM: 0.8, CachedInputPerM: 0.05, StoragePerMHour: 2},
+		"m": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.5, FlexOutputPerM: 1, BatchInputPerM: 0.5, BatchOutputPerM: 1, CachedInputPerM: 0.1,
+			AudioInputPerM: 1, FlexAudioInputPerM: 0.5, BatchAudioInputPerM: 0.5},
+		"n": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.6, FlexOutputPerM: 1.2, BatchInputPerM: 0.4, BatchOutputPerM: 0.8, CachedInputPerM: 0.05, StoragePerMHour: 2,
+			AudioInputPerM: 3, FlexAudioInputPerM: 1.5, BatchAudioInputPerM: 1.5},
 		"gemini-2.5-pro": {InputPerM: 1, OutputPerM: 8, FlexInputPerM: 0.5, FlexOutputPerM: 4, BatchInputPerM: 0.5, BatchOutputPerM: 4,
-			CachedInputPerM: 0.1, StoragePerMHour: 4.5},
+			CachedInputPerM: 0.1, StoragePerMHour: 4.5, AudioInputPerM: 1, FlexAudioInputPerM: 0.5, BatchAudioInputPerM: 0.5},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParsePrices (-want +got):\n%s", diff)
@@ -46,6 +48,15 @@ func TestBillPricesTheTierAndCachedTokens(t *testing.T) {
 	} {
 		if got := p.Bill(u, tier); math.Abs(got-want) > 1e-15 {
 			t.Errorf("%s: Bill = %g, want %g", tier, got, want)
+		}
+	}
+	audio := task.Usage{PromptTokens: 11_000, AudioTokens: 8_000, OutputTokens: 100}
+	for tier, want := range map[gemini.Tier]float64{
+		gemini.TierStandard: (3_000*0.30 + 8_000*1.00 + 100*2.50) / 1e6,
+		gemini.TierBatch:    (3_000*0.15 + 8_000*0.50 + 100*1.25) / 1e6,
+	} {
+		if got := p.Bill(audio, tier); math.Abs(got-want) > 1e-15 {
+			t.Errorf("%s: Bill of audio = %g, want %g", tier, got, want)
 		}
 	}
 	if got, want := p.Storage(9_000, 2), 9_000*2*1.00/1e6; math.Abs(got-want) > 1e-15 {

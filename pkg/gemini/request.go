@@ -16,6 +16,7 @@ func NewRequest(taskID, tenant string, r *prompts.Rendered) Request {
 		ResponseJSONSchema: r.ResponseJSONSchema,
 		Validate:           r.Validate,
 		QualityRetry:       r.QualityRetry,
+		FilesAfter:         r.FilePlacement == prompts.FilesAfter,
 	}
 }
 

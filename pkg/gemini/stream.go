@@ -13,12 +13,12 @@ import (
 // feedback of any), so that what follows — usage, billing, the blocked check — is the same.
 func (c *Client) generateContent(ctx context.Context, model string, req Request, gc *genai.GenerateContentConfig) (*genai.GenerateContentResponse, error) {
 	if req.OnPartial == nil {
-		return c.models.GenerateContent(ctx, model, genai.Text(req.Prompt), gc)
+		return c.models.GenerateContent(ctx, model, contents(req), gc)
 	}
 	var text strings.Builder
 	var last *genai.GenerateContentResponse
 	var feedback *genai.GenerateContentResponsePromptFeedback
-	for chunk, err := range c.models.GenerateContentStream(ctx, model, genai.Text(req.Prompt), gc) {
+	for chunk, err := range c.models.GenerateContentStream(ctx, model, contents(req), gc) {
 		if err != nil {
 			return nil, err
 		}

@@ -1,8 +1,9 @@
 // Package prompts owns genbox's task families: for each family and variant, a versioned prompt
 // template, a system instruction, generation defaults, a response schema, an output validator,
 // whether outputs may be cached, and what to do when every model is unavailable. The built-in
-// families (summarize, classify, analyze) are embedded; more are loaded from a directory in the
-// same file format (see families/*.yaml).
+// families are embedded; more are loaded from a directory in the
+// same file format (see families/*.yaml). A family may take input files (PDFs, images, audio,
+// video): it says which MIME types, how many and where they go in the prompt.
 //
 // A response schema is JSON Schema (draft 2020-12). The model is sent it as written (Gemini's
 // responseJsonSchema), and steers its decoding by the keywords Gemini supports; every output is
@@ -96,6 +97,7 @@ type spec struct {
 	ResponseMIMEType     string           `json:"response_mime_type,omitempty"`
 	ResponseSchema       any              `json:"response_schema,omitempty"`
 	Validate             *Checks          `json:"validate,omitempty"`
+	Files                *Files           `json:"files,omitempty"`
 	Variants             map[string]*spec `json:"variants,omitempty"`
 }
 
@@ -121,8 +123,10 @@ type Variant struct {
 	// responseJsonSchema), as the family file wrote it; outputs are validated against it.
 	ResponseSchema any
 	Checks         Checks
-	schema         *jsonschema.Schema // ResponseSchema compiled
-	tmpl           *template.Template
+	// Files says which input files the variant takes and where they go; nil refuses files.
+	Files  *Files
+	schema *jsonschema.Schema // ResponseSchema compiled
+	tmpl   *template.Template
 }
 
 // Registry holds the known families. It is read-only after loading and safe for concurrent use.
@@ -130,7 +134,8 @@ type Registry struct {
 	variants map[string]map[string]*Variant // family -> variant -> resolved
 }
 
-// Default returns the embedded families: summarize, classify and analyze.
+// Default returns the embedded families: summarize, classify, analyze, and extract, describe
+// and transcribe, which read files.
 func Default() (*Registry, error) {
 	r := &Registry{variants: map[string]map[string]*Variant{}}
 	if err := r.addFS(embedded, "families"); err != nil {
@@ -277,6 +282,11 @@ func resolve(f *spec, schema *jsonschema.Schema, name string, o *spec) (*Variant
 	if v.MaxOutputTokensLimit == 0 {
 		v.MaxOutputTokensLimit = 8192
 	}
+	files, err := resolveFiles(pickFiles(o.Files, f.Files))
+	if err != nil {
+		return nil, err
+	}
+	v.Files = files
 	switch {
 	case v.Version == "":
 		return nil, errors.New("no version")
@@ -304,6 +314,15 @@ func resolve(f *spec, schema *jsonschema.Schema, name string, o *spec) (*Variant
 	}
 	v.tmpl = tmpl
 	return v, nil
+}
+
+func pickFiles(vals ...*Files) *Files {
+	for _, v := range vals {
+		if v != nil {
+			return v
+		}
+	}
+	return nil
 }
 
 func pick(vals ...string) string {
@@ -391,6 +410,8 @@ type Rendered struct {
 	ContextCache bool
 	// QualityRetry changes the config after a rejected output: LowerTemperature.
 	QualityRetry func(task.GenConfig) task.GenConfig
+	// FilePlacement is where the task's files go: FilesBefore or FilesAfter the prompt.
+	FilePlacement string
 }
 
 // Render renders input with the family's variant ("" is the default) and overrides.
@@ -428,7 +449,15 @@ func (r *Registry) Render(family, variant, input string, overrides *task.GenConf
 		BatchFallback:      v.BatchFallback,
 		ContextCache:       v.ContextCache,
 		QualityRetry:       LowerTemperature,
+		FilePlacement:      filePlacement(v.Files),
 	}, nil
+}
+
+func filePlacement(f *Files) string {
+	if f == nil {
+		return ""
+	}
+	return f.Placement
 }
 
 // LowerTemperature is the change of conditions after a rejected output: half the temperature

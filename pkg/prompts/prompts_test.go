@@ -25,7 +25,7 @@ func ptr[T any](v T) *T { return &v }
 func TestDefaultFamilies(t *testing.T) {
 	t.Parallel()
 	r := registry(t)
-	if got := strings.Join(r.Families(), ","); got != "analyze,classify,summarize" {
+	if got := strings.Join(r.Families(), ","); got != "analyze,classify,describe,extract,summarize,transcribe" {
 		t.Fatalf("families %s", got)
 	}
 	for _, tc := range []struct {

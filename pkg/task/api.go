@@ -122,6 +122,9 @@ type Limits struct {
 	SubmitRate     float64 `json:"submit_rate"`
 	SubmitBurst    int     `json:"submit_burst"`
 	DailyBudgetUSD float64 `json:"daily_budget_usd"`
+	// AllowedBuckets are the Cloud Storage buckets whose objects the tenant's tasks may name by
+	// gs:// URI (besides its own uploads); none by default.
+	AllowedBuckets []string `json:"allowed_buckets,omitempty"`
 }
 
 // CreateTenantRequest is the body of POST /admin/v1/tenants.

@@ -223,6 +223,9 @@ type Request struct {
 	// them at most.
 	StartAfter *time.Time `json:"start_after,omitempty"`
 	Delay      string     `json:"delay,omitempty"`
+	// Files are the task's input files (at most the deployment's limit, 10 by default), placed
+	// in the prompt where the family says; a family without files refuses them.
+	Files []File `json:"files,omitempty"`
 }
 
 // Usage counts tokens. CachedTokens are the part of PromptTokens served from a context cache
@@ -232,12 +235,29 @@ type Usage struct {
 	OutputTokens int64 `json:"output_tokens" firestore:"output_tokens"`
 	TotalTokens  int64 `json:"total_tokens" firestore:"total_tokens"`
 	CachedTokens int64 `json:"cached_tokens,omitempty" firestore:"cached_tokens,omitempty"`
+	// ImageTokens, AudioTokens, VideoTokens and DocumentTokens are the parts of PromptTokens
+	// that usageMetadata.promptTokensDetails counts under those modalities (the rest is text);
+	// audio input is priced apart.
+	ImageTokens    int64 `json:"image_tokens,omitempty" firestore:"image_tokens,omitempty"`
+	AudioTokens    int64 `json:"audio_tokens,omitempty" firestore:"audio_tokens,omitempty"`
+	VideoTokens    int64 `json:"video_tokens,omitempty" firestore:"video_tokens,omitempty"`
+	DocumentTokens int64 `json:"document_tokens,omitempty" firestore:"document_tokens,omitempty"`
 }
 
 // Add returns the sum of two usages.
 func (u Usage) Add(o Usage) Usage {
 	return Usage{PromptTokens: u.PromptTokens + o.PromptTokens, OutputTokens: u.OutputTokens + o.OutputTokens,
-		TotalTokens: u.TotalTokens + o.TotalTokens, CachedTokens: u.CachedTokens + o.CachedTokens}
+		TotalTokens: u.TotalTokens + o.TotalTokens, CachedTokens: u.CachedTokens + o.CachedTokens,
+		ImageTokens: u.ImageTokens + o.ImageTokens, AudioTokens: u.AudioTokens + o.AudioTokens,
+		VideoTokens: u.VideoTokens + o.VideoTokens, DocumentTokens: u.DocumentTokens + o.DocumentTokens}
+}
+
+// Sub returns what u counts beyond before (before is an earlier state of the same running sum).
+func (u Usage) Sub(before Usage) Usage {
+	return Usage{PromptTokens: u.PromptTokens - before.PromptTokens, OutputTokens: u.OutputTokens - before.OutputTokens,
+		TotalTokens: u.TotalTokens - before.TotalTokens, CachedTokens: u.CachedTokens - before.CachedTokens,
+		ImageTokens: u.ImageTokens - before.ImageTokens, AudioTokens: u.AudioTokens - before.AudioTokens,
+		VideoTokens: u.VideoTokens - before.VideoTokens, DocumentTokens: u.DocumentTokens - before.DocumentTokens}
 }
 
 // ErrorView is a task's last error as the API shows it.
@@ -273,7 +293,9 @@ type View struct {
 	Replay   int               `json:"replay"`
 	Mode     Mode              `json:"mode"`
 	// BatchJob is the batch job the task runs, or ran, in (its batch_jobs id), when it has one.
-	BatchJob    string       `json:"batch_job,omitempty"`
+	BatchJob string `json:"batch_job,omitempty"`
+	// Files are the files the task reads, as recorded when it was submitted.
+	Files       []FileView   `json:"files,omitempty"`
 	Delivery    DeliveryView `json:"delivery"`
 	Error       *ErrorView   `json:"error,omitempty"`
 	CreatedAt   time.Time    `json:"created_at"`

@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/genbox-dev/genbox/internal/autoscale"
+	"github.com/genbox-dev/genbox/internal/objects"
 	"github.com/genbox-dev/genbox/internal/publisher"
 	"github.com/genbox-dev/genbox/internal/service"
 )
@@ -31,7 +32,18 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	defer func() { _ = closePool() }()
-	a, err := publisher.Assemble(set, publisher.Infra{Store: st, Publisher: pub, Log: d.Log, Metrics: d.Metrics})
+	in := publisher.Infra{Store: st, Publisher: pub, Log: d.Log, Metrics: d.Metrics}
+	if cfg.InputBucket != "" || getenv(objects.EnvEmulatorHost) != "" {
+		// Cloud Storage with the service's own credentials (upload URLs signed as the service
+		// account, through IAM signBlob), or the emulator STORAGE_EMULATOR_HOST names.
+		objs, err := objects.New(ctx, objects.Signer{})
+		if err != nil {
+			return err
+		}
+		defer objs.Close()
+		in.Objects = objs
+	}
+	a, err := publisher.Assemble(set, in)
 	if err != nil {
 		return err
 	}

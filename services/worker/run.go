@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/genbox-dev/genbox/internal/objects"
 	"github.com/genbox-dev/genbox/internal/service"
 	"github.com/genbox-dev/genbox/internal/worker"
 )
@@ -26,7 +27,18 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	a, err := worker.Assemble(ctx, set, worker.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics})
+	in := worker.Infra{Store: st, Publisher: d.Publisher, Log: d.Log, Metrics: d.Metrics}
+	if set.Config.InputBucket != "" || getenv(objects.EnvEmulatorHost) != "" {
+		// Cloud Storage with the service's own credentials, or the emulator
+		// STORAGE_EMULATOR_HOST names: the files of tasks, read at their recorded generation.
+		objs, err := objects.New(ctx, objects.Signer{})
+		if err != nil {
+			return err
+		}
+		defer objs.Close()
+		in.Objects = objs
+	}
+	a, err := worker.Assemble(ctx, set, in)
 	if err != nil {
 		return err
 	}

@@ -246,6 +246,10 @@ func points(mm metricdata.Metrics) []Point {
 		for _, p := range d.DataPoints {
 			out = append(out, Point{Attrs: key(p.Attributes), Value: p.Sum, Count: p.Count})
 		}
+	case metricdata.Histogram[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, Point{Attrs: key(p.Attributes), Value: float64(p.Sum), Count: p.Count})
+		}
 	}
 	return out
 }

@@ -14,10 +14,18 @@ const (
 	Answered     Point = "answered"      // the model answered; the output is not committed yet
 	AfterCommit  Point = "after_commit"  // the output is committed; the result nudge not published
 	AfterPublish Point = "after_publish" // the result nudge is published; the message not acked
+	// FileCopied: a file of the task is in the Files API; the copy is not recorded on the task.
+	FileCopied Point = "file_copied"
+	// FileRecorded: the copy is recorded on the task; the model not called yet.
+	FileRecorded Point = "file_recorded"
 )
 
 // Points lists every crash point of the online protocol.
 var Points = []Point{BeforeClaim, AfterClaim, MidGenerate, Answered, AfterCommit, AfterPublish}
+
+// FilePoints are the crash points a task with files meets besides Points, between the claim
+// and the call, on the Gemini API.
+var FilePoints = []Point{FileCopied, FileRecorded}
 
 // The crash points of the batcher (internal/batcher), in the order a batch job meets them.
 const (

@@ -251,6 +251,11 @@ func (f *Fake) createBatch(w http.ResponseWriter, model string, body []byte) {
 			f.writeError(w, fail)
 			return
 		}
+		if fail := f.attachFiles(&req, now); fail != nil {
+			fail.message = fmt.Sprintf("* BatchGenerateContentRequest.batch.input_config.requests.requests[%d].request: %s", i, fail.message)
+			f.writeError(w, *fail)
+			return
+		}
 		req.Tier = TierBatch
 		b.requests = append(b.requests, batchRequest{req: req, metadata: r.Metadata})
 	}

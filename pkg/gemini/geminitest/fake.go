@@ -77,7 +77,11 @@ type Fake struct {
 	batchLimit int
 	// batchesRefused counts the batch creates refused for their size.
 	batchesRefused int
-	ids            int // resource ids handed out (caches, batches)
+	ids            int // resource ids handed out (caches, batches, files, uploads)
+
+	files   []*storedFile             // every Files API file, in upload order
+	uploads map[string]*pendingUpload // resumable uploads begun, by upload id
+	fileTTL time.Duration
 }
 
 var _ http.Handler = (*Fake)(nil)
@@ -142,6 +146,8 @@ func New(opts ...Option) *Fake {
 		plans:       make(map[string]BatchPlan),
 		batchScript: make(map[string][]string),
 		batchLimit:  maxBody,
+		uploads:     make(map[string]*pendingUpload),
+		fileTTL:     FileTTL,
 	}
 	for _, o := range opts {
 		o(f)
@@ -150,6 +156,7 @@ func New(opts ...Option) *Fake {
 	f.mux.HandleFunc("POST /{version}/models/{call}", f.serveModel)
 	f.routeBatches()
 	f.routeCaches()
+	f.routeFiles()
 	f.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		f.writeError(w, apiFailure{code: http.StatusNotFound, message: "The requested URL " + r.URL.Path + " was not found on this server."})
 	})
@@ -334,6 +341,10 @@ func (f *Fake) serveModel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if fail := f.prefix(&req, time.Now()); fail != nil {
+		f.writeError(w, *fail)
+		return
+	}
+	if fail := f.attachFiles(&req, time.Now()); fail != nil {
 		f.writeError(w, *fail)
 		return
 	}

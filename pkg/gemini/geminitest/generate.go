@@ -39,7 +39,8 @@ type Reply struct {
 // DefaultReply(r) after. It is called concurrently and must be safe for concurrent use.
 type Responder func(r Request) Reply
 
-// DefaultReply is the fake's own answer: a short text derived from a hash of the whole request,
+// DefaultReply is the fake's own answer: a short text derived from a hash of the whole request
+// (with the size and SHA-256 of each file it read),
 // or, when r asks for application/json, a JSON value satisfying its schema ({"answer": text}
 // without a schema; text/x.enum: the
 // schema's first enum value). A maxOutputTokens below the output's size truncates it with
@@ -62,6 +63,9 @@ func DefaultReply(r Request) Reply {
 		text = enumText(r.ResponseSchema)
 	default:
 		text = sentence(r.Model, h)
+		for _, fl := range r.Files {
+			text += fmt.Sprintf(" [read %s: %d bytes, sha256 %s]", fl.MIMEType, fl.Size, fl.SHA256)
+		}
 	}
 	reply := Reply{Text: text}
 	if r.MaxOutputTokens > 0 && tokens(text) > int64(r.MaxOutputTokens) {
@@ -116,7 +120,11 @@ func newHashStream(r Request) *hashStream {
 	if r.Temperature != nil {
 		temp = strconv.FormatFloat(*r.Temperature, 'g', -1, 64)
 	}
-	key := strings.Join([]string{r.Model, r.SystemInstruction, r.Prompt, temp, strconv.Itoa(r.MaxOutputTokens), r.ResponseMIMEType, string(schema)}, "\x00")
+	parts := []string{r.Model, r.SystemInstruction, r.Prompt, temp, strconv.Itoa(r.MaxOutputTokens), r.ResponseMIMEType, string(schema)}
+	for _, fl := range r.Files {
+		parts = append(parts, fl.MIMEType+":"+fl.SHA256)
+	}
+	key := strings.Join(parts, "\x00")
 	return &hashStream{seed: sha256.Sum256([]byte(key))}
 }
 

@@ -41,7 +41,13 @@ type wireContent struct {
 }
 
 type wirePart struct {
-	Text string `json:"text,omitempty"`
+	Text     string        `json:"text,omitempty"`
+	FileData *wireFileData `json:"fileData,omitempty"`
+}
+
+type wireFileData struct {
+	MIMEType string `json:"mimeType"`
+	FileURI  string `json:"fileUri"`
 }
 
 type wireGenConfig struct {
@@ -86,18 +92,28 @@ type Request struct {
 	Batch string
 	// Continuation is the continuation token the request resumes from, "" for a first request.
 	Continuation string
+	// Files are the files of the request's fileData parts, as the fake read them.
+	Files []File
 
 	// own is the token count of the request's own content, without its cached prefix.
 	own int64
+	// fileRefs are the fileData parts, resolved into Files by attachFiles; fileTokens their
+	// tokens by modality.
+	fileRefs   []wireFileData
+	fileTokens map[string]int64
 }
 
 // PromptTokens is the prompt's token count as the fake reports and bills it; with a cached
 // prefix, the cache's tokens plus the request's own.
 func (r Request) PromptTokens() int64 {
-	if r.CachedContent != "" {
-		return r.CachedTokens + r.own
+	var files int64
+	for _, n := range r.fileTokens {
+		files += n
 	}
-	return tokens(r.SystemInstruction) + tokens(r.Prompt)
+	if r.CachedContent != "" {
+		return r.CachedTokens + r.own + files
+	}
+	return tokens(r.SystemInstruction) + tokens(r.Prompt) + files
 }
 
 // tokens is the fake's deterministic tokenizer: about one token per four bytes, at least one for
@@ -144,6 +160,15 @@ func decodeRequest(model, method string, body []byte) (Request, error) {
 			return Request{}, fmt.Errorf("%w: * GenerateContentRequest.contents[%d].parts: contents.parts must not be empty.", errBadRequest, i) //nolint:staticcheck // ST1005: the real API's message, word for word
 		}
 		texts = append(texts, c.text())
+		for j, p := range c.Parts {
+			if p.FileData == nil {
+				continue
+			}
+			if p.FileData.FileURI == "" || p.FileData.MIMEType == "" {
+				return Request{}, fmt.Errorf("%w: * GenerateContentRequest.contents[%d].parts[%d].file_data: file_uri and mime_type are required", errBadRequest, i, j)
+			}
+			r.fileRefs = append(r.fileRefs, *p.FileData)
+		}
 	}
 	r.Prompt = strings.Join(texts, "\n")
 	if w.SystemInstruction != nil {

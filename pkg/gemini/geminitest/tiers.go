@@ -83,7 +83,8 @@ func (f *Fake) implicitHit(r *Request, now time.Time) {
 
 // usageOf is what a finished generation reports and bills.
 func usageOf(r Request, reply Reply) task.Usage {
-	u := task.Usage{PromptTokens: r.PromptTokens(), OutputTokens: tokens(reply.Text), CachedTokens: r.CachedTokens}
+	u := task.Usage{PromptTokens: r.PromptTokens(), OutputTokens: tokens(reply.Text), CachedTokens: r.CachedTokens,
+		ImageTokens: r.fileTokens["IMAGE"], AudioTokens: r.fileTokens["AUDIO"], VideoTokens: r.fileTokens["VIDEO"], DocumentTokens: r.fileTokens["DOCUMENT"]}
 	u.TotalTokens = u.PromptTokens + u.OutputTokens
 	return u
 }
@@ -111,7 +112,7 @@ func wireUsageOf(u task.Usage, tier string) *wireUsage {
 		CachedContentTokenCount: u.CachedTokens,
 		CandidatesTokenCount:    u.OutputTokens,
 		TotalTokenCount:         u.TotalTokens,
-		PromptTokensDetails:     []wireModalityUsed{{Modality: "TEXT", TokenCount: u.PromptTokens}},
+		PromptTokensDetails:     modalityDetails(u),
 	}
 	if u.CachedTokens > 0 {
 		w.CacheTokensDetails = []wireModalityUsed{{Modality: "TEXT", TokenCount: u.CachedTokens}}
@@ -128,4 +129,16 @@ func wireUsageOf(u task.Usage, tier string) *wireUsage {
 // badRequest is the 400 INVALID_ARGUMENT answer of a decoding error.
 func badRequest(err error) apiFailure {
 	return apiFailure{code: http.StatusBadRequest, message: strings.TrimPrefix(err.Error(), errBadRequest.Error()+": ")}
+}
+
+// modalityDetails is promptTokensDetails of u: its file tokens by modality, the rest as text.
+func modalityDetails(u task.Usage) []wireModalityUsed {
+	text := u.PromptTokens - u.ImageTokens - u.AudioTokens - u.VideoTokens - u.DocumentTokens
+	out := []wireModalityUsed{{Modality: "TEXT", TokenCount: text}}
+	for _, m := range []wireModalityUsed{{"IMAGE", u.ImageTokens}, {"AUDIO", u.AudioTokens}, {"VIDEO", u.VideoTokens}, {"DOCUMENT", u.DocumentTokens}} {
+		if m.TokenCount > 0 {
+			out = append(out, m)
+		}
+	}
+	return out
 }
