@@ -32,7 +32,8 @@ func TestFromEnv(t *testing.T) {
 		PublishTimeout: 2 * time.Second, StoreTimeout: 3 * time.Second, LimitsTTL: 5 * time.Second, CallbackPorts: []uint16{443, 9443},
 		SecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k", EventsPerTenant: 3, EventsHeartbeat: time.Second, SweepShards: 4,
 		ProxyHops: 2, InputBucket: "in", MaxFiles: 4, MaxFileBytes: 2 << 30, UploadRetention: 8 * 24 * time.Hour, Pricing: gemini.Pricing{Models: []string{"m1", "m2"}, DefaultMaxOutputTokens: 8192, Prices: map[string]gemini.Price{
-			"m1": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.5, FlexOutputPerM: 1, BatchInputPerM: 0.5, BatchOutputPerM: 1, CachedInputPerM: 0.1}}}}
+			"m1": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.5, FlexOutputPerM: 1, BatchInputPerM: 0.5, BatchOutputPerM: 1, CachedInputPerM: 0.1,
+				AudioInputPerM: 1, FlexAudioInputPerM: 0.5, BatchAudioInputPerM: 0.5}}}}
 	if want.Autoscale, err = autoscale.WakeFromEnv(func(k string) string { return env[k] }); err != nil || !want.Autoscale.Enabled() {
 		t.Fatalf("the pool to wake: %+v, %v", want.Autoscale, err)
 	}
