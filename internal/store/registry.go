@@ -53,6 +53,7 @@ var Queries = []Query{
 	{Name: "console-tasks-by-tenant-state-family", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"state", Asc}, {"family", Asc}, {"created_at", Desc}}},
 	{Name: "tasks-by-state", Collection: TasksCollection, Fields: []IndexField{{"state", Asc}}},
 	{Name: "dead-letters-by-task", Collection: DeadLettersCollection, Fields: []IndexField{{"task_id", Asc}}},
+	{Name: "awaiting-slot", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"awaits_slot", Asc}, {"priority", Desc}, {"created_at", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of docs/architecture.md §2.

@@ -55,6 +55,17 @@ type Task struct {
 	Stream bool `firestore:"stream,omitempty"`
 	// TraceID is the trace of the submission, for finding the task's spans.
 	TraceID string `firestore:"trace_id,omitempty"`
+	// Priority orders a tenant's tasks waiting for a slot, higher first (task.MinPriority to
+	// task.MaxPriority; the publisher writes task.DefaultPriority when the request names none).
+	Priority int `firestore:"priority"`
+
+	// Slot: the task holds one of its tenant's concurrency slots (tenant_slots/{tenant}); it is
+	// set only while the task runs, and the write that ends its run passes the slot on (slots.go).
+	Slot bool `firestore:"slot,omitempty"`
+	// AwaitsSlot marks a queued task waiting for one of its tenant's slots: it is not claimed or
+	// rewritten until a running task of its tenant ends and hands it the slot, or its not_before
+	// (the safety net, GENBOX_TENANT_WAIT_MAX) passes.
+	AwaitsSlot bool `firestore:"awaits_slot,omitempty"`
 
 	State    task.State  `firestore:"state"`
 	Attempts int         `firestore:"attempts"`        // failed generation attempts of this replay

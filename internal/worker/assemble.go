@@ -100,7 +100,8 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	if cfg.ContextTTL > 0 {
 		mp.ContextCaches = NewContextCaches(in.Store, gen, cfg.Gemini.Pricing, cfg.ContextTTL, cfg.Gemini.InstanceShare, cfg.Instance, in.Metrics, mp.Budgets)
 	}
-	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics), WithCapacity(cfg.Concurrency, cfg.ClaimAhead, cfg.MaxInFlight)}
+	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics), WithCapacity(cfg.Concurrency, cfg.ClaimAhead, cfg.MaxInFlight),
+		WithTenantSlots(cfg.TenantWaitMax)}
 	if cfg.Gemini.Backend == gemini.BackendGemini {
 		opts = append(opts, WithBatch(cfg.Batch)) // Vertex AI's batch jobs read Cloud Storage or BigQuery, not inlined requests
 	} else {

@@ -187,6 +187,14 @@ const (
 	AttrAlert         = "alert_key"
 )
 
+// Task priorities: among one tenant's tasks waiting for a slot of its concurrency cap, a higher
+// priority gets the next slot; tasks of one priority go oldest first.
+const (
+	MinPriority     = 0
+	MaxPriority     = 9
+	DefaultPriority = 5
+)
+
 // GenConfig is the bounded set of generation overrides a request may carry.
 type GenConfig struct {
 	Temperature     *float64 `json:"temperature,omitempty" firestore:"temperature,omitempty"`
