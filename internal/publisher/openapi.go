@@ -141,6 +141,8 @@ func fieldRanges(c schemas) {
 	set("TaskRequest", "cache", "description", "Reuse an identical earlier output of this tenant; absent: false.")
 	set("TaskRequest", "run_before", "format", "date-time", "description", "RFC 3339, in the future: not worth generating after this.")
 	set("TaskRequest", "max_cost_usd", "exclusiveMinimum", 0)
+	set("TaskRequest", "priority", "minimum", task.MinPriority, "maximum", task.MaxPriority,
+		"description", "Among the tenant's tasks waiting for a slot of its concurrency, higher first (then oldest first); absent: "+strconv.Itoa(task.DefaultPriority)+".")
 	set("BatchRequest", "tasks", "minItems", 1, "maxItems", task.MaxBatch)
 	set("TaskRequest", "mode", "description", "standard (at once), flex (the Flex tier: about half the price, minutes) or batch (the Batch API: about half the price, within 24 h or run_before); default the family's mode.")
 	set("Task", "batch_job", "description", "The batch job (batch_jobs id) the task runs or ran in.")

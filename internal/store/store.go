@@ -200,10 +200,10 @@ type written struct {
 
 // writeTask writes t over the document read at read, conditioned on that update time, with the
 // dead letters it superseded closed and the documents its function named written in the same
-// commit. Without any, it is one conditioned update, and t gets the update time written. With
-// some, it is a transaction that only writes: it reads nothing, so it locks nothing between a
-// read and its commit, and a process killed in it leaves no lock behind; t keeps the update time
-// read (a later conditioned write of the caller's re-reads, as MutateTask does).
+// commit. Without any, it is one conditioned update. With some, it is a transaction that only
+// writes: it reads nothing, so it locks nothing between a read and its commit, and a process
+// killed in it leaves no lock behind. Either way t, and each task written with it, gets the
+// update time written, so that the next conditioned write of either costs no read.
 func (s *Store) writeTask(ctx context.Context, ref *firestore.DocumentRef, t *Task, read time.Time, w written, now time.Time) error {
 	if len(w.closed) == 0 && len(w.with) == 0 {
 		wr, err := ref.Update(ctx, documentUpdates(t), firestore.LastUpdateTime(read))
@@ -212,7 +212,8 @@ func (s *Store) writeTask(ctx context.Context, ref *firestore.DocumentRef, t *Ta
 		}
 		return err
 	}
-	return s.FS.RunTransaction(ctx, func(_ context.Context, tx *firestore.Transaction) error {
+	var resp firestore.CommitResponse
+	err := s.FS.RunTransaction(ctx, func(_ context.Context, tx *firestore.Transaction) error {
 		if err := tx.Update(ref, documentUpdates(t), firestore.LastUpdateTime(read)); err != nil {
 			return err
 		}
@@ -225,7 +226,19 @@ func (s *Store) writeTask(ctx context.Context, ref *firestore.DocumentRef, t *Ta
 			return nil
 		}
 		return s.writeSuperseded(tx, w.closed, "", now)
-	}, firestore.MaxAttempts(1))
+	}, firestore.MaxAttempts(1), firestore.WithCommitResponseTo(&resp))
+	if err != nil {
+		return err
+	}
+	if wrs, err := resp.WriteResults(); err == nil && len(wrs) > len(w.with) {
+		t.UpdateTime = wrs[0].UpdateTime
+		for i, o := range w.with {
+			if o.task != nil {
+				o.task.UpdateTime = wrs[i+1].UpdateTime
+			}
+		}
+	}
+	return nil
 }
 
 // contentionBackoff is the jittered wait before attempt n+1 of a contended write.

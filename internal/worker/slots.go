@@ -3,7 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -35,11 +35,15 @@ import (
 const slotsHintTTL = time.Second
 
 // recheckDelay gathers the rechecks of the tasks marked waiting together into one read.
-const recheckDelay = 100 * time.Millisecond
+const recheckDelay = 500 * time.Millisecond
 
 // poolAge bounds how long the waiting tasks a query found are handed slots without a new query:
 // a task marked waiting elsewhere with a higher priority waits at most that long for its turn.
 const poolAge = time.Second
+
+// takenFor is how long a task popped from a pool is left out of the pools refilled after: longer
+// than a hand-off's commit takes.
+const takenFor = 5 * time.Second
 
 // slots is this instance's view of its tenants' slots. Safe for concurrent use.
 type slots struct {
@@ -50,13 +54,17 @@ type slots struct {
 }
 
 type tenantSlots struct {
-	admit sync.Mutex // one admission (a read of the count and its write) at a time here
+	admit  sync.Mutex // one admission (a read of the count and its write) at a time here
+	refill sync.Mutex // one query of the waiting tasks at a time here
 
 	// Guarded by slots.mu.
-	full       time.Time     // when the count was last seen at the cap
-	pool       []*store.Task // waiting tasks to hand slots to, as a query found them
-	pooled     time.Time     // when that query ran
-	held       int           // slots held by tasks this instance claimed
+	full   time.Time     // when the count was last seen at the cap
+	pool   []*store.Task // waiting tasks to hand slots to, in their turn (nextWaiting)
+	pooled time.Time     // when a query was last merged into it
+	// taken are the tasks popped from the pool lately, by id: a query made before their
+	// hand-off commits still finds them waiting, and they are not handed a second slot.
+	taken      map[string]time.Time
+	held       int // slots held by tasks this instance claimed
 	rechecking bool
 }
 
@@ -69,7 +77,7 @@ func (s *slots) of(tenant string) *tenantSlots {
 	defer s.mu.Unlock()
 	ts := s.tenants[tenant]
 	if ts == nil {
-		ts = &tenantSlots{}
+		ts = &tenantSlots{taken: map[string]time.Time{}}
 		s.tenants[tenant] = ts
 	}
 	return ts
@@ -99,49 +107,111 @@ func (s *slots) hold(tenant string, d int) {
 	s.mu.Unlock()
 }
 
-// next pops a waiting task of tenant to hand a slot to, querying them when the pool is empty or
-// old: as many as this instance holds slots, so one query serves about one round of hand-offs.
-// Among the tasks of the highest priority pooled it takes one at random, so that instances whose
-// pools overlap seldom pick the same. It returns nil when none waits.
+// nextWaiting pops the waiting task of tenant to hand a slot to: the first of its pool, highest
+// priority then oldest. The pool holds the tasks this instance marked waiting, as it wrote them
+// (handing one a slot costs no read), merged with what a query of the waiting tasks finds when
+// the pool is empty or was last merged poolAge ago — as many as this instance holds slots, so
+// that the tasks other instances marked are handed slots here too, in their turn. It returns nil
+// when none waits.
 func (h *Handler) nextWaiting(ctx context.Context, tenant string) (*store.Task, error) {
 	s := h.slots
 	ts := s.of(tenant)
-	s.mu.Lock()
-	if len(ts.pool) == 0 || time.Since(ts.pooled) > poolAge {
-		n := max(ts.held, 1)
-		s.mu.Unlock()
-		found, err := h.store.AwaitingSlot(ctx, tenant, n)
-		if err != nil {
-			return nil, err
-		}
-		s.mu.Lock()
-		ts.pool, ts.pooled = found, time.Now()
+	if err := h.refillPool(ctx, tenant, ts); err != nil {
+		return nil, err
 	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(ts.pool) == 0 {
 		return nil, nil
 	}
-	top := 1
-	for top < len(ts.pool) && ts.pool[top].Priority == ts.pool[0].Priority {
-		top++
-	}
-	i := rand.IntN(top)
-	t := ts.pool[i]
-	ts.pool = slices.Delete(ts.pool, i, i+1)
+	t := ts.pool[0]
+	ts.pool = ts.pool[1:]
+	ts.taken[t.ID] = time.Now()
 	return t, nil
 }
 
-// pooled adds t, just marked waiting here, to tenant's pool when it ranks before a task pooled:
-// a higher priority is served at the next hand-off of this instance.
+// refillPool merges a query of tenant's waiting tasks into its pool when the pool is empty or was
+// last merged poolAge ago, one query at a time: the hand-offs that find it so together wait for
+// the same query.
+func (h *Handler) refillPool(ctx context.Context, tenant string, ts *tenantSlots) error {
+	s := h.slots
+	stale := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(ts.pool) == 0 || time.Since(ts.pooled) > poolAge
+	}
+	if !stale() {
+		return nil
+	}
+	ts.refill.Lock()
+	defer ts.refill.Unlock()
+	if !stale() {
+		return nil
+	}
+	s.mu.Lock()
+	n := max(ts.held, 1)
+	s.mu.Unlock()
+	found, err := h.store.AwaitingSlot(ctx, tenant, n)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	maps.DeleteFunc(ts.taken, func(_ string, at time.Time) bool { return now.Sub(at) > takenFor })
+	for _, t := range found {
+		ts.add(t)
+	}
+	ts.pooled = now
+	return nil
+}
+
+// add inserts t into the pool in its turn, unless it was taken lately; a pooled version of it
+// written earlier is replaced. The caller holds slots.mu.
+func (ts *tenantSlots) add(t *store.Task) {
+	if _, ok := ts.taken[t.ID]; ok {
+		return
+	}
+	if i := slices.IndexFunc(ts.pool, func(p *store.Task) bool { return p.ID == t.ID }); i >= 0 {
+		if !t.UpdateTime.After(ts.pool[i].UpdateTime) {
+			return
+		}
+		ts.pool = slices.Delete(ts.pool, i, i+1)
+	}
+	i, _ := slices.BinarySearchFunc(ts.pool, t, waitingOrder)
+	ts.pool = slices.Insert(ts.pool, i, t)
+}
+
+// repool puts t, a waiting task handed a slot by a commit that failed, back in its tenant's pool
+// as it is now, if it still waits: the commit may have failed for the other task it wrote, and t
+// keeps its turn. A read, on this path only.
+func (h *Handler) repool(ctx context.Context, t *store.Task) {
+	s := h.slots
+	ts := s.of(t.Tenant)
+	s.mu.Lock()
+	delete(ts.taken, t.ID)
+	s.mu.Unlock()
+	cur, err := h.store.GetTask(ctx, t.ID)
+	if err != nil || !cur.AwaitsSlot {
+		return
+	}
+	s.pooled(cur)
+}
+
+// waitingOrder is the order waiting tasks get slots in: highest priority, then oldest.
+func waitingOrder(a, b *store.Task) int {
+	if a.Priority != b.Priority {
+		return b.Priority - a.Priority
+	}
+	return a.CreatedAt.Compare(b.CreatedAt)
+}
+
+// pooled adds t, just marked waiting here, to its tenant's pool.
 func (s *slots) pooled(t *store.Task) {
 	ts := s.of(t.Tenant)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(ts.pool) == 0 || t.Priority <= ts.pool[len(ts.pool)-1].Priority {
-		return
-	}
-	i, _ := slices.BinarySearchFunc(ts.pool, t, func(a, b *store.Task) int { return b.Priority - a.Priority })
-	ts.pool = slices.Insert(ts.pool, i, t.Clone())
+	ts.add(t.Clone())
 }
 
 // capOf is tenant's concurrency cap; 0: none.
@@ -228,7 +298,6 @@ type handoff struct {
 // gives it up, to its tenant's next waiting task (claimed for this instance in the same commit)
 // or, when none waits or this instance takes no work, back to the count.
 func (h *Handler) passSlot(ctx context.Context, t *store.Task, now time.Time, ho *handoff) ([]store.Write, error) {
-	*ho = handoff{}
 	if !t.Slot || t.State == task.StateRunning {
 		return nil, nil
 	}
@@ -279,6 +348,10 @@ func (h *Handler) freeSlot(ctx context.Context, tenant string) ([]store.Write, e
 func (h *Handler) mutate(ctx context.Context, known *store.Task, fn store.WithFunc) (*store.Task, error) {
 	var ho handoff
 	t, err := h.store.MutateTaskWith(ctx, known, func(t *store.Task, now time.Time) ([]store.Write, error) {
+		if ho.next != nil {
+			h.repool(ctx, ho.next)
+		}
+		ho = handoff{}
 		w, err := fn(t, now)
 		if err != nil {
 			return nil, err
@@ -290,6 +363,9 @@ func (h *Handler) mutate(ctx context.Context, known *store.Task, fn store.WithFu
 		return append(w, passed...), nil
 	})
 	if err != nil {
+		if ho.next != nil {
+			h.repool(ctx, ho.next)
+		}
 		return t, err
 	}
 	h.handedOff(ctx, t, ho)
@@ -386,6 +462,7 @@ func (h *Handler) admitWaiting(ctx context.Context, tenant string) bool {
 		return []store.Write{store.CountWrite(c, +1)}, nil
 	})
 	if err != nil || claimed == nil {
+		h.repool(ctx, next)
 		return err == nil // a task no longer waiting: try the next
 	}
 	h.slots.hold(tenant, +1)

@@ -220,6 +220,9 @@ type Request struct {
 	// Stream asks for previews of the output while it is generated, on GET /v1/tasks/{id}/events:
 	// never stored as the output, never in a webhook.
 	Stream bool `json:"stream,omitempty"`
+	// Priority orders the task among its tenant's tasks waiting for a slot of its concurrency cap:
+	// MinPriority to MaxPriority, higher first; nil is DefaultPriority.
+	Priority *int `json:"priority,omitempty"`
 }
 
 // Usage counts tokens. CachedTokens are the part of PromptTokens served from a context cache
