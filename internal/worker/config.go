@@ -88,7 +88,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		ShutdownGrace: 8 * time.Second,
 		BudgetRetry:   10 * time.Minute,
 		TenantRefresh: 10 * time.Second,
-		TenantWaitMax: time.Minute,
+		TenantWaitMax: 5 * time.Minute,
 		CacheTTL:      24 * time.Hour,
 		FlexMargin:    15 * time.Minute,
 		ContextTTL:    time.Hour,

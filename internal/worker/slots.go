@@ -37,9 +37,11 @@ const slotsHintTTL = time.Second
 // recheckDelay gathers the rechecks of the tasks marked waiting together into one read.
 const recheckDelay = 500 * time.Millisecond
 
-// poolAge bounds how long the waiting tasks a query found are handed slots without a new query:
-// a task marked waiting elsewhere with a higher priority waits at most that long for its turn.
-const poolAge = time.Second
+// poolAge is how often an instance merges the waiting tasks other instances marked into its
+// pool while its own last: a task marked elsewhere, whose own instance holds no slot, waits at
+// most about that long for its turn here. Each merge makes the instances pop the same tasks for
+// a while (one of them commits, the others read and move on), hence not more often.
+const poolAge = 5 * time.Second
 
 // takenFor is how long a task popped from a pool is left out of the pools refilled after: longer
 // than a hand-off's commit takes.
@@ -111,8 +113,8 @@ func (s *slots) hold(tenant string, d int) {
 // priority then oldest. The pool holds the tasks this instance marked waiting, as it wrote them
 // (handing one a slot costs no read), merged with what a query of the waiting tasks finds when
 // the pool is empty or was last merged poolAge ago — as many as this instance holds slots, so
-// that the tasks other instances marked are handed slots here too, in their turn. It returns nil
-// when none waits.
+// that the tasks other instances marked are handed slots here too. It returns nil when none
+// waits.
 func (h *Handler) nextWaiting(ctx context.Context, tenant string) (*store.Task, error) {
 	s := h.slots
 	ts := s.of(tenant)
