@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -380,6 +381,7 @@ func (h *Handler) handedOff(ctx context.Context, from *store.Task, ho handoff) {
 	switch {
 	case ho.next != nil:
 		h.stats.handedOff.Add(1)
+		h.metrics.TenantSlot(ctx, from.Tenant, obs.SlotHandedOff)
 		h.slots.seenFull(from.Tenant)
 		if !h.local.adopt(ho.next) {
 			log := h.log.With("task_id", ho.next.ID)
@@ -387,6 +389,7 @@ func (h *Handler) handedOff(ctx context.Context, from *store.Task, ho handoff) {
 			h.release(ctx, log, ho.next.ID, ho.next.Lease.Epoch, gemini.Result{})
 		}
 	case ho.freed && h.slots != nil:
+		h.metrics.TenantSlot(ctx, from.Tenant, obs.SlotFreed)
 		h.slots.hold(from.Tenant, -1)
 		if ho.nudge == "" {
 			return
@@ -468,6 +471,7 @@ func (h *Handler) admitWaiting(ctx context.Context, tenant string) bool {
 		return err == nil // a task no longer waiting: try the next
 	}
 	h.slots.hold(tenant, +1)
+	h.metrics.TenantSlot(ctx, tenant, obs.SlotTaken)
 	if !h.local.adopt(t) {
 		h.release(ctx, h.log.With("task_id", t.ID), t.ID, t.Lease.Epoch, gemini.Result{})
 		return false

@@ -284,6 +284,7 @@ func (h *Handler) handle(ctx context.Context, log *slog.Logger, id, tenant strin
 	case claimWaiting:
 		log.DebugContext(ctx, "tenant at its concurrency cap; waiting for a slot", "not_before", c.task.NotBefore)
 		h.stats.waiting.Add(1)
+		h.metrics.TenantSlot(ctx, c.task.Tenant, obs.SlotWaiting)
 		h.slots.pooled(c.task)
 		h.recheck(c.task.Tenant)
 		return bus.Ack
@@ -394,6 +395,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 	}
 	if outcome == claimed && t.Slot && t.Claims == 0 && h.slots != nil {
 		h.slots.hold(t.Tenant, +1)
+		h.metrics.TenantSlot(ctx, t.Tenant, obs.SlotTaken)
 	}
 	return claimResult{outcome: outcome, task: t, late: late}, nil
 }
