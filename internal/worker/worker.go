@@ -650,7 +650,7 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 			return nil
 		}
 		t.Output, t.OutputEpoch, t.OutputAt = res.Text, epoch, &now
-		t.Model, t.Degraded, t.Error = res.Model, res.Degraded, nil
+		t.Model, t.Tier, t.Degraded, t.Error = res.Model, string(res.Tier), res.Degraded, nil
 		t.CacheHit, t.Stale = a.cached, a.stale
 		if a.fingerprint != "" {
 			t.Fingerprint = a.fingerprint

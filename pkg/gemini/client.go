@@ -227,12 +227,17 @@ func (p Pricing) maxOutput(cfg task.GenConfig) int64 {
 }
 
 // Estimate returns the worst case of one call before any is made: the estimated prompt plus the
-// largest output, priced at the most expensive model of the chain. It is what max_cost_usd and
+// largest output, priced at the most expensive model of the chain, on the standard tier (the
+// Priority tier for a priority request). It is what max_cost_usd and
 // the Regenerate button's estimate compare against. A model missing from the price table costs 0.
 func (p Pricing) Estimate(req Request) (tokens int64, costUSD float64) {
 	in, out := promptTokens(req), p.maxOutput(req.Config)
+	tier := TierStandard // a flex or batch call may be made on the standard tier: its worst case
+	if req.Tier == TierPriority {
+		tier = TierPriority
+	}
 	for _, m := range p.chain(req) {
-		costUSD = max(costUSD, p.price(m).Cost(in, out))
+		costUSD = max(costUSD, p.price(m).Bill(task.Usage{PromptTokens: in, OutputTokens: out}, tier))
 	}
 	return in + out, costUSD
 }
@@ -487,7 +492,10 @@ func (c *Client) genaiConfig(req Request, cfg task.GenConfig) *genai.GenerateCon
 		ResponseMIMEType:      req.ResponseMIMEType,
 		ResponseJsonSchema:    req.ResponseJSONSchema,
 	}
-	if req.Tier == TierFlex {
+	switch req.Tier {
+	case TierPriority:
+		gc.ServiceTier = genai.ServiceTierPriority
+	case TierFlex:
 		gc.ServiceTier = genai.ServiceTierFlex
 	}
 	if req.SystemInstruction != "" {
