@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -101,6 +102,54 @@ func (s *Store) AwaitingSlot(ctx context.Context, tenant string, n int) ([]*Task
 			return nil, err
 		}
 		out = append(out, t)
+	}
+	return out, nil
+}
+
+// TenantSlotsView is a capped tenant's slots as the console shows them: its tasks running with
+// a slot (the count), its tasks waiting for one, and its cap (0 when it has none any more).
+type TenantSlotsView struct {
+	Tenant           string
+	Running, Waiting int64
+	Cap              int
+}
+
+// Share is the part of its cap the tenant runs, between 0 and 1 (0 without a cap).
+func (v TenantSlotsView) Share() float64 {
+	if v.Cap <= 0 {
+		return 0
+	}
+	return min(float64(v.Running)/float64(v.Cap), 1)
+}
+
+// TenantSlots lists every tenant that has had a slot count, by tenant id: its count, the tasks
+// waiting for a slot (a count aggregation over the "awaiting-slot" index) and its cap. A read of
+// the count, of the tenant and one aggregation per tenant.
+func (s *Store) TenantSlots(ctx context.Context) ([]TenantSlotsView, error) {
+	snaps, err := s.FS.Collection(SlotsCollection).OrderBy(firestore.DocumentID, firestore.Asc).Documents(ctx).GetAll()
+	if err != nil {
+		return nil, fmt.Errorf("tenant slots: %w", err)
+	}
+	out := make([]TenantSlotsView, 0, len(snaps))
+	for _, snap := range snaps {
+		var d Slots
+		if err := snap.DataTo(&d); err != nil {
+			return nil, fmt.Errorf("decode slot count of tenant %s: %w", snap.Ref.ID, err)
+		}
+		v := TenantSlotsView{Tenant: snap.Ref.ID, Running: int64(d.Running)}
+		q := s.Tasks().Where("tenant", "==", v.Tenant).Where("awaits_slot", "==", true)
+		res, err := q.NewAggregationQuery().WithCount("n").Get(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("tasks of %s awaiting a slot: %w", v.Tenant, err)
+		}
+		v.Waiting = countOf(res["n"])
+		switch t, err := s.GetTenant(ctx, v.Tenant); {
+		case err == nil:
+			v.Cap = t.Limits.Concurrency
+		case !errors.Is(err, ErrNotFound):
+			return nil, err
+		}
+		out = append(out, v)
 	}
 	return out, nil
 }
