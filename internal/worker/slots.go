@@ -15,9 +15,9 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-// Tenant slots (docs/architecture.md §5, store/slots.go). A tenant's concurrency cap holds
-// across instances through its slot count, tenant_slots/{tenant}, written only in the commits
-// that change a task's Slot:
+// Tenant slots (docs/architecture.md §4 step 1, store/slots.go). A tenant's concurrency cap
+// holds across instances through its slot count, tenant_slots/{tenant}, written only in the
+// commits that change a task's Slot:
 //
 //   - the claim of a task of a capped tenant takes a slot (count + 1) when the count is below
 //     the cap, or marks the task waiting for one (AwaitsSlot, not_before GENBOX_TENANT_WAIT_MAX
@@ -102,7 +102,7 @@ func (s *slots) fullHint(tenant string) bool {
 	return time.Since(ts.full) < slotsHintTTL
 }
 
-// held changes the number of tenant's slots this instance's tasks hold by d.
+// hold changes the number of tenant's slots this instance's tasks hold by d.
 func (s *slots) hold(tenant string, d int) {
 	ts := s.of(tenant)
 	s.mu.Lock()
