@@ -69,6 +69,7 @@ type tenantSlots struct {
 	taken      map[string]time.Time
 	held       int // slots held by tasks this instance claimed
 	rechecking bool
+	again      bool // a recheck was asked for while one ran
 }
 
 func newSlots(waitMax time.Duration) *slots {
@@ -391,6 +392,7 @@ func (h *Handler) handedOff(ctx context.Context, from *store.Task, ho handoff) {
 	case ho.freed && h.slots != nil:
 		h.metrics.TenantSlot(ctx, from.Tenant, obs.SlotFreed)
 		h.slots.hold(from.Tenant, -1)
+		h.recheck(from.Tenant)
 		if ho.nudge == "" {
 			return
 		}
@@ -400,29 +402,40 @@ func (h *Handler) handedOff(ctx context.Context, from *store.Task, ho handoff) {
 	}
 }
 
-// recheck reads tenant's count a little after tasks were marked waiting and admits waiting
-// tasks into the slots it finds free: a slot freed while they were being marked (its holder
-// found none waiting) is not left idle until their not_before. One recheck at a time per tenant.
+// recheck reads tenant's count a little after tasks were marked waiting, or a slot was freed,
+// and admits waiting tasks into the slots it finds free: a slot freed while tasks were being
+// marked (its holder found none waiting) is not left idle until their not_before. One recheck at
+// a time per tenant; one asked for while it runs runs again after it.
 func (h *Handler) recheck(tenant string) {
 	s := h.slots
 	ts := s.of(tenant)
 	s.mu.Lock()
-	if ts.rechecking || h.local == nil {
+	if h.local == nil {
+		s.mu.Unlock()
+		return
+	}
+	if ts.rechecking {
+		ts.again = true
 		s.mu.Unlock()
 		return
 	}
 	ts.rechecking = true
 	s.mu.Unlock()
 	go func() {
-		defer func() {
+		for {
+			time.Sleep(recheckDelay)
+			ctx := context.Background()
+			limit, err := h.capOf(ctx, tenant)
+			for i := 0; err == nil && i < limit && h.local.consuming() && h.admitWaiting(ctx, tenant); i++ {
+			}
 			s.mu.Lock()
-			ts.rechecking = false
+			if !ts.again {
+				ts.rechecking = false
+				s.mu.Unlock()
+				return
+			}
+			ts.again = false
 			s.mu.Unlock()
-		}()
-		time.Sleep(recheckDelay)
-		ctx := context.Background()
-		limit, err := h.capOf(ctx, tenant)
-		for i := 0; err == nil && i < limit && h.local.consuming() && h.admitWaiting(ctx, tenant); i++ {
 		}
 	}()
 }
