@@ -56,12 +56,8 @@ func checkLimits(prefix string, l task.Limits) error {
 }
 
 func (s *Server) handleCreateTenant(w http.ResponseWriter, r *http.Request, _ string) error {
-	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	if err != nil {
-		return err
-	}
 	var req task.CreateTenantRequest
-	if err := decodeStrict(data, &req); err != nil {
+	if err := s.decodeBody(w, r, &req); err != nil {
 		return err
 	}
 	if len(req.ID) > maxNameLen || !nameRE.MatchString(req.ID) {
@@ -109,12 +105,8 @@ func (s *Server) handleGetTenant(w http.ResponseWriter, r *http.Request, _ strin
 }
 
 func (s *Server) handleSetLimits(w http.ResponseWriter, r *http.Request, _ string) error {
-	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	if err != nil {
-		return err
-	}
 	var l task.Limits
-	if err := decodeStrict(data, &l); err != nil {
+	if err := s.decodeBody(w, r, &l); err != nil {
 		return err
 	}
 	if err := checkLimits("", l); err != nil {

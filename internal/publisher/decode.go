@@ -282,6 +282,25 @@ func (v validator) validate(req *task.Request) (variant *prompts.Variant, err er
 	return nil, httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, fmt.Sprintf("%d invalid field(s); first %s: %s", len(fs), fs[0].Field, fs[0].Detail), fs...)
 }
 
+// idempotencyKey returns the request's Idempotency-Key, checked; "" when it names none.
+func idempotencyKey(r *http.Request) (string, error) {
+	key := r.Header.Get(task.HeaderIdempotencyKey)
+	if key == "" {
+		return "", nil
+	}
+	return key, checkIdempotencyKey(key)
+}
+
+// decodeBody reads the request's body, within the size limit, into dst: unknown fields and
+// trailing data are refused (decodeStrict).
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, dst any) error {
+	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	return decodeStrict(data, dst)
+}
+
 // checkIdempotencyKey refuses keys that are empty, too long or not printable ASCII.
 func checkIdempotencyKey(key string) error {
 	if len(key) > maxIdempotencyKey {

@@ -198,12 +198,8 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, tenant str
 	if err := s.take(r.Context(), tenant); err != nil {
 		return err
 	}
-	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	if err != nil {
-		return err
-	}
 	var req task.UploadRequest
-	if err := decodeStrict(data, &req); err != nil {
+	if err := s.decodeBody(w, r, &req); err != nil {
 		return err
 	}
 	if mt, _, err := mime.ParseMediaType(req.MIMEType); err != nil || !strings.Contains(mt, "/") {

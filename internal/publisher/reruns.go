@@ -18,22 +18,16 @@ var rerunIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // the re-run is created (201), or an earlier one of the same id returned (200), for the
 // workers' pacer to run.
 func (s *Server) handleRerun(w http.ResponseWriter, r *http.Request, tenant string) error {
-	key := r.Header.Get(task.HeaderIdempotencyKey)
-	if key != "" {
-		if err := checkIdempotencyKey(key); err != nil {
-			return err
-		}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
 	}
 	// A request reads every candidate task of the tenant: it takes a submission token.
 	if err := s.take(r.Context(), tenant); err != nil {
 		return err
 	}
-	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	if err != nil {
-		return err
-	}
 	var req task.RerunRequest
-	if err := decodeStrict(data, &req); err != nil {
+	if err := s.decodeBody(w, r, &req); err != nil {
 		return err
 	}
 	if req.RerunID != "" && !rerunIDPattern.MatchString(req.RerunID) {

@@ -94,18 +94,12 @@ func scheduleID(tenant, key string) string {
 }
 
 func (s *Server) handleCreateSchedule(w http.ResponseWriter, r *http.Request, tenant string) error {
-	key := r.Header.Get(task.HeaderIdempotencyKey)
-	if key != "" {
-		if err := checkIdempotencyKey(key); err != nil {
-			return err
-		}
-	}
-	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	key, err := idempotencyKey(r)
 	if err != nil {
 		return err
 	}
 	var req task.ScheduleRequest
-	if err := decodeStrict(data, &req); err != nil {
+	if err := s.decodeBody(w, r, &req); err != nil {
 		return err
 	}
 	scheduleDefaults(&req)
@@ -169,23 +163,9 @@ func scheduleView(sc *store.Schedule) (task.Schedule, error) {
 	return v, nil
 }
 
-// ownSchedule reads the schedule of tenant the request's path names; another tenant's schedule,
-// like a malformed id, is not found.
+// ownSchedule reads the schedule of tenant the request's path names (own).
 func (s *Server) ownSchedule(r *http.Request, tenant string) (*store.Schedule, error) {
-	id, err := pathID(r, "id")
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := s.bound(r.Context())
-	defer cancel()
-	sc, err := s.st.GetSchedule(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if sc.Tenant != tenant {
-		return nil, fmt.Errorf("schedule %s: %w", id, store.ErrNotFound)
-	}
-	return sc, nil
+	return own(s, r, tenant, s.st.GetSchedule, func(sc *store.Schedule) string { return sc.Tenant })
 }
 
 func (s *Server) handleGetSchedule(w http.ResponseWriter, r *http.Request, tenant string) error {
@@ -197,16 +177,11 @@ func (s *Server) handleGetSchedule(w http.ResponseWriter, r *http.Request, tenan
 }
 
 func (s *Server) handleListSchedules(w http.ResponseWriter, r *http.Request, tenant string) error {
-	q := r.URL.Query()
-	limit := maxPageSize
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPageSize {
-			return fieldProblem("limit", "must be an integer from 1 to %d", maxPageSize)
-		}
-		limit = n
+	limit, err := pageSize(r, maxPageSize)
+	if err != nil {
+		return err
 	}
-	after := q.Get("page_token")
+	after := r.URL.Query().Get("page_token")
 	if after != "" && !scheduleIDRE.MatchString(after) {
 		return fieldProblem("page_token", "is not a page token of this listing")
 	}
@@ -253,12 +228,8 @@ func (s *Server) handlePatchSchedule(w http.ResponseWriter, r *http.Request, ten
 	if err != nil {
 		return err
 	}
-	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	if err != nil {
-		return err
-	}
 	var p task.SchedulePatch
-	if err := decodeStrict(data, &p); err != nil {
+	if err := s.decodeBody(w, r, &p); err != nil {
 		return err
 	}
 	ctx, cancel := s.bound(r.Context())

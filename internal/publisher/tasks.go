@@ -38,21 +38,15 @@ type submitted struct {
 }
 
 func (s *Server) handleSubmit(w http.ResponseWriter, r *http.Request, tenant string) error {
-	key := r.Header.Get(task.HeaderIdempotencyKey)
-	if key != "" {
-		if err := checkIdempotencyKey(key); err != nil {
-			return err
-		}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
 	}
 	if err := s.take(r.Context(), tenant); err != nil {
 		return err
 	}
-	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
-	if err != nil {
-		return err
-	}
 	var req task.Request
-	if err := decodeStrict(data, &req); err != nil {
+	if err := s.decodeBody(w, r, &req); err != nil {
 		return err
 	}
 	res, err := s.submit(r.Context(), tenant, key, &req)
@@ -256,18 +250,12 @@ type batchBody struct {
 }
 
 func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request, tenant string) error {
-	key := r.Header.Get(task.HeaderIdempotencyKey)
-	if key != "" {
-		if err := checkIdempotencyKey(key); err != nil {
-			return err
-		}
-	}
-	data, err := readBody(w, r, s.cfg.MaxBodyBytes)
+	key, err := idempotencyKey(r)
 	if err != nil {
 		return err
 	}
 	var body batchBody
-	if err := decodeStrict(data, &body); err != nil {
+	if err := s.decodeBody(w, r, &body); err != nil {
 		return err
 	}
 	if len(body.Tasks) == 0 || len(body.Tasks) > task.MaxBatch {
@@ -319,23 +307,42 @@ func (s *Server) batchResult(r *http.Request, out *task.BatchResult, res submitt
 	}
 }
 
-// ownTask reads the task of tenant the request's path names; another tenant's task, like a
-// malformed id, is not found.
-func (s *Server) ownTask(r *http.Request, tenant string) (*store.Task, error) {
+// own reads, with get, the document of tenant the request's path names; another tenant's
+// document, like a malformed id, is not found.
+func own[T any](s *Server, r *http.Request, tenant string, get func(context.Context, string) (T, error), owner func(T) string) (T, error) {
+	var none T
 	id, err := pathID(r, "id")
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	ctx, cancel := s.bound(r.Context())
 	defer cancel()
-	t, err := s.st.GetTask(ctx, id)
+	d, err := get(ctx, id)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	if t.Tenant != tenant {
-		return nil, fmt.Errorf("task %s: %w", id, store.ErrNotFound)
+	if owner(d) != tenant {
+		return none, fmt.Errorf("%s: %w", id, store.ErrNotFound)
 	}
-	return t, nil
+	return d, nil
+}
+
+// ownTask reads the task of tenant the request's path names (own).
+func (s *Server) ownTask(r *http.Request, tenant string) (*store.Task, error) {
+	return own(s, r, tenant, s.st.GetTask, func(t *store.Task) string { return t.Tenant })
+}
+
+// pageSize reads a listing's limit parameter: 1 to maxPageSize, def when absent.
+func pageSize(r *http.Request, def int) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxPageSize {
+		return 0, fieldProblem("limit", "must be an integer from 1 to %d", maxPageSize)
+	}
+	return n, nil
 }
 
 func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, tenant string) error {
@@ -385,13 +392,9 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant strin
 	if state != "" && !state.Valid() {
 		return fieldProblem("state", "must be one of %v", task.States)
 	}
-	limit := defaultPageSize
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPageSize {
-			return fieldProblem("limit", "must be an integer from 1 to %d", maxPageSize)
-		}
-		limit = n
+	limit, err := pageSize(r, defaultPageSize)
+	if err != nil {
+		return err
 	}
 	cur, err := decodePageToken(q.Get("page_token"), state)
 	if err != nil {
