@@ -246,10 +246,7 @@ func TestRerunOf500ResumesAfterACrashAndRunsEachTaskOnce(t *testing.T) {
 	t.Parallel()
 	const n, capacity, budget = 500, 8, 5.0
 	// The stack's own pacer waits an hour before its first pass: this test runs the pacers.
-	// Worker leases far above what a loaded machine can delay a renewal by: a lapsed lease is a
-	// second generation, which this test, killing no worker, would count against the pacer.
-	b := setup(t, store.Limits{Concurrency: capacity, DailyBudgetUSD: budget}, 20*time.Millisecond, "GENBOX_RERUN_INTERVAL", "1h",
-		"GENBOX_LEASE_TTL", "20s", "GENBOX_LEASE_RENEW", "2s")
+	b := setup(t, store.Limits{Concurrency: capacity, DailyBudgetUSD: budget}, 20*time.Millisecond, "GENBOX_RERUN_INTERVAL", "1h")
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	ids := b.submit(t, ctx, "bulk", n)
