@@ -20,7 +20,7 @@ import (
 
 // ContextCacheAPI creates and extends explicit context caches (gemini.Client).
 type ContextCacheAPI interface {
-	CreateCache(ctx context.Context, model, displayName, systemInstruction string, ttl time.Duration) (gemini.Cache, error)
+	CreateCache(ctx context.Context, model, displayName, systemInstruction string, files []gemini.File, ttl time.Duration) (gemini.Cache, error)
 	ExtendCache(ctx context.Context, name string, ttl time.Duration) (time.Time, error)
 }
 
@@ -34,8 +34,9 @@ const minCachedPrefix = 1024
 // cacheLeaseTTL bounds the creation of one cache: the creation lease of its document.
 const cacheLeaseTTL = time.Minute
 
-// ContextCaches puts the shared prefix (system instruction) of a context_cache family into an
-// explicit Gemini cache per (tenant, model, prefix) when its expected reuse pays for the cache's
+// ContextCaches puts the shared prefix of a context_cache family — its system instruction, and
+// the task's files when they come before the prompt (cachedPrefix) — into an explicit Gemini
+// cache per (tenant, model, prefix) when its expected reuse pays for the cache's
 // creation and storage (gemini.Price.CachePays: the reuses seen in the last TTL, over this
 // instance's share of the traffic, discounted by the implicit cache hits observed), extends the
 // TTL of a cache in use and lets an idle one expire. Creation is a single flight across
@@ -82,18 +83,18 @@ func NewContextCaches(s *store.Store, api ContextCacheAPI, pricing gemini.Pricin
 // hit rate, a cache found gone).
 func (h *Handler) contextCache(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered, req gemini.Request) (gemini.Request, func(gemini.Result)) {
 	cc := h.mp.ContextCaches
-	if cc == nil || !r.ContextCache || req.SystemInstruction == "" || h.mp.Estimator == nil {
+	p := prefixOf(req)
+	if cc == nil || !r.ContextCache || p.empty() || h.mp.Estimator == nil {
 		return req, func(gemini.Result) {}
 	}
 	model := h.mp.Estimator.Chain(req)[0]
-	id := store.ContextCacheID(t.Tenant, model, req.SystemInstruction)
-	name := cc.use(ctx, log, id, t.Tenant, model, req.SystemInstruction)
+	id := store.ContextCacheID(t.Tenant, model, p.key())
+	name := cc.use(ctx, log, id, t.Tenant, model, p)
 	if name != "" {
-		req.CachedContent, req.CacheModel = name, model
+		req.CachedContent, req.CacheModel, req.FilesCached = name, model, len(p.files) > 0
 	}
-	sys := req.SystemInstruction
 	return req, func(res gemini.Result) {
-		cc.observe(id, sys, name != "", res)
+		cc.observe(id, p, name != "", res)
 		if res.CacheLost {
 			cc.forget(ctx, log, id, name)
 		}
@@ -115,7 +116,7 @@ func (cc *ContextCaches) forget(ctx context.Context, log *slog.Logger, id, name 
 
 // use records a use of the prefix and returns the name of its live cache, creating one when
 // the expected reuse pays for it; "" sends the prefix whole.
-func (cc *ContextCaches) use(ctx context.Context, log *slog.Logger, id, tenant, model, prefix string) string {
+func (cc *ContextCaches) use(ctx context.Context, log *slog.Logger, id, tenant, model string, prefix cachedPrefix) string {
 	now := time.Now()
 	price := cc.pricing.Price(model)
 	cc.mu.Lock()
@@ -130,7 +131,7 @@ func (cc *ContextCaches) use(ctx context.Context, log *slog.Logger, id, tenant, 
 	if p.sent > 0 {
 		rate = float64(p.hit) / float64(p.sent)
 	}
-	pays := !live && !p.refused && !p.obtaining && gemini.EstimateTokens(prefix) >= minCachedPrefix &&
+	pays := !live && !p.refused && !p.obtaining && prefix.tokens() >= minCachedPrefix &&
 		price.CachePays(float64(len(p.uses))/cc.share, rate, cc.ttl.Hours())
 	if pays {
 		p.obtaining = true
@@ -180,7 +181,7 @@ func (cc *ContextCaches) prefix(id string, now time.Time) *prefixUse {
 
 // obtain returns the prefix's cache: one another instance created, or one created now under
 // the document's creation lease. While another instance holds the lease the call goes uncached.
-func (cc *ContextCaches) obtain(ctx context.Context, log *slog.Logger, id, tenant, model, prefix string) string {
+func (cc *ContextCaches) obtain(ctx context.Context, log *slog.Logger, id, tenant, model string, prefix cachedPrefix) string {
 	if c, ok := cc.recorded(ctx, id); ok {
 		return c.Name
 	}
@@ -196,7 +197,7 @@ func (cc *ContextCaches) obtain(ctx context.Context, log *slog.Logger, id, tenan
 	if c, ok := cc.recorded(ctx, id); ok {
 		return c.Name
 	}
-	c, err := cc.api.CreateCache(ctx, model, id, prefix, cc.ttl)
+	c, err := cc.api.CreateCache(ctx, model, id, prefix.system, prefix.files, cc.ttl)
 	if err != nil {
 		var apiErr genai.APIError
 		if errors.As(err, &apiErr) && apiErr.Code == 400 {
@@ -209,13 +210,13 @@ func (cc *ContextCaches) obtain(ctx context.Context, log *slog.Logger, id, tenan
 	}
 	expire := c.Expire
 	if err := cc.store.SaveContextCache(context.WithoutCancel(ctx), id, store.ContextCache{Tenant: tenant, Model: model,
-		PrefixSHA: store.PrefixSHA(prefix), Name: c.Name, CacheExpireAt: &expire, Tokens: c.Tokens}); err != nil {
+		PrefixSHA: store.PrefixSHA(prefix.key()), Name: c.Name, CacheExpireAt: &expire, Tokens: c.Tokens}); err != nil {
 		log.WarnContext(ctx, "context cache not recorded; other instances will not find it", "error", err)
 	}
 	price := cc.pricing.Price(model)
 	cc.spend(ctx, tenant, model, c.Tokens, price.Bill(task.Usage{PromptTokens: c.Tokens}, gemini.TierStandard)+price.Storage(c.Tokens, time.Until(c.Expire).Hours()))
 	cc.remember(id, c)
-	log.InfoContext(ctx, "context cache created", "model", model, "cache", c.Name, "tokens", c.Tokens, "expire", c.Expire)
+	log.InfoContext(ctx, "context cache created", "model", model, "cache", c.Name, "tokens", c.Tokens, "files", len(prefix.files), "expire", c.Expire)
 	return c.Name
 }
 
@@ -267,7 +268,7 @@ func (cc *ContextCaches) spend(ctx context.Context, tenant, model string, tokens
 }
 
 // observe learns from a call: the implicit hit rate of a prefix sent whole, or a cache gone.
-func (cc *ContextCaches) observe(id, prefix string, explicit bool, res gemini.Result) {
+func (cc *ContextCaches) observe(id string, prefix cachedPrefix, explicit bool, res gemini.Result) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	p := cc.prefix(id, time.Now())
@@ -277,7 +278,7 @@ func (cc *ContextCaches) observe(id, prefix string, explicit bool, res gemini.Re
 	if explicit && !res.CacheLost || res.Calls == 0 {
 		return
 	}
-	n := gemini.EstimateTokens(prefix)
+	n := prefix.tokens()
 	p.sent += n
 	p.hit += min(res.Usage.CachedTokens, n)
 }

@@ -137,9 +137,11 @@ func TestContextCacheCreationIsSingleFlight(t *testing.T) {
 	for i := range names {
 		cc := NewContextCaches(c.store, c.gen, c.pricing, time.Hour, 1, fmt.Sprintf("w%d", i), nil, nil)
 		for range 5 {
-			cc.use(context.Background(), c.log, id, "tenant-a", "m", "x") // too short to cache: counts the uses
+			cc.use(context.Background(), c.log, id, "tenant-a", "m", cachedPrefix{system: "x"}) // too short to cache: counts the uses
 		}
-		wg.Go(func() { names[i] = cc.use(context.Background(), c.log, id, "tenant-a", "m", sharedPrefix) })
+		wg.Go(func() {
+			names[i] = cc.use(context.Background(), c.log, id, "tenant-a", "m", cachedPrefix{system: sharedPrefix})
+		})
 	}
 	wg.Wait()
 	l := c.srv.Ledger()
@@ -231,13 +233,13 @@ func TestContextCacheCreationIsSingleFlightInAnInstance(t *testing.T) {
 	cc := NewContextCaches(c.store, slow, c.pricing, time.Hour, 1, "w1", nil, nil)
 	id := store.ContextCacheID("tenant-a", "m", sharedPrefix)
 	for range 5 {
-		cc.use(context.Background(), c.log, id, "tenant-a", "m", "x")
+		cc.use(context.Background(), c.log, id, "tenant-a", "m", cachedPrefix{system: "x"})
 	}
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Go(func() {
 			time.Sleep(time.Duration(i) * 30 * time.Millisecond) // arriving while the first creates it
-			cc.use(context.Background(), c.log, id, "tenant-a", "m", sharedPrefix)
+			cc.use(context.Background(), c.log, id, "tenant-a", "m", cachedPrefix{system: sharedPrefix})
 		})
 	}
 	wg.Wait()

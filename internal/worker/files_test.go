@@ -31,8 +31,14 @@ type fileBundle struct {
 
 func setupFiles(t *testing.T, fakeOpts ...geminitest.Option) *fileBundle {
 	t.Helper()
+	return setupFilesWith(t, nil, fakeOpts...)
+}
+
+// setupFilesWith is setupFiles with extra Gemini client settings (variable -> value).
+func setupFilesWith(t *testing.T, extra map[string]string, fakeOpts ...geminitest.Option) *fileBundle {
+	t.Helper()
 	project := emulator.ProjectID(t)
-	b := setupOn(t, project, testenv.Firestore(t, project), 0, nil, fakeOpts...)
+	b := setupOn(t, project, testenv.Firestore(t, project), 0, extra, fakeOpts...)
 	gcs, err := gcsfake.Start(filesBucket)
 	if err != nil {
 		t.Fatal(err)

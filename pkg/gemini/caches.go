@@ -19,14 +19,22 @@ type Cache struct {
 	Expire time.Time
 }
 
-// CreateCache caches systemInstruction for model for ttl under displayName. Gemini refuses a
-// prefix under the model's minimum size with a 400.
-func (c *Client) CreateCache(ctx context.Context, model, displayName, systemInstruction string, ttl time.Duration) (Cache, error) {
-	cc, err := c.caches.Create(ctx, model, &genai.CreateCachedContentConfig{
-		DisplayName:       displayName,
-		SystemInstruction: genai.NewContentFromText(systemInstruction, genai.RoleUser),
-		TTL:               ttl,
-	})
+// CreateCache caches systemInstruction and files (as one user turn, in order) for model for ttl
+// under displayName; either may be empty. A request naming the cache sends neither
+// (Request.FilesCached). Gemini refuses a prefix under the model's minimum size with a 400.
+func (c *Client) CreateCache(ctx context.Context, model, displayName, systemInstruction string, files []File, ttl time.Duration) (Cache, error) {
+	cfg := &genai.CreateCachedContentConfig{DisplayName: displayName, TTL: ttl}
+	if systemInstruction != "" {
+		cfg.SystemInstruction = genai.NewContentFromText(systemInstruction, genai.RoleUser)
+	}
+	if len(files) > 0 {
+		parts := make([]*genai.Part, len(files))
+		for i, f := range files {
+			parts[i] = genai.NewPartFromURI(f.URI, f.MIMEType)
+		}
+		cfg.Contents = []*genai.Content{genai.NewContentFromParts(parts, genai.RoleUser)}
+	}
+	cc, err := c.caches.Create(ctx, model, cfg)
 	if err != nil {
 		return Cache{}, fmt.Errorf("create context cache for %s: %w", model, err)
 	}

@@ -230,7 +230,7 @@ func EstimateTokens(s string) int64 { return int64(len(s)+3) / 4 }
 func promptTokens(req Request) int64 {
 	n := EstimateTokens(req.SystemInstruction) + EstimateTokens(req.Prompt)
 	for _, f := range req.Files {
-		n += fileTokens(f)
+		n += FileTokens(f)
 	}
 	return n
 }
@@ -439,10 +439,14 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 	defer cancel()
 	res.Calls++
 	gc, cached := c.genaiConfig(req, cfg), req.CachedContent != "" && model == req.CacheModel && !res.CacheLost
+	sent := req
 	if cached {
 		gc.CachedContent, gc.SystemInstruction = req.CachedContent, nil
+		if req.FilesCached {
+			sent.Files = nil
+		}
 	}
-	resp, err := c.generateContent(callCtx, model, req, gc)
+	resp, err := c.generateContent(callCtx, model, sent, gc)
 	if err != nil {
 		if ctx.Err() != nil {
 			c.spendInDoubt(model, req, cfg, res)

@@ -72,8 +72,8 @@ const (
 	imageMaxTokens     = 4 * 1290
 )
 
-// fileTokens is the estimate of what f adds to a prompt, used before a call like EstimateTokens.
-func fileTokens(f File) int64 {
+// FileTokens is the estimate of what f adds to a prompt, used before a call like EstimateTokens.
+func FileTokens(f File) int64 {
 	switch Modality(f.MIMEType) {
 	case ModalityImage:
 		return imageMaxTokens
@@ -92,7 +92,7 @@ func audioTokens(req Request) int64 {
 	var n int64
 	for _, f := range req.Files {
 		if Modality(f.MIMEType) == ModalityAudio {
-			n += fileTokens(f)
+			n += FileTokens(f)
 		}
 	}
 	return n

@@ -92,10 +92,12 @@ type Request struct {
 	MaxCostUSD float64
 	// Tier is the service tier asked for: TierStandard ("" too) or TierFlex.
 	Tier Tier
-	// CachedContent names an explicit context cache of SystemInstruction made for CacheModel:
-	// a call to that model sends the cache instead of the system instruction; a call to any
-	// other model of the chain (a fallback) sends the whole prompt.
+	// CachedContent names an explicit context cache of SystemInstruction made for CacheModel
+	// (and of Files too when FilesCached: they come before the prompt): a call to that model
+	// sends the cache instead of them; a call to any other model of the chain (a fallback), or
+	// one after the cache was found gone, sends the whole prompt.
 	CachedContent, CacheModel string
+	FilesCached               bool
 	// OnPartial, when set, streams the call (streamGenerateContent) and receives the text
 	// generated so far after each chunk. It must not block: the stream waits for it.
 	OnPartial func(text string)

@@ -23,10 +23,14 @@ type cache struct {
 	id, model, displayName string
 	system                 string
 	contents               []string
-	tokens                 int64
-	created, updated       time.Time
-	expire                 time.Time
-	deleted                *time.Time
+	// files are the fileData parts of its contents, their bytes read when it was created: the
+	// cache holds them, not the Files API, so it outlives the files it was made from.
+	files            []File
+	fileTokens       map[string]int64
+	tokens           int64
+	created, updated time.Time
+	expire           time.Time
+	deleted          *time.Time
 }
 
 func (c *cache) name() string { return "cachedContents/" + c.id }
@@ -40,7 +44,7 @@ func (c *cache) bill() CacheBill {
 	if c.deleted != nil && c.deleted.Before(end) {
 		end = *c.deleted
 	}
-	return CacheBill{Name: c.name(), DisplayName: c.displayName, Model: c.model, Tokens: c.tokens, Start: c.created, End: end}
+	return CacheBill{Name: c.name(), DisplayName: c.displayName, Model: c.model, Tokens: c.tokens, Files: c.files, Start: c.created, End: end}
 }
 
 // wireCachedContent is a cachedContents resource on the wire.
@@ -133,10 +137,17 @@ func (f *Fake) createCache(w http.ResponseWriter, r *http.Request) {
 	if in.SystemInstruction != nil {
 		c.system = in.SystemInstruction.text()
 	}
+	var refs []wireFileData
 	for _, ct := range in.Contents {
-		c.contents = append(c.contents, ct.text())
+		if text := ct.text(); text != "" {
+			c.contents = append(c.contents, text)
+		}
+		for _, p := range ct.Parts {
+			if p.FileData != nil {
+				refs = append(refs, *p.FileData)
+			}
+		}
 	}
-	c.tokens = tokens(c.system) + tokens(strings.Join(c.contents, "\n"))
 	expire, fail := expiry(in, now, now.Add(defaultCacheTTL))
 	if fail != nil {
 		f.writeError(w, *fail)
@@ -144,6 +155,16 @@ func (f *Fake) createCache(w http.ResponseWriter, r *http.Request) {
 	}
 	c.expire = expire
 	f.mu.Lock()
+	if c.files, fail = f.readFiles(refs, now); fail != nil {
+		f.mu.Unlock()
+		f.writeError(w, *fail)
+		return
+	}
+	c.fileTokens = fileTokensOf(c.files)
+	c.tokens = tokens(c.system) + tokens(strings.Join(c.contents, "\n"))
+	for _, n := range c.fileTokens {
+		c.tokens += n
+	}
 	minTokens, ok := pick(f.cacheMin, model)
 	if !ok {
 		minTokens = DefaultCacheMinTokens
@@ -280,8 +301,8 @@ func (f *Fake) listCaches(w http.ResponseWriter, r *http.Request) {
 	}{page, next})
 }
 
-// prefix resolves a request's cachedContent under the lock: the cache's system instruction and
-// contents become the request's prefix and its tokens the request's cached tokens. A cache that
+// prefix resolves a request's cachedContent under the lock: the cache's system instruction,
+// contents and files become the request's prefix and its tokens the request's cached tokens. A cache that
 // is gone, or was made for another model, fails the request as Gemini does.
 func (f *Fake) prefix(r *Request, now time.Time) *apiFailure {
 	if r.CachedContent == "" {
@@ -302,6 +323,8 @@ func (f *Fake) prefix(r *Request, now time.Time) *apiFailure {
 	}
 	r.SystemInstruction = c.system
 	r.Prompt = strings.Join(append(append([]string(nil), c.contents...), r.Prompt), "\n")
+	r.Files = append(append([]File(nil), c.files...), r.Files...)
+	r.cachedFileTokens = c.fileTokens
 	r.CachedTokens = c.tokens
 	return nil
 }

@@ -236,20 +236,31 @@ func (f *Fake) attachFiles(req *Request, now time.Time) *apiFailure {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, ref := range req.fileRefs {
+	files, fail := f.readFiles(req.fileRefs, now)
+	if fail != nil {
+		return fail
+	}
+	req.Files = append(req.Files, files...)
+	req.fileTokens = fileTokensOf(files)
+	return nil
+}
+
+// readFiles reads the files that fileData parts name from the fake's Files API, under the lock.
+func (f *Fake) readFiles(refs []wireFileData, now time.Time) ([]File, *apiFailure) {
+	var out []File
+	for _, ref := range refs {
 		i := strings.LastIndex(ref.FileURI, "/files/")
 		if i < 0 {
-			return &apiFailure{code: http.StatusBadRequest, message: fmt.Sprintf("* GenerateContentRequest.contents.parts.file_data.file_uri: the fake reads only Files API URIs, not %q", ref.FileURI)}
+			return nil, &apiFailure{code: http.StatusBadRequest, message: fmt.Sprintf("* GenerateContentRequest.contents.parts.file_data.file_uri: the fake reads only Files API URIs, not %q", ref.FileURI)}
 		}
 		sf := f.file(ref.FileURI[i+len("/files/"):], now)
 		if sf == nil {
 			fail := fileMissing(ref.FileURI[i+1:])
-			return &fail
+			return nil, &fail
 		}
-		req.Files = append(req.Files, File{URI: ref.FileURI, MIMEType: ref.MIMEType, Size: sf.Size, SHA256: sf.SHA256})
+		out = append(out, File{URI: ref.FileURI, MIMEType: ref.MIMEType, Size: sf.Size, SHA256: sf.SHA256})
 	}
-	req.fileTokens = fileTokensOf(req.Files)
-	return nil
+	return out, nil
 }
 
 // fileTokensOf counts the tokens of files by modality, deterministically: 258 per image, one per

@@ -71,7 +71,9 @@ type Ledger struct {
 type CacheBill struct {
 	Name, DisplayName, Model string
 	Tokens                   int64
-	Start, End               time.Time
+	// Files are the files the cache holds, as the fake read them when it was created.
+	Files      []File
+	Start, End time.Time
 }
 
 // Hours is how long the cache was stored.

@@ -92,7 +92,8 @@ type Request struct {
 	Batch string
 	// Continuation is the continuation token the request resumes from, "" for a first request.
 	Continuation string
-	// Files are the files of the request's fileData parts, as the fake read them.
+	// Files are the files of the request's fileData parts, as the fake read them, after those
+	// of its cache.
 	Files []File
 
 	// own is the token count of the request's own content, without its cached prefix.
@@ -101,6 +102,9 @@ type Request struct {
 	// tokens by modality.
 	fileRefs   []wireFileData
 	fileTokens map[string]int64
+	// cachedFileTokens are the tokens by modality of the files of its cache, part of
+	// CachedTokens.
+	cachedFileTokens map[string]int64
 }
 
 // PromptTokens is the prompt's token count as the fake reports and bills it; with a cached

@@ -83,8 +83,9 @@ func (f *Fake) implicitHit(r *Request, now time.Time) {
 
 // usageOf is what a finished generation reports and bills.
 func usageOf(r Request, reply Reply) task.Usage {
+	files := func(m string) int64 { return r.fileTokens[m] + r.cachedFileTokens[m] }
 	u := task.Usage{PromptTokens: r.PromptTokens(), OutputTokens: tokens(reply.Text), CachedTokens: r.CachedTokens,
-		ImageTokens: r.fileTokens["IMAGE"], AudioTokens: r.fileTokens["AUDIO"], VideoTokens: r.fileTokens["VIDEO"], DocumentTokens: r.fileTokens["DOCUMENT"]}
+		ImageTokens: files("IMAGE"), AudioTokens: files("AUDIO"), VideoTokens: files("VIDEO"), DocumentTokens: files("DOCUMENT")}
 	u.TotalTokens = u.PromptTokens + u.OutputTokens
 	return u
 }
