@@ -187,6 +187,7 @@ locals {
     "tasks.dlq_notices"  = { collection = "tasks", field = "dlq_notices" }
     "tasks.decision"     = { collection = "tasks", field = "decision" }
     "tasks.slack_update" = { collection = "tasks", field = "slack_update" }
+    "tasks.file_erase"   = { collection = "tasks", field = "file_erase" }
     "tasks.updated_at"   = { collection = "tasks", field = "updated_at" }
     "tasks.completed_at" = { collection = "tasks", field = "completed_at" }
     "tasks.output_at"    = { collection = "tasks", field = "output_at" }

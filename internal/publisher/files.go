@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/objects"
+	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -223,6 +225,17 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	httpapi.JSON(w, http.StatusCreated, "application/json", task.Upload{UploadID: id, URL: url, Method: http.MethodPut, Headers: headers, ExpiresAt: u.URLExpiresAt})
 	return nil
+}
+
+// nudgeCopyErase asks a worker to delete the Files API copies t's erase listed: the publisher
+// holds no Gemini credentials. If the nudge is lost, the sweeper sends it after NudgeGrace.
+func (s *Server) nudgeCopyErase(ctx context.Context, t *store.Task) {
+	ctx, cancel := context.WithTimeout(obs.WithTask(context.WithoutCancel(ctx), t.ID), s.cfg.PublishTimeout)
+	defer cancel()
+	attrs := map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrKind: store.KindFileErase}
+	if _, err := s.pub.Publish(ctx, bus.TopicTasks, nil, attrs); err != nil {
+		s.log.WarnContext(ctx, "file erase nudge not published; the sweeper will nudge", "task_id", t.ID, "error", err)
+	}
 }
 
 // eraseUploads deletes the genbox uploads t read, objects and documents: erasing a task erases

@@ -78,7 +78,7 @@ func (s *Server) routeTable() []route {
 			}, Also: []answer{{Status: 204, Desc: "The task has ended and Last-Event-ID is its final event's id (or later): nothing to send, and an EventSource stops reconnecting"}}}},
 		{Method: "POST", Path: "/v1/tasks/{id}:cancel", Summary: "Cancel a queued or waiting task (queues task.cancelled)", Auth: authTenant, Handle: s.handleCancel,
 			Doc: opDoc{OK: 200, Result: task.View{}, Errors: append(tenantErrs, 409)}},
-		{Method: "DELETE", Path: "/v1/tasks/{id}", Summary: "Erase a finished task's input and outputs, its uploads, preview, cache entry and last good output, discarding its dead webhook delivery; the accounting stays", Auth: authTenant, Handle: s.handleDelete,
+		{Method: "DELETE", Path: "/v1/tasks/{id}", Summary: "Erase a finished task's input and outputs, its uploads and Files API copies, preview, cache entry and last good output, discarding its dead webhook delivery; the accounting stays", Auth: authTenant, Handle: s.handleDelete,
 			Doc: opDoc{OK: 204, Errors: append(tenantErrs, 409)}},
 		{Method: "POST", Path: "/v1/schedules", Summary: "Create a recurring schedule: a cron expression in a time zone and the task each fire submits", Auth: authTenant, Handle: s.handleCreateSchedule,
 			Doc: opDoc{Body: task.ScheduleRequest{}, OK: 201, Result: task.Schedule{}, OKHeaders: []string{"Location"}, Header: []param{idemHeader},

@@ -481,6 +481,9 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, tenant str
 	if err != nil {
 		return err
 	}
+	if t.FileErase != nil && len(t.FileErase.Keys) > 0 {
+		s.nudgeCopyErase(r.Context(), t)
+	}
 	if len(discarded) > 0 {
 		s.log.InfoContext(r.Context(), "erase discarded the task's dead webhook delivery", "task_id", t.ID, "dead_letters", discarded)
 		if t.Delivery.State == task.DeliveryPending {

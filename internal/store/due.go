@@ -12,7 +12,8 @@ import (
 // DueAt is the one function that says when a task document next needs a nudge (docs/architecture.md §0): the
 // earliest deadline among what is still pending — the task's own lease expiry, backoff, start
 // time (a scheduled task's not_before) or run_before (past which it is failed as expired, backoff or not), the delivery in flight, each
-// DLQ notice, a decision whose nudges are unpublished, a Slack update — floored by the sweeper's
+// DLQ notice, a decision whose nudges are unpublished, a Slack update, the Files API copies of
+// an erased task still to delete — floored by the sweeper's
 // own backoff (nudge_at). ok is false when nothing is pending.
 func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
 	consider := func(at time.Time) {
@@ -68,6 +69,13 @@ func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
 		at := now
 		if s.NextAttemptAt != nil {
 			at = *s.NextAttemptAt
+		}
+		consider(at)
+	}
+	if e := t.FileErase; e != nil && len(e.Keys) > 0 {
+		at := now
+		if e.NextAttemptAt != nil {
+			at = *e.NextAttemptAt
 		}
 		consider(at)
 	}

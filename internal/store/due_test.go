@@ -60,6 +60,12 @@ func randomTask(r *rand.Rand, now time.Time) *Task {
 		}
 	}
 	if r.IntN(3) == 0 {
+		t.FileErase = &Pending{NextAttemptAt: at()}
+		if r.IntN(2) == 0 {
+			t.FileErase.Keys = []string{"files/gb-1"}
+		}
+	}
+	if r.IntN(3) == 0 {
 		t.OpenDeadLetters = []string{"t:generation:0:0"}
 	}
 	return t
@@ -108,6 +114,9 @@ func deadlines(t *Task, now time.Time) []time.Time {
 	}
 	if t.SlackUpdate != nil && len(t.SlackUpdate.Keys) > 0 {
 		out = append(out, orNow(t.SlackUpdate.NextAttemptAt))
+	}
+	if t.FileErase != nil && len(t.FileErase.Keys) > 0 {
+		out = append(out, orNow(t.FileErase.NextAttemptAt))
 	}
 	return out
 }

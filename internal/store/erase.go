@@ -21,9 +21,11 @@ func ErasedBy(tenant string) string { return "tenant " + tenant + " (erase)" }
 // letters of the task's dead delivery, as their Discard does (DiscardDeadDelivery): a dead
 // delivery bills nothing, and a flood of them is never paged task by task, so without this the
 // tenant's data stayed until an operator decided. They are recorded as decided by
-// ErasedBy(tenant), and their Slack messages are queued for an update. A task erased already is
-// written again only for such a dead letter opened since. When the discard starts the delivery
-// of the next queued event, the sweeper keeps off it for grace: the caller nudges it first. It
+// ErasedBy(tenant), and their Slack messages are queued for an update. The task's Files API
+// copies are queued for a worker to delete (QueueCopyErase). A task erased already is written
+// again only for such a dead letter opened since. When the discard starts the delivery of the
+// next queued event, or copies are queued, the sweeper keeps off them for grace: the caller
+// nudges them first. It
 // returns the task as written (or as read) and the ids of the dead letters discarded.
 func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, check func(t *Task) error) (*Task, []string, error) {
 	ref := s.Tasks().Doc(id)
@@ -53,6 +55,7 @@ func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, c
 			}
 			if t.ErasedAt == nil {
 				t.Erase(now)
+				t.QueueCopyErase(now.Add(grace))
 			}
 			return nil
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -138,4 +139,41 @@ func (s *Store) DeleteUpload(ctx context.Context, id string) error {
 		return fmt.Errorf("delete upload %s: %w", id, err)
 	}
 	return nil
+}
+
+// KindFileErase is the kind attribute of a gemini-tasks nudge that asks a worker to delete the
+// Files API copies an erased task still lists (Task.FileErase), rather than to claim it.
+const KindFileErase = "file_erase"
+
+// QueueCopyErase lists the Files API copies recorded on t for a worker to delete, no earlier
+// than at (the sweeper's nudge; the eraser nudges at once). Only a worker holds the Gemini
+// credentials; the list is on the task, so its due_at carries the deletion through any crash
+// until every copy is gone. A copy the worker already deleted when the task ended is listed
+// too: deleting it again is a no-op.
+func (t *Task) QueueCopyErase(at time.Time) {
+	for _, f := range t.Files {
+		if f.Copy == nil {
+			continue
+		}
+		if t.FileErase == nil {
+			t.FileErase = &Pending{}
+		}
+		if !slices.Contains(t.FileErase.Keys, f.Copy.Name) {
+			t.FileErase.Keys = append(t.FileErase.Keys, f.Copy.Name)
+		}
+	}
+	if t.FileErase != nil {
+		t.FileErase.NextAttemptAt = &at
+	}
+}
+
+// CopiesErased removes the copies deleted from t's list; an empty list is cleared.
+func (t *Task) CopiesErased(deleted []string) {
+	if t.FileErase == nil {
+		return
+	}
+	t.FileErase.Keys = slices.DeleteFunc(t.FileErase.Keys, func(n string) bool { return slices.Contains(deleted, n) })
+	if len(t.FileErase.Keys) == 0 {
+		t.FileErase = nil
+	}
 }

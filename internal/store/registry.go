@@ -72,6 +72,7 @@ var Exemptions = []Exemption{
 	{TasksCollection, "dlq_notices"},
 	{TasksCollection, "decision"},
 	{TasksCollection, "slack_update"},
+	{TasksCollection, "file_erase"},
 	{TasksCollection, "updated_at"},
 	{TasksCollection, "completed_at"},
 	{TasksCollection, "output_at"},

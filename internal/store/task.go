@@ -107,6 +107,9 @@ type Task struct {
 	OpenDeadLetters []string  `firestore:"open_dead_letters,omitempty"`
 	Decision        *Decision `firestore:"decision,omitempty"`
 	SlackUpdate     *Pending  `firestore:"slack_update,omitempty"`
+	// FileErase lists the Files API copies of an erased task (their names) a worker has yet to
+	// delete (QueueCopyErase).
+	FileErase *Pending `firestore:"file_erase,omitempty"`
 
 	CreatedAt   time.Time  `firestore:"created_at"`
 	UpdatedAt   time.Time  `firestore:"updated_at"`

@@ -132,7 +132,7 @@ var routing = []string{
 	"state", "created_at", "not_before", "run_before", "lease", "model_chain", "parks", "error", "nudges",
 	"nudge_at", "due_at", "pending_since", "open_dead_letters",
 	"delivery.state", "delivery.next_attempt_at", "delivery.lease",
-	"dlq_notices", "decision", "slack_update", "due_shard",
+	"dlq_notices", "decision", "slack_update", "file_erase", "due_shard",
 }
 
 // Sweeper nudges due work. Run it in every instance: each shard is swept by its leader only.
@@ -477,6 +477,9 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released b
 	}
 	if u := t.SlackUpdate; u != nil && len(u.Keys) > 0 && (u.NextAttemptAt == nil || !now.Before(*u.NextAttemptAt)) {
 		publish(bus.TopicTasksDLQ, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: "slack_update"})
+	}
+	if e := t.FileErase; e != nil && len(e.Keys) > 0 && (e.NextAttemptAt == nil || !now.Before(*e.NextAttemptAt)) {
+		publish(bus.TopicTasks, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: store.KindFileErase})
 	}
 	if nudged {
 		hold = time.Time{}

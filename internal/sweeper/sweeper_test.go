@@ -82,6 +82,12 @@ func TestPassNudgesWhatIsDue(t *testing.T) {
 	create(t, s, "slack", func(d *store.Task) {
 		d.State, d.SlackUpdate = task.StateDiscarded, &store.Pending{Keys: []string{"k"}}
 	})
+	create(t, s, "file-erase", func(d *store.Task) {
+		d.State, d.FileErase = task.StateSucceeded, &store.Pending{Keys: []string{"files/gb-1"}, NextAttemptAt: &past}
+	})
+	create(t, s, "file-erase-grace", func(d *store.Task) {
+		d.State, d.FileErase = task.StateSucceeded, &store.Pending{Keys: []string{"files/gb-2"}, NextAttemptAt: &future}
+	})
 	create(t, s, "done", func(d *store.Task) { d.State = task.StateSucceeded })
 
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
@@ -99,6 +105,7 @@ func TestPassNudgesWhatIsDue(t *testing.T) {
 		"notices":         {bus.TopicTasksDLQ, bus.TopicResultsDLQ},
 		"decision":        {bus.TopicTasks, bus.TopicResults},
 		"slack":           {bus.TopicTasksDLQ},
+		"file-erase":      {bus.TopicTasks},
 	}
 	if len(got) != len(want) {
 		t.Errorf("nudged %v, want %v", keys(got), want)
@@ -119,6 +126,9 @@ func TestPassNudgesWhatIsDue(t *testing.T) {
 	}
 	if s := got["slack"]; len(s) == 1 && s[0].Attrs[task.AttrKind] != "slack_update" {
 		t.Errorf("slack update attributes %+v", s[0].Attrs)
+	}
+	if e := got["file-erase"]; len(e) == 1 && e[0].Attrs[task.AttrKind] != store.KindFileErase {
+		t.Errorf("file erase attributes %+v", e[0].Attrs)
 	}
 	// A decision whose nudges are all published is carried out: its topics are cleared.
 	if d, err := s.GetTask(context.Background(), "decision"); err != nil || d.Decision == nil || len(d.Decision.Topics) != 0 {

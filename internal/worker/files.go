@@ -209,10 +209,47 @@ func (h *Handler) deleteCopies(ctx context.Context, log *slog.Logger, t *store.T
 	}()
 }
 
-func (h *Handler) deleteCopy(ctx context.Context, log *slog.Logger, name string) {
+func (h *Handler) deleteCopy(ctx context.Context, log *slog.Logger, name string) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := h.files.Copier.DeleteFile(ctx, name); err != nil {
 		log.WarnContext(ctx, "file copy not deleted; it expires by itself", "copy", name, "error", err)
+		return false
 	}
+	return true
+}
+
+// eraseCopies deletes the Files API copies an erased task lists (store.Task.FileErase) and
+// takes those deleted off the list. A copy not deleted stays listed, and due: the sweeper
+// nudges again, with its backoff.
+func (h *Handler) eraseCopies(ctx context.Context, log *slog.Logger, id string) {
+	t, err := h.store.GetTask(ctx, id)
+	if err != nil {
+		log.WarnContext(ctx, "erased task not read; the sweeper will nudge again", "error", err)
+		return
+	}
+	if t.FileErase == nil || len(t.FileErase.Keys) == 0 {
+		return
+	}
+	if h.files.Copier == nil {
+		log.ErrorContext(ctx, "an erased task's file copies wait for a worker that reads files", "copies", t.FileErase.Keys)
+		return
+	}
+	var deleted []string
+	for _, name := range t.FileErase.Keys {
+		if h.deleteCopy(ctx, log, name) {
+			deleted = append(deleted, name)
+		}
+	}
+	if len(deleted) == 0 {
+		return
+	}
+	if _, err := h.store.MutateTask(context.WithoutCancel(ctx), id, func(t *store.Task, _ time.Time) error {
+		t.CopiesErased(deleted)
+		return nil
+	}); err != nil {
+		log.WarnContext(ctx, "erased file copies deleted but still listed; they are deleted again", "error", err)
+		return
+	}
+	log.InfoContext(ctx, "an erased task's file copies deleted", "copies", deleted)
 }

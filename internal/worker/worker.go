@@ -143,6 +143,10 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		return bus.Ack
 	}
 	log := h.log.With("task_id", id, "delivery_attempt", m.DeliveryAttempt)
+	if m.Attributes[task.AttrKind] == store.KindFileErase {
+		h.eraseCopies(ctx, log, id)
+		return bus.Ack
+	}
 	if !h.takeInHand(ctx, log, id) {
 		return bus.Ack
 	}

@@ -187,8 +187,9 @@ func (c *Client) Cancel(ctx context.Context, id string) (*task.View, error) {
 	return &out, nil
 }
 
-// Delete erases a finished task's input and output, discarding its dead webhook delivery if any
-// (a 409 Problem for an unfinished or dead task); its accounting stays.
+// Delete erases a finished task's input and output, its uploads and Files API copies,
+// discarding its dead webhook delivery if any (a 409 Problem for an unfinished or dead task);
+// its accounting stays.
 func (c *Client) Delete(ctx context.Context, id string) error {
 	_, err := c.do(ctx, http.MethodDelete, "/v1/tasks/"+url.PathEscape(id), "", nil, nil)
 	return err
