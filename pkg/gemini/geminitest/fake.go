@@ -82,6 +82,8 @@ type Fake struct {
 	files   []*storedFile             // every Files API file, in upload order
 	uploads map[string]*pendingUpload // resumable uploads begun, by upload id
 	fileTTL time.Duration
+	// failDeletes is how many of the next files.delete calls fail (FailFileDeletes).
+	failDeletes int
 }
 
 var _ http.Handler = (*Fake)(nil)

@@ -183,8 +183,22 @@ func (f *Fake) getFile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, f.fileJSON(r, sf))
 }
 
+// FailFileDeletes makes the next n files.delete calls fail with 503 UNAVAILABLE, leaving their
+// files in place: what a worker that died before its delete leaves behind too.
+func (f *Fake) FailFileDeletes(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failDeletes = n
+}
+
 func (f *Fake) deleteFile(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
+	if f.failDeletes > 0 {
+		f.failDeletes--
+		f.mu.Unlock()
+		f.writeError(w, apiFailure{code: http.StatusServiceUnavailable, message: "The service is currently unavailable."})
+		return
+	}
 	sf := f.file(r.PathValue("id"), time.Now())
 	if sf != nil {
 		sf.Deleted = true
