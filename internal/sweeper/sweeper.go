@@ -21,6 +21,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
+	"github.com/genbox-dev/genbox/internal/leader"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/backoff"
 	"github.com/genbox-dev/genbox/pkg/claim"
@@ -232,66 +233,52 @@ type shard struct {
 // wakes when the breakers change and when a chain whose parked tasks it holds may take a probe,
 // and releases what they allow (releaseParked) before its pass.
 func (s *Sweeper) runShard(ctx context.Context, sh *shard) {
-	tick := time.NewTicker(s.cfg.Interval)
-	defer tick.Stop()
-	defer func() {
-		if sh.epoch > 0 {
-			_ = sh.lease.Release(context.WithoutCancel(ctx), sh.epoch)
-		}
-	}()
 	first := sh.n == 0
-	full := true       // every parked task is to be looked at: this instance has just taken the lead
-	var next time.Time // when a held chain may take a probe
-	for {
-		var changed <-chan struct{}
-		if first {
-			changed = s.changed()
-		}
-		l, err := s.lead(ctx, sh)
-		switch {
-		case err == nil:
-			if l.Epoch != sh.epoch {
-				full, sh.since = true, s.store.Now()
-			}
-			sh.epoch = l.Epoch
-			if first {
-				var rerr error
-				if next, rerr = s.releaseParked(ctx, full); rerr != nil && ctx.Err() == nil {
-					s.log.WarnContext(ctx, "parked tasks not released; retried next pass", "error", rerr)
-				}
-				full = full && rerr != nil
-			}
-			if _, err := s.passShard(ctx, sh); err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "sweep pass failed", "shard", sh.n, "error", err)
-			}
-			if first {
-				s.observe(ctx)
-			}
-		case errors.Is(err, claim.ErrHeld), errors.Is(err, claim.ErrLeaseLost):
-			sh.epoch, next = 0, time.Time{}
+	full := true // every parked task is to be looked at: this instance has just taken the lead
+	loop := &leader.Loop{Name: "sweeper", Elector: shardLead{s, sh}, Interval: s.cfg.Interval,
+		Log: s.log.With("shard", sh.n), Now: s.store.Now,
+		Left: func() {
+			sh.epoch = 0
 			s.forgetAll(sh.n)
-		case ctx.Err() == nil:
-			s.log.WarnContext(ctx, "sweeper leadership", "shard", sh.n, "error", err)
-		}
-		var retry <-chan time.Time
-		var timer *time.Timer
-		if !next.IsZero() {
-			timer = time.NewTimer(max(next.Sub(s.store.Now()), 0))
-			retry = timer.C
-		}
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		case <-changed:
-		case <-retry:
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if ctx.Err() != nil {
-			return
-		}
+		}}
+	if first {
+		loop.Wake = s.changed
 	}
+	loop.Run(ctx, func(ctx context.Context, epoch int64) time.Time {
+		if epoch != sh.epoch {
+			full, sh.since = true, s.store.Now()
+		}
+		sh.epoch = epoch
+		var next time.Time // when a held chain may take a probe
+		if first {
+			var rerr error
+			if next, rerr = s.releaseParked(ctx, full); rerr != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "parked tasks not released; retried next pass", "error", rerr)
+			}
+			full = full && rerr != nil
+		}
+		if _, err := s.passShard(ctx, sh); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "sweep pass failed", "shard", sh.n, "error", err)
+		}
+		if first {
+			s.observe(ctx)
+		}
+		return next
+	})
+}
+
+// shardLead is the leadership of one shard as the loop elects it: lead, and the shard's lease.
+type shardLead struct {
+	s  *Sweeper
+	sh *shard
+}
+
+var _ leader.Elector = shardLead{}
+
+func (l shardLead) Acquire(ctx context.Context) (claim.Lease, error) { return l.s.lead(ctx, l.sh) }
+
+func (l shardLead) Release(ctx context.Context, epoch int64) error {
+	return l.sh.lease.Release(ctx, epoch)
 }
 
 // lead takes or renews this instance's leadership of sh, or fails with claim.ErrHeld when it is

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/leader"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -71,22 +72,18 @@ type DrillResult struct {
 	Err           error
 }
 
-// Run drills every Every until ctx ends; it looks for a due drill every minute at most.
+// Run drills every Every until ctx ends; it looks for a due drill every minute at most. Every
+// instance looks: the drill's own claim (claim) picks the one that drills.
 func (d *Drill) Run(ctx context.Context) {
-	tick := time.NewTicker(min(d.Every, time.Minute))
-	defer tick.Stop()
-	for {
+	loop := &leader.Loop{Name: "fallback drill", Interval: min(d.Every, time.Minute), Log: d.Log}
+	loop.Run(ctx, func(ctx context.Context, _ int64) time.Time {
 		if due, err := d.claim(ctx); err != nil && ctx.Err() == nil {
 			d.Log.WarnContext(ctx, "fallback drill: claim", "error", err)
 		} else if due {
 			d.Report(ctx, d.Drill(ctx))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+		return time.Time{}
+	})
 }
 
 // claim takes the next drill if it is due: next_at in leaders/fallback-drill has passed (or was
