@@ -244,8 +244,8 @@ func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, le
 	j := &store.BatchJob{ID: newJobID(), Model: model, State: store.BatchCreating, LeaseUntil: now.Add(b.cfg.LeaseTTL)}
 	owner := store.BatchOwner(j.ID)
 	tasks, err := b.store.CreateBatchJob(ctx, j, members, func(t *store.Task, now time.Time) bool {
-		if t.State != task.StateQueued || t.BatchModel != model || t.HasOutput() || t.NotBefore == nil || !now.Before(*t.NotBefore) ||
-			t.RunBefore != nil && !now.Before(*t.RunBefore) {
+		// A task already due (store.TaskDue) is a worker's to claim, no longer the batch's.
+		if t.State != task.StateQueued || t.BatchModel != model || t.HasOutput() || store.TaskDue(t, now) {
 			return false
 		}
 		if err := t.Lease.Take(owner, now, b.cfg.LeaseTTL); err != nil {

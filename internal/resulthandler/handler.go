@@ -233,7 +233,7 @@ func (h *Handler) claim(ctx context.Context, id string, reserved int64) (claim, 
 		ok = false
 		d := &t.Delivery
 		mine := reserved > 0 && t.ReservedDelivery(now) == reserved
-		if d.State != task.DeliveryPending || d.Lease.Live(now) && !mine || (d.NextAttemptAt != nil && now.Before(*d.NextAttemptAt)) {
+		if !d.Claimable(now, reserved) {
 			return store.ErrNoChange
 		}
 		if mine {

@@ -15,61 +15,10 @@ import (
 // DLQ notice, a decision whose nudges are unpublished, a Slack update — floored by the sweeper's
 // own backoff (nudge_at). ok is false when nothing is pending.
 func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
-	consider := func(at time.Time) {
-		if !ok || at.Before(due) {
-			due, ok = at, true
+	for _, n := range needs(t, now) {
+		if !ok || n.at.Before(due) {
+			due, ok = n.at, true
 		}
-	}
-	switch t.State {
-	case task.StateScheduled, task.StateQueued, task.StateWaiting:
-		at := t.CreatedAt
-		if t.NotBefore != nil {
-			at = *t.NotBefore
-		}
-		consider(at)
-		if t.RunBefore != nil {
-			consider(*t.RunBefore)
-		}
-	case task.StateRunning:
-		if t.Lease.ExpiresAt != nil {
-			consider(*t.Lease.ExpiresAt)
-		} else {
-			consider(now) // running without a lease is never written; recover it at once
-		}
-	}
-	if d := t.Delivery; d.State == task.DeliveryPending {
-		switch {
-		case d.Lease.Live(now):
-			consider(*d.Lease.ExpiresAt)
-		case d.NextAttemptAt != nil:
-			consider(*d.NextAttemptAt)
-		default:
-			consider(now)
-		}
-	}
-	for _, n := range t.Notices {
-		switch {
-		case n.Lease.Live(now):
-			consider(*n.Lease.ExpiresAt)
-		case n.NextAttemptAt != nil:
-			consider(*n.NextAttemptAt)
-		default:
-			consider(now)
-		}
-	}
-	if d := t.Decision; d != nil && len(d.Topics) > 0 {
-		at := d.At
-		if d.NextAttemptAt != nil {
-			at = *d.NextAttemptAt
-		}
-		consider(at)
-	}
-	if s := t.SlackUpdate; s != nil && len(s.Keys) > 0 {
-		at := now
-		if s.NextAttemptAt != nil {
-			at = *s.NextAttemptAt
-		}
-		consider(at)
 	}
 	if ok && t.NudgeAt != nil && t.NudgeAt.After(due) {
 		due = *t.NudgeAt

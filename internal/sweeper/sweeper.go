@@ -437,16 +437,16 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released b
 	}
 	var hold time.Time // a parked task left alone until then, without growing the backoff
 	nudge := released  // the task itself is nudged, once its backoff is recorded
-	if !released && taskDue(t, now) {
+	if !released && store.TaskDue(t, now) {
 		if hold = s.parked(ctx, t, r.chains, now); hold.IsZero() {
 			nudge = true
 		}
 	}
-	if d := t.Delivery; d.State == task.DeliveryPending && !d.Lease.Live(now) && (d.NextAttemptAt == nil || !now.Before(*d.NextAttemptAt)) {
+	if t.Delivery.Claimable(now, 0) {
 		publish(bus.TopicResults, idAttr)
 	}
 	for _, n := range t.Notices {
-		if n.Lease.Live(now) || (n.NextAttemptAt != nil && now.Before(*n.NextAttemptAt)) {
+		if !n.Due(now) {
 			continue
 		}
 		topic := bus.TopicTasksDLQ
@@ -456,13 +456,13 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released b
 		publish(topic, n.Attributes(t.ID))
 	}
 	decided := false // every nudge of a decision is published: the decision is carried out
-	if d := t.Decision; d != nil && len(d.Topics) > 0 && (d.NextAttemptAt == nil || !now.Before(*d.NextAttemptAt)) {
+	if d := t.Decision; d.Due(now) {
 		decided = true
 		for _, topic := range d.Topics {
 			decided = publish(topic, idAttr) && decided
 		}
 	}
-	if u := t.SlackUpdate; u != nil && len(u.Keys) > 0 && (u.NextAttemptAt == nil || !now.Before(*u.NextAttemptAt)) {
+	if t.SlackUpdate.Due(now) {
 		publish(bus.TopicTasksDLQ, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: "slack_update"})
 	}
 	if nudged {
@@ -515,19 +515,6 @@ func (s *Sweeper) unreadableSince(key string, now time.Time) time.Time {
 // publishTimeout bounds one nudge: a publish waits for Pub/Sub's answer, and while Pub/Sub is
 // unreachable the client would otherwise hold a pass for its own 60 s timeout.
 func (s *Sweeper) publishTimeout() time.Duration { return min(s.cfg.Interval, 5*time.Second) }
-
-// taskDue reports whether the task itself needs a worker: scheduled past its start, queued or
-// waiting past its backoff, any of them past its run_before (its claim then fails it as
-// expired), or running under an expired lease.
-func taskDue(t *store.Task, now time.Time) bool {
-	switch t.State {
-	case task.StateScheduled, task.StateQueued, task.StateWaiting:
-		return t.NotBefore == nil || !now.Before(*t.NotBefore) || expired(t, now)
-	case task.StateRunning:
-		return !t.Lease.Live(now)
-	}
-	return false
-}
 
 // backoff records the nudge (hold: a parked task left alone until then, without growing the
 // backoff; decided: a decision's nudges are all published, so its topics are cleared; released:

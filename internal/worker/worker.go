@@ -248,13 +248,11 @@ func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 		}
 		switch t.State {
 		case task.StateScheduled, task.StateQueued, task.StateWaiting:
-			// A scheduled task's not_before is its start_after: a stray nudge never starts it early.
-			expired := t.RunBefore != nil && !now.Before(*t.RunBefore) // past it a backoff no longer holds
-			if !expired && t.NotBefore != nil && now.Before(*t.NotBefore) {
+			if !store.TaskDue(t, now) {
 				return store.ErrNoChange
 			}
 		case task.StateRunning:
-			if t.Lease.Live(now) || t.InBatchJob() {
+			if !store.TaskDue(t, now) || t.InBatchJob() {
 				return store.ErrNoChange
 			}
 			t.Claims++
@@ -267,7 +265,7 @@ func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 		default:
 			return store.ErrNoChange
 		}
-		if t.RunBefore != nil && !now.Before(*t.RunBefore) {
+		if t.Expired(now) {
 			t.Error = &store.TaskError{Kind: task.KindExpired, Message: "run_before passed before the model was called"}
 			h.finish(t, task.StateFailed, now)
 			outcome = claimExpired
