@@ -63,9 +63,9 @@ var (
 
 // Message attribute values and Pub/Sub's dead-letter attributes.
 const (
-	KindNotice      = "notice"
-	KindSlackUpdate = "slack_update"
-	KindAlert       = "alert"
+	KindNotice      = task.AttrKindNotice
+	KindSlackUpdate = task.AttrKindSlackUpdate
+	KindAlert       = task.AttrKindAlert
 	// AttrDeadLetterSource is set by Pub/Sub on a message it dead-lettered: the subscription
 	// whose consumer could not take it.
 	AttrDeadLetterSource = "CloudPubSubDeadLetterSourceSubscription"

@@ -193,7 +193,7 @@ func (s *Sweeper) releaseParked(ctx context.Context, full bool) (time.Time, erro
 		clear(s.held)
 		s.mu.Unlock()
 	}
-	it := s.store.Tasks().Where("state", "==", string(task.StateWaiting)).Select(routing...).Documents(ctx)
+	it := s.store.ParkedTasks().Documents(ctx)
 	defer it.Stop()
 	released, complete := 0, true
 	var unknown error // a chain whose breakers could not be read: its tasks are looked at again

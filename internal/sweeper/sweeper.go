@@ -16,8 +16,6 @@ import (
 	"cloud.google.com/go/firestore"
 	"golang.org/x/time/rate"
 	"google.golang.org/api/iterator"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
@@ -125,15 +123,6 @@ func LeaderDocOf(k int) string {
 		return LeaderDoc
 	}
 	return fmt.Sprintf("%s-%d", LeaderDoc, k)
-}
-
-// routing lists the only fields a pass reads (Select): what is due, and what Finalize needs to
-// recompute due_at, pending_since and expire_at after the nudge.
-var routing = []string{
-	"state", "created_at", "not_before", "run_before", "lease", "model_chain", "parks", "error", "nudges",
-	"nudge_at", "due_at", "pending_since", "open_dead_letters",
-	"delivery.state", "delivery.next_attempt_at", "delivery.lease",
-	"dlq_notices", "decision", "slack_update", "due_shard",
 }
 
 // Sweeper nudges due work. Run it in every instance: each shard is swept by its leader only.
@@ -339,13 +328,13 @@ func (s *Sweeper) passShard(ctx context.Context, sh *shard) (int, error) {
 	now := s.store.Now().UTC()
 	n := 0
 	if s.cfg.Shards > 1 {
-		q := s.store.Tasks().Where("due_shard", "==", sh.n).Where("due_at", "<=", now).OrderBy("due_at", firestore.Asc)
+		q := s.store.DueTasks(sh.n, now)
 		var err error
 		if n, err = s.pass(ctx, sh, sh.n, q, now); err != nil || sh.n != 0 {
 			return n, err
 		}
 	}
-	q := s.store.Tasks().Where("due_at", "<=", now).OrderBy("due_at", firestore.Asc)
+	q := s.store.DueTasks(-1, now)
 	m, err := s.pass(ctx, sh, strayPass, q, now)
 	return n + m, err
 }
@@ -353,7 +342,7 @@ func (s *Sweeper) passShard(ctx context.Context, sh *shard) (int, error) {
 // pass sweeps what q returns (tagged pass in the unrecorded backoffs), at most Limit documents,
 // paced by sh. The strays' pass skips the documents of a shard, which their leaders sweep.
 func (s *Sweeper) pass(ctx context.Context, sh *shard, pass int, q firestore.Query, now time.Time) (int, error) {
-	it := q.Limit(s.cfg.Limit).Select(routing...).Documents(ctx)
+	it := q.Limit(s.cfg.Limit).Documents(ctx)
 	defer it.Stop()
 	n, docs := 0, 0
 	seen := map[string]bool{}
@@ -368,7 +357,7 @@ func (s *Sweeper) pass(ctx context.Context, sh *shard, pass int, q firestore.Que
 			return n, fmt.Errorf("sweep query: %w", err)
 		}
 		docs++
-		if pass == strayPass && s.cfg.Shards > 1 && s.sharded(snap) {
+		if pass == strayPass && s.cfg.Shards > 1 && store.InShard(snap, s.cfg.Shards) {
 			continue
 		}
 		seen[snap.Ref.ID] = true
@@ -387,13 +376,6 @@ func (s *Sweeper) pass(ctx context.Context, sh *shard, pass int, q firestore.Que
 			n++
 		}
 	}
-}
-
-// sharded reports whether snap's due_shard names one of the shards, whose leader sweeps it.
-func (s *Sweeper) sharded(snap *firestore.DocumentSnapshot) bool {
-	v, err := snap.DataAt("due_shard")
-	k, ok := v.(int64)
-	return err == nil && ok && k >= 0 && k < int64(s.cfg.Shards)
 }
 
 // round is what one pass, or one release of parked tasks, keeps across its documents: what it
@@ -463,7 +445,7 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released b
 		}
 	}
 	if t.SlackUpdate.Due(now) {
-		publish(bus.TopicTasksDLQ, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: "slack_update"})
+		publish(bus.TopicTasksDLQ, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: task.AttrKindSlackUpdate})
 	}
 	if nudged {
 		hold = time.Time{}
@@ -519,10 +501,10 @@ func (s *Sweeper) publishTimeout() time.Duration { return min(s.cfg.Interval, 5*
 // backoff records the nudge (hold: a parked task left alone until then, without growing the
 // backoff; decided: a decision's nudges are all published, so its topics are cleared; released:
 // a parked task nudged before its own backoff ended, which is cleared): nudges+1, nudge_at = now +
-// capped exponential backoff, and the due_at that follows, guarded by the update time read — a
-// document someone changed meanwhile is left as they wrote it (their write reset the backoff and
-// recomputed due_at). A write that fails otherwise leaves the backoff in this process
-// (backingOff), so the next pass does not publish the same nudges again.
+// capped exponential backoff, and the due_at that follows, in store.RecordNudge's write guarded
+// by the update time read — a document someone changed meanwhile is left as they wrote it (their
+// write reset the backoff and recomputed due_at). A write that fails otherwise leaves the backoff
+// in this process (backingOff), so the next pass does not publish the same nudges again.
 func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, pass int, now time.Time, hold time.Time, decided, released bool) {
 	next := hold
 	delay := hold.Sub(now)
@@ -532,35 +514,11 @@ func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, 
 		next = now.Add(delay)
 	}
 	t.NudgeAt = &next
-	var updates []firestore.Update
-	if decided {
-		t.Decision.Topics = nil
-		updates = append(updates, firestore.Update{Path: "decision.topics", Value: firestore.Delete})
-	}
-	if released {
-		t.NotBefore = nil
-		updates = append(updates, firestore.Update{Path: "not_before", Value: firestore.Delete})
-	}
-	store.Finalize(t, now, s.store.Retention, s.cfg.Shards)
-	orDelete := func(v *time.Time) any {
-		if v == nil {
-			return firestore.Delete
-		}
-		return *v
-	}
-	updates = append(updates,
-		firestore.Update{Path: "nudges", Value: t.Nudges},
-		firestore.Update{Path: "nudge_at", Value: orDelete(t.NudgeAt)},
-		firestore.Update{Path: "due_at", Value: orDelete(t.DueAt)},
-		firestore.Update{Path: "due_shard", Value: t.DueShard},
-		firestore.Update{Path: "pending_since", Value: orDelete(t.PendingSince)},
-		firestore.Update{Path: "expire_at", Value: orDelete(t.ExpireAt)},
-	)
-	_, err := s.store.Tasks().Doc(t.ID).Update(ctx, updates, firestore.LastUpdateTime(t.UpdateTime))
-	switch status.Code(err) {
-	case codes.OK:
+	err := s.store.RecordNudge(ctx, t, now, s.cfg.Shards, decided, released)
+	switch {
+	case err == nil:
 		s.forget(t.ID)
-	case codes.FailedPrecondition, codes.NotFound:
+	case errors.Is(err, store.ErrChanged):
 		s.forget(t.ID)
 		log.DebugContext(ctx, "task changed during the sweep; its writer rescheduled it")
 	default:

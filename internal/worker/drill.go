@@ -178,7 +178,7 @@ func (d *Drill) Report(ctx context.Context, results []DrillResult) {
 	}
 	msg := fmt.Sprintf("fallback drill: %d of %d fallback calls answered with a valid output", ok, len(results)) + b.String()
 	key := "fallback-drill:" + d.Store.Now().UTC().Format(time.RFC3339)
-	if _, err := d.Pub.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: "alert", task.AttrAlert: key}); err != nil {
+	if _, err := d.Pub.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: task.AttrKindAlert, task.AttrAlert: key}); err != nil {
 		d.Log.WarnContext(ctx, "fallback drill: report not published", "error", err)
 	}
 }
