@@ -91,7 +91,7 @@ type Handler struct {
 
 	// inHand holds the ids of the tasks this instance is claiming or running: a duplicate nudge
 	// for one of them is acked without a write (see Handle).
-	inHand sync.Map
+	inHand bus.InHand
 	// room bounds the tasks in hand, claimed and calling the model, whether their nudge came
 	// through Pub/Sub or from this instance's sweeper (Local); nil: no bound (WithCapacity).
 	room *capacity
@@ -156,14 +156,11 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 	return h.handle(ctx, log, id, p)
 }
 
-// takeInHand records that this instance has task id in hand, or reports that it already had.
-// Nudges repeat (the publisher's and the sweeper's, a decision's, Pub/Sub's redeliveries). One
-// for a task this instance already has in hand is acked: its claim would find the task held, or
-// — the holder's lease lapsed mid-call — take it over and pay for a second call in the same
-// process; and its write would contend with the holder's renewals and output commit on the task
-// document.
+// takeInHand records that this instance has task id in hand, or reports that it already had
+// (bus.InHand): a nudge for it is then acked, where its claim could take over a lease lapsed
+// mid-call and pay for a second call in the same process.
 func (h *Handler) takeInHand(ctx context.Context, log *slog.Logger, id string) bool {
-	if _, busy := h.inHand.LoadOrStore(id, struct{}{}); busy {
+	if !h.inHand.Take(id) {
 		log.DebugContext(ctx, "task already in hand in this instance; acked")
 		h.metrics.WorkerOutcome(ctx, obs.WorkerNotClaimed)
 		return false
