@@ -41,7 +41,7 @@ type Controller struct {
 func NewController(cfg Config, s *store.Store, pool Pool, owner string, log *slog.Logger) *Controller {
 	return &Controller{
 		cfg: cfg, store: s, pool: pool, log: log,
-		lease:   &claim.Doc{FS: s.FS, Ref: s.FS.Collection(store.LeadersCollection).Doc(LeaderDoc), Owner: owner, TTL: leaderTTL(cfg), Now: s.Now},
+		lease:   s.Leader(LeaderDoc, owner, leaderTTL(cfg)),
 		doc:     stateDoc(s.FS, cfg),
 		latency: cfg.Latency,
 		seen:    map[string]member{},

@@ -36,7 +36,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
 	"github.com/genbox-dev/genbox/pkg/backoff"
-	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -149,8 +148,7 @@ func (b *Batcher) observe() []obs.BatchJobs {
 func (b *Batcher) lead(ctx context.Context, model string) {
 	log := b.log.With("model", model)
 	loop := &leader.Loop{Name: "batcher", Interval: b.cfg.Interval, RenewEvery: b.cfg.LeaderTTL / 3, Log: log,
-		Elector: &claim.Doc{FS: b.store.FS, Ref: b.store.FS.Collection(store.LeadersCollection).Doc(LeaderDoc(model)),
-			Owner: b.owner, TTL: b.cfg.LeaderTTL, Now: b.store.Now},
+		Elector: b.store.Leader(LeaderDoc(model), b.owner, b.cfg.LeaderTTL),
 		Left: func() {
 			b.mu.Lock()
 			delete(b.open, model)

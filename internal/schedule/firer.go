@@ -11,7 +11,6 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/leader"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -58,8 +57,7 @@ func New(st *store.Store, intake Intake, cfg Config, owner string, log *slog.Log
 // then gives the lease up.
 func (f *Firer) Run(ctx context.Context) {
 	loop := &leader.Loop{Name: "scheduler", Interval: f.cfg.Interval, Log: f.log,
-		Elector: &claim.Doc{FS: f.store.FS, Ref: f.store.FS.Collection(store.LeadersCollection).Doc(LeaderDoc),
-			Owner: f.owner, TTL: f.cfg.LeaderTTL, Now: f.store.Now}}
+		Elector: f.store.Leader(LeaderDoc, f.owner, f.cfg.LeaderTTL)}
 	loop.Run(ctx, func(ctx context.Context, _ int64) time.Time {
 		if _, err := f.Pass(ctx); err != nil && ctx.Err() == nil {
 			f.log.WarnContext(ctx, "schedule pass failed; next pass", "error", err)

@@ -172,7 +172,7 @@ func New(s *store.Store, pub Publisher, defaultChain []string, log *slog.Logger,
 	for k := range cfg.Shards {
 		sw.shards = append(sw.shards, &shard{
 			n:     k,
-			lease: &claim.Doc{FS: s.FS, Ref: s.FS.Collection(store.LeadersCollection).Doc(LeaderDocOf(k)), Owner: owner, TTL: cfg.LeaderTTL, Now: s.Now},
+			lease: s.Leader(LeaderDocOf(k), owner, cfg.LeaderTTL),
 			pace:  rate.NewLimiter(rate.Limit(cfg.Pace), max(1, int(cfg.Pace))),
 		})
 	}

@@ -8,10 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"cloud.google.com/go/firestore"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/leader"
 	"github.com/genbox-dev/genbox/internal/obs"
@@ -89,34 +85,7 @@ func (d *Drill) Run(ctx context.Context) {
 // claim takes the next drill if it is due: next_at in leaders/fallback-drill has passed (or was
 // never set), and moving it Every ahead is not beaten by another instance.
 func (d *Drill) claim(ctx context.Context) (bool, error) {
-	ref := d.Store.FS.Collection(store.LeadersCollection).Doc(DrillDoc)
-	now := d.Store.Now().UTC()
-	next := map[string]any{"next_at": now.Add(d.Every)}
-	snap, err := ref.Get(ctx)
-	switch {
-	case status.Code(err) == codes.NotFound:
-		_, err = ref.Create(ctx, next)
-	case err != nil:
-		return false, fmt.Errorf("read %s: %w", DrillDoc, err)
-	default:
-		var doc struct {
-			NextAt time.Time `firestore:"next_at"`
-		}
-		if err := snap.DataTo(&doc); err != nil {
-			return false, fmt.Errorf("decode %s: %w", DrillDoc, err)
-		}
-		if now.Before(doc.NextAt) {
-			return false, nil
-		}
-		_, err = ref.Update(ctx, []firestore.Update{{Path: "next_at", Value: next["next_at"]}}, firestore.LastUpdateTime(snap.UpdateTime))
-	}
-	switch status.Code(err) {
-	case codes.OK:
-		return true, nil
-	case codes.AlreadyExists, codes.FailedPrecondition:
-		return false, nil // another instance took this drill
-	}
-	return false, fmt.Errorf("claim %s: %w", DrillDoc, err)
+	return d.Store.TakeTurn(ctx, DrillDoc, d.Every)
 }
 
 // Drill sends each family's drill request through each of its fallback models and returns what
