@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/genbox-dev/genbox/internal/leader"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -40,7 +41,7 @@ type Controller struct {
 func NewController(cfg Config, s *store.Store, pool Pool, owner string, log *slog.Logger) *Controller {
 	return &Controller{
 		cfg: cfg, store: s, pool: pool, log: log,
-		lease:   &claim.Doc{FS: s.FS, Ref: s.FS.Collection(store.LeadersCollection).Doc(LeaderDoc), Owner: owner, TTL: leaderTTL(cfg), Now: s.Now},
+		lease:   s.Leader(LeaderDoc, owner, leaderTTL(cfg)),
 		doc:     stateDoc(s.FS, cfg),
 		latency: cfg.Latency,
 		seen:    map[string]member{},
@@ -58,34 +59,17 @@ func stateDoc(fs *firestore.Client, cfg Config) *firestore.DocumentRef {
 // Run steps the pool every Interval while this instance leads, until ctx ends; it then gives the
 // lead up.
 func (c *Controller) Run(ctx context.Context) {
-	tick := time.NewTicker(c.cfg.Interval)
-	defer tick.Stop()
-	defer func() {
-		if c.epoch > 0 {
-			_ = c.lease.Release(context.WithoutCancel(ctx), c.epoch)
+	loop := &leader.Loop{Name: "autoscaler", Elector: c.lease, Interval: c.cfg.Interval, Log: c.log,
+		Left: func() { c.epoch = 0 }}
+	loop.Run(ctx, func(ctx context.Context, epoch int64) time.Time {
+		if epoch != c.epoch {
+			c.epoch, c.synced, c.lowSince, c.seen = epoch, false, time.Time{}, map[string]member{}
 		}
-	}()
-	for {
-		l, err := c.lease.Acquire(ctx)
-		switch {
-		case err == nil:
-			if l.Epoch != c.epoch {
-				c.epoch, c.synced, c.lowSince, c.seen = l.Epoch, false, time.Time{}, map[string]member{}
-			}
-			if err := c.Step(ctx); err != nil && ctx.Err() == nil {
-				c.log.WarnContext(ctx, "autoscale step failed; tried again next tick", "error", err)
-			}
-		case errors.Is(err, claim.ErrHeld), errors.Is(err, claim.ErrLeaseLost):
-			c.epoch = 0
-		case ctx.Err() == nil:
-			c.log.WarnContext(ctx, "autoscaler leadership", "error", err)
+		if err := c.Step(ctx); err != nil && ctx.Err() == nil {
+			c.log.WarnContext(ctx, "autoscale step failed; tried again next tick", "error", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+		return time.Time{}
+	})
 }
 
 // Step reads the pool's document, its members and the backlog once and moves the pool one step:

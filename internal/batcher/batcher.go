@@ -30,12 +30,12 @@ import (
 
 	"google.golang.org/genai"
 
+	"github.com/genbox-dev/genbox/internal/leader"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
 	"github.com/genbox-dev/genbox/pkg/backoff"
-	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -142,69 +142,22 @@ func (b *Batcher) observe() []obs.BatchJobs {
 	return out
 }
 
-// lead runs model's passes while this instance holds its leadership.
+// lead runs model's passes while this instance holds its leadership, renewing it every third of
+// its TTL during a pass: a pass that settles a large job takes longer than the lease. A lost
+// renewal ends the pass.
 func (b *Batcher) lead(ctx context.Context, model string) {
 	log := b.log.With("model", model)
-	leader := &claim.Doc{FS: b.store.FS, Ref: b.store.FS.Collection(store.LeadersCollection).Doc(LeaderDoc(model)),
-		Owner: b.owner, TTL: b.cfg.LeaderTTL, Now: b.store.Now}
-	tick := time.NewTicker(b.cfg.Interval)
-	defer tick.Stop()
-	var epoch int64
-	defer func() {
-		if epoch > 0 {
-			_ = leader.Release(context.WithoutCancel(ctx), epoch)
-		}
-	}()
-	for {
-		l, err := leader.Acquire(ctx)
-		switch {
-		case err == nil:
-			epoch = l.Epoch
-			b.leadPass(ctx, log, model, leader, epoch)
-		case errors.Is(err, claim.ErrHeld):
-			epoch = 0
+	loop := &leader.Loop{Name: "batcher", Interval: b.cfg.Interval, RenewEvery: b.cfg.LeaderTTL / 3, Log: log,
+		Elector: b.store.Leader(LeaderDoc(model), b.owner, b.cfg.LeaderTTL),
+		Left: func() {
 			b.mu.Lock()
 			delete(b.open, model)
 			b.mu.Unlock()
-		case ctx.Err() == nil:
-			log.WarnContext(ctx, "batcher leadership", "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-// leadPass runs one pass while renewing the leadership every third of its TTL: a pass that
-// settles a large job takes longer than the lease. A lost renewal ends the pass.
-func (b *Batcher) leadPass(ctx context.Context, log *slog.Logger, model string, leader *claim.Doc, epoch int64) {
-	passCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var lost atomic.Bool
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(b.cfg.LeaderTTL / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-passCtx.Done():
-				return
-			case <-tick.C:
-			}
-			if _, err := leader.Renew(passCtx, epoch); err != nil && passCtx.Err() == nil {
-				lost.Store(true)
-				log.WarnContext(ctx, "batcher leadership lost during a pass; pass ended", "error", err)
-				cancel()
-				return
-			}
-		}
-	}()
-	b.pass(passCtx, log, model, func(context.Context) bool { return !lost.Load() && passCtx.Err() == nil })
-	cancel()
-	<-done
+		}}
+	loop.Run(ctx, func(ctx context.Context, _ int64) time.Time {
+		b.pass(ctx, log, model, func(context.Context) bool { return ctx.Err() == nil })
+		return time.Time{}
+	})
 }
 
 // pass advances model's open jobs, then gathers waiting tasks into a new one.
@@ -289,8 +242,8 @@ func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, le
 	j := &store.BatchJob{ID: newJobID(), Model: model, State: store.BatchCreating, LeaseUntil: now.Add(b.cfg.LeaseTTL)}
 	owner := store.BatchOwner(j.ID)
 	tasks, err := b.store.CreateBatchJob(ctx, j, members, func(t *store.Task, now time.Time) bool {
-		if t.State != task.StateQueued || t.BatchModel != model || t.HasOutput() || t.NotBefore == nil || !now.Before(*t.NotBefore) ||
-			t.RunBefore != nil && !now.Before(*t.RunBefore) {
+		// A task already due (store.TaskDue) is a worker's to claim, no longer the batch's.
+		if t.State != task.StateQueued || t.BatchModel != model || t.HasOutput() || store.TaskDue(t, now) {
 			return false
 		}
 		if err := t.Lease.Take(owner, now, b.cfg.LeaseTTL); err != nil {

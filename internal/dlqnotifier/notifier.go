@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -63,9 +62,9 @@ var (
 
 // Message attribute values and Pub/Sub's dead-letter attributes.
 const (
-	KindNotice      = "notice"
-	KindSlackUpdate = "slack_update"
-	KindAlert       = "alert"
+	KindNotice      = task.AttrKindNotice
+	KindSlackUpdate = task.AttrKindSlackUpdate
+	KindAlert       = task.AttrKindAlert
 	// AttrDeadLetterSource is set by Pub/Sub on a message it dead-lettered: the subscription
 	// whose consumer could not take it.
 	AttrDeadLetterSource = "CloudPubSubDeadLetterSourceSubscription"
@@ -95,7 +94,7 @@ type Service struct {
 
 	// inHand holds the ids of the tasks whose notice or Slack update this instance is carrying: a
 	// duplicate nudge for one of them is acked without a transaction (see carry).
-	inHand sync.Map
+	inHand bus.InHand
 }
 
 // New returns a Service. est may be nil: the Regenerate button then prices from the task's
@@ -139,14 +138,11 @@ func (s *Service) Handle(ctx context.Context, m *bus.Message) bus.Result {
 	return bus.Ack
 }
 
-// carry handles a notice or a Slack update nudge of task id. Nudges repeat (the sweeper re-sends
-// what is due, Pub/Sub redelivers): one for a task this instance already has in hand is acked
-// without a transaction. It would find the work held, or — the post lease lapsed while Slack was
-// slow — post the dead letter a second time; and its transaction would contend with the holder's
-// commits on the task document, where under load stacked transactions keep the document locked
-// for everyone.
+// carry handles a notice or a Slack update nudge of task id. One for a task this instance already
+// has in hand is acked without a transaction (bus.InHand): had the post lease lapsed while Slack was
+// slow, it would post the dead letter a second time.
 func (s *Service) carry(ctx context.Context, log *slog.Logger, id string, a map[string]string) {
-	if _, busy := s.inHand.LoadOrStore(id, struct{}{}); busy {
+	if !s.inHand.Take(id) {
 		log.DebugContext(ctx, "dlqnotifier: task already in hand in this instance; acked", "kind", a[task.AttrKind])
 		return
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
+	"github.com/genbox-dev/genbox/internal/leader"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -91,20 +92,16 @@ func NewPacer(st *store.Store, pub Publisher, prompts Catalog, tenants TenantLim
 	return &Pacer{store: st, pub: pub, prompts: prompts, tenants: tenants, cfg: cfg, owner: owner, log: log}
 }
 
-// Run makes a pass at the end of every Interval until ctx ends.
+// Run makes a pass every Interval until ctx ends. Every instance passes: each re-run's own lease
+// (advance) picks the one that advances it.
 func (p *Pacer) Run(ctx context.Context) {
-	tick := time.NewTicker(p.cfg.Interval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	loop := &leader.Loop{Name: "rerun pacer", Interval: p.cfg.Interval, Log: p.log}
+	loop.Run(ctx, func(ctx context.Context, _ int64) time.Time {
 		if err := p.Pass(ctx); err != nil && ctx.Err() == nil {
 			p.log.WarnContext(ctx, "rerun pass failed; retried next interval", "error", err)
 		}
-	}
+		return time.Time{}
+	})
 }
 
 // Pass advances every running re-run whose lease is free or this pacer's.

@@ -25,7 +25,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -109,7 +108,7 @@ type Handler struct {
 
 	// inHand holds the ids of the tasks whose delivery this instance is carrying: a duplicate
 	// nudge for one of them is acked without a transaction (see Handle).
-	inHand sync.Map
+	inHand bus.InHand
 }
 
 // New returns a Handler.
@@ -135,12 +134,8 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		h.log.WarnContext(ctx, "resulthandler: message without task id", "message_id", m.ID)
 		return bus.Ack
 	}
-	// Nudges repeat (the worker's, the sweeper's, Pub/Sub's redeliveries). One for a task whose
-	// delivery this instance is already carrying is acked: its claim would find the delivery held,
-	// or — the lease lapsed during the POST — take it over and POST the event again; and its
-	// transaction would contend with the holder's commits on the task document, where under load
-	// stacked claims keep the document locked for everyone.
-	if _, busy := h.inHand.LoadOrStore(id, struct{}{}); busy {
+	// A nudge for a delivery already in hand would POST the event again (bus.InHand).
+	if !h.inHand.Take(id) {
 		h.log.DebugContext(ctx, "resulthandler: delivery already in hand in this instance; acked", "task_id", id)
 		return bus.Ack
 	}
@@ -233,7 +228,7 @@ func (h *Handler) claim(ctx context.Context, id string, reserved int64) (claim, 
 		ok = false
 		d := &t.Delivery
 		mine := reserved > 0 && t.ReservedDelivery(now) == reserved
-		if d.State != task.DeliveryPending || d.Lease.Live(now) && !mine || (d.NextAttemptAt != nil && now.Before(*d.NextAttemptAt)) {
+		if !d.Claimable(now, reserved) {
 			return store.ErrNoChange
 		}
 		if mine {

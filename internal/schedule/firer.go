@@ -9,8 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/leader"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -56,35 +56,14 @@ func New(st *store.Store, intake Intake, cfg Config, owner string, log *slog.Log
 // Run fires what is due every Interval while this instance holds the lease, until ctx ends; it
 // then gives the lease up.
 func (f *Firer) Run(ctx context.Context) {
-	lease := &claim.Doc{FS: f.store.FS, Ref: f.store.FS.Collection(store.LeadersCollection).Doc(LeaderDoc),
-		Owner: f.owner, TTL: f.cfg.LeaderTTL, Now: f.store.Now}
-	tick := time.NewTicker(f.cfg.Interval)
-	defer tick.Stop()
-	var epoch int64
-	defer func() {
-		if epoch > 0 {
-			_ = lease.Release(context.WithoutCancel(ctx), epoch)
+	loop := &leader.Loop{Name: "scheduler", Interval: f.cfg.Interval, Log: f.log,
+		Elector: f.store.Leader(LeaderDoc, f.owner, f.cfg.LeaderTTL)}
+	loop.Run(ctx, func(ctx context.Context, _ int64) time.Time {
+		if _, err := f.Pass(ctx); err != nil && ctx.Err() == nil {
+			f.log.WarnContext(ctx, "schedule pass failed; next pass", "error", err)
 		}
-	}()
-	for {
-		l, err := lease.Acquire(ctx)
-		switch {
-		case err == nil:
-			epoch = l.Epoch
-			if _, err := f.Pass(ctx); err != nil && ctx.Err() == nil {
-				f.log.WarnContext(ctx, "schedule pass failed; next pass", "error", err)
-			}
-		case errors.Is(err, claim.ErrHeld):
-			epoch = 0
-		case ctx.Err() == nil:
-			f.log.WarnContext(ctx, "scheduler leadership", "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+		return time.Time{}
+	})
 }
 
 // Pass fires the due schedules, earliest due first, at most Limit of them, and returns how many

@@ -9,75 +9,17 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-// DueAt is the one function that says when a task document next needs a nudge (docs/architecture.md §0): the
-// earliest deadline among what is still pending — the task's own lease expiry, backoff, start
-// time (a scheduled task's not_before) or run_before (past which it is failed as expired, backoff or not), the delivery in flight, each
-// DLQ notice, a decision whose nudges are unpublished, a Slack update, the Files API copies of
-// an erased task still to delete — floored by the sweeper's
-// own backoff (nudge_at). ok is false when nothing is pending.
+// DueAt is the one function that says when a task document next needs a nudge
+// (docs/architecture.md §0): the earliest deadline among what is still pending — the task's own
+// lease expiry, backoff, start time (a scheduled task's not_before) or run_before (past which it
+// is failed as expired, backoff or not), the delivery in flight, each DLQ notice, a decision
+// whose nudges are unpublished, a Slack update, the Files API copies of an erased task still to
+// delete — floored by the sweeper's own backoff (nudge_at). ok is false when nothing is pending.
 func DueAt(t *Task, now time.Time) (due time.Time, ok bool) {
-	consider := func(at time.Time) {
-		if !ok || at.Before(due) {
-			due, ok = at, true
+	for _, n := range needs(t, now) {
+		if !ok || n.at.Before(due) {
+			due, ok = n.at, true
 		}
-	}
-	switch t.State {
-	case task.StateScheduled, task.StateQueued, task.StateWaiting:
-		at := t.CreatedAt
-		if t.NotBefore != nil {
-			at = *t.NotBefore
-		}
-		consider(at)
-		if t.RunBefore != nil {
-			consider(*t.RunBefore)
-		}
-	case task.StateRunning:
-		if t.Lease.ExpiresAt != nil {
-			consider(*t.Lease.ExpiresAt)
-		} else {
-			consider(now) // running without a lease is never written; recover it at once
-		}
-	}
-	if d := t.Delivery; d.State == task.DeliveryPending {
-		switch {
-		case d.Lease.Live(now):
-			consider(*d.Lease.ExpiresAt)
-		case d.NextAttemptAt != nil:
-			consider(*d.NextAttemptAt)
-		default:
-			consider(now)
-		}
-	}
-	for _, n := range t.Notices {
-		switch {
-		case n.Lease.Live(now):
-			consider(*n.Lease.ExpiresAt)
-		case n.NextAttemptAt != nil:
-			consider(*n.NextAttemptAt)
-		default:
-			consider(now)
-		}
-	}
-	if d := t.Decision; d != nil && len(d.Topics) > 0 {
-		at := d.At
-		if d.NextAttemptAt != nil {
-			at = *d.NextAttemptAt
-		}
-		consider(at)
-	}
-	if s := t.SlackUpdate; s != nil && len(s.Keys) > 0 {
-		at := now
-		if s.NextAttemptAt != nil {
-			at = *s.NextAttemptAt
-		}
-		consider(at)
-	}
-	if e := t.FileErase; e != nil && len(e.Keys) > 0 {
-		at := now
-		if e.NextAttemptAt != nil {
-			at = *e.NextAttemptAt
-		}
-		consider(at)
 	}
 	if ok && t.NudgeAt != nil && t.NudgeAt.After(due) {
 		due = *t.NudgeAt

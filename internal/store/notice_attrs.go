@@ -17,7 +17,7 @@ func (n Notice) Attributes(taskID string) map[string]string {
 		task.AttrStage:  string(n.Stage),
 		task.AttrReplay: strconv.Itoa(n.Replay),
 		task.AttrRound:  strconv.Itoa(n.Round),
-		task.AttrKind:   "notice",
+		task.AttrKind:   task.AttrKindNotice,
 	}
 	if n.Event != "" {
 		a[task.AttrEvent] = n.Event

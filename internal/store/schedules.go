@@ -140,12 +140,6 @@ func (s *Store) DueSchedules(ctx context.Context, now time.Time, limit int) ([]*
 // conditioned on sc's update time: a schedule changed since (patched, paused, deleted, advanced
 // by another firer) is left as it is, and ErrChanged is returned.
 func (s *Store) AdvanceSchedule(ctx context.Context, sc *Schedule, next, lastFire *time.Time, lastTask string, fired, skipped int, lastError string) error {
-	orDelete := func(v *time.Time) any {
-		if v == nil {
-			return firestore.Delete
-		}
-		return *v
-	}
 	ups := []firestore.Update{
 		{Path: "next_fire_at", Value: orDelete(next)},
 		{Path: "fires", Value: firestore.Increment(fired)},
@@ -157,14 +151,10 @@ func (s *Store) AdvanceSchedule(ctx context.Context, sc *Schedule, next, lastFir
 	if lastError != "" {
 		ups = append(ups, firestore.Update{Path: "last_error", Value: lastError})
 	}
-	_, err := s.Schedules().Doc(sc.ID).Update(ctx, ups, firestore.LastUpdateTime(sc.UpdateTime))
-	switch status.Code(err) {
-	case codes.OK:
-		return nil
-	case codes.FailedPrecondition, codes.NotFound:
-		return fmt.Errorf("advance schedule %s: %w", sc.ID, ErrChanged)
+	if err := updateUnchanged(ctx, s.Schedules().Doc(sc.ID), ups, sc.UpdateTime); err != nil {
+		return fmt.Errorf("advance schedule %s: %w", sc.ID, err)
 	}
-	return fmt.Errorf("advance schedule %s: %w", sc.ID, err)
+	return nil
 }
 
 // AllSchedules returns up to limit schedules of every tenant, in id order (the console's

@@ -402,7 +402,7 @@ func DeliveryLease(webhookTimeout time.Duration) time.Duration { return 3 * webh
 // reservation's epoch, or 0 when there is nothing to reserve.
 func (t *Task) ReserveDelivery(now time.Time, ttl time.Duration) int64 {
 	d := &t.Delivery
-	if d.State != task.DeliveryPending || d.Lease.Live(now) || d.NextAttemptAt != nil && now.Before(*d.NextAttemptAt) {
+	if !d.Claimable(now, 0) {
 		return 0
 	}
 	if err := d.Lease.Take(NudgeOwner, now, ttl); err != nil {

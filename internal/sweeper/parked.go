@@ -49,11 +49,6 @@ type chainView struct {
 
 func chainKey(models []string) string { return strings.Join(models, "\n") }
 
-// expired reports whether t is past its run_before: its claim fails it, whatever its chain says.
-func expired(t *store.Task, now time.Time) bool {
-	return t.RunBefore != nil && !now.Before(*t.RunBefore)
-}
-
 // budgetWait reports whether t waits for its tenant's daily budget, not for its chain.
 func budgetWait(t *store.Task) bool { return t.Error != nil && t.Error.Kind == task.KindBudget }
 
@@ -84,7 +79,7 @@ func (s *Sweeper) view(ctx context.Context, views chainViews, t *store.Task, now
 // they have been unreadable for BackoffMax: releasing into an outage the sweeper cannot see would
 // undo the parking, but a document that can never be read must not hold tasks for good.
 func (s *Sweeper) parked(ctx context.Context, t *store.Task, views chainViews, now time.Time) time.Time {
-	if t.State != task.StateWaiting || expired(t, now) || budgetWait(t) {
+	if t.State != task.StateWaiting || t.Expired(now) || budgetWait(t) {
 		return time.Time{}
 	}
 	key, v := s.view(ctx, views, t, now)
@@ -198,7 +193,7 @@ func (s *Sweeper) releaseParked(ctx context.Context, full bool) (time.Time, erro
 		clear(s.held)
 		s.mu.Unlock()
 	}
-	it := s.store.Tasks().Where("state", "==", string(task.StateWaiting)).Select(routing...).Documents(ctx)
+	it := s.store.ParkedTasks().Documents(ctx)
 	defer it.Stop()
 	released, complete := 0, true
 	var unknown error // a chain whose breakers could not be read: its tasks are looked at again
@@ -211,7 +206,7 @@ func (s *Sweeper) releaseParked(ctx context.Context, full bool) (time.Time, erro
 			return next, fmt.Errorf("parked tasks: %w", err)
 		}
 		t, err := store.DecodeTask(snap)
-		if err != nil || expired(t, now) || budgetWait(t) {
+		if err != nil || t.Expired(now) || budgetWait(t) {
 			continue // an undecodable task is logged by the pass; an expired one is due and failed there
 		}
 		key, v := s.view(ctx, views, t, now)

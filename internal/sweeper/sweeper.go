@@ -16,11 +16,10 @@ import (
 	"cloud.google.com/go/firestore"
 	"golang.org/x/time/rate"
 	"google.golang.org/api/iterator"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
+	"github.com/genbox-dev/genbox/internal/leader"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/backoff"
 	"github.com/genbox-dev/genbox/pkg/claim"
@@ -126,15 +125,6 @@ func LeaderDocOf(k int) string {
 	return fmt.Sprintf("%s-%d", LeaderDoc, k)
 }
 
-// routing lists the only fields a pass reads (Select): what is due, and what Finalize needs to
-// recompute due_at, pending_since and expire_at after the nudge.
-var routing = []string{
-	"state", "created_at", "not_before", "run_before", "lease", "model_chain", "parks", "error", "nudges",
-	"nudge_at", "due_at", "pending_since", "open_dead_letters",
-	"delivery.state", "delivery.next_attempt_at", "delivery.lease",
-	"dlq_notices", "decision", "slack_update", "file_erase", "due_shard",
-}
-
 // Sweeper nudges due work. Run it in every instance: each shard is swept by its leader only.
 type Sweeper struct {
 	store        *store.Store
@@ -182,7 +172,7 @@ func New(s *store.Store, pub Publisher, defaultChain []string, log *slog.Logger,
 	for k := range cfg.Shards {
 		sw.shards = append(sw.shards, &shard{
 			n:     k,
-			lease: &claim.Doc{FS: s.FS, Ref: s.FS.Collection(store.LeadersCollection).Doc(LeaderDocOf(k)), Owner: owner, TTL: cfg.LeaderTTL, Now: s.Now},
+			lease: s.Leader(LeaderDocOf(k), owner, cfg.LeaderTTL),
 			pace:  rate.NewLimiter(rate.Limit(cfg.Pace), max(1, int(cfg.Pace))),
 		})
 	}
@@ -232,66 +222,52 @@ type shard struct {
 // wakes when the breakers change and when a chain whose parked tasks it holds may take a probe,
 // and releases what they allow (releaseParked) before its pass.
 func (s *Sweeper) runShard(ctx context.Context, sh *shard) {
-	tick := time.NewTicker(s.cfg.Interval)
-	defer tick.Stop()
-	defer func() {
-		if sh.epoch > 0 {
-			_ = sh.lease.Release(context.WithoutCancel(ctx), sh.epoch)
-		}
-	}()
 	first := sh.n == 0
-	full := true       // every parked task is to be looked at: this instance has just taken the lead
-	var next time.Time // when a held chain may take a probe
-	for {
-		var changed <-chan struct{}
-		if first {
-			changed = s.changed()
-		}
-		l, err := s.lead(ctx, sh)
-		switch {
-		case err == nil:
-			if l.Epoch != sh.epoch {
-				full, sh.since = true, s.store.Now()
-			}
-			sh.epoch = l.Epoch
-			if first {
-				var rerr error
-				if next, rerr = s.releaseParked(ctx, full); rerr != nil && ctx.Err() == nil {
-					s.log.WarnContext(ctx, "parked tasks not released; retried next pass", "error", rerr)
-				}
-				full = full && rerr != nil
-			}
-			if _, err := s.passShard(ctx, sh); err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "sweep pass failed", "shard", sh.n, "error", err)
-			}
-			if first {
-				s.observe(ctx)
-			}
-		case errors.Is(err, claim.ErrHeld), errors.Is(err, claim.ErrLeaseLost):
-			sh.epoch, next = 0, time.Time{}
+	full := true // every parked task is to be looked at: this instance has just taken the lead
+	loop := &leader.Loop{Name: "sweeper", Elector: shardLead{s, sh}, Interval: s.cfg.Interval,
+		Log: s.log.With("shard", sh.n), Now: s.store.Now,
+		Left: func() {
+			sh.epoch = 0
 			s.forgetAll(sh.n)
-		case ctx.Err() == nil:
-			s.log.WarnContext(ctx, "sweeper leadership", "shard", sh.n, "error", err)
-		}
-		var retry <-chan time.Time
-		var timer *time.Timer
-		if !next.IsZero() {
-			timer = time.NewTimer(max(next.Sub(s.store.Now()), 0))
-			retry = timer.C
-		}
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		case <-changed:
-		case <-retry:
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		if ctx.Err() != nil {
-			return
-		}
+		}}
+	if first {
+		loop.Wake = s.changed
 	}
+	loop.Run(ctx, func(ctx context.Context, epoch int64) time.Time {
+		if epoch != sh.epoch {
+			full, sh.since = true, s.store.Now()
+		}
+		sh.epoch = epoch
+		var next time.Time // when a held chain may take a probe
+		if first {
+			var rerr error
+			if next, rerr = s.releaseParked(ctx, full); rerr != nil && ctx.Err() == nil {
+				s.log.WarnContext(ctx, "parked tasks not released; retried next pass", "error", rerr)
+			}
+			full = full && rerr != nil
+		}
+		if _, err := s.passShard(ctx, sh); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "sweep pass failed", "shard", sh.n, "error", err)
+		}
+		if first {
+			s.observe(ctx)
+		}
+		return next
+	})
+}
+
+// shardLead is the leadership of one shard as the loop elects it: lead, and the shard's lease.
+type shardLead struct {
+	s  *Sweeper
+	sh *shard
+}
+
+var _ leader.Elector = shardLead{}
+
+func (l shardLead) Acquire(ctx context.Context) (claim.Lease, error) { return l.s.lead(ctx, l.sh) }
+
+func (l shardLead) Release(ctx context.Context, epoch int64) error {
+	return l.sh.lease.Release(ctx, epoch)
 }
 
 // lead takes or renews this instance's leadership of sh, or fails with claim.ErrHeld when it is
@@ -352,13 +328,13 @@ func (s *Sweeper) passShard(ctx context.Context, sh *shard) (int, error) {
 	now := s.store.Now().UTC()
 	n := 0
 	if s.cfg.Shards > 1 {
-		q := s.store.Tasks().Where("due_shard", "==", sh.n).Where("due_at", "<=", now).OrderBy("due_at", firestore.Asc)
+		q := s.store.DueTasks(sh.n, now)
 		var err error
 		if n, err = s.pass(ctx, sh, sh.n, q, now); err != nil || sh.n != 0 {
 			return n, err
 		}
 	}
-	q := s.store.Tasks().Where("due_at", "<=", now).OrderBy("due_at", firestore.Asc)
+	q := s.store.DueTasks(-1, now)
 	m, err := s.pass(ctx, sh, strayPass, q, now)
 	return n + m, err
 }
@@ -366,7 +342,7 @@ func (s *Sweeper) passShard(ctx context.Context, sh *shard) (int, error) {
 // pass sweeps what q returns (tagged pass in the unrecorded backoffs), at most Limit documents,
 // paced by sh. The strays' pass skips the documents of a shard, which their leaders sweep.
 func (s *Sweeper) pass(ctx context.Context, sh *shard, pass int, q firestore.Query, now time.Time) (int, error) {
-	it := q.Limit(s.cfg.Limit).Select(routing...).Documents(ctx)
+	it := q.Limit(s.cfg.Limit).Documents(ctx)
 	defer it.Stop()
 	n, docs := 0, 0
 	seen := map[string]bool{}
@@ -381,7 +357,7 @@ func (s *Sweeper) pass(ctx context.Context, sh *shard, pass int, q firestore.Que
 			return n, fmt.Errorf("sweep query: %w", err)
 		}
 		docs++
-		if pass == strayPass && s.cfg.Shards > 1 && s.sharded(snap) {
+		if pass == strayPass && s.cfg.Shards > 1 && store.InShard(snap, s.cfg.Shards) {
 			continue
 		}
 		seen[snap.Ref.ID] = true
@@ -400,13 +376,6 @@ func (s *Sweeper) pass(ctx context.Context, sh *shard, pass int, q firestore.Que
 			n++
 		}
 	}
-}
-
-// sharded reports whether snap's due_shard names one of the shards, whose leader sweeps it.
-func (s *Sweeper) sharded(snap *firestore.DocumentSnapshot) bool {
-	v, err := snap.DataAt("due_shard")
-	k, ok := v.(int64)
-	return err == nil && ok && k >= 0 && k < int64(s.cfg.Shards)
 }
 
 // round is what one pass, or one release of parked tasks, keeps across its documents: what it
@@ -450,16 +419,16 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released b
 	}
 	var hold time.Time // a parked task left alone until then, without growing the backoff
 	nudge := released  // the task itself is nudged, once its backoff is recorded
-	if !released && taskDue(t, now) {
+	if !released && store.TaskDue(t, now) {
 		if hold = s.parked(ctx, t, r.chains, now); hold.IsZero() {
 			nudge = true
 		}
 	}
-	if d := t.Delivery; d.State == task.DeliveryPending && !d.Lease.Live(now) && (d.NextAttemptAt == nil || !now.Before(*d.NextAttemptAt)) {
+	if t.Delivery.Claimable(now, 0) {
 		publish(bus.TopicResults, idAttr)
 	}
 	for _, n := range t.Notices {
-		if n.Lease.Live(now) || (n.NextAttemptAt != nil && now.Before(*n.NextAttemptAt)) {
+		if !n.Due(now) {
 			continue
 		}
 		topic := bus.TopicTasksDLQ
@@ -469,16 +438,16 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released b
 		publish(topic, n.Attributes(t.ID))
 	}
 	decided := false // every nudge of a decision is published: the decision is carried out
-	if d := t.Decision; d != nil && len(d.Topics) > 0 && (d.NextAttemptAt == nil || !now.Before(*d.NextAttemptAt)) {
+	if d := t.Decision; d.Due(now) {
 		decided = true
 		for _, topic := range d.Topics {
 			decided = publish(topic, idAttr) && decided
 		}
 	}
-	if u := t.SlackUpdate; u != nil && len(u.Keys) > 0 && (u.NextAttemptAt == nil || !now.Before(*u.NextAttemptAt)) {
-		publish(bus.TopicTasksDLQ, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: "slack_update"})
+	if t.SlackUpdate.Due(now) {
+		publish(bus.TopicTasksDLQ, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: task.AttrKindSlackUpdate})
 	}
-	if e := t.FileErase; e != nil && len(e.Keys) > 0 && (e.NextAttemptAt == nil || !now.Before(*e.NextAttemptAt)) {
+	if t.FileErase.Due(now) {
 		publish(bus.TopicTasks, map[string]string{task.AttrTaskID: t.ID, task.AttrKind: store.KindFileErase})
 	}
 	if nudged {
@@ -532,26 +501,13 @@ func (s *Sweeper) unreadableSince(key string, now time.Time) time.Time {
 // unreachable the client would otherwise hold a pass for its own 60 s timeout.
 func (s *Sweeper) publishTimeout() time.Duration { return min(s.cfg.Interval, 5*time.Second) }
 
-// taskDue reports whether the task itself needs a worker: scheduled past its start, queued or
-// waiting past its backoff, any of them past its run_before (its claim then fails it as
-// expired), or running under an expired lease.
-func taskDue(t *store.Task, now time.Time) bool {
-	switch t.State {
-	case task.StateScheduled, task.StateQueued, task.StateWaiting:
-		return t.NotBefore == nil || !now.Before(*t.NotBefore) || expired(t, now)
-	case task.StateRunning:
-		return !t.Lease.Live(now)
-	}
-	return false
-}
-
 // backoff records the nudge (hold: a parked task left alone until then, without growing the
 // backoff; decided: a decision's nudges are all published, so its topics are cleared; released:
 // a parked task nudged before its own backoff ended, which is cleared): nudges+1, nudge_at = now +
-// capped exponential backoff, and the due_at that follows, guarded by the update time read — a
-// document someone changed meanwhile is left as they wrote it (their write reset the backoff and
-// recomputed due_at). A write that fails otherwise leaves the backoff in this process
-// (backingOff), so the next pass does not publish the same nudges again.
+// capped exponential backoff, and the due_at that follows, in store.RecordNudge's write guarded
+// by the update time read — a document someone changed meanwhile is left as they wrote it (their
+// write reset the backoff and recomputed due_at). A write that fails otherwise leaves the backoff
+// in this process (backingOff), so the next pass does not publish the same nudges again.
 func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, pass int, now time.Time, hold time.Time, decided, released bool) {
 	next := hold
 	delay := hold.Sub(now)
@@ -561,35 +517,11 @@ func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, 
 		next = now.Add(delay)
 	}
 	t.NudgeAt = &next
-	var updates []firestore.Update
-	if decided {
-		t.Decision.Topics = nil
-		updates = append(updates, firestore.Update{Path: "decision.topics", Value: firestore.Delete})
-	}
-	if released {
-		t.NotBefore = nil
-		updates = append(updates, firestore.Update{Path: "not_before", Value: firestore.Delete})
-	}
-	store.Finalize(t, now, s.store.Retention, s.cfg.Shards)
-	orDelete := func(v *time.Time) any {
-		if v == nil {
-			return firestore.Delete
-		}
-		return *v
-	}
-	updates = append(updates,
-		firestore.Update{Path: "nudges", Value: t.Nudges},
-		firestore.Update{Path: "nudge_at", Value: orDelete(t.NudgeAt)},
-		firestore.Update{Path: "due_at", Value: orDelete(t.DueAt)},
-		firestore.Update{Path: "due_shard", Value: t.DueShard},
-		firestore.Update{Path: "pending_since", Value: orDelete(t.PendingSince)},
-		firestore.Update{Path: "expire_at", Value: orDelete(t.ExpireAt)},
-	)
-	_, err := s.store.Tasks().Doc(t.ID).Update(ctx, updates, firestore.LastUpdateTime(t.UpdateTime))
-	switch status.Code(err) {
-	case codes.OK:
+	err := s.store.RecordNudge(ctx, t, now, s.cfg.Shards, decided, released)
+	switch {
+	case err == nil:
 		s.forget(t.ID)
-	case codes.FailedPrecondition, codes.NotFound:
+	case errors.Is(err, store.ErrChanged):
 		s.forget(t.ID)
 		log.DebugContext(ctx, "task changed during the sweep; its writer rescheduled it")
 	default:

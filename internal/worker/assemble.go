@@ -102,7 +102,7 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	gen, err := gemini.New(context.WithoutCancel(ctx), cfg.Gemini, gemini.WithLogger(log),
 		gemini.WithBreakerStore(MeteredBreakers(in.Store, in.Metrics)), gemini.WithAttemptHook(AttemptSpans(GenAIProvider(cfg.Gemini.Backend), in.Metrics)),
 		gemini.WithAlerts(func(ctx context.Context, key, msg string) {
-			if _, err := in.Publisher.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: "alert", task.AttrAlert: key}); err != nil {
+			if _, err := in.Publisher.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: task.AttrKindAlert, task.AttrAlert: key}); err != nil {
 				log.WarnContext(ctx, "alert not published", "alert_key", key, "error", err)
 			}
 		}))

@@ -8,11 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"cloud.google.com/go/firestore"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/leader"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -71,55 +68,24 @@ type DrillResult struct {
 	Err           error
 }
 
-// Run drills every Every until ctx ends; it looks for a due drill every minute at most.
+// Run drills every Every until ctx ends; it looks for a due drill every minute at most. Every
+// instance looks: the drill's own claim (claim) picks the one that drills.
 func (d *Drill) Run(ctx context.Context) {
-	tick := time.NewTicker(min(d.Every, time.Minute))
-	defer tick.Stop()
-	for {
+	loop := &leader.Loop{Name: "fallback drill", Interval: min(d.Every, time.Minute), Log: d.Log}
+	loop.Run(ctx, func(ctx context.Context, _ int64) time.Time {
 		if due, err := d.claim(ctx); err != nil && ctx.Err() == nil {
 			d.Log.WarnContext(ctx, "fallback drill: claim", "error", err)
 		} else if due {
 			d.Report(ctx, d.Drill(ctx))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+		return time.Time{}
+	})
 }
 
 // claim takes the next drill if it is due: next_at in leaders/fallback-drill has passed (or was
 // never set), and moving it Every ahead is not beaten by another instance.
 func (d *Drill) claim(ctx context.Context) (bool, error) {
-	ref := d.Store.FS.Collection(store.LeadersCollection).Doc(DrillDoc)
-	now := d.Store.Now().UTC()
-	next := map[string]any{"next_at": now.Add(d.Every)}
-	snap, err := ref.Get(ctx)
-	switch {
-	case status.Code(err) == codes.NotFound:
-		_, err = ref.Create(ctx, next)
-	case err != nil:
-		return false, fmt.Errorf("read %s: %w", DrillDoc, err)
-	default:
-		var doc struct {
-			NextAt time.Time `firestore:"next_at"`
-		}
-		if err := snap.DataTo(&doc); err != nil {
-			return false, fmt.Errorf("decode %s: %w", DrillDoc, err)
-		}
-		if now.Before(doc.NextAt) {
-			return false, nil
-		}
-		_, err = ref.Update(ctx, []firestore.Update{{Path: "next_at", Value: next["next_at"]}}, firestore.LastUpdateTime(snap.UpdateTime))
-	}
-	switch status.Code(err) {
-	case codes.OK:
-		return true, nil
-	case codes.AlreadyExists, codes.FailedPrecondition:
-		return false, nil // another instance took this drill
-	}
-	return false, fmt.Errorf("claim %s: %w", DrillDoc, err)
+	return d.Store.TakeTurn(ctx, DrillDoc, d.Every)
 }
 
 // Drill sends each family's drill request through each of its fallback models and returns what
@@ -181,7 +147,7 @@ func (d *Drill) Report(ctx context.Context, results []DrillResult) {
 	}
 	msg := fmt.Sprintf("fallback drill: %d of %d fallback calls answered with a valid output", ok, len(results)) + b.String()
 	key := "fallback-drill:" + d.Store.Now().UTC().Format(time.RFC3339)
-	if _, err := d.Pub.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: "alert", task.AttrAlert: key}); err != nil {
+	if _, err := d.Pub.Publish(ctx, bus.TopicAlerts, []byte(msg), map[string]string{task.AttrKind: task.AttrKindAlert, task.AttrAlert: key}); err != nil {
 		d.Log.WarnContext(ctx, "fallback drill: report not published", "error", err)
 	}
 }

@@ -91,7 +91,7 @@ type Handler struct {
 
 	// inHand holds the ids of the tasks this instance is claiming or running: a duplicate nudge
 	// for one of them is acked without a write (see Handle).
-	inHand sync.Map
+	inHand bus.InHand
 	// room bounds the tasks in hand, claimed and calling the model, whether their nudge came
 	// through Pub/Sub or from this instance's sweeper (Local); nil: no bound (WithCapacity).
 	room *capacity
@@ -160,14 +160,11 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 	return h.handle(ctx, log, id, p)
 }
 
-// takeInHand records that this instance has task id in hand, or reports that it already had.
-// Nudges repeat (the publisher's and the sweeper's, a decision's, Pub/Sub's redeliveries). One
-// for a task this instance already has in hand is acked: its claim would find the task held, or
-// — the holder's lease lapsed mid-call — take it over and pay for a second call in the same
-// process; and its write would contend with the holder's renewals and output commit on the task
-// document.
+// takeInHand records that this instance has task id in hand, or reports that it already had
+// (bus.InHand): a nudge for it is then acked, where its claim could take over a lease lapsed
+// mid-call and pay for a second call in the same process.
 func (h *Handler) takeInHand(ctx context.Context, log *slog.Logger, id string) bool {
-	if _, busy := h.inHand.LoadOrStore(id, struct{}{}); busy {
+	if !h.inHand.Take(id) {
 		log.DebugContext(ctx, "task already in hand in this instance; acked")
 		h.metrics.WorkerOutcome(ctx, obs.WorkerNotClaimed)
 		return false
@@ -252,13 +249,11 @@ func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 		}
 		switch t.State {
 		case task.StateScheduled, task.StateQueued, task.StateWaiting:
-			// A scheduled task's not_before is its start_after: a stray nudge never starts it early.
-			expired := t.RunBefore != nil && !now.Before(*t.RunBefore) // past it a backoff no longer holds
-			if !expired && t.NotBefore != nil && now.Before(*t.NotBefore) {
+			if !store.TaskDue(t, now) {
 				return store.ErrNoChange
 			}
 		case task.StateRunning:
-			if t.Lease.Live(now) || t.InBatchJob() {
+			if !store.TaskDue(t, now) || t.InBatchJob() {
 				return store.ErrNoChange
 			}
 			t.Claims++
@@ -271,7 +266,7 @@ func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
 		default:
 			return store.ErrNoChange
 		}
-		if t.RunBefore != nil && !now.Before(*t.RunBefore) {
+		if t.Expired(now) {
 			t.Error = &store.TaskError{Kind: task.KindExpired, Message: "run_before passed before the model was called"}
 			h.finish(t, task.StateFailed, now)
 			outcome = claimExpired

@@ -188,8 +188,15 @@ const (
 	AttrReplay        = "replay"
 	AttrRound         = "round"
 	AttrEvent         = "event_id" // on a delivery stage DLQ notice: the webhook event that died
-	AttrKind          = "kind"     // "notice" on a DLQ notice, "alert" on an alert
+	AttrKind          = "kind"     // AttrKindNotice, AttrKindSlackUpdate or AttrKindAlert
 	AttrAlert         = "alert_key"
+)
+
+// Values of AttrKind.
+const (
+	AttrKindNotice      = "notice"       // a DLQ notice: post the dead letter it announces
+	AttrKindSlackUpdate = "slack_update" // the sweeper's nudge of a Slack message still to update
+	AttrKindAlert       = "alert"        // an alert for the alerts channel
 )
 
 // GenConfig is the bounded set of generation overrides a request may carry.
