@@ -52,7 +52,7 @@ func (c *virtualClock) set(t time.Time) {
 // The instances take turns within a step: on the emulator, two transactions of one document at
 // once can wait seconds for each other, which slows the test without changing what it counts.
 type rateSim struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *geminitest.Server
 	gen   *gemini.Client
 	clock *virtualClock
@@ -63,7 +63,7 @@ type rateSim struct {
 }
 
 // newRateSim starts a simulation at the start of a window with tasks tasks in hand per instance.
-func newRateSim(t *testing.T, tasks int) *rateSim {
+func newRateSim(t testing.TB, tasks int) *rateSim {
 	t.Helper()
 	ctx := context.Background()
 	project := emulator.ProjectID(t)
@@ -194,25 +194,68 @@ func TestTenantRateAcrossInstances(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := newRateSim(t, 8)
-			start := s.clock.Now()
-			s.run(4*rateWindow, func(time.Time) quota.Rate { return tc.limit })
-			calls := s.calls()
-			sums := windowSums(calls, start, s.clock.Now(), s.clock.Now(), tc.weight)
-			lo, hi := tc.of, int64(0)
-			for _, sum := range sums {
-				lo, hi = min(lo, sum), max(hi, sum)
+			m := measureRate(t, tc.limit, tc.weight, tc.of)
+			if m.hi > 1 {
+				t.Errorf("a window held %.3f of the limit %d", m.hi, tc.of)
 			}
-			if hi > tc.of {
-				t.Errorf("a window held %d, above the limit %d", hi, tc.of)
+			if m.lo < 0.95 {
+				t.Errorf("a window held %.3f of the limit %d, below 0.95", m.lo, tc.of)
 			}
-			if float64(lo) < 0.95*float64(tc.of) {
-				t.Errorf("a window held %d, below 0.95 of the limit %d", lo, tc.of)
-			}
-			ops := s.ops.Counts()
 			t.Logf("%s %d: %d calls in %d windows of a minute; per window min %.3f max %.3f of the limit; %.3f reads and %.3f writes per call",
-				tc.name, tc.of, len(calls), len(sums), float64(lo)/float64(tc.of), float64(hi)/float64(tc.of),
-				float64(ops.Reads)/float64(len(calls)), float64(ops.Writes)/float64(len(calls)))
+				tc.name, tc.of, m.calls, m.windows, m.lo, m.hi, m.reads, m.writes)
+		})
+	}
+}
+
+// rateFigures is what measureRate measured.
+type rateFigures struct {
+	calls, windows int
+	lo, hi         float64 // the least and the most a window held, over the limit
+	reads, writes  float64 // Firestore operations per call
+}
+
+// measureRate runs two instances with a sustained backlog under limit for four minutes and
+// measures every window of a minute that starts on a step, weight counting a call against of.
+func measureRate(tb testing.TB, limit quota.Rate, weight func(rateCall) int64, of int64) rateFigures {
+	tb.Helper()
+	s := newRateSim(tb, 8)
+	start := s.clock.Now()
+	s.run(4*rateWindow, func(time.Time) quota.Rate { return limit })
+	calls := s.calls()
+	sums := windowSums(calls, start, s.clock.Now(), s.clock.Now(), weight)
+	lo, hi := of, int64(0)
+	for _, sum := range sums {
+		lo, hi = min(lo, sum), max(hi, sum)
+	}
+	ops := s.ops.Counts()
+	return rateFigures{calls: len(calls), windows: len(sums), lo: float64(lo) / float64(of), hi: float64(hi) / float64(of),
+		reads: float64(ops.Reads) / float64(len(calls)), writes: float64(ops.Writes) / float64(len(calls))}
+}
+
+// BenchmarkTenantRate reports, per op a four-minute run of two instances with a backlog against
+// the fake Gemini, the least and the most a window of a minute held of the tenant's rpm (tpm),
+// and the Firestore operations per call.
+func BenchmarkTenantRate(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		limit  quota.Rate
+		weight func(rateCall) int64
+		of     int64
+	}{
+		{"rpm=120", quota.Rate{Requests: 120}, requests, 120},
+		{"rpm=1200", quota.Rate{Requests: 1200}, requests, 1200},
+		{"tpm=60000", quota.Rate{Tokens: 60_000}, tokensOf, 60_000},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var m rateFigures
+			for b.Loop() {
+				m = measureRate(b, bc.limit, bc.weight, bc.of)
+			}
+			b.ReportMetric(m.lo, "min-window/limit")
+			b.ReportMetric(m.hi, "max-window/limit")
+			b.ReportMetric(m.reads, "reads/call")
+			b.ReportMetric(m.writes, "writes/call")
+			b.ReportMetric(float64(m.calls), "calls")
 		})
 	}
 }
