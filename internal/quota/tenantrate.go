@@ -202,6 +202,29 @@ func (r *TenantRates) Take(ctx context.Context, tenant string, limit Rate, token
 	return &RateHold{r: r, tr: tr, tenant: tenant, slot: slot, took: took}, time.Time{}, nil
 }
 
+// Wait is Take that waits for room — until the time Take gave, or a slot when a lease failed —
+// until ctx ends. A nil hold means no limit applies.
+func (r *TenantRates) Wait(ctx context.Context, tenant string, limit Rate, tokens int64) (*RateHold, error) {
+	for {
+		hold, at, err := r.Take(ctx, tenant, limit, tokens)
+		switch {
+		case errors.Is(err, ErrRateTooLarge):
+			return nil, err
+		case err != nil:
+			at = r.now().Add(r.slot)
+		case hold != nil || at.IsZero():
+			return hold, nil
+		}
+		t := time.NewTimer(at.Sub(r.now()))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // lease asks the store for what is left of tenant's share of slot — at least need beyond what is
 // free —, giving back the tenant's pending returns; tr.mu is held.
 func (r *TenantRates) lease(ctx context.Context, tenant string, tr *tenantRate, slot int64, need RateUse) error {

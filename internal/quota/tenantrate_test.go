@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -116,4 +117,31 @@ func TestTenantRatesTake(t *testing.T) {
 	if h, at, err := r.Take(ctx, "other", quota.Rate{}, 1_000_000); h != nil || !at.IsZero() || err != nil {
 		t.Errorf("a tenant without limits: %v, %v, %v; want no hold", h, at, err)
 	}
+}
+
+// Wait holds a call back until its tenant has room — here the next slot, the first's share
+// spent — or until its context ends.
+func TestTenantRatesWait(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		r := quota.NewTenantRates(&memRates{slots: map[int64]quota.RateUse{}}, time.Now, time.Minute)
+		limit := quota.Rate{Requests: 61}
+		if h, err := r.Wait(ctx, "acme", limit, 0); err != nil || h == nil {
+			t.Fatalf("first wait: %v, %v", h, err)
+		}
+		start := time.Now()
+		next := start.Truncate(time.Second).Add(time.Second)
+		if h, err := r.Wait(ctx, "acme", limit, 0); err != nil || h == nil {
+			t.Fatalf("second wait: %v, %v", h, err)
+		}
+		if got := time.Now(); got.Before(next) {
+			t.Errorf("the second call went at %v, before the next slot at %v", got.Sub(start), next.Sub(start))
+		}
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := r.Wait(cancelled, "acme", limit, 0); !errors.Is(err, context.Canceled) {
+			t.Errorf("wait with its context ended: %v, want context.Canceled", err)
+		}
+	})
 }

@@ -140,16 +140,20 @@ type ticket struct {
 	slot   bool
 	hold   *quota.Hold
 	rate   *quota.RateHold
+	// admit is the request's gemini Admit when the tenant has an rpm or tpm: it spends rate on
+	// the first model call and takes each further call from the tenant's allowance.
+	admit func(context.Context, int64) (func(int64), error)
 }
 
-// done settles the budget hold with what the call cost and the rate hold with the calls and
-// tokens it used, and frees the tenant's slot and the model-call slot.
+// done settles the budget hold with what the call cost, gives the rate hold back whole if no
+// model call spent it (admit settles it with what its call used), and frees the tenant's slot
+// and the model-call slot.
 func (tk *ticket) done(res gemini.Result) {
 	if tk.hold != nil {
 		tk.hold.Settle(res.CostUSD)
 	}
 	if tk.rate != nil {
-		tk.rate.Settle(int64(res.Calls), res.Usage.TotalTokens+res.InDoubt.TotalTokens)
+		tk.rate.Settle(0, 0)
 	}
 	if tk.slot {
 		tk.h.mp.Slots.Release(tk.tenant)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/quota"
@@ -38,7 +39,32 @@ func (h *Handler) takeRate(ctx context.Context, log *slog.Logger, t *store.Task,
 		return false
 	}
 	tk.rate = hold
+	if hold != nil {
+		tk.admit = h.admitter(t.Tenant, quota.Rate{Requests: limits.RPM, Tokens: limits.TPM}, hold)
+	}
 	return true
+}
+
+// admitter is the gemini.Request Admit of a call whose first model call took first: that call
+// spends first, and each further one — a retry, a fallback, a flex call sent again at the
+// standard tier — takes its own from the tenant's allowance, waiting for room with the task's
+// lease renewed and its model-call slot held, as a retry waits out its backoff. Each is settled
+// with what its call used.
+func (h *Handler) admitter(tenant string, limit quota.Rate, first *quota.RateHold) func(context.Context, int64) (func(int64), error) {
+	var mu sync.Mutex
+	return func(ctx context.Context, tokens int64) (func(int64), error) {
+		mu.Lock()
+		hold := first
+		first = nil
+		mu.Unlock()
+		if hold == nil {
+			var err error
+			if hold, err = h.mp.Rates.Wait(ctx, tenant, limit, tokens); err != nil || hold == nil {
+				return func(int64) {}, err
+			}
+		}
+		return func(used int64) { hold.Settle(1, used) }, nil
+	}
 }
 
 // FlushRates gives back, every period and once more when ctx ends, what this instance holds of
