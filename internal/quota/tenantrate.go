@@ -112,8 +112,8 @@ const RateSlots = 60
 
 // TenantRates enforces tenants' rpm and tpm across instances: each instance leases a slot's share
 // of a tenant's allowance from the RateStore, one transaction per lease, and spends it locally; a
-// call's unused tokens are given back to the chunk (or, the slot over, to the store with the next
-// lease or Flush). Every leased amount counts against the window until given back, so the
+// call's unused tokens are given back to the instance's allowance (or, the slot over, to the store
+// with the next lease or Flush). Every leased amount counts against the window until given back, so the
 // instances together never pass the limit in any window. Safe for concurrent use.
 type TenantRates struct {
 	store  RateStore
@@ -146,12 +146,11 @@ func NewTenantRates(store RateStore, now func() time.Time, window time.Duration)
 
 // RateHold is what Take took for one call; Settle it with what the call used.
 type RateHold struct {
-	r      *TenantRates
-	tr     *tenantRate
-	tenant string
-	slot   int64
-	took   RateUse
-	once   sync.Once
+	r    *TenantRates
+	tr   *tenantRate
+	slot int64
+	took RateUse
+	once sync.Once
 }
 
 // Take takes one request and tokens, a call's worst case, from tenant's allowance under limit.
@@ -199,7 +198,7 @@ func (r *TenantRates) Take(ctx context.Context, tenant string, limit Rate, token
 	}
 	tr.free = tr.free.Sub(took)
 	tr.next = now // the calls refused from now on come back from roomAt again
-	return &RateHold{r: r, tr: tr, tenant: tenant, slot: slot, took: took}, time.Time{}, nil
+	return &RateHold{r: r, tr: tr, slot: slot, took: took}, time.Time{}, nil
 }
 
 // Wait is Take that waits for room — until the time Take gave, or a slot when a lease failed —
