@@ -71,22 +71,12 @@ type RateStore interface {
 // Grant is the pure rule of RateLease, applied by a RateStore inside its transaction to the
 // slots it read (after Returns): what to grant from window (oldest first, ending with l.Slot's)
 // and the window after it. The grant fits the room the limit leaves in the whole window and in
-// l.Slot's even share of it — a 1/(Span+1) part, which one call may pass by what it needs less
-// one — so that a tenant kept busy calls at an even pace and any window holds nearly its whole
-// limit. A part without a limit is not counted.
+// the even share of its last RateBurst slots — RateBurst 1/(Span+1) parts, which one call may
+// pass by what it needs less one — so that a tenant kept busy calls at an even pace, every
+// RateBurst slots, and any window holds nearly its whole limit. A part without a limit is not
+// counted.
 func (l RateLease) Grant(window []RateUse) RateGrant {
-	var used RateUse
-	for _, u := range window {
-		used = used.Add(u)
-	}
-	last := window[len(window)-1]
-	share := func(limit, need int64) int64 {
-		return (limit+int64(len(window))-1)/int64(len(window)) + max(need-1, 0)
-	}
-	room := RateUse{
-		Requests: min(l.Limit.Requests-used.Requests, share(l.Limit.Requests, l.Need.Requests)-last.Requests),
-		Tokens:   min(l.Limit.Tokens-used.Tokens, share(l.Limit.Tokens, l.Need.Tokens)-last.Tokens),
-	}
+	room := roomOf(window, l.Limit, l.Need)
 	if !room.covers(l.Need, l.Limit) {
 		return RateGrant{Window: window}
 	}
@@ -98,7 +88,7 @@ func (l RateLease) Grant(window []RateUse) RateGrant {
 		got.Tokens = max(min(max(l.Want.Tokens, l.Need.Tokens), room.Tokens), 0)
 	}
 	out := append([]RateUse(nil), window...)
-	out[len(out)-1] = last.Add(got)
+	out[len(out)-1] = out[len(out)-1].Add(got)
 	return RateGrant{Got: got, Window: out}
 }
 
@@ -110,8 +100,14 @@ var ErrRateTooLarge = errors.New("quota: a call's worst case exceeds the tenant'
 // so a tenant kept busy gets RateSlots/(RateSlots+1) of its limit in any window and never more.
 const RateSlots = 60
 
-// TenantRates enforces tenants' rpm and tpm across instances: each instance leases a slot's share
-// of a tenant's allowance from the RateStore, one transaction per lease, and spends it locally; a
+// RateBurst is how many slots' even shares one slot may use, when the slots before it used
+// none: the tasks of a tenant come back in bursts, each sweep pass (GENBOX_SWEEP_INTERVAL, 5 s)
+// finding those whose not_before passed, and a slot's share alone would leave the others' unused.
+const RateBurst = 10
+
+// TenantRates enforces tenants' rpm and tpm across instances: each instance leases the room a
+// tenant's window has (up to a burst) from the RateStore, one transaction per lease, and spends
+// it locally; a
 // call's unused tokens are given back to the instance's allowance (or, the slot over, to the store
 // with the next lease or Flush). Every leased amount counts against the window until given back, so the
 // instances together never pass the limit in any window. Safe for concurrent use.
@@ -224,13 +220,13 @@ func (r *TenantRates) Wait(ctx context.Context, tenant string, limit Rate, token
 	}
 }
 
-// lease asks the store for what is left of tenant's share of slot — at least need beyond what is
-// free —, giving back the tenant's pending returns; tr.mu is held.
+// lease asks the store for all the room tenant has in slot — at least need beyond what is free —,
+// giving back the tenant's pending returns, and notes when to ask again; tr.mu is held.
 func (r *TenantRates) lease(ctx context.Context, tenant string, tr *tenantRate, slot int64, need RateUse) error {
 	short := need.Sub(tr.free)
 	l := RateLease{Tenant: tenant, Slot: slot, Span: RateSlots, Limit: tr.limit,
 		Need:    RateUse{Requests: max(short.Requests, 0), Tokens: max(short.Tokens, 0)},
-		Want:    RateUse(tr.limit), // as much of the slot's share as is left: one lease a slot
+		Want:    RateUse(tr.limit), // all the room there is: one lease a burst
 		Returns: tr.returns}
 	g, err := r.store.LeaseRate(ctx, l)
 	if err != nil {
@@ -238,26 +234,38 @@ func (r *TenantRates) lease(ctx context.Context, tenant string, tr *tenantRate, 
 	}
 	tr.returns = nil
 	tr.free = tr.free.Add(g.Got)
-	// The lease took all the room the slot had (Want is the whole limit): the next is worth
-	// asking for in the next slot, or when the window has room again.
-	tr.roomAt = r.slotStart(slot + 1)
-	if g.Got == (RateUse{}) {
-		tr.roomAt = r.slotStart(slot + roomIn(g.Window, tr.limit, l.Need))
-	}
+	// The lease took all the room there was (Want is the whole limit): the next is worth asking
+	// for once the window has room again.
+	tr.roomAt = r.slotStart(slot + roomIn(g.Window, tr.limit, need))
 	return nil
 }
 
-// roomIn is how many slots after the last of window (oldest first) the window has room for need
-// under limit, as its oldest slots leave it: at least 1.
-func roomIn(window []RateUse, limit Rate, need RateUse) int64 {
-	var used RateUse
-	for _, u := range window {
+// roomOf is the room window (oldest first, ending with the slot leased for) leaves under limit
+// for a lease of need: what the whole window leaves, and its last RateBurst slots' even shares.
+func roomOf(window []RateUse, limit Rate, need RateUse) RateUse {
+	var used, recent RateUse
+	for i, u := range window {
 		used = used.Add(u)
+		if i >= len(window)-RateBurst {
+			recent = recent.Add(u)
+		}
 	}
-	for k, u := range window {
-		used = used.Sub(u)
-		if room := (RateUse{Requests: limit.Requests - used.Requests, Tokens: limit.Tokens - used.Tokens}); room.covers(need, limit) {
-			return int64(k) + 1
+	share := func(limit, need int64) int64 {
+		return int64(RateBurst)*((limit+int64(len(window))-1)/int64(len(window))) + max(need-1, 0)
+	}
+	return RateUse{
+		Requests: min(limit.Requests-used.Requests, share(limit.Requests, need.Requests)-recent.Requests),
+		Tokens:   min(limit.Tokens-used.Tokens, share(limit.Tokens, need.Tokens)-recent.Tokens),
+	}
+}
+
+// roomIn is how many slots after the last of window (oldest first) a lease of need finds room
+// under limit, as the window's oldest slots leave it: at least 1.
+func roomIn(window []RateUse, limit Rate, need RateUse) int64 {
+	for k := 1; k < len(window); k++ {
+		later := append(append([]RateUse(nil), window[k:]...), make([]RateUse, k)...)
+		if roomOf(later, limit, need).covers(need, limit) {
+			return int64(k)
 		}
 	}
 	return int64(len(window))
@@ -299,9 +307,9 @@ func (tr *tenantRate) giveBack(slot int64, u RateUse) {
 }
 
 // Settle gives back what the call did not use of what Take took — calls is the requests it made
-// and tokens what it used (usageMetadata, plus any in doubt) — to the chunk while its slot lasts,
-// to the store after. Use beyond the take (a retry inside the call) is charged to the slot. Later
-// calls do nothing.
+// and tokens what it used (usageMetadata, plus any in doubt) — to the instance's allowance while
+// its slot lasts, to the store after. Use beyond the take (tokens beyond the estimate) is charged
+// to the slot. Later calls do nothing.
 func (h *RateHold) Settle(calls, tokens int64) {
 	h.once.Do(func() {
 		used := RateUse{Requests: calls, Tokens: tokens}
@@ -323,9 +331,9 @@ func (h *RateHold) Settle(calls, tokens int64) {
 	})
 }
 
-// Flush gives back to the store what every tenant has pending — unused chunks of past slots and
-// tokens settled after their slot — so that an instance gone quiet holds none of the window.
-// Run it every slot or so, and at shutdown.
+// Flush gives back to the store what every tenant has pending — the unused allowance of past
+// slots and tokens settled after their slot — so that an instance gone quiet holds none of the
+// window. Run it every few seconds, and at shutdown.
 func (r *TenantRates) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	type pending struct {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,11 +18,11 @@ import (
 func TestTenantRateHandsBackWithoutACall(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
-	b.tenant(t, "tenant-a", store.Limits{RPM: 2})
+	b.tenant(t, "tenant-a", store.Limits{RPM: 1})
 	b.tenant(t, "tenant-b", store.Limits{})
 	mp := b.modelPolicy(quota.BudgetWait)
 	now := time.Now()
-	mp.Rates = quota.NewTenantRates(b.store, func() time.Time { return now }, time.Minute) // one slot: room for one call
+	mp.Rates = quota.NewTenantRates(b.store, func() time.Time { return now }, time.Minute)
 	h := b.policyHandler(t, policy("w1"), mp)
 	for _, id := range []string{"a1", "a2", "b1", "b2"} {
 		b.task(t, id, func(d *store.Task) { d.Tenant = "tenant-" + id[:1] })
@@ -51,15 +52,32 @@ func TestTenantRateHandsBackWithoutACall(t *testing.T) {
 	}
 }
 
+// grantLog is the store's RateStore, recording what each lease granted.
+type grantLog struct {
+	quota.RateStore
+	mu      sync.Mutex
+	granted []quota.RateUse
+}
+
+func (g *grantLog) LeaseRate(ctx context.Context, l quota.RateLease) (quota.RateGrant, error) {
+	gr, err := g.RateStore.LeaseRate(ctx, l)
+	if err == nil && gr.Got != (quota.RateUse{}) {
+		g.mu.Lock()
+		g.granted = append(g.granted, gr.Got)
+		g.mu.Unlock()
+	}
+	return gr, err
+}
+
 // A retry inside one generation is a model call too: it takes its own call from the tenant's
-// rpm before it is made, waiting for room (here the next slot: one call a slot), so the
-// tenant's window counts both calls, each in the slot it was made in.
+// rpm before it is made, waiting for room (one call a window, here of 0.61 s).
 func TestTenantRateRetryTakesItsOwnCall(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
-	b.tenant(t, "tenant-a", store.Limits{RPM: 2})
+	b.tenant(t, "tenant-a", store.Limits{RPM: 1})
 	mp := b.modelPolicy(quota.BudgetWait)
-	mp.Rates = quota.NewTenantRates(b.store, time.Now, time.Minute)
+	leases := &grantLog{RateStore: b.store}
+	mp.Rates = quota.NewTenantRates(leases, time.Now, (quota.RateSlots+1)*10*time.Millisecond)
 	h := b.policyHandler(t, policy("w1"), mp)
 	b.srv.FailNext("m", 503)
 	b.task(t, "a1")
@@ -67,17 +85,9 @@ func TestTenantRateRetryTakesItsOwnCall(t *testing.T) {
 	if got := b.get(t, "a1"); got.State != task.StateSucceeded || got.ModelCalls != 2 {
 		t.Fatalf("task %s after %d model calls, want succeeded after 2", got.State, got.ModelCalls)
 	}
-	snap, err := b.store.FS.Collection(store.TenantRatesCollection).Doc("tenant-a").Get(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	slots, _ := snap.Data()["slots"].(map[string]any)
-	var requests []int64
-	for _, s := range slots {
-		n, _ := s.(map[string]any)["requests"].(int64)
-		requests = append(requests, n)
-	}
-	if diff := cmp.Diff([]int64{1, 1}, requests); diff != "" {
-		t.Errorf("requests per slot of the tenant's window (-want +got):\n%s", diff)
+	leases.mu.Lock()
+	defer leases.mu.Unlock()
+	if diff := cmp.Diff([]quota.RateUse{{Requests: 1}, {Requests: 1}}, leases.granted); diff != "" {
+		t.Errorf("leases granted (-want +got):\n%s", diff)
 	}
 }
