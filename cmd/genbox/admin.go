@@ -24,6 +24,8 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 	fs.Float64Var(&lim.SubmitRate, "submit-rate", 0, "tenant create/limits: submissions per second (0: no limit)")
 	fs.IntVar(&lim.SubmitBurst, "submit-burst", 0, "tenant create/limits: submissions at once above the rate")
 	fs.Float64Var(&lim.DailyBudgetUSD, "daily-budget", 0, "tenant create/limits: soft daily spending limit in USD (0: the deployment's default, GENBOX_DEFAULT_DAILY_BUDGET_USD)")
+	fs.Int64Var(&lim.RPM, "rpm", 0, "tenant create/limits: model calls per minute across every worker instance (0: no limit)")
+	fs.Int64Var(&lim.TPM, "tpm", 0, "tenant create/limits: model tokens per minute across every worker instance (0: no limit)")
 	var buckets pathsFlag
 	fs.Var(&buckets, "allowed-bucket", "tenant create/limits: a Cloud Storage bucket the tenant's tasks may name by gs:// URI (repeatable)")
 	output := formatFlags(fs)
@@ -42,7 +44,7 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 	limitsSet := false
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "concurrency", "submit-rate", "submit-burst", "daily-budget", "allowed-bucket":
+		case "concurrency", "submit-rate", "submit-burst", "daily-budget", "rpm", "tpm", "allowed-bucket":
 			limitsSet = true
 		}
 	})
@@ -62,7 +64,7 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 			t, err = c.GetTenant(ctx, id)
 		default:
 			if !limitsSet {
-				return usageErr("tenant limits needs at least one of --concurrency, --submit-rate, --submit-burst, --daily-budget, --allowed-bucket")
+				return usageErr("tenant limits needs at least one of --concurrency, --submit-rate, --submit-burst, --daily-budget, --rpm, --tpm, --allowed-bucket")
 			}
 			t, err = c.SetLimits(ctx, id, lim)
 		}

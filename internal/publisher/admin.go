@@ -46,6 +46,12 @@ func checkLimits(prefix string, l task.Limits) error {
 	if l.SubmitBurst < 0 {
 		fs = append(fs, task.FieldError{Field: prefix + "submit_burst", Detail: "must not be negative"})
 	}
+	if l.RPM < 0 {
+		fs = append(fs, task.FieldError{Field: prefix + "rpm", Detail: "must not be negative"})
+	}
+	if l.TPM < 0 {
+		fs = append(fs, task.FieldError{Field: prefix + "tpm", Detail: "must not be negative"})
+	}
 	if l.DailyBudgetUSD < 0 || math.IsInf(l.DailyBudgetUSD, 0) {
 		fs = append(fs, task.FieldError{Field: prefix + "daily_budget_usd", Detail: "must not be negative"})
 	}

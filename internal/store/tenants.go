@@ -24,6 +24,10 @@ type Limits struct {
 	SubmitBurst int `firestore:"submit_burst" json:"submit_burst"`
 	// DailyBudgetUSD is the soft daily spending limit.
 	DailyBudgetUSD float64 `firestore:"daily_budget_usd" json:"daily_budget_usd"`
+	// RPM and TPM are the tenant's share of the model quota: model calls and tokens per minute,
+	// held across every worker instance (quota.TenantRates).
+	RPM int64 `firestore:"rpm" json:"rpm,omitempty"`
+	TPM int64 `firestore:"tpm" json:"tpm,omitempty"`
 	// AllowedBuckets are the Cloud Storage buckets whose objects the tenant may name by gs:// URI.
 	AllowedBuckets []string `firestore:"allowed_buckets,omitempty" json:"allowed_buckets,omitempty"`
 }

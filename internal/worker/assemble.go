@@ -158,6 +158,7 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 			firer.Run,
 			rerun.NewPacer(in.Store, in.Publisher, s.prompts, mp.Tenants, s.rerun, cfg.Instance, log.With("component", "rerun")).Run,
 			func(ctx context.Context) { FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) },
+			func(ctx context.Context) { FlushRates(ctx, log, mp.Rates, cfg.TenantRefresh) },
 		},
 	}
 	if cfg.Autoscale.Enabled() {

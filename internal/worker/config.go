@@ -292,14 +292,16 @@ func (c Config) Policy() Policy {
 }
 
 // ModelPolicy builds the policy the handler applies before each call: tenant limits and spend
-// read through s, an in-memory concurrency cap and budget reservations on this instance. The
-// caller runs its Budgets' Flush every TenantRefresh and at shutdown.
+// read through s, an in-memory concurrency cap and budget reservations on this instance, and the
+// tenants' rpm and tpm shared through s. The caller runs its Budgets' and Rates' Flush every
+// TenantRefresh and at shutdown.
 func (c Config) ModelPolicy(s *store.Store, est Estimator) ModelPolicy {
 	return ModelPolicy{
 		Estimator:             est,
 		Tenants:               NewTenantCache(s, c.TenantRefresh),
 		Slots:                 quota.NewSlots(c.SlotRetry),
 		Budgets:               quota.NewBudgets(s, time.Now, c.TenantRefresh, quota.WithProjectLimit(c.ProjectDailyBudgetUSD)),
+		Rates:                 quota.NewTenantRates(s, time.Now, time.Minute),
 		BudgetPolicy:          c.BudgetPolicy,
 		DefaultDailyBudgetUSD: c.DefaultDailyBudgetUSD,
 		BudgetRetry:           c.BudgetRetry,

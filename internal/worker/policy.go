@@ -40,9 +40,10 @@ var (
 )
 
 // ModelPolicy is what the worker applies between the claim and the model call (docs/architecture.md §4 step 2
-// and §5): the output cache, max_cost_usd against the estimate, the tenant's concurrency cap and
-// its daily budget. A nil part is not applied; the cache needs Estimator (the chain is part of the
-// key). The stale answer of an exhausted chain and the last good output need only the store.
+// and §5): the output cache, max_cost_usd against the estimate, the tenant's concurrency cap, its
+// daily budget, and its rpm and tpm. A nil part is not applied; the cache needs Estimator (the
+// chain is part of the key). The stale answer of an exhausted chain and the last good output need
+// only the store.
 type ModelPolicy struct {
 	Estimator Estimator
 	Tenants   TenantLimits
@@ -53,6 +54,9 @@ type ModelPolicy struct {
 	// budget, if Budgets has one; settled with the cost.
 	Budgets               *quota.Budgets
 	DefaultDailyBudgetUSD float64
+	// Rates takes each call from its tenant's rpm and tpm (its limits' RPM and TPM), shared by
+	// every instance; nil applies none.
+	Rates *quota.TenantRates
 	// BudgetPolicy applies to a task whose tenant's budget is spent; a task the project's budget
 	// stops always waits, as it is not the tenant's doing.
 	BudgetPolicy quota.BudgetPolicy
@@ -135,13 +139,21 @@ type ticket struct {
 	tenant string
 	slot   bool
 	hold   *quota.Hold
+	rate   *quota.RateHold
+	// admit is the request's gemini Admit when the tenant has an rpm or tpm: it spends rate on
+	// the first model call and takes each further call from the tenant's allowance.
+	admit func(context.Context, int64) (func(int64), error)
 }
 
-// done settles the budget hold with what the call cost and frees the tenant's slot and the
-// model-call slot.
+// done settles the budget hold with what the call cost, gives the rate hold back whole if no
+// model call spent it (admit settles it with what its call used), and frees the tenant's slot
+// and the model-call slot.
 func (tk *ticket) done(res gemini.Result) {
 	if tk.hold != nil {
 		tk.hold.Settle(res.CostUSD)
+	}
+	if tk.rate != nil {
+		tk.rate.Settle(0, 0)
 	}
 	if tk.slot {
 		tk.h.mp.Slots.Release(tk.tenant)
@@ -182,8 +194,10 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		}
 	}
 	var worst float64 // what the call may spend, all its attempts counted: the budget holds it
+	var tokens int64  // what one call may use: the tenant's tpm holds it
 	if h.mp.Estimator != nil {
-		_, estimate := h.mp.Estimator.Estimate(req)
+		var estimate float64
+		tokens, estimate = h.mp.Estimator.Estimate(req)
 		if req.MaxCostUSD > 0 && estimate > req.MaxCostUSD {
 			p.endCall()
 			h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindBudget,
@@ -201,7 +215,7 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		return nil, false
 	}
 	tk := &ticket{h: h, place: p, tenant: t.Tenant}
-	if h.mp.Slots == nil && h.mp.Budgets == nil {
+	if h.mp.Slots == nil && h.mp.Budgets == nil && h.mp.Rates == nil {
 		return tk, true
 	}
 	limits, err := h.limits(ctx, t.Tenant)
@@ -226,6 +240,9 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		return nil, false
 	}
 	tk.hold = hold
+	if !h.takeRate(ctx, log, t, limits, tokens, tk) {
+		return nil, false
+	}
 	return tk, true
 }
 

@@ -344,6 +344,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 	if !ok {
 		return
 	}
+	req.Admit = tk.admit
 	if req, ok = h.prepareFiles(ctx, log, t, req, 0, last); !ok {
 		tk.done(gemini.Result{})
 		return

@@ -426,9 +426,18 @@ func (c *Client) qualityRetry(req Request, cfg task.GenConfig) task.GenConfig {
 // model answered with text; a non-nil error means ctx ended.
 func (c *Client) call(ctx context.Context, model string, req Request, cfg task.GenConfig, res *Result) (string, *failure, error) {
 	prompt := promptTokens(req)
+	used := func(int64) {}
+	if req.Admit != nil {
+		u, err := req.Admit(ctx, prompt+c.cfg.maxOutput(cfg))
+		if err != nil {
+			return "", nil, err
+		}
+		used = u
+	}
 	lim := c.limiter(model)
 	resv, err := lim.acquire(ctx, c.clock, prompt)
 	if err != nil {
+		used(0)
 		return "", nil, err
 	}
 	timeout := c.cfg.CallTimeout
@@ -449,7 +458,7 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 	resp, err := c.generateContent(callCtx, model, sent, gc)
 	if err != nil {
 		if ctx.Err() != nil {
-			c.spendInDoubt(model, req, cfg, res)
+			used(c.spendInDoubt(model, req, cfg, res))
 			return "", nil, ctx.Err()
 		}
 		f := classify(err)
@@ -458,11 +467,13 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 		}
 		switch {
 		case f.class == Network:
-			c.spendInDoubt(model, req, cfg, res)
+			used(c.spendInDoubt(model, req, cfg, res))
 		case f.code == http.StatusTooManyRequests:
+			used(0)
 			lim.throttled(c.clock)
 			lim.settle(c.clock, resv, 0)
 		default:
+			used(0)
 			lim.settle(c.clock, resv, 0)
 		}
 		if cached && (f.code == http.StatusForbidden || f.code == http.StatusNotFound) {
@@ -473,6 +484,7 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 		return "", &f, nil
 	}
 	u := usageOf(resp)
+	used(u.TotalTokens)
 	res.Usage = res.Usage.Add(u)
 	res.Tier = servedTier(resp.UsageMetadata)
 	res.CostUSD += c.cfg.price(model).Bill(u, res.Tier)
@@ -485,12 +497,14 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 }
 
 // spendInDoubt records a call that may have been billed without telling us: the estimated prompt
-// and expected output count as in doubt, and their cost is counted (never under-count spend).
-func (c *Client) spendInDoubt(model string, req Request, cfg task.GenConfig, res *Result) {
+// and expected output count as in doubt, and their cost is counted (never under-count spend). It
+// returns the tokens counted.
+func (c *Client) spendInDoubt(model string, req Request, cfg task.GenConfig, res *Result) int64 {
 	prompt, audio := promptTokens(req), audioTokens(req)
 	out := min(c.cfg.ExpectedOutputTokens, c.cfg.maxOutput(cfg))
 	res.InDoubt = res.InDoubt.Add(task.Usage{PromptTokens: prompt, OutputTokens: out, TotalTokens: prompt + out})
 	res.CostUSD += c.cfg.price(model).CostAudio(prompt, audio, out)
+	return prompt + out
 }
 
 func usageOf(resp *genai.GenerateContentResponse) task.Usage {

@@ -4,6 +4,7 @@
 package gemini
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -101,6 +102,12 @@ type Request struct {
 	// OnPartial, when set, streams the call (streamGenerateContent) and receives the text
 	// generated so far after each chunk. It must not block: the stream waits for it.
 	OnPartial func(text string)
+	// Admit, when set, admits each model call before it is made (a tenant's share of the
+	// quota), given the call's worst case: its estimated prompt plus its largest output. It may
+	// wait; an error, its context's as a rule, ends Generate with no call. The function it
+	// returns receives what the call used: its usageMetadata's total tokens, its estimate when
+	// in doubt, 0 when it was answered with an error or not sent (its context ended first).
+	Admit func(ctx context.Context, tokens int64) (used func(tokens int64), err error)
 }
 
 // Result is what Generate spent and, on success, produced. It is returned with errors too, so that

@@ -122,6 +122,10 @@ type Limits struct {
 	SubmitRate     float64 `json:"submit_rate"`
 	SubmitBurst    int     `json:"submit_burst"`
 	DailyBudgetUSD float64 `json:"daily_budget_usd"`
+	// RPM and TPM are the tenant's share of the model quota: model calls and tokens (prompt plus
+	// output) per minute, across every worker instance.
+	RPM int64 `json:"rpm,omitempty"`
+	TPM int64 `json:"tpm,omitempty"`
 	// AllowedBuckets are the Cloud Storage buckets whose objects the tenant's tasks may name by
 	// gs:// URI (besides its own uploads); none by default.
 	AllowedBuckets []string `json:"allowed_buckets,omitempty"`

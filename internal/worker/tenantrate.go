@@ -1,0 +1,91 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/genbox-dev/genbox/internal/quota"
+	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/pkg/gemini"
+	"github.com/genbox-dev/genbox/pkg/task"
+)
+
+// takeRate takes one request and tokens, the call's worst case, from the tenant's rpm and tpm
+// (store.Limits RPM and TPM), shared by every instance (quota.TenantRates), into tk. When there
+// is no room it hands the task back, unclaimed and with no attempt counted, until the time room
+// opens for it — the sweeper finds it then, as any task due — and reports false; likewise, soon,
+// when the allowance cannot be leased, and it fails a task whose one call is more than the
+// tenant's whole tpm. tk is done by then.
+func (h *Handler) takeRate(ctx context.Context, log *slog.Logger, t *store.Task, limits store.Limits, tokens int64, tk *ticket) bool {
+	if h.mp.Rates == nil {
+		return true
+	}
+	hold, at, err := h.mp.Rates.Take(ctx, t.Tenant, quota.Rate{Requests: limits.RPM, Tokens: limits.TPM}, tokens)
+	switch {
+	case errors.Is(err, quota.ErrRateTooLarge):
+		tk.done(gemini.Result{})
+		h.fail(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
+		return false
+	case err != nil:
+		tk.done(gemini.Result{})
+		h.handBack(ctx, log, t.ID, t.Lease.Epoch, h.readRetry(), "tenant rate unreadable", err)
+		return false
+	case hold == nil && !at.IsZero():
+		tk.done(gemini.Result{})
+		h.handBack(ctx, log, t.ID, t.Lease.Epoch, max(time.Until(at), 0), "tenant at its rpm or tpm", nil)
+		return false
+	}
+	tk.rate = hold
+	if hold != nil {
+		tk.admit = h.admitter(t.Tenant, quota.Rate{Requests: limits.RPM, Tokens: limits.TPM}, hold)
+	}
+	return true
+}
+
+// admitter is the gemini.Request Admit of a call whose first model call took first: that call
+// spends first, and each further one — a retry, a fallback, a flex call sent again at the
+// standard tier — takes its own from the tenant's allowance, waiting for room with the task's
+// lease renewed and its model-call slot held, as a retry waits out its backoff. Each is settled
+// with what its call used.
+func (h *Handler) admitter(tenant string, limit quota.Rate, first *quota.RateHold) func(context.Context, int64) (func(int64), error) {
+	var mu sync.Mutex
+	return func(ctx context.Context, tokens int64) (func(int64), error) {
+		mu.Lock()
+		hold := first
+		first = nil
+		mu.Unlock()
+		if hold == nil {
+			var err error
+			if hold, err = h.mp.Rates.Wait(ctx, tenant, limit, tokens); err != nil || hold == nil {
+				return func(int64) {}, err
+			}
+		}
+		return func(used int64) { hold.Settle(1, used) }, nil
+	}
+}
+
+// FlushRates gives back, every period and once more when ctx ends, what this instance holds of
+// tenants' rpm and tpm and no longer uses, so that an instance gone quiet keeps none of a
+// window's allowance from the others. It returns when ctx ends.
+func FlushRates(ctx context.Context, log *slog.Logger, r *quota.TenantRates, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			if err := r.Flush(final); err != nil {
+				log.WarnContext(final, "tenant rates not given back at shutdown", "error", err)
+			}
+			return
+		case <-tick.C:
+			if err := r.Flush(ctx); err != nil {
+				log.WarnContext(ctx, "tenant rates not given back; retried next period", "error", err)
+			}
+		}
+	}
+}
