@@ -75,6 +75,12 @@ func WithModelPolicy(p ModelPolicy) Option { return func(h *Handler) { h.mp = p 
 // FlushSpend writes b's tenant spend to the sharded counters every period, and once more when
 // ctx ends, so that what was spent during shutdown is counted too. It returns when ctx ends.
 func FlushSpend(ctx context.Context, log *slog.Logger, b *quota.Budgets, every time.Duration) {
+	flushEvery(ctx, log, every, b.Flush, "tenant spend not flushed")
+}
+
+// flushEvery calls flush every period and once more, with a second's grace, when ctx ends; a
+// failure is logged as what and retried at the next period. It returns when ctx ends.
+func flushEvery(ctx context.Context, log *slog.Logger, every time.Duration, flush func(context.Context) error, what string) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -82,13 +88,13 @@ func FlushSpend(ctx context.Context, log *slog.Logger, b *quota.Budgets, every t
 		case <-ctx.Done():
 			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
-			if err := b.Flush(final); err != nil {
-				log.WarnContext(final, "tenant spend not flushed at shutdown", "error", err)
+			if err := flush(final); err != nil {
+				log.WarnContext(final, what+" at shutdown", "error", err)
 			}
 			return
 		case <-tick.C:
-			if err := b.Flush(ctx); err != nil {
-				log.WarnContext(ctx, "tenant spend not flushed; retried next period", "error", err)
+			if err := flush(ctx); err != nil {
+				log.WarnContext(ctx, what+"; retried next period", "error", err)
 			}
 		}
 	}

@@ -71,21 +71,5 @@ func (h *Handler) admitter(tenant string, limit quota.Rate, first *quota.RateHol
 // tenants' rpm and tpm and no longer uses, so that an instance gone quiet keeps none of a
 // window's allowance from the others. It returns when ctx ends.
 func FlushRates(ctx context.Context, log *slog.Logger, r *quota.TenantRates, every time.Duration) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			if err := r.Flush(final); err != nil {
-				log.WarnContext(final, "tenant rates not given back at shutdown", "error", err)
-			}
-			return
-		case <-tick.C:
-			if err := r.Flush(ctx); err != nil {
-				log.WarnContext(ctx, "tenant rates not given back; retried next period", "error", err)
-			}
-		}
-	}
+	flushEvery(ctx, log, every, r.Flush, "tenant rates not given back")
 }

@@ -32,23 +32,8 @@ func TestWorkerCrashPoints(t *testing.T) {
 	s := newStack(t, geminitest.Fixed(scale(600*time.Millisecond, 2*time.Second)), "")
 	s.start(svcPublisher, svcResultHandler, svcDLQNotifier)
 	s.submit(scale(8, 40), "crash")
+	extra := s.crashAt(scale(1, 3), crashpoint.Points)
 	w := s.procs[svcWorker]
-	extra := 0
-	for round := range scale(1, 3) {
-		for _, point := range crashpoint.Points {
-			w.configure(s.procEnv("GENBOX_CRASHPOINT", string(point), "GENBOX_CONCURRENCY", "1", "GENBOX_MAX_IN_FLIGHT", "1",
-				"GENBOX_INSTANCE_ID", "crash-"+string(point)+"-"+strconv.Itoa(round)), false)
-			w.start(t)
-			killed, exited := w.waitExit(90 * time.Second)
-			if !exited || !killed {
-				t.Fatalf("round %d: the worker armed at %s did not die there (exited %v, SIGKILL %v)", round, point, exited, killed)
-			}
-			s.logf("worker killed at %s", point)
-			if point == crashpoint.MidGenerate || point == crashpoint.Answered {
-				extra++
-			}
-		}
-	}
 	w.configure(s.procEnv("GENBOX_INSTANCE_ID", "fresh"), true)
 	w.start(t)
 	s.checkInvariants(scale(90*time.Second, 10*time.Minute), extra)

@@ -2,8 +2,6 @@ package chaos_test
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -54,28 +52,13 @@ func (s *stack) procEnvs() []map[string]string {
 // submitFiles submits n extract tasks, each reading a PDF of its own from the storage emulator.
 func (s *stack) submitFiles(gcs *gcsfake.Server, n int, label string) []submitted {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var out []submitted
-	for i := range n {
-		s.mu.Lock()
-		marker := fmt.Sprintf("chaos-%s-%03d", label, len(s.tasks))
-		s.mu.Unlock()
+	return s.submitEach(n, label, func(marker string) task.Request {
 		name := marker + ".pdf"
 		gcs.Fake().CreateObject(fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: chaosBucket, Name: name, ContentType: "application/pdf"},
 			Content: []byte("%PDF-1.7 invoice " + marker + " total 1,250.00\n%%EOF\n")})
-		resp, err := s.api.Submit(ctx, task.Request{Family: "extract", Input: "total (" + marker + ")", CallbackURL: s.recv.URL(),
-			Files: []task.File{{URI: objects.URI(chaosBucket, name)}}})
-		if err != nil {
-			s.t.Fatalf("submit %s (%d of %d): %v", marker, i+1, n, err)
-		}
-		sub := submitted{id: resp.TaskID, marker: marker}
-		s.mu.Lock()
-		s.tasks = append(s.tasks, sub)
-		s.mu.Unlock()
-		out = append(out, sub)
-	}
-	return out
+		return task.Request{Family: "extract", Input: "total (" + marker + ")", CallbackURL: s.recv.URL(),
+			Files: []task.File{{URI: objects.URI(chaosBucket, name)}}}
+	})
 }
 
 // The crash matrix of tasks with files: the worker is SIGKILLed after a file's Files API copy
@@ -90,24 +73,8 @@ func TestWorkerFileCrashPoints(t *testing.T) {
 	gcs := s.withStorage()
 	s.start(svcPublisher, svcResultHandler, svcDLQNotifier)
 	tasks := s.submitFiles(gcs, scale(6, 20), "files")
+	extra := s.crashAt(scale(1, 2), append(append([]crashpoint.Point(nil), crashpoint.FilePoints...), crashpoint.MidGenerate, crashpoint.Answered))
 	w := s.procs[svcWorker]
-	extra := 0
-	points := append(append([]crashpoint.Point(nil), crashpoint.FilePoints...), crashpoint.MidGenerate, crashpoint.Answered)
-	for round := range scale(1, 2) {
-		for _, point := range points {
-			w.configure(s.procEnv("GENBOX_CRASHPOINT", string(point), "GENBOX_CONCURRENCY", "1", "GENBOX_MAX_IN_FLIGHT", "1",
-				"GENBOX_INSTANCE_ID", "crash-"+string(point)+"-"+strconv.Itoa(round)), false)
-			w.start(t)
-			killed, exited := w.waitExit(90 * time.Second)
-			if !exited || !killed {
-				t.Fatalf("round %d: the worker armed at %s did not die there (exited %v, SIGKILL %v)", round, point, exited, killed)
-			}
-			s.logf("worker killed at %s", point)
-			if point == crashpoint.MidGenerate || point == crashpoint.Answered {
-				extra++
-			}
-		}
-	}
 	w.configure(s.procEnv("GENBOX_INSTANCE_ID", "fresh"), true)
 	w.start(t)
 	s.checkInvariants(scale(90*time.Second, 10*time.Minute), extra)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
+	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -438,6 +440,15 @@ func (s *stack) waitHealthy(base string) {
 // submit submits n tasks through the publisher's REST API, as an app does.
 func (s *stack) submit(n int, label string) []submitted {
 	s.t.Helper()
+	return s.submitEach(n, label, func(marker string) task.Request {
+		return task.Request{Family: "summarize", Input: "Report " + marker + ": revenue rose while costs held flat.", CallbackURL: s.recv.URL()}
+	})
+}
+
+// submitEach submits n tasks through the publisher's REST API, the request of each built by req
+// from the task's marker (which the invariants find in its output).
+func (s *stack) submitEach(n int, label string, req func(marker string) task.Request) []submitted {
+	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var out []submitted
@@ -445,7 +456,7 @@ func (s *stack) submit(n int, label string) []submitted {
 		s.mu.Lock()
 		marker := fmt.Sprintf("chaos-%s-%03d", label, len(s.tasks))
 		s.mu.Unlock()
-		resp, err := s.api.Submit(ctx, task.Request{Family: "summarize", Input: "Report " + marker + ": revenue rose while costs held flat.", CallbackURL: s.recv.URL()})
+		resp, err := s.api.Submit(ctx, req(marker))
 		if err != nil {
 			s.t.Fatalf("submit %s (%d of %d): %v", marker, i+1, n, err)
 		}
@@ -456,6 +467,31 @@ func (s *stack) submit(n int, label string) []submitted {
 		out = append(out, sub)
 	}
 	return out
+}
+
+// crashAt starts a worker armed at each of points in turn, rounds times — one task in hand at a
+// time (one model-call slot, one message) so a crash cuts exactly one task short — and waits for
+// each to die there by SIGKILL. It returns the kills inside the paid window (mid_generation,
+// answered): the only ones that may cost a second generation.
+func (s *stack) crashAt(rounds int, points []crashpoint.Point) (paidWindowKills int) {
+	s.t.Helper()
+	w := s.procs[svcWorker]
+	for round := range rounds {
+		for _, point := range points {
+			w.configure(s.procEnv("GENBOX_CRASHPOINT", string(point), "GENBOX_CONCURRENCY", "1", "GENBOX_MAX_IN_FLIGHT", "1",
+				"GENBOX_INSTANCE_ID", "crash-"+string(point)+"-"+strconv.Itoa(round)), false)
+			w.start(s.t)
+			killed, exited := w.waitExit(90 * time.Second)
+			if !exited || !killed {
+				s.t.Fatalf("round %d: the worker armed at %s did not die there (exited %v, SIGKILL %v)", round, point, exited, killed)
+			}
+			s.logf("worker killed at %s", point)
+			if point == crashpoint.MidGenerate || point == crashpoint.Answered {
+				paidWindowKills++
+			}
+		}
+	}
+	return paidWindowKills
 }
 
 // outcome is what the invariants found, for the report.
