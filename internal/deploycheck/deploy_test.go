@@ -497,8 +497,8 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_BUDGET_POLICY":            "the default, wait (a soft limit), until an operator chooses fail",
 		"GENBOX_BUDGET_RETRY":             tuning,
 		"GENBOX_TENANT_REFRESH":           tuning,
-		"GENBOX_TENANT_SLOT_RETRY":        tuning,
 		"GENBOX_CACHE_TTL":                tuning,
+		"GENBOX_TENANT_WAIT_MAX":          tuning,
 	},
 }
 

@@ -256,6 +256,8 @@ func TestSubmitValidation(t *testing.T) {
 		{"max_cost negative", withReq(func(r map[string]any) { r["max_cost_usd"] = -1 }), "", 400, "max_cost_usd"},
 		{"subject_key too long", withReq(func(r map[string]any) { r["subject_key"] = strings.Repeat("s", 513) }), "", 400, "subject_key"},
 		{"mode unknown", withReq(func(r map[string]any) { r["mode"] = "eventually" }), "", 400, "mode"},
+		{"priority above", withReq(func(r map[string]any) { r["priority"] = task.MaxPriority + 1 }), "", 400, "priority"},
+		{"priority below", withReq(func(r map[string]any) { r["priority"] = task.MinPriority - 1 }), "", 400, "priority"},
 	}
 	for _, c := range cases { //nolint:paralleltest // the check after the loop counts the nudges every case published
 		t.Run(c.name, func(t *testing.T) {
@@ -283,9 +285,23 @@ func TestSubmitValidation(t *testing.T) {
 	ok := task.Request{Family: "summarize", Input: strings.Repeat("é", MaxInputBytes/2), SubjectKey: "site-a/daily",
 		CallbackURL: "https://example.com/hook", Labels: map[string]string{"app": "x", "team.name": "Ünïcode value"},
 		Config:    &task.GenConfig{Temperature: new(2.0), TopP: new(0.0), TopK: new(int32(100)), MaxOutputTokens: new(int32(4096))},
-		RunBefore: new(time.Now().Add(time.Hour)), MaxCostUSD: new(0.05)}
-	if _, err := e.api.Submit(context.Background(), ok); err != nil {
+		RunBefore: new(time.Now().Add(time.Hour)), MaxCostUSD: new(0.05), Priority: new(task.MaxPriority)}
+	v, err := e.api.Submit(context.Background(), ok)
+	if err != nil {
 		t.Fatalf("request at the bounds: %v", err)
+	}
+	priority := func(id string) int {
+		d, err := e.st.GetTask(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Priority
+	}
+	if got := priority(v.TaskID); got != task.MaxPriority {
+		t.Errorf("stored priority %d, want the request's %d", got, task.MaxPriority)
+	}
+	if got := priority(e.submit(validRequest()).TaskID); got != task.DefaultPriority {
+		t.Errorf("stored priority %d of a request without one, want %d", got, task.DefaultPriority)
 	}
 }
 

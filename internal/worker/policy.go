@@ -40,14 +40,12 @@ var (
 )
 
 // ModelPolicy is what the worker applies between the claim and the model call (docs/architecture.md §4 step 2
-// and §5): the output cache, max_cost_usd against the estimate, the tenant's concurrency cap and
-// its daily budget. A nil part is not applied; the cache needs Estimator (the chain is part of the
+// and §5): the output cache, max_cost_usd against the estimate and the tenant's daily budget (its
+// concurrency cap is applied at the claim: WithTenantSlots). A nil part is not applied; the cache needs Estimator (the chain is part of the
 // key). The stale answer of an exhausted chain and the last good output need only the store.
 type ModelPolicy struct {
 	Estimator Estimator
 	Tenants   TenantLimits
-	// Slots caps each tenant's calls in flight on this instance (its limits' Concurrency).
-	Slots *quota.Slots
 	// Budgets holds each call's worst case (its attempt budget) against the tenant's
 	// DailyBudgetUSD — DefaultDailyBudgetUSD when its limits set none — and the project's
 	// budget, if Budgets has one; settled with the cost.
@@ -130,21 +128,14 @@ type answer struct {
 
 // ticket is a call the policy let through: what it holds until the call has ended.
 type ticket struct {
-	h      *Handler
-	place  *place // holds the model-call slot
-	tenant string
-	slot   bool
-	hold   *quota.Hold
+	place *place // holds the model-call slot
+	hold  *quota.Hold
 }
 
-// done settles the budget hold with what the call cost and frees the tenant's slot and the
-// model-call slot.
+// done settles the budget hold with what the call cost and frees the model-call slot.
 func (tk *ticket) done(res gemini.Result) {
 	if tk.hold != nil {
 		tk.hold.Settle(res.CostUSD)
-	}
-	if tk.slot {
-		tk.h.mp.Slots.Release(tk.tenant)
 	}
 	tk.place.endCall()
 }
@@ -162,8 +153,8 @@ func (h *Handler) cacheKey(t *store.Task, r *prompts.Rendered, req gemini.Reques
 
 // before runs the policy's steps between the claim and the call, in order: the cache (a hit
 // answers without a call), max_cost_usd against the estimate, a model-call slot of p (waited
-// for; the lease released when the instance stops taking work first), the tenant's concurrency
-// cap and its daily budget. It returns a ticket, holding the call slot, when the call may go
+// for; the lease released when the instance stops taking work first) and the tenant's daily
+// budget. It returns a ticket, holding the call slot, when the call may go
 // ahead; otherwise it has freed the slot and written the task's outcome (stored, failed,
 // waiting, handed back or released) and the caller stops.
 func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request, fp string, p *place) (*ticket, bool) {
@@ -192,16 +183,14 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		}
 		worst = h.mp.Estimator.MaxSpend(req)
 	}
-	// The tenant's cap counts calls, so the slot comes first: a task waiting for one holds none
-	// of its tenant's.
 	if !p.startCall(ctx) {
 		p.endCall()
 		log.WarnContext(ctx, "shutting down before a model-call slot was free; lease released")
 		h.release(ctx, log, t.ID, epoch, gemini.Result{})
 		return nil, false
 	}
-	tk := &ticket{h: h, place: p, tenant: t.Tenant}
-	if h.mp.Slots == nil && h.mp.Budgets == nil {
+	tk := &ticket{place: p}
+	if h.mp.Budgets == nil {
 		return tk, true
 	}
 	limits, err := h.limits(ctx, t.Tenant)
@@ -209,15 +198,6 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		tk.done(gemini.Result{})
 		h.handBack(ctx, log, t.ID, epoch, h.readRetry(), "tenant limits unreadable", err)
 		return nil, false
-	}
-	if h.mp.Slots != nil {
-		ok, wait := h.mp.Slots.Acquire(t.Tenant, limits.Concurrency)
-		if !ok {
-			tk.done(gemini.Result{})
-			h.handBack(ctx, log, t.ID, epoch, wait, "tenant at its concurrency cap", nil)
-			return nil, false
-		}
-		tk.slot = true
 	}
 	hold, err := h.reserve(ctx, t.Tenant, limits, worst)
 	if err != nil {

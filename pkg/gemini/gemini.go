@@ -90,7 +90,7 @@ type Request struct {
 	QualityRetry func(task.GenConfig) task.GenConfig
 	// MaxCostUSD refuses calls whose estimate exceeds it; 0 means no limit.
 	MaxCostUSD float64
-	// Tier is the service tier asked for: TierStandard ("" too) or TierFlex.
+	// Tier is the service tier asked for: TierStandard ("" too), TierFlex or TierPriority.
 	Tier Tier
 	// CachedContent names an explicit context cache of SystemInstruction made for CacheModel:
 	// a call to that model sends the cache instead of the system instruction; a call to any
