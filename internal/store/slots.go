@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // SlotsCollection holds one document per capped tenant, tenant_slots/{tenant}: how many of its
@@ -85,6 +89,78 @@ func (s *Store) writeOther(tx *firestore.Transaction, o Write, now time.Time) er
 	}
 	return tx.Update(ref, []firestore.Update{{Path: "running", Value: d.Running}, {Path: "updated_at", Value: now}},
 		firestore.LastUpdateTime(c.Read))
+}
+
+// settleSlot is the slot rule of every task write (applyTask), wherever it is made — the
+// worker's outcomes, a cancel, a decision, an erase, a batch job: a task waits for a slot only
+// while queued and holds one only while running. A task read holding a slot that no longer runs
+// gives it up, either handed to another task of its tenant claimed in the same commit (a
+// TaskWrite of a task that holds a slot: the worker's hand-off), or freed: settleSlot reports
+// true and the commit also takes one from the tenant's count (freeSlot, freeSlotsTx). So no
+// path that ends a run can leave its slot taken, nor a finished task among the waiting ones.
+func settleSlot(read, t *Task, with []Write) (freed bool) {
+	if t.State != task.StateQueued {
+		t.AwaitsSlot = false
+	}
+	if t.State == task.StateRunning {
+		return false
+	}
+	t.Slot = false
+	if !read.Slot {
+		return false
+	}
+	for _, o := range with {
+		if o.task != nil && o.task.Slot && o.task.Tenant == t.Tenant {
+			return false
+		}
+	}
+	return true
+}
+
+// freeSlot adds to w the count's write of the slot t freed, if it freed one: a read of the
+// count, the write conditioned on it.
+func (s *Store) freeSlot(ctx context.Context, t *Task, w *written) error {
+	if !w.freed {
+		return nil
+	}
+	c, err := s.GetSlotCount(ctx, t.Tenant)
+	if err != nil {
+		return err
+	}
+	w.with = append(w.with, CountWrite(c, -1))
+	return nil
+}
+
+// freeSlotsTx takes the slots the tasks freed from their tenants' counts inside tx: it reads
+// each count, so call it before tx writes anything.
+func (s *Store) freeSlotsTx(tx *firestore.Transaction, freed []*Task, now time.Time) error {
+	n := map[string]int{}
+	for _, t := range freed {
+		n[t.Tenant]++
+	}
+	tenants := slices.Sorted(maps.Keys(n))
+	running := make([]int, len(tenants))
+	for i, tenant := range tenants {
+		snap, err := tx.Get(s.FS.Collection(SlotsCollection).Doc(tenant))
+		if status.Code(err) == codes.NotFound {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("slot count of tenant %s: %w", tenant, err)
+		}
+		var d Slots
+		if err := snap.DataTo(&d); err != nil {
+			return fmt.Errorf("decode slot count of tenant %s: %w", tenant, err)
+		}
+		running[i] = d.Running
+	}
+	for i, tenant := range tenants {
+		d := Slots{Running: max(running[i]-n[tenant], 0), UpdatedAt: now}
+		if err := tx.Set(s.FS.Collection(SlotsCollection).Doc(tenant), d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // AwaitingSlot returns at most n of tenant's tasks waiting for a slot, in the order they get one:

@@ -58,3 +58,69 @@ func TestSlotCountCommitsWithTheTask(t *testing.T) {
 		t.Errorf("share %s, want 0.33", share)
 	}
 }
+
+// Every write that moves a slot holder out of running gives its slot back in the same commit,
+// whoever makes it (a cancel, an operator's decision, not only the worker), and a task that is
+// no longer queued no longer waits for a slot: the count cannot leak, and a finished task is
+// never found among the waiting ones.
+func TestEveryPathEndingARunFreesItsSlot(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	end := map[string]func(id string) error{
+		"MutateTask": func(id string) error {
+			_, err := s.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+				t.Finish(task.StateCancelled, now)
+				return nil
+			})
+			return err
+		},
+		"MutateDeadLetter": func(id string) error {
+			_, _, err := s.MutateDeadLetter(ctx, id, "dl-"+id, func(t *store.Task, _ *store.DeadLetter, now time.Time) error {
+				t.Finish(task.StateDead, now)
+				return nil
+			})
+			return err
+		},
+	}
+	for name, end := range end {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			tenant := "t-" + name
+			for _, id := range []string{"holder-" + name, "waiter-" + name} {
+				if err := s.CreateTask(ctx, &store.Task{ID: id, Tenant: tenant, State: task.StateQueued, AwaitsSlot: id == "waiter-"+name}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := s.GetSlotCount(ctx, tenant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.MutateTaskWith(ctx, &store.Task{ID: "holder-" + name}, func(t *store.Task, _ time.Time) ([]store.Write, error) {
+				t.State, t.Slot = task.StateRunning, true
+				return []store.Write{store.CountWrite(c, +1)}, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"holder-" + name, "waiter-" + name} {
+				if err := end(id); err != nil {
+					t.Fatal(err)
+				}
+				got, err := s.GetTask(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Slot || got.AwaitsSlot {
+					t.Errorf("%s ended %s with slot %v, awaits_slot %v; want neither", id, got.State, got.Slot, got.AwaitsSlot)
+				}
+			}
+			after, err := s.GetSlotCount(ctx, tenant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.Running != 0 {
+				t.Errorf("slot count %d after its holder ended, want 0", after.Running)
+			}
+		})
+	}
+}

@@ -147,6 +147,9 @@ func (s *Store) MutateTaskWith(ctx context.Context, known *Task, fn WithFunc) (*
 		now := s.now()
 		t, changed, w, err := s.applyTask(known.Clone(), now, fn)
 		if err == nil && changed {
+			err = s.freeSlot(ctx, t, &w)
+		}
+		if err == nil && changed {
 			switch err := s.writeTask(ctx, ref, t, known.UpdateTime, w, now); status.Code(err) {
 			case codes.OK:
 				return t, nil
@@ -172,6 +175,9 @@ func (s *Store) MutateTaskWith(ctx context.Context, known *Task, fn WithFunc) (*
 		if !changed {
 			return t, nil
 		}
+		if err := s.freeSlot(ctx, t, &w); err != nil {
+			return nil, fmt.Errorf("mutate task %s: %w", id, err)
+		}
 		err = s.writeTask(ctx, ref, t, snap.UpdateTime, w, now)
 		switch status.Code(err) {
 		case codes.OK:
@@ -194,10 +200,13 @@ func (s *Store) MutateTaskWith(ctx context.Context, known *Task, fn WithFunc) (*
 }
 
 // written is what a task's read-modify-write commits besides the task: the dead letters the
-// change superseded (closed) and the documents its function named (with).
+// change superseded (closed) and the documents its function named (with); freed: the task gave
+// up its tenant's slot without handing it on, and the count goes down in the same commit
+// (settleSlot).
 type written struct {
 	closed []string
 	with   []Write
+	freed  bool
 }
 
 // writeTask writes t over the document read at read, conditioned on that update time, with the
@@ -308,7 +317,7 @@ func (s *Store) applyTask(t *Task, now time.Time, fn WithFunc) (_ *Task, changed
 	} else if err != nil {
 		return nil, false, written{}, err
 	}
-	w = written{closed: supersede(t), with: with}
+	w = written{closed: supersede(t), with: with, freed: settleSlot(read, t, with)}
 	t.UpdatedAt = now
 	Finalize(t, now, s.Retention, s.Shards)
 	return t, true, w, nil
@@ -324,10 +333,9 @@ func (s *Store) applySnapWith(snap *firestore.DocumentSnapshot, now time.Time, f
 }
 
 // applySnap is applyTask on the task snap holds, for a change that writes no other document
-// than the dead letters it supersedes.
-func (s *Store) applySnap(snap *firestore.DocumentSnapshot, now time.Time, fn MutateFunc) (*Task, bool, []string, error) {
-	t, changed, w, err := s.applySnapWith(snap, now, func(t *Task, now time.Time) ([]Write, error) { return nil, fn(t, now) })
-	return t, changed, w.closed, err
+// than the dead letters it supersedes and the slot count of a slot it frees (freeSlotTx).
+func (s *Store) applySnap(snap *firestore.DocumentSnapshot, now time.Time, fn MutateFunc) (*Task, bool, written, error) {
+	return s.applySnapWith(snap, now, func(t *Task, now time.Time) ([]Write, error) { return nil, fn(t, now) })
 }
 
 func (s *Store) txOptions() []firestore.TransactionOption {

@@ -56,6 +56,11 @@ type slots struct {
 	tenants map[string]*tenantSlots
 }
 
+// popped is a waiting task's version (its update time) popped from a pool, and when.
+type popped struct {
+	version, at time.Time
+}
+
 type tenantSlots struct {
 	admit  sync.Mutex // one admission (a read of the count and its write) at a time here
 	refill sync.Mutex // one query of the waiting tasks at a time here
@@ -65,8 +70,9 @@ type tenantSlots struct {
 	pool   []*store.Task // waiting tasks to hand slots to, in their turn (nextWaiting)
 	pooled time.Time     // when a query was last merged into it
 	// taken are the tasks popped from the pool lately, by id: a query made before their
-	// hand-off commits still finds them waiting, and they are not handed a second slot.
-	taken      map[string]time.Time
+	// hand-off commits still finds that version of them waiting, and it is not handed a second
+	// slot. A later version — the task queued again, a re-run's new replay — is another wait.
+	taken      map[string]popped
 	held       int // slots held by tasks this instance claimed
 	rechecking bool
 	again      bool // a recheck was asked for while one ran
@@ -81,7 +87,7 @@ func (s *slots) of(tenant string) *tenantSlots {
 	defer s.mu.Unlock()
 	ts := s.tenants[tenant]
 	if ts == nil {
-		ts = &tenantSlots{taken: map[string]time.Time{}}
+		ts = &tenantSlots{taken: map[string]popped{}}
 		s.tenants[tenant] = ts
 	}
 	return ts
@@ -130,7 +136,7 @@ func (h *Handler) nextWaiting(ctx context.Context, tenant string) (*store.Task, 
 	}
 	t := ts.pool[0]
 	ts.pool = ts.pool[1:]
-	ts.taken[t.ID] = time.Now()
+	ts.taken[t.ID] = popped{version: t.UpdateTime, at: time.Now()}
 	return t, nil
 }
 
@@ -153,7 +159,7 @@ func (h *Handler) refillPool(ctx context.Context, tenant string, ts *tenantSlots
 		return nil
 	}
 	s.mu.Lock()
-	n := max(ts.held, 1)
+	n := max(ts.held, 1) + len(ts.taken) // the taken may come first, and are left out
 	s.mu.Unlock()
 	found, err := h.store.AwaitingSlot(ctx, tenant, n)
 	if err != nil {
@@ -162,7 +168,7 @@ func (h *Handler) refillPool(ctx context.Context, tenant string, ts *tenantSlots
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	maps.DeleteFunc(ts.taken, func(_ string, at time.Time) bool { return now.Sub(at) > takenFor })
+	maps.DeleteFunc(ts.taken, func(_ string, p popped) bool { return now.Sub(p.at) > takenFor })
 	for _, t := range found {
 		ts.add(t)
 	}
@@ -170,10 +176,10 @@ func (h *Handler) refillPool(ctx context.Context, tenant string, ts *tenantSlots
 	return nil
 }
 
-// add inserts t into the pool in its turn, unless it was taken lately; a pooled version of it
-// written earlier is replaced. The caller holds slots.mu.
+// add inserts t into the pool in its turn, unless this version of it was taken; a pooled
+// version of it written earlier is replaced. The caller holds slots.mu.
 func (ts *tenantSlots) add(t *store.Task) {
-	if _, ok := ts.taken[t.ID]; ok {
+	if p, ok := ts.taken[t.ID]; ok && !t.UpdateTime.After(p.version) {
 		return
 	}
 	if i := slices.IndexFunc(ts.pool, func(p *store.Task) bool { return p.ID == t.ID }); i >= 0 {
@@ -298,17 +304,18 @@ type handoff struct {
 	nudge string
 }
 
-// passSlot is the rule of a slot holder's write: a task that holds a slot and no longer runs
-// gives it up, to its tenant's next waiting task (claimed for this instance in the same commit)
-// or, when none waits or this instance takes no work, back to the count.
+// passSlot is the worker's part of a slot holder's write: a task that holds a slot and no longer
+// runs gives it up to its tenant's next waiting task, claimed for this instance in the same
+// commit; when none waits or this instance takes no work, the store gives it back to the count
+// in that commit (store.settleSlot), as for every other path that ends a run.
 func (h *Handler) passSlot(ctx context.Context, t *store.Task, now time.Time, ho *handoff) ([]store.Write, error) {
 	if !t.Slot || t.State == task.StateRunning {
 		return nil, nil
 	}
 	t.Slot = false
+	ho.freed = true // unless handed on below: the store frees it (store.settleSlot)
 	if h.slots == nil {
-		ho.freed = true
-		return h.freeSlot(ctx, t.Tenant)
+		return nil, nil
 	}
 	limit, err := h.capOf(ctx, t.Tenant)
 	if err != nil {
@@ -330,20 +337,10 @@ func (h *Handler) passSlot(ctx context.Context, t *store.Task, now time.Time, ho
 		if !h.takeHandedSlot(c, now) {
 			continue
 		}
-		ho.next = c
+		ho.next, ho.freed = c, false
 		return []store.Write{store.TaskWrite(c)}, nil
 	}
-	ho.freed = true
-	return h.freeSlot(ctx, t.Tenant)
-}
-
-// freeSlot is the count's write of a slot given back.
-func (h *Handler) freeSlot(ctx context.Context, tenant string) ([]store.Write, error) {
-	c, err := h.store.GetSlotCount(ctx, tenant)
-	if err != nil {
-		return nil, err
-	}
-	return []store.Write{store.CountWrite(c, -1)}, nil
+	return nil, nil
 }
 
 // mutate is every write of the worker that may end a run: fn changes the task, and a slot the

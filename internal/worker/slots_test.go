@@ -233,3 +233,40 @@ func TestWaitingTaskPastItsWait(t *testing.T) {
 	gate.Release()
 	b.waitSucceeded(t, "holder", "a")
 }
+
+// Tasks re-queued right after a backlog drained — a re-run's new replays — start at once: the
+// slots are free and nothing else will hand them one before their not_before. Before the fix
+// this instance still took them for handed a slot (its pops of their earlier version) and left
+// them waiting (the re-run's stall that reverted ca1e842).
+func TestTasksRequeuedAfterABacklogDrainedStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	const limit, n = 3, 12
+	b.tenant(t, "tenant-a", store.Limits{Concurrency: limit})
+	h := b.instance(t, "w1", time.Hour)
+	ctx := context.Background()
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("a-%02d", i)
+		b.capTask(t, "tenant-a", id)
+		ids = append(ids, id)
+	}
+	handle := func() {
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			wg.Go(func() { h.Handle(ctx, tenantMsg(id, "tenant-a")) })
+		}
+		wg.Wait()
+		b.waitSucceeded(t, ids...)
+	}
+	handle()
+	for _, id := range ids {
+		if _, err := b.store.MutateTask(ctx, id, func(t *store.Task, _ time.Time) error {
+			t.Regenerate()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handle()
+}
