@@ -68,7 +68,8 @@ func (l *Local) consuming() bool {
 
 // adopt runs t, which this instance has just claimed with a slot of its tenant (slots.go), as an
 // offer would, once there is room for it; it reports false, leaving t to the caller to release,
-// when the instance takes no more work.
+// when the instance takes no more work. Its lease is renewed while it waits for room: it waits
+// behind every message in hand, and a lease lapsed there is a second generation elsewhere.
 func (l *Local) adopt(t *store.Task) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -78,7 +79,11 @@ func (l *Local) adopt(t *store.Task) bool {
 	h, ctx := l.h, l.ctx
 	l.wg.Go(func() {
 		log := h.log.With("task_id", t.ID, "delivery_attempt", 0)
+		last := &lastWrite{t: t}
+		stopRenewal := h.keepLease(ctx, func(error) {}, log, last, t.Lease.Epoch)
 		p, ok := h.room.enter(ctx, true)
+		stopRenewal()
+		t := last.get()
 		if !ok {
 			log.InfoContext(ctx, "stopped taking work before a task handed a slot had room; released")
 			h.release(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{})

@@ -53,13 +53,19 @@ func (p *peak) of(tenant string) int {
 func (b *bundle) instance(t *testing.T, owner string, waitMax time.Duration) *Handler {
 	t.Helper()
 	h := b.handler(policy(owner), chain("m"), WithModelPolicy(b.modelPolicy(quota.BudgetWait)), WithCapacity(8, 4, 32), WithTenantSlots(waitMax))
+	consume(t, h)
+	return h
+}
+
+// consume makes h consume (its Local runs) until the test ends.
+func consume(t *testing.T, h *Handler) {
+	t.Helper()
 	l := NewLocal(h)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); l.Run(ctx) }()
 	t.Cleanup(func() { stop(); <-done })
 	waitFor(t, "the instance to consume", 10*time.Second, l.consuming)
-	return h
 }
 
 // slotEvents returns how many times h counted event (obs.Slot*) in genbox.tenant.slots.
@@ -269,4 +275,51 @@ func TestTasksRequeuedAfterABacklogDrainedStart(t *testing.T) {
 		}
 	}
 	handle()
+}
+
+// A task handed a slot is claimed in the commit of the task it follows, then waits for room in
+// this instance behind the messages already in hand: its lease is renewed meanwhile. Before, it
+// lapsed there under load, and the sweeper's takeover generated the task a second time
+// (TestRerunOf500... billed a task three times).
+func TestTaskHandedASlotKeepsItsLeaseWhileItWaitsForRoom(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.tenant(t, "tenant-a", store.Limits{Concurrency: 1})
+	pol := policy("w1")
+	pol.LeaseTTL = 500 * time.Millisecond
+	h := b.handler(pol, chain("m"), WithModelPolicy(b.modelPolicy(quota.BudgetWait)), WithCapacity(2, 0, 2), WithTenantSlots(time.Hour))
+	consume(t, h)
+	ctx := context.Background()
+	gateA, gateB := b.srv.Block("m"), b.srv.Block("m2")
+	defer gateA.Release()
+	defer gateB.Release()
+	b.capTask(t, "tenant-a", "holder")
+	go h.Handle(ctx, tenantMsg("holder", "tenant-a"))
+	<-gateA.Entered()
+	b.capTask(t, "tenant-a", "handed")
+	h.Handle(ctx, tenantMsg("handed", "tenant-a"))
+	// Tenant B's two tasks fill the room: one calling, one in hand waiting for a place, ahead of
+	// the task the holder will hand its slot to.
+	other := func(d *store.Task) { d.ModelChain = []string{"m2"} }
+	b.capTask(t, "tenant-b", "b-1", other)
+	b.capTask(t, "tenant-b", "b-2", other)
+	go h.Handle(ctx, tenantMsg("b-1", "tenant-b"))
+	<-gateB.Entered()
+	go h.Handle(ctx, tenantMsg("b-2", "tenant-b"))
+	waitFor(t, "b-2 to wait for room", 10*time.Second, func() bool {
+		_, ok := h.inHand.Load("b-2")
+		return ok
+	})
+	gateA.Release()
+	waitFor(t, "the slot to be handed", 10*time.Second, func() bool { return b.get(t, "handed").State == task.StateRunning })
+	first := b.get(t, "handed")
+	waitFor(t, "three lease lengths to pass", 10*time.Second, func() bool { return time.Since(*first.Lease.ExpiresAt) > 2*pol.LeaseTTL })
+	if got := b.get(t, "handed"); got.State != task.StateRunning || !got.Lease.Live(time.Now()) {
+		t.Fatalf("task handed a slot, waiting for room: state %s, lease %+v; want running with its lease renewed", got.State, got.Lease)
+	}
+	gateB.Release()
+	b.waitSucceeded(t, "holder", "handed", "b-1", "b-2")
+	if bills := len(b.srv.Ledger().BillsFor("/handed")); bills != 1 {
+		t.Errorf("the handed task was billed %d times, want once", bills)
+	}
 }
