@@ -850,3 +850,45 @@ func TestWrongTypeNamesTheJSONType(t *testing.T) {
 		}
 	}
 }
+
+// A task submitted while its tenant's slots are all taken is created waiting for one — the
+// worker's claim has nothing to mark — and nudged all the same: the worker that takes the nudge
+// rechecks the count (a slot may have freed since the publisher read it).
+func TestSubmitAtTheCapCreatesTheTaskWaiting(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	limits, err := e.st.GetTenant(ctx, e.tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits.Limits.Concurrency = 1
+	if _, err := e.st.SetTenantLimits(ctx, e.tenant, limits.Limits); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.CreateTask(ctx, &store.Task{ID: "holder", Tenant: e.tenant, State: task.StateQueued}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.st.GetSlotCount(ctx, e.tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.MutateTaskWith(ctx, &store.Task{ID: "holder"}, func(t *store.Task, _ time.Time) ([]store.Write, error) {
+		t.State, t.Slot = task.StateRunning, true
+		return []store.Write{store.CountWrite(c, +1)}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	v := e.submit(validRequest())
+	got, err := e.st.GetTask(ctx, v.TaskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.AwaitsSlot || got.State != task.StateQueued || got.NotBefore == nil || got.NotBefore.Sub(got.CreatedAt) != DefaultConfig().TenantWaitMax {
+		t.Errorf("submitted at the cap: state %s, awaits_slot %v, not_before %v (created %v); want queued, waiting for a slot for GENBOX_TENANT_WAIT_MAX",
+			got.State, got.AwaitsSlot, got.NotBefore, got.CreatedAt)
+	}
+	if n := len(e.pub.On(bus.TopicTasks)); n != 1 {
+		t.Errorf("%d nudges published, want the waiting task's", n)
+	}
+}

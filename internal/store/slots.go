@@ -91,6 +91,13 @@ func (s *Store) writeOther(tx *firestore.Transaction, o Write, now time.Time) er
 		firestore.LastUpdateTime(c.Read))
 }
 
+// AwaitSlot marks t, queued, waiting for one of its tenant's slots until at the latest until:
+// nobody claims or rewrites it before a hand-off claims it, a recheck admits it or until passes
+// (the sweeper's safety net).
+func (t *Task) AwaitSlot(until time.Time) {
+	t.State, t.AwaitsSlot, t.NotBefore, t.Claims = task.StateQueued, true, &until, 0
+}
+
 // settleSlot is the slot rule of every task write (applyTask), wherever it is made — the
 // worker's outcomes, a cancel, a decision, an erase, a batch job: a task waits for a slot only
 // while queued and holds one only while running. A task read holding a slot that no longer runs

@@ -159,7 +159,7 @@ func (h *Handler) refillPool(ctx context.Context, tenant string, ts *tenantSlots
 		return nil
 	}
 	s.mu.Lock()
-	n := max(ts.held, 1) + len(ts.taken) // the taken may come first, and are left out
+	n := max(ts.held, 1)
 	s.mu.Unlock()
 	found, err := h.store.AwaitingSlot(ctx, tenant, n)
 	if err != nil {
@@ -277,8 +277,7 @@ func (h *Handler) admit(ctx context.Context, t *store.Task) (w []store.Write, wa
 // awaitSlot marks t waiting for a slot of its tenant: queued, left alone until a hand-off claims
 // it or its not_before (GENBOX_TENANT_WAIT_MAX) passes and the sweeper nudges it.
 func (h *Handler) awaitSlot(t *store.Task, now time.Time) {
-	nb := now.Add(h.slots.waitMax)
-	t.State, t.AwaitsSlot, t.NotBefore, t.Claims = task.StateQueued, true, &nb, 0
+	t.AwaitSlot(now.Add(h.slots.waitMax))
 }
 
 // takeHandedSlot claims t, a task waiting for a slot, for this instance with the slot a task of

@@ -323,3 +323,19 @@ func TestTaskHandedASlotKeepsItsLeaseWhileItWaitsForRoom(t *testing.T) {
 		t.Errorf("the handed task was billed %d times, want once", bills)
 	}
 }
+
+// A task created waiting for a slot (the publisher found its tenant's slots taken, a moment
+// before one freed) is not claimed by its nudge, nor rewritten: the nudge rechecks the count,
+// and the free slot admits it.
+func TestTaskCreatedWaitingIsAdmittedByItsNudge(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.tenant(t, "tenant-a", store.Limits{Concurrency: 1})
+	h := b.instance(t, "w1", time.Hour)
+	b.capTask(t, "tenant-a", "a", func(d *store.Task) { d.AwaitSlot(time.Now().Add(time.Hour)) })
+	h.Handle(context.Background(), tenantMsg("a", "tenant-a"))
+	b.waitSucceeded(t, "a")
+	if n := b.slotEvents(t, h, obs.SlotWaiting); n != 0 {
+		t.Errorf("%d tasks marked waiting by the worker, want none: it was created so", n)
+	}
+}

@@ -227,6 +227,13 @@ func (h *Handler) handle(ctx context.Context, log *slog.Logger, id, tenant strin
 		h.slots.pooled(c.task)
 		h.recheck(c.task.Tenant)
 		return bus.Ack
+	case claimAwaiting:
+		// Marked waiting by whoever found the slots taken, perhaps a second ago: a slot freed
+		// since with none found waiting is found by the recheck.
+		log.DebugContext(ctx, "waiting for a slot of its tenant", "not_before", c.task.NotBefore)
+		h.slots.pooled(c.task)
+		h.recheck(c.task.Tenant)
+		return bus.Ack
 	}
 	log.DebugContext(ctx, "claimed", "due_lag_ms", c.late.Milliseconds())
 	h.runClaimed(work, log, c.task, p)
@@ -248,7 +255,8 @@ const (
 	claimed
 	claimExpired
 	claimDead
-	claimWaiting // over its tenant's cap: marked waiting for a slot
+	claimWaiting  // over its tenant's cap: marked waiting for a slot
+	claimAwaiting // already waiting for a slot (marked at its submission, or nudged again)
 )
 
 type claimResult struct {
@@ -283,6 +291,9 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 			// A scheduled task's not_before is its start_after: a stray nudge never starts it early.
 			expired := t.RunBefore != nil && !now.Before(*t.RunBefore) // past it a backoff no longer holds
 			if !expired && t.NotBefore != nil && now.Before(*t.NotBefore) {
+				if t.AwaitsSlot && h.slots != nil {
+					outcome = claimAwaiting
+				}
 				return nil, store.ErrNoChange
 			}
 			fresh = true

@@ -154,7 +154,9 @@ func TestWholeStackKilled(t *testing.T) {
 	// Each worker process is a new instance (hostname-pid), as a restarted container is: the
 	// sweeper's leadership of a killed one is taken over only once its lease has expired.
 	delete(s.procs[svcWorker].env, "GENBOX_INSTANCE_ID")
-	s.procs[svcWorker].env["GENBOX_TENANT_WAIT_MAX"] = cfg.waitMax.String()
+	for _, svc := range []string{svcWorker, svcPublisher} { // the publisher creates tasks waiting too
+		s.procs[svc].env["GENBOX_TENANT_WAIT_MAX"] = cfg.waitMax.String()
+	}
 	s.start()
 	s.submit(tasks, "killall")
 	s.logf("%d tasks submitted", tasks)
