@@ -55,6 +55,10 @@ const nudgeGrace = 5 * time.Second
 // delivery lease), so the resulthandler delivers under the reservation as in production.
 const webhookTimeout = 2 * time.Second
 
+// tenantWaitMax is the publisher's and the worker's GENBOX_TENANT_WAIT_MAX, which the bench
+// leaves at its default: the not_before of a task submitted waiting for a slot.
+const tenantWaitMax = 5 * time.Minute
+
 // backlogGrace is the nudge grace of a backlog's tasks: the publisher's default
 // GENBOX_NUDGE_GRACE, so that, as in production, the sweeper leaves a backlog to its nudges
 // rather than nudging every task of it again while the worker drains it.
@@ -185,7 +189,8 @@ type stack struct {
 
 	// Set by the system's start.
 	store *store.Store
-	pub   Publisher // the submissions' nudges, counted
+	slots *store.SlotHints // what the publisher reads to create a task waiting; nil: naive
+	pub   Publisher        // the submissions' nudges, counted
 	fake  *geminitest.Fake
 	// storage is the dev stack's Cloud Storage emulator and objects its client (FileBytes).
 	storage *gcsfake.Server
@@ -294,6 +299,7 @@ func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, projec
 		}
 	})
 	s.store, s.fake, s.stopSystem = st.Store, st.Fake, st.StopServices
+	s.slots = store.NewSlotHints(st.Store)
 	s.storage, s.objects = st.Storage, st.Objects
 	if len(s.cfg.Tenants) > 0 {
 		return s.createTenants(ctx)
@@ -311,9 +317,13 @@ func (s *stack) submit(ctx context.Context, id string, grace time.Duration) erro
 
 // submitAs is submit for a task of tenant, of priority.
 func (s *stack) submitAs(ctx context.Context, tenant, id string, grace time.Duration, priority int) error {
-	nudgeAt := time.Now().Add(grace)
+	now := time.Now()
+	nudgeAt := now.Add(grace)
 	doc := &store.Task{ID: id, Tenant: tenant, Family: s.familyOf(id), Variant: "default", Priority: priority,
 		Input: input(id, s.cfg.InputBytes), State: task.StateQueued, CallbackURL: s.recvURL, NudgeAt: &nudgeAt, Mode: s.cfg.run.mode}
+	if s.slots != nil && s.slots.Full(ctx, tenant, now) { // nil: the naive baseline has no slots
+		doc.AwaitSlot(now.Add(tenantWaitMax))
+	}
 	if s.cfg.FileBytes > 0 {
 		f, err := s.putFile(ctx, id)
 		if err != nil {

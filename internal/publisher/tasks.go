@@ -108,7 +108,7 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 	t := s.newTask(id, tenant, key, hash, req, variant, now)
 	if start := startOf(req, now); start != nil {
 		t.Schedule(*start)
-	} else if s.slots.full(ctx, tenant, now) {
+	} else if s.slots.Full(ctx, tenant, now) {
 		t.AwaitSlot(now.Add(s.cfg.TenantWaitMax))
 	}
 	t.Files = files

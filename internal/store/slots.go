@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -96,6 +97,63 @@ func (s *Store) writeOther(tx *firestore.Transaction, o Write, now time.Time) er
 // (the sweeper's safety net).
 func (t *Task) AwaitSlot(until time.Time) {
 	t.State, t.AwaitsSlot, t.NotBefore, t.Claims = task.StateQueued, true, &until, 0
+}
+
+// SlotHintTTL is how long SlotHints takes a tenant's slots as it read them: a burst's
+// submissions read the tenant and its count once a second per instance.
+const SlotHintTTL = time.Second
+
+// SlotHints tells whether a tenant's concurrency slots are all taken, so that a task submitted
+// then is created waiting for one (Task.AwaitSlot) rather than marked so by the worker's claim:
+// a backlog's task costs one write fewer. The hint may be SlotHintTTL old; a task created
+// waiting with a slot free is admitted by the worker that takes its nudge (its claim finds it
+// waiting and rechecks the count), or by the next hand-off. Safe for concurrent use.
+type SlotHints struct {
+	st *Store
+
+	mu  sync.Mutex
+	per map[string]slotHint
+}
+
+type slotHint struct {
+	full bool
+	read time.Time
+}
+
+// NewSlotHints returns the hints of s's tenants.
+func NewSlotHints(s *Store) *SlotHints {
+	return &SlotHints{st: s, per: map[string]slotHint{}}
+}
+
+// Full reports whether tenant's slots were all taken within SlotHintTTL. What cannot be read
+// is not full: the worker's claim decides as it would without the hint.
+func (h *SlotHints) Full(ctx context.Context, tenant string, now time.Time) bool {
+	h.mu.Lock()
+	hint, ok := h.per[tenant]
+	h.mu.Unlock()
+	if ok && now.Sub(hint.read) < SlotHintTTL {
+		return hint.full
+	}
+	hint = slotHint{full: h.read(ctx, tenant), read: now}
+	h.mu.Lock()
+	h.per[tenant] = hint
+	h.mu.Unlock()
+	return hint.full
+}
+
+func (h *SlotHints) read(ctx context.Context, tenant string) bool {
+	limits := DefaultLimits()
+	switch t, err := h.st.GetTenant(ctx, tenant); {
+	case err == nil:
+		limits = t.Limits
+	case !errors.Is(err, ErrNotFound):
+		return false
+	}
+	if limits.Concurrency <= 0 {
+		return false
+	}
+	c, err := h.st.GetSlotCount(ctx, tenant)
+	return err == nil && c.Running >= limits.Concurrency
 }
 
 // settleSlot is the slot rule of every task write (applyTask), wherever it is made — the
