@@ -156,6 +156,11 @@ func (h *SlotHints) read(ctx context.Context, tenant string) bool {
 	return err == nil && c.Running >= limits.Concurrency
 }
 
+// CreatedWaiting reports whether t awaits a slot as the publisher created it (SlotHints), no
+// write since: every task write clears nudge_at (applyTask), the worker's mark among them, and
+// the sweeper nudges a waiting task only once its not_before has passed.
+func (t *Task) CreatedWaiting() bool { return t.AwaitsSlot && t.NudgeAt != nil }
+
 // settleSlot is the slot rule of every task write (applyTask), wherever it is made — the
 // worker's outcomes, a cancel, a decision, an erase, a batch job: a task waits for a slot only
 // while queued and holds one only while running. A task read holding a slot that no longer runs

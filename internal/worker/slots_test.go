@@ -339,3 +339,41 @@ func TestTaskCreatedWaitingIsAdmittedByItsNudge(t *testing.T) {
 		t.Errorf("%d tasks marked waiting by the worker, want none: it was created so", n)
 	}
 }
+
+// A high-priority task created waiting (its tenant's slots taken at its submission) is handed the
+// next slot ahead of the older tasks this instance marked waiting: its nudge pools it in its turn.
+func TestTaskCreatedWaitingTakesItsTurnByPriority(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 0)
+	b.tenant(t, "tenant-a", store.Limits{Concurrency: 1})
+	h := b.instance(t, "w1", time.Hour)
+	ctx := context.Background()
+	gate := b.srv.Block("m")
+	b.capTask(t, "tenant-a", "first")
+	go h.Handle(ctx, tenantMsg("first", "tenant-a"))
+	<-gate.Entered()
+	// The first hand-off merges a query of the waiting tasks into the pool: the next ones are
+	// handed from the pool, without a query, for a while.
+	b.capTask(t, "tenant-a", "holder")
+	h.Handle(ctx, tenantMsg("holder", "tenant-a"))
+	gate.Release()
+	gate = b.srv.Block("m")
+	<-gate.Entered()
+	b.capTask(t, "tenant-a", "low", func(d *store.Task) { d.Priority = 2 })
+	h.Handle(ctx, tenantMsg("low", "tenant-a"))
+	b.capTask(t, "tenant-a", "urgent", func(d *store.Task) {
+		d.Priority = task.MaxPriority
+		d.NudgeAt = new(time.Now().Add(time.Minute)) // as the publisher writes it
+		d.AwaitSlot(time.Now().Add(time.Hour))
+	})
+	h.Handle(ctx, tenantMsg("urgent", "tenant-a"))
+	gate.Release()
+	next := b.srv.Block("m")
+	defer next.Release()
+	r := <-next.Entered()
+	if _, id, _ := strings.Cut(r.Prompt, "/"); id != "urgent" {
+		t.Errorf("the holder's slot went to %s, want the high-priority task created waiting", id)
+	}
+	next.Release()
+	b.waitSucceeded(t, "first", "holder", "low", "urgent")
+}
