@@ -321,8 +321,8 @@ func (s *stack) submitAs(ctx context.Context, tenant, id string, grace time.Dura
 	nudgeAt := now.Add(grace)
 	doc := &store.Task{ID: id, Tenant: tenant, Family: s.familyOf(id), Variant: "default", Priority: priority,
 		Input: input(id, s.cfg.InputBytes), State: task.StateQueued, CallbackURL: s.recvURL, NudgeAt: &nudgeAt, Mode: s.cfg.run.mode}
-	if s.slots != nil && s.slots.Full(ctx, tenant, now) { // nil: the naive baseline has no slots
-		doc.AwaitSlot(now.Add(tenantWaitMax))
+	if s.slots != nil { // nil: the naive baseline has no slots
+		s.slots.SubmitWaiting(ctx, doc, tenantWaitMax, now)
 	}
 	if s.cfg.FileBytes > 0 {
 		f, err := s.putFile(ctx, id)

@@ -108,8 +108,8 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 	t := s.newTask(id, tenant, key, hash, req, variant, now)
 	if start := startOf(req, now); start != nil {
 		t.Schedule(*start)
-	} else if s.slots.Full(ctx, tenant, now) {
-		t.AwaitSlot(now.Add(s.cfg.TenantWaitMax))
+	} else {
+		s.slots.SubmitWaiting(ctx, t, s.cfg.TenantWaitMax, now)
 	}
 	t.Files = files
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {

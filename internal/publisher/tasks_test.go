@@ -851,9 +851,10 @@ func TestWrongTypeNamesTheJSONType(t *testing.T) {
 	}
 }
 
-// A task submitted while its tenant's slots are all taken is created waiting for one — the
-// worker's claim has nothing to mark — and nudged all the same: the worker that takes the nudge
-// rechecks the count (a slot may have freed since the publisher read it).
+// A task submitted while its tenant's slots are all taken (the publisher read them so, in the
+// background of an earlier submission) is created waiting for one — the worker's claim has
+// nothing to mark — and nudged all the same: the worker that takes the nudge rechecks the count
+// (a slot may have freed since the publisher read it). A task of a higher priority is not.
 func TestSubmitAtTheCapCreatesTheTaskWaiting(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -879,16 +880,32 @@ func TestSubmitAtTheCapCreatesTheTaskWaiting(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	v := e.submit(validRequest())
-	got, err := e.st.GetTask(ctx, v.TaskID)
-	if err != nil {
-		t.Fatal(err)
+	// The first submission starts the publisher's read of the count and does not wait for it;
+	// one after the read is created waiting.
+	var got *store.Task
+	submitted := 0
+	for deadline := time.Now().Add(10 * time.Second); got == nil || !got.AwaitsSlot && time.Now().Before(deadline); submitted++ {
+		if got, err = e.st.GetTask(ctx, e.submit(validRequest()).TaskID); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	if !got.AwaitsSlot || got.State != task.StateQueued || got.NotBefore == nil || got.NotBefore.Sub(got.CreatedAt) != DefaultConfig().TenantWaitMax {
 		t.Errorf("submitted at the cap: state %s, awaits_slot %v, not_before %v (created %v); want queued, waiting for a slot for GENBOX_TENANT_WAIT_MAX",
 			got.State, got.AwaitsSlot, got.NotBefore, got.CreatedAt)
 	}
-	if n := len(e.pub.On(bus.TopicTasks)); n != 1 {
-		t.Errorf("%d nudges published, want the waiting task's", n)
+	// A task of a higher priority is to go ahead of the waiting ones: the worker marks it and
+	// pools it in its turn.
+	urgent := validRequest()
+	urgent.Priority = new(task.MaxPriority)
+	v := e.submit(urgent)
+	submitted++
+	if got, err := e.st.GetTask(ctx, v.TaskID); err != nil {
+		t.Fatal(err)
+	} else if got.AwaitsSlot {
+		t.Errorf("a priority-%d task was created waiting; want it left to the worker's claim", task.MaxPriority)
+	}
+	if n := len(e.pub.On(bus.TopicTasks)); n != submitted {
+		t.Errorf("%d nudges published for %d tasks, want each task's, the waiting one's too", n, submitted)
 	}
 }

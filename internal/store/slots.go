@@ -99,45 +99,57 @@ func (t *Task) AwaitSlot(until time.Time) {
 	t.State, t.AwaitsSlot, t.NotBefore, t.Claims = task.StateQueued, true, &until, 0
 }
 
-// SlotHintTTL is how long SlotHints takes a tenant's slots as it read them: a burst's
-// submissions read the tenant and its count once a second per instance.
+// SlotHintTTL is how often SlotHints reads a tenant's slots again: a burst's submissions read
+// the tenant and its count once a second per instance, and none of them waits for the read.
 const SlotHintTTL = time.Second
 
 // SlotHints tells whether a tenant's concurrency slots are all taken, so that a task submitted
 // then is created waiting for one (Task.AwaitSlot) rather than marked so by the worker's claim:
-// a backlog's task costs one write fewer. The hint may be SlotHintTTL old; a task created
-// waiting with a slot free is admitted by the worker that takes its nudge (its claim finds it
-// waiting and rechecks the count), or by the next hand-off. Safe for concurrent use.
+// a backlog's task costs one write fewer. A submission never waits for it: a hint older than
+// SlotHintTTL is refreshed in the background and answered as it was (not full when there was
+// none), so the hint may be a little more than a second old. A task created waiting with a slot
+// free is admitted by the worker that takes its nudge (its claim finds it waiting and rechecks
+// the count), or by the next hand-off. Safe for concurrent use.
 type SlotHints struct {
 	st *Store
 
 	mu  sync.Mutex
-	per map[string]slotHint
+	per map[string]*slotHint
 }
 
 type slotHint struct {
-	full bool
-	read time.Time
+	full       bool
+	read       time.Time
+	refreshing bool
 }
 
 // NewSlotHints returns the hints of s's tenants.
 func NewSlotHints(s *Store) *SlotHints {
-	return &SlotHints{st: s, per: map[string]slotHint{}}
+	return &SlotHints{st: s, per: map[string]*slotHint{}}
 }
 
-// Full reports whether tenant's slots were all taken within SlotHintTTL. What cannot be read
-// is not full: the worker's claim decides as it would without the hint.
+// Full reports whether tenant's slots were all taken when last read, and starts a read when
+// that was SlotHintTTL ago or never. What cannot be read is not full: the worker's claim
+// decides as it would without the hint.
 func (h *SlotHints) Full(ctx context.Context, tenant string, now time.Time) bool {
 	h.mu.Lock()
-	hint, ok := h.per[tenant]
-	h.mu.Unlock()
-	if ok && now.Sub(hint.read) < SlotHintTTL {
-		return hint.full
+	defer h.mu.Unlock()
+	hint := h.per[tenant]
+	if hint == nil {
+		hint = &slotHint{}
+		h.per[tenant] = hint
 	}
-	hint = slotHint{full: h.read(ctx, tenant), read: now}
-	h.mu.Lock()
-	h.per[tenant] = hint
-	h.mu.Unlock()
+	if !hint.refreshing && now.Sub(hint.read) >= SlotHintTTL {
+		hint.refreshing = true
+		go func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			full := h.read(rctx, tenant)
+			h.mu.Lock()
+			hint.full, hint.read, hint.refreshing = full, now, false
+			h.mu.Unlock()
+		}()
+	}
 	return hint.full
 }
 
@@ -156,10 +168,17 @@ func (h *SlotHints) read(ctx context.Context, tenant string) bool {
 	return err == nil && c.Running >= limits.Concurrency
 }
 
-// CreatedWaiting reports whether t awaits a slot as the publisher created it (SlotHints), no
-// write since: every task write clears nudge_at (applyTask), the worker's mark among them, and
-// the sweeper nudges a waiting task only once its not_before has passed.
-func (t *Task) CreatedWaiting() bool { return t.AwaitsSlot && t.NudgeAt != nil }
+// SubmitWaiting creates t, about to be submitted, waiting for a slot until waitMax from now
+// when its tenant's slots are all taken (Full), unless it is of a priority above the default:
+// such a task is to go ahead of the waiting ones, and the worker's claim marks it and pools it in
+// its turn, to be handed the next slot. It reports whether t waits.
+func (h *SlotHints) SubmitWaiting(ctx context.Context, t *Task, waitMax time.Duration, now time.Time) bool {
+	if t.State != task.StateQueued || t.Priority > task.DefaultPriority || !h.Full(ctx, t.Tenant, now) {
+		return false
+	}
+	t.AwaitSlot(now.Add(waitMax))
+	return true
+}
 
 // settleSlot is the slot rule of every task write (applyTask), wherever it is made — the
 // worker's outcomes, a cancel, a decision, an erase, a batch job: a task waits for a slot only

@@ -229,15 +229,12 @@ func (h *Handler) handle(ctx context.Context, log *slog.Logger, id, tenant strin
 		return bus.Ack
 	case claimAwaiting:
 		// Marked waiting by whoever found the slots taken, perhaps a second ago: a slot freed
-		// since with none found waiting is found by the recheck. A task created waiting is
-		// pooled here, its first nudge, to be handed a slot in its turn without a query (a
-		// priority task among them at once). One the worker marked is not: the instance that
-		// marked it pooled it (this is a second nudge, the sweeper's), and two pools handing out
-		// the same task make their commits contend.
+		// since with none found waiting is found by the recheck. It is not pooled here: a task
+		// the worker marked was pooled by the instance that marked it (this is a second nudge,
+		// the sweeper's), and two pools handing out the same task make their commits contend; a
+		// task created waiting comes after the waiting ones (store.SlotHints) and is found in its
+		// turn by the pool's next merge.
 		log.DebugContext(ctx, "waiting for a slot of its tenant", "not_before", c.task.NotBefore)
-		if c.task.CreatedWaiting() {
-			h.slots.pooled(c.task)
-		}
 		h.recheck(c.task.Tenant)
 		return bus.Ack
 	}
