@@ -72,6 +72,18 @@ locals {
       ]
     }
 
+    # store.Queries "awaiting-slot": a tenant's tasks waiting for one of its concurrency slots,
+    # highest priority first, then oldest (the worker's slot hand-off).
+    awaiting_slot = {
+      collection = "tasks"
+      fields = [
+        { path = "tenant", order = "ASCENDING" },
+        { path = "awaits_slot", order = "ASCENDING" },
+        { path = "priority", order = "DESCENDING" },
+        { path = "created_at", order = "ASCENDING" },
+      ]
+    }
+
     # store.Queries "open-batch-jobs": a model's batch jobs not yet done (the batcher's polling and
     # recovery after a crash).
     open_batch_jobs = {

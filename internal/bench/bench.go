@@ -82,6 +82,12 @@ type Config struct {
 	// and Pub/Sub never make a deployment wait for.
 	Warmup time.Duration // --warmup
 
+	// Tenants, when set, runs a multi-tenant workload (tenants.go): each tenant's backlog and cap,
+	// drained by Instances worker instances of Concurrency model-call slots each, reported per
+	// tenant against its bound.
+	Tenants   []TenantLoad // --tenants
+	Instances int          // --instances: worker instances (0 is one)
+
 	// Progress receives the progress bar (nil: none); Log the services' logs (nil: discarded).
 	Progress io.Writer
 	Log      *slog.Logger
@@ -118,6 +124,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Mode, "mode", c.Mode, "run the workload on the standard tier, then as flex or batch tasks, and compare cost per task")
 	fs.Float64Var(&c.Shed, "shed", c.Shed, "with --mode flex: the fraction of flex requests the fake sheds")
 	fs.BoolVar(&c.ContextCache, "context-cache", c.ContextCache, "run seed 000's shape (9k-token shared prefix) with context caching off, then on, and compare cost")
+	fs.Func("tenants", `a multi-tenant workload: tenants separated by commas, each a name and colon-separated settings tasks=N, cap=N, after=DURATION, urgent=DURATION, alone (e.g. "bulk:tasks=1000:cap=10,small:tasks=10:cap=10:after=5s:alone"); --concurrency is then each worker instance's model-call slots`, func(v string) error {
+		t, err := ParseTenants(v)
+		c.Tenants = t
+		return err
+	})
+	fs.IntVar(&c.Instances, "instances", c.Instances, "with --tenants: worker instances (default one)")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the failure decisions")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "a task not finished by then is counted lost")
 	fs.StringVar(&c.Project, "project", c.Project, "project id prefix on the emulators")
@@ -172,6 +184,12 @@ func (c Config) Validate() error {
 	}
 	if c.Backlog && (c.Baseline != BaselineNone || c.Mode != ModeNone || c.ContextCache) {
 		bad("backlog", "drains genbox's own backlog; pass it without --baseline, --mode and --context-cache")
+	}
+	if len(c.Tenants) > 0 && (c.Backlog || c.Baseline != BaselineNone || c.Mode != ModeNone || c.ContextCache) {
+		bad("tenants", "runs its own workload; pass it without --backlog, --baseline, --mode and --context-cache")
+	}
+	if c.Instances < 0 || c.Instances > 1 && len(c.Tenants) == 0 {
+		bad("instances", "is a count of worker instances, with --tenants")
 	}
 	if c.Mode != ModeNone && c.ContextCache {
 		bad("context-cache", "runs its own workload; pass it without --mode")
@@ -300,6 +318,7 @@ type Report struct {
 	Genbox  Result
 	Naive   *Result
 	Savings *Savings
+	Tenants *TenantsReport
 	Elapsed time.Duration
 }
 
@@ -329,6 +348,15 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Report, error) {
 		}
 		rep.Elapsed = time.Since(start)
 		rep.Savings.print(out, cfg)
+		return rep, nil
+	}
+	if len(cfg.Tenants) > 0 {
+		tr, err := runTenants(ctx, cfg, emu, suffix)
+		if err != nil {
+			return rep, fmt.Errorf("tenants: %w", err)
+		}
+		rep.Tenants, rep.Elapsed = &tr, time.Since(start)
+		tr.Print(out)
 		return rep, nil
 	}
 	if rep.Warmup, err = warmUp(ctx, cfg, emu, suffix); err != nil {

@@ -271,6 +271,9 @@ func TestConfigFlagsAndValidate(t *testing.T) {
 		{[]string{"-backlog", "-context-cache"}, "--backlog"},
 		{[]string{"-warmup", "0"}, ""},
 		{[]string{"-warmup", "-1s"}, "--warmup"},
+		{[]string{"-tenants", "bulk:tasks=1000:cap=10,small:tasks=10:cap=10:after=5s:alone", "-instances", "2"}, ""},
+		{[]string{"-tenants", "bulk:tasks=10", "-backlog"}, "--tenants"},
+		{[]string{"-instances", "2"}, "--instances"},
 	} {
 		cfg := DefaultConfig()
 		fs := flag.NewFlagSet("bench", flag.ContinueOnError)

@@ -9,7 +9,27 @@ import (
 type reportJSON struct {
 	Workload       workloadJSON `json:"workload"`
 	Systems        []resultJSON `json:"systems"` // genbox, then the baseline when it ran
+	Tenants        []tenantJSON `json:"tenants,omitempty"`
 	ElapsedSeconds float64      `json:"elapsed_seconds"`
+}
+
+// tenantJSON is one tenant of a multi-tenant run (--tenants); Systems then holds the run as a
+// whole.
+type tenantJSON struct {
+	Name               string  `json:"name"`
+	Tasks              int     `json:"tasks"`
+	Cap                int     `json:"cap"`
+	AfterSeconds       float64 `json:"after_seconds"`
+	Completed          int     `json:"completed"`
+	Lost               int     `json:"lost"`
+	Throughput         float64 `json:"throughput"`
+	Bound              float64 `json:"bound"`
+	Ratio              float64 `json:"throughput_over_bound"`
+	P50Seconds         float64 `json:"p50_seconds"`
+	P99Seconds         float64 `json:"p99_seconds"`
+	PeakCalls          int     `json:"peak_calls"`
+	UrgentStartSeconds float64 `json:"urgent_start_seconds,omitempty"`
+	AloneP50Seconds    float64 `json:"alone_p50_seconds,omitempty"`
 }
 
 type workloadJSON struct {
@@ -98,6 +118,18 @@ func (r Report) MarshalJSON() ([]byte, error) {
 	results := []Result{r.Genbox}
 	if r.Naive != nil {
 		results = append(results, *r.Naive)
+	}
+	if r.Tenants != nil {
+		results = []Result{r.Tenants.Run}
+		for _, t := range r.Tenants.Tenants {
+			tj := tenantJSON{Name: t.Name, Tasks: t.Tasks, Cap: t.Cap, AfterSeconds: t.After.Seconds(), Completed: t.Completed,
+				Lost: t.Lost, Throughput: t.Throughput, Bound: t.Bound, Ratio: t.Ratio(), P50Seconds: t.P50.Seconds(),
+				P99Seconds: t.P99.Seconds(), PeakCalls: t.PeakCalls, AloneP50Seconds: t.AloneP50.Seconds()}
+			if t.Urgent > 0 {
+				tj.UrgentStartSeconds = t.UrgentStart.Seconds()
+			}
+			out.Tenants = append(out.Tenants, tj)
+		}
 	}
 	for _, res := range results {
 		out.Systems = append(out.Systems, res.json())

@@ -55,6 +55,10 @@ const nudgeGrace = 5 * time.Second
 // delivery lease), so the resulthandler delivers under the reservation as in production.
 const webhookTimeout = 2 * time.Second
 
+// tenantWaitMax is the publisher's and the worker's GENBOX_TENANT_WAIT_MAX, which the bench
+// leaves at its default: the not_before of a task submitted waiting for a slot.
+const tenantWaitMax = 5 * time.Minute
+
 // backlogGrace is the nudge grace of a backlog's tasks: the publisher's default
 // GENBOX_NUDGE_GRACE, so that, as in production, the sweeper leaves a backlog to its nudges
 // rather than nudging every task of it again while the worker drains it.
@@ -112,8 +116,10 @@ func topology() bus.Topology {
 // seed and the task id (a task's retries take as long as its first call), and remembers it and
 // when the task's last call began.
 type latencies struct {
-	cfg   Config
-	tl    *timeline // marks each call's start and end
+	cfg Config
+	tl  *timeline // marks each call's start and end
+	// calls counts each tenant's calls in flight at the fake (a multi-tenant run's); nil: none.
+	calls *tenantCalls
 	mu    sync.Mutex
 	of    map[string]time.Duration
 	began map[string]time.Time
@@ -142,6 +148,7 @@ func (l *latencies) draw(r geminitest.Request) time.Duration {
 	l.mu.Unlock()
 	l.tl.mark(id, markModelStart, now)
 	l.tl.mark(id, markModelEnd, now.Add(d))
+	l.calls.start(id, d)
 	return d
 }
 
@@ -182,7 +189,8 @@ type stack struct {
 
 	// Set by the system's start.
 	store *store.Store
-	pub   Publisher // the submissions' nudges, counted
+	slots *store.SlotHints // what the publisher reads to create a task waiting; nil: naive
+	pub   Publisher        // the submissions' nudges, counted
 	fake  *geminitest.Fake
 	// storage is the dev stack's Cloud Storage emulator and objects its client (FileBytes).
 	storage *gcsfake.Server
@@ -196,7 +204,7 @@ func newStack(cfg Config) (s *stack, err error) {
 	tl := newTimeline()
 	s = &stack{cfg: cfg, counter: &fscount.Counter{Step: callerStep, OnWrite: tl.onWrite}, pubs: newPublishCounts(), in: newInjector(cfg.Seed), log: cfg.Log,
 		lat: &latencies{cfg: cfg, of: map[string]time.Duration{}, began: map[string]time.Time{}, tl: tl}, tl: tl}
-	if cfg.Backlog {
+	if cfg.Backlog || len(cfg.Tenants) > 0 {
 		s.gate = make(chan struct{})
 	}
 	defer func() {
@@ -232,11 +240,13 @@ func (s *stack) fakeOptions() []geminitest.Option {
 	}
 }
 
-// createTenant creates the bench tenant, signing with the receiver's secret, its concurrency cap
-// the workload's: a closed loop never has more tasks in flight.
+// createTenant creates the bench tenant, signing with the receiver's secret, without a
+// concurrency cap (a closed loop never has more tasks in flight than its drivers, a backlog than
+// the slots): the single-tenant workloads measure an uncapped tenant, whose tasks never touch a
+// slot count. --tenants measures caps.
 func (s *stack) createTenant(ctx context.Context) error {
 	limits := store.DefaultLimits()
-	limits.Concurrency = s.cfg.Concurrency
+	limits.Concurrency = 0
 	_, err := s.store.CreateTenant(ctx, benchTenant, limits, s.secret)
 	return err
 }
@@ -248,7 +258,7 @@ func (s *stack) createTenant(ctx context.Context) error {
 func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, project string) error {
 	loopback := "127.0.0.1:0"
 	more := s.cfg.run.env
-	if s.cfg.Backlog {
+	if s.cfg.Backlog || len(s.cfg.Tenants) > 0 {
 		more = map[string]string{"GENBOX_CONCURRENCY": fmt.Sprint(s.cfg.Concurrency)}
 	}
 	st, err := devstack.Start(ctx, devstack.Config{
@@ -258,6 +268,7 @@ func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, projec
 		Log:           s.log,
 		Topology:      topology(),
 		Fake:          s.fakeOptions(),
+		Workers:       s.cfg.Instances,
 		OpenFirestore: s.counter.EmulatorClient,
 		WrapPublisher: func(service string, p devstack.Publisher) devstack.Publisher {
 			counted := &countingPublisher{next: p, counts: s.pubs}
@@ -288,7 +299,11 @@ func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, projec
 		}
 	})
 	s.store, s.fake, s.stopSystem = st.Store, st.Fake, st.StopServices
+	s.slots = store.NewSlotHints(st.Store)
 	s.storage, s.objects = st.Storage, st.Objects
+	if len(s.cfg.Tenants) > 0 {
+		return s.createTenants(ctx)
+	}
 	return s.createTenant(ctx)
 }
 
@@ -297,9 +312,18 @@ func (s *stack) startGenbox(ctx context.Context, emu *emulator.Emulators, projec
 // start from the same submission: write the task (due a grace later, so the sweeper leaves it to
 // its own nudge), then nudge gemini-tasks.
 func (s *stack) submit(ctx context.Context, id string, grace time.Duration) error {
-	nudgeAt := time.Now().Add(grace)
-	doc := &store.Task{ID: id, Tenant: benchTenant, Family: s.familyOf(id), Variant: "default",
+	return s.submitAs(ctx, benchTenant, id, grace, task.DefaultPriority)
+}
+
+// submitAs is submit for a task of tenant, of priority.
+func (s *stack) submitAs(ctx context.Context, tenant, id string, grace time.Duration, priority int) error {
+	now := time.Now()
+	nudgeAt := now.Add(grace)
+	doc := &store.Task{ID: id, Tenant: tenant, Family: s.familyOf(id), Variant: "default", Priority: priority,
 		Input: input(id, s.cfg.InputBytes), State: task.StateQueued, CallbackURL: s.recvURL, NudgeAt: &nudgeAt, Mode: s.cfg.run.mode}
+	if s.slots != nil { // nil: the naive baseline has no slots
+		s.slots.SubmitWaiting(ctx, doc, tenantWaitMax, now)
+	}
 	if s.cfg.FileBytes > 0 {
 		f, err := s.putFile(ctx, id)
 		if err != nil {

@@ -27,6 +27,7 @@ const (
 	stepSecrets       = "webhook secrets" // the resulthandler's read of the tenant's secrets
 	stepRecord        = "delivery record" // the resulthandler's record of the outcome
 	stepSweeper       = "sweeper"         // the sweeper's queries and nudge writes
+	stepSlots         = "tenant slots"    // the worker's reads of a tenant's slot count and waiting tasks
 )
 
 // stepFuncs maps a function, as runtime.Frame names it without the module path, to its step.
@@ -42,11 +43,13 @@ var stepFuncs = []struct{ fn, step string }{
 	{"internal/store.(*Store).WebhookSecrets", stepSecrets},
 	{"internal/resulthandler.(*Handler).record", stepRecord},
 	{"internal/sweeper.", stepSweeper},
+	{"internal/store.(*Store).GetSlotCount", stepSlots},
+	{"internal/store.(*Store).AwaitingSlot", stepSlots},
 }
 
 // stepOrder is the order the report lists the steps in; what no entry of stepFuncs names comes
 // after them, named by the innermost genbox function outside the store on its stack.
-var stepOrder = []string{stepSubmit, stepClaim, stepTenant, stepFileCopy, stepRenew, stepCommit, stepRemember, stepDeliveryClaim, stepSecrets, stepRecord, stepSweeper}
+var stepOrder = []string{stepSubmit, stepClaim, stepTenant, stepFileCopy, stepSlots, stepRenew, stepCommit, stepRemember, stepDeliveryClaim, stepSecrets, stepRecord, stepSweeper}
 
 const module = "github.com/genbox-dev/genbox/"
 

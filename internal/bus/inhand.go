@@ -21,3 +21,9 @@ func (g *InHand) Take(key string) bool {
 
 // Delete ends key's time in hand; the caller that took it calls it when the work is done.
 func (g *InHand) Delete(key string) { g.keys.Delete(key) }
+
+// Holds reports whether key is in hand.
+func (g *InHand) Holds(key string) bool {
+	_, ok := g.keys.Load(key)
+	return ok
+}

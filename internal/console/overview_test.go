@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/devstack"
+	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -54,6 +55,12 @@ func TestOverviewAndSpendShowWhatRan(t *testing.T) {
 	}
 	if !strings.Contains(body, "<p>2 tasks finished;") {
 		t.Errorf("overview's last hour does not count the 2 finished tasks:\n%s", body)
+	}
+	// The dev tenant is capped (concurrency 10): its two tasks took a slot each and gave it back.
+	slots := fmt.Sprintf(`<tr data-tenant="%s"><td>%s</td><td>0 / %d</td><td>0%%</td><td>0</td></tr>`,
+		devstack.DevTenant, devstack.DevTenant, store.DefaultLimits().Concurrency)
+	if !strings.Contains(body, slots) {
+		t.Errorf("overview lacks the dev tenant's slots row %s:\n%s", slots, body)
 	}
 
 	code, body = get(t, c, s.Info.DLQ+"/console/spend")

@@ -71,6 +71,8 @@ type overviewData struct {
 	SweeperLag    time.Duration
 	Pending       bool
 	OpenDead      map[string]int64 // by stage
+	// Slots are the capped tenants' slots: running, waiting and the share of the cap in use.
+	Slots []store.TenantSlotsView
 }
 
 type stateCount struct {
@@ -161,6 +163,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, sess store.Co
 	d.OpenDead = map[string]int64{}
 	for stage, n := range open {
 		d.OpenDead[string(stage)] = n
+	}
+	if d.Slots, err = c.d.Store.TenantSlots(ctx); err != nil {
+		c.fail(w, r, err)
+		return
 	}
 	c.render(w, r, "overview", page{Title: "Overview", Nav: "overview", Operator: sess.Operator, CSRF: sess.CSRF, Live: true, Data: d})
 }

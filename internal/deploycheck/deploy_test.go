@@ -395,6 +395,7 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_PUBLISH_TIMEOUT":         tuning,
 		"GENBOX_STORE_TIMEOUT":           tuning,
 		"GENBOX_LIMITS_TTL":              tuning,
+		"GENBOX_TENANT_WAIT_MAX":         "the worker's, which keeps the code default too: the wait of a task created waiting for a slot",
 		"GENBOX_EVENTS_PER_TENANT":       tuning,
 		"GENBOX_EVENTS_HEARTBEAT":        tuning,
 	},
@@ -497,8 +498,8 @@ var leftUnset = map[string]map[string]string{
 		"GENBOX_BUDGET_POLICY":            "the default, wait (a soft limit), until an operator chooses fail",
 		"GENBOX_BUDGET_RETRY":             tuning,
 		"GENBOX_TENANT_REFRESH":           tuning,
-		"GENBOX_TENANT_SLOT_RETRY":        tuning,
 		"GENBOX_CACHE_TTL":                tuning,
+		"GENBOX_TENANT_WAIT_MAX":          tuning,
 	},
 }
 

@@ -132,6 +132,9 @@ type Config struct {
 	Topology bus.Topology
 	// Fake configures the fake Gemini (latency, failures).
 	Fake []geminitest.Option
+	// Workers is how many worker instances run, each its own GENBOX_INSTANCE_ID (the variable's
+	// value, suffixed -2, -3, … after the first) on the same subscription (0 is one).
+	Workers int
 
 	// The hooks below let a harness (internal/bench) measure and perturb the stack `genbox dev`
 	// runs without assembling the services itself; nil leaves the stack as it is.
@@ -483,8 +486,10 @@ func Start(ctx context.Context, cfg Config) (st *Stack, err error) {
 	if err := s.startPublisher(env); err != nil {
 		return nil, err
 	}
-	if err := s.startWorker(ctx, env); err != nil {
-		return nil, err
+	for k := range max(cfg.Workers, 1) {
+		if err := s.startWorker(ctx, instanceEnv(env, k)); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.startResultHandler(env); err != nil {
 		return nil, err
@@ -618,6 +623,20 @@ func (s *Stack) publisher(service string) Publisher {
 	return s.cfg.WrapPublisher(service, s.pub)
 }
 
+// instanceEnv is env for the worker instance k (from 0): the first keeps GENBOX_INSTANCE_ID as it
+// is, the others suffix it (their own name when it is unset).
+func instanceEnv(env func(string) string, k int) func(string) string {
+	if k == 0 {
+		return env
+	}
+	return func(name string) string {
+		if name != "GENBOX_INSTANCE_ID" {
+			return env(name)
+		}
+		return fmt.Sprintf("%s-%d", cmp.Or(env(name), "worker"), k+1)
+	}
+}
+
 func (s *Stack) startWorker(ctx context.Context, env func(string) string) error {
 	set, err := worker.Load(env)
 	if err != nil {
@@ -628,7 +647,9 @@ func (s *Stack) startWorker(ctx context.Context, env func(string) string) error 
 	if err != nil {
 		return err
 	}
-	s.Worker = a.Handler
+	if s.Worker == nil {
+		s.Worker = a.Handler
+	}
 	ln, err := listen("127.0.0.1:0", ServiceWorker) // its routes are only its probes
 	if err != nil {
 		return err

@@ -37,6 +37,7 @@ const (
 	MetricWebhookLatency  = "genbox.webhook.latency"
 	MetricDrillCalls      = "genbox.fallback_drill.calls"
 	MetricDrillLatency    = "genbox.fallback_drill.latency"
+	MetricTenantSlots     = "genbox.tenant.slots"
 )
 
 // Metric attribute keys.
@@ -49,6 +50,7 @@ const (
 	AttrClass   = "class"
 	AttrStage   = "stage"
 	AttrOutcome = "outcome"
+	AttrEvent   = "event"
 )
 
 // Token kinds of genbox.tokens.
@@ -80,6 +82,7 @@ type Metrics struct {
 	drillCalls      metric.Int64Counter
 	drillLatency    metric.Float64Histogram
 	genAI           genAIInstruments
+	tenantSlots     metric.Int64Counter
 	meter           metric.Meter
 
 	batchOnce sync.Once
@@ -126,6 +129,8 @@ func NewMetrics(mp metric.MeterProvider) (*Metrics, error) {
 	check(err)
 	m.cacheHits = count(MetricCacheHits, "{hit}", "Generations served without a model call, by family.")
 	m.retries = count(MetricRetries, "{retry}", "Retries, by error class.")
+	m.tenantSlots = count(MetricTenantSlots, "{task}",
+		"Tenants' concurrency slots, by tenant and event: taken (a claim below the cap), waiting (a task marked waiting at the cap), handed_off (a slot passed to a waiting task), freed (given back, none waiting).")
 	m.breaker, err = mt.Int64Gauge(MetricBreakerState,
 		metric.WithDescription("Circuit breaker state by model: 0 closed, 1 half-open, 2 open."))
 	check(err)
@@ -210,6 +215,23 @@ func (m *Metrics) Retry(ctx context.Context, class string) {
 		return
 	}
 	m.retries.Add(ctx, 1, metric.WithAttributes(attribute.String(AttrClass, class)))
+}
+
+// Slot events of genbox.tenant.slots. A tenant's tasks running are taken − freed; its tasks
+// waiting, waiting − handed_off − those taken after waiting.
+const (
+	SlotTaken     = "taken"
+	SlotWaiting   = "waiting"
+	SlotHandedOff = "handed_off"
+	SlotFreed     = "freed"
+)
+
+// TenantSlot records one of tenant's slot events (SlotTaken, ...).
+func (m *Metrics) TenantSlot(ctx context.Context, tenant, event string) {
+	if m == nil {
+		return
+	}
+	m.tenantSlots.Add(ctx, 1, metric.WithAttributes(attribute.String(AttrTenant, tenant), attribute.String(AttrEvent, event)))
 }
 
 // Breaker records model's breaker state: "closed", "half_open" or "open" (gemini.BreakerState).

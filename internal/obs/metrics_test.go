@@ -132,6 +132,11 @@ func TestMetricsRecordNamesAttributesValues(t *testing.T) {
 	m.WebhookAttempt(ctx, "delivered", 100*time.Millisecond)
 	m.WebhookAttempt(ctx, "failed", 300*time.Millisecond)
 	m.WebhookAttempt(ctx, "delivered", 200*time.Millisecond)
+	m.TenantSlot(ctx, "acme", SlotTaken)
+	m.TenantSlot(ctx, "acme", SlotWaiting)
+	m.TenantSlot(ctx, "acme", SlotWaiting)
+	m.TenantSlot(ctx, "acme", SlotHandedOff)
+	m.TenantSlot(ctx, "beta", SlotFreed)
 	var age atomic.Int64
 	age.Store(int64(90 * time.Second))
 	unregister, err := m.ObservePendingAge(func(context.Context) (time.Duration, bool) {
@@ -169,6 +174,9 @@ func TestMetricsRecordNamesAttributesValues(t *testing.T) {
 	equal(t, MetricBreakerState, points[int64](t, got[MetricBreakerState]), map[string]int64{"model=flash": 2, "model=pro": 0})
 	equal(t, MetricDeadLettersOpen, points[int64](t, got[MetricDeadLettersOpen]), map[string]int64{"stage=generation": 2, "stage=delivery": 1})
 	equal(t, MetricWebhookAttempts, points[int64](t, got[MetricWebhookAttempts]), map[string]int64{"outcome=delivered": 2, "outcome=failed": 1})
+	equal(t, MetricTenantSlots, points[int64](t, got[MetricTenantSlots]), map[string]int64{
+		"event=taken,tenant=acme": 1, "event=waiting,tenant=acme": 2, "event=handed_off,tenant=acme": 1, "event=freed,tenant=beta": 1,
+	})
 	wl := histogram(t, got[MetricWebhookLatency])
 	if d := wl["outcome=delivered"]; d[0] != 2 || math.Abs(d[1]-0.3) > 1e-9 {
 		t.Errorf("%s delivered = %v, want count 2 sum 0.3", MetricWebhookLatency, d)
@@ -213,6 +221,7 @@ func TestMetricsNilSafe(t *testing.T) {
 	m.TaskFinished(ctx, "f", task.StateSucceeded, time.Second)
 	m.Generation(ctx, "m", "t", task.Usage{PromptTokens: 1}, 1, time.Second)
 	m.CacheHit(ctx, "f")
+	m.TenantSlot(ctx, "t", SlotTaken)
 	m.Retry(ctx, "transient")
 	m.Breaker(ctx, "m", "open")
 	m.DeadLettersOpen(ctx, task.StageDelivery, 1)

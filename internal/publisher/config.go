@@ -61,6 +61,9 @@ type Config struct {
 	StoreTimeout time.Duration
 	// LimitsTTL is how long a tenant's limits are cached per instance (GENBOX_LIMITS_TTL, 30s).
 	LimitsTTL time.Duration
+	// TenantWaitMax is the not_before of a task submitted while its tenant's slots are all
+	// taken: it is created waiting for one (GENBOX_TENANT_WAIT_MAX, default 5m, the worker's).
+	TenantWaitMax time.Duration
 	// SecretsKey seals the tenants' webhook secrets (GENBOX_WEBHOOK_SECRETS_KEY): a KMS
 	// CryptoKey this service may encrypt with, or local:<base64> for local use.
 	SecretsKey string
@@ -104,6 +107,7 @@ const (
 	EnvPublishTimeout         = "GENBOX_PUBLISH_TIMEOUT"
 	EnvStoreTimeout           = "GENBOX_STORE_TIMEOUT"
 	EnvLimitsTTL              = "GENBOX_LIMITS_TTL"
+	EnvTenantWaitMax          = "GENBOX_TENANT_WAIT_MAX"
 	EnvSecretsKey             = secretbox.EnvKey
 	EnvEventsPerTenant        = "GENBOX_EVENTS_PER_TENANT"
 	EnvEventsHeartbeat        = "GENBOX_EVENTS_HEARTBEAT"
@@ -125,6 +129,7 @@ func DefaultConfig() Config {
 		PublishTimeout:  5 * time.Second,
 		StoreTimeout:    5 * time.Second,
 		LimitsTTL:       30 * time.Second,
+		TenantWaitMax:   5 * time.Minute,
 		EventsPerTenant: 32,
 		EventsHeartbeat: 15 * time.Second,
 		ProxyHops:       authlimit.DefaultTrustedHops,
@@ -156,6 +161,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration(EnvPublishTimeout, &c.PublishTimeout)
 	r.Duration(EnvStoreTimeout, &c.StoreTimeout)
 	r.Duration(EnvLimitsTTL, &c.LimitsTTL)
+	r.Duration(EnvTenantWaitMax, &c.TenantWaitMax)
 	r.String(EnvSecretsKey, &c.SecretsKey)
 	r.Int(EnvEventsPerTenant, &c.EventsPerTenant)
 	r.Duration(EnvEventsHeartbeat, &c.EventsHeartbeat)
@@ -197,7 +203,7 @@ func (c Config) Validate() error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{EnvSecretOverlap, c.SecretOverlap}, {EnvNudgeGrace, c.NudgeGrace}, {EnvPublishTimeout, c.PublishTimeout}, {EnvStoreTimeout, c.StoreTimeout}, {EnvLimitsTTL, c.LimitsTTL}, {EnvEventsHeartbeat, c.EventsHeartbeat}, {EnvShutdownGrace, c.ShutdownGrace}} {
+	}{{EnvSecretOverlap, c.SecretOverlap}, {EnvNudgeGrace, c.NudgeGrace}, {EnvPublishTimeout, c.PublishTimeout}, {EnvStoreTimeout, c.StoreTimeout}, {EnvLimitsTTL, c.LimitsTTL}, {EnvTenantWaitMax, c.TenantWaitMax}, {EnvEventsHeartbeat, c.EventsHeartbeat}, {EnvShutdownGrace, c.ShutdownGrace}} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive", d.name))
 		}

@@ -16,7 +16,7 @@ func TestFromEnv(t *testing.T) {
 	env := map[string]string{
 		EnvPort: "9090", EnvProject: "p", EnvAdminKey: "0123456789abcdef", EnvMaxBodyBytes: "2048",
 		EnvAllowInsecureCallbacks: "true", EnvPublicURL: "https://api.example.com", EnvSecretOverlap: "1h",
-		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvStoreTimeout: "3s", EnvLimitsTTL: "5s",
+		EnvPromptsDir: "/etc/prompts", EnvNudgeGrace: "10s", EnvPublishTimeout: "2s", EnvStoreTimeout: "3s", EnvLimitsTTL: "5s", EnvTenantWaitMax: "2m",
 		EnvCallbackPorts: "443, 9443", EnvSecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k",
 		EnvEventsPerTenant: "3", EnvEventsHeartbeat: "1s", EnvShutdownGrace: "5s", "GENBOX_SWEEP_SHARDS": "4",
 		EnvTrustedProxyHops: "2", "GENBOX_MODEL_CHAIN": "m1,m2", "GENBOX_PRICES": "m1=1/2", EnvInputBucket: "in", EnvMaxFiles: "4",
@@ -29,7 +29,7 @@ func TestFromEnv(t *testing.T) {
 	}
 	want := Config{Port: 9090, ShutdownGrace: 5 * time.Second, ProjectID: "p", AdminKey: "0123456789abcdef", MaxBodyBytes: 2048, AllowInsecureCallbacks: true,
 		PublicURL: "https://api.example.com", SecretOverlap: time.Hour, PromptsDir: "/etc/prompts", NudgeGrace: 10 * time.Second,
-		PublishTimeout: 2 * time.Second, StoreTimeout: 3 * time.Second, LimitsTTL: 5 * time.Second, CallbackPorts: []uint16{443, 9443},
+		PublishTimeout: 2 * time.Second, StoreTimeout: 3 * time.Second, LimitsTTL: 5 * time.Second, TenantWaitMax: 2 * time.Minute, CallbackPorts: []uint16{443, 9443},
 		SecretsKey: "projects/p/locations/global/keyRings/r/cryptoKeys/k", EventsPerTenant: 3, EventsHeartbeat: time.Second, SweepShards: 4,
 		ProxyHops: 2, InputBucket: "in", MaxFiles: 4, MaxFileBytes: 2 << 30, UploadRetention: 8 * 24 * time.Hour, Pricing: gemini.Pricing{Models: []string{"m1", "m2"}, DefaultMaxOutputTokens: 8192, Prices: map[string]gemini.Price{
 			"m1": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.5, FlexOutputPerM: 1, BatchInputPerM: 0.5, BatchOutputPerM: 1, CachedInputPerM: 0.1,

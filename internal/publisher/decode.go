@@ -266,6 +266,9 @@ func (v validator) validate(req *task.Request) (variant *prompts.Variant, err er
 	if req.Mode != "" && !req.Mode.Valid() {
 		bad("mode", "must be one of %v", task.Modes)
 	}
+	if p := req.Priority; p != nil && (*p < task.MinPriority || *p > task.MaxPriority) {
+		bad("priority", "must be between %d and %d", task.MinPriority, task.MaxPriority)
+	}
 	if len(fs) == 0 && refused != nil {
 		return nil, httpapi.Problem(http.StatusUnprocessableEntity, probCallbackRefused, "callback_url: "+refused.Detail, *refused)
 	}

@@ -147,8 +147,11 @@ func fieldRanges(c schemas) {
 	set("TaskRequest", "delay", "pattern", delayPattern, "description", `A Go duration such as "90s" or "1h30m", at most 720h: start_after, counted from the submission. "0s" is no delay. Not with start_after.`)
 	set("Task", "start_after", "description", "When a delayed task starts at the earliest; it is scheduled until then.")
 	set("TaskRequest", "max_cost_usd", "exclusiveMinimum", 0)
+	set("TaskRequest", "priority", "minimum", task.MinPriority, "maximum", task.MaxPriority,
+		"description", "Among the tenant's tasks waiting for a slot of its concurrency, higher first (then oldest first); absent: "+strconv.Itoa(task.DefaultPriority)+".")
 	set("BatchRequest", "tasks", "minItems", 1, "maxItems", task.MaxBatch)
-	set("TaskRequest", "mode", "description", "standard (at once), flex (the Flex tier: about half the price, minutes) or batch (the Batch API: about half the price, within 24 h or run_before); default the family's mode.")
+	set("TaskRequest", "mode", "description", "standard (at once), flex (the Flex tier: about half the price, minutes), batch (the Batch API: about half the price, within 24 h or run_before) or priority (the Priority tier: served first under load, at a premium); default the family's mode.")
+	set("Task", "tier", "description", "The service tier that served the output's call (standard, flex, batch or priority): Gemini may serve a priority task on the standard tier, and it is charged for the tier that served it.")
 	set("Task", "batch_job", "description", "The batch job (batch_jobs id) the task runs or ran in.")
 	set("TaskRequest", "stream", "description", "Stream the generation: GET /v1/tasks/{id}/events sends task.preview events with the text so far. Previews are never the stored output and never reach the webhook. Absent: false.")
 	set("Event", "type", "enum", strs(slices.Concat(webhookEvents, streamEvents)), "description", "The SSE event name: a webhook event type for a move into an end state, task.scheduled, task.queued, task.running, task.waiting, task.attempt, task.delivery, task.updated or task.preview. The SSE id is the task document's update time (none on a preview).")

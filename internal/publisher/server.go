@@ -69,6 +69,7 @@ type Server struct {
 	metrics  *obs.Metrics
 	objects  Objects
 	limits   *limiters
+	slots    *store.SlotHints
 	keys     *keys
 	// authFails throttles clients whose credentials keep failing.
 	authFails *authlimit.Limiter
@@ -103,6 +104,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	s := &Server{cfg: cfg, st: d.Store, pub: d.Publisher, families: d.Families, checkURL: d.CheckCallback,
 		newSec: d.NewSecret, log: d.Log, metrics: d.Metrics, objects: d.Objects, admin: httpapi.NewAdminKey(cfg.AdminKey)}
 	s.limits = newLimiters(d.Store, cfg.LimitsTTL)
+	s.slots = store.NewSlotHints(d.Store)
 	s.keys = newKeys(d.Store, d.Log)
 	throttle := authlimit.DefaultConfig()
 	throttle.TrustedHops = cfg.ProxyHops

@@ -108,6 +108,8 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 	t := s.newTask(id, tenant, key, hash, req, variant, now)
 	if start := startOf(req, now); start != nil {
 		t.Schedule(*start)
+	} else {
+		s.slots.SubmitWaiting(ctx, t, s.cfg.TenantWaitMax, now)
 	}
 	t.Files = files
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {
@@ -137,8 +139,16 @@ func (s *Server) newTask(id, tenant, key, hash string, req *task.Request, varian
 		IdempotencyKey: key, RequestHash: hash, State: task.StateQueued,
 		Delivery:      store.Delivery{State: task.DeliveryNone},
 		PromptVersion: variant.Version, ModelChain: variant.Models, Mode: effectiveMode(req.Mode, variant.Mode),
-		CreatedAt: now, NudgeAt: &grace,
+		Priority: priorityOf(req), CreatedAt: now, NudgeAt: &grace,
 	}
+}
+
+// priorityOf is the request's priority, else task.DefaultPriority.
+func priorityOf(req *task.Request) int {
+	if req.Priority == nil {
+		return task.DefaultPriority
+	}
+	return *req.Priority
 }
 
 // effectiveMode is the request's mode, else its family's default; standard is stored as "".

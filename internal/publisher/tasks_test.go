@@ -256,6 +256,8 @@ func TestSubmitValidation(t *testing.T) {
 		{"max_cost negative", withReq(func(r map[string]any) { r["max_cost_usd"] = -1 }), "", 400, "max_cost_usd"},
 		{"subject_key too long", withReq(func(r map[string]any) { r["subject_key"] = strings.Repeat("s", 513) }), "", 400, "subject_key"},
 		{"mode unknown", withReq(func(r map[string]any) { r["mode"] = "eventually" }), "", 400, "mode"},
+		{"priority above", withReq(func(r map[string]any) { r["priority"] = task.MaxPriority + 1 }), "", 400, "priority"},
+		{"priority below", withReq(func(r map[string]any) { r["priority"] = task.MinPriority - 1 }), "", 400, "priority"},
 	}
 	for _, c := range cases { //nolint:paralleltest // the check after the loop counts the nudges every case published
 		t.Run(c.name, func(t *testing.T) {
@@ -283,9 +285,23 @@ func TestSubmitValidation(t *testing.T) {
 	ok := task.Request{Family: "summarize", Input: strings.Repeat("é", MaxInputBytes/2), SubjectKey: "site-a/daily",
 		CallbackURL: "https://example.com/hook", Labels: map[string]string{"app": "x", "team.name": "Ünïcode value"},
 		Config:    &task.GenConfig{Temperature: new(2.0), TopP: new(0.0), TopK: new(int32(100)), MaxOutputTokens: new(int32(4096))},
-		RunBefore: new(time.Now().Add(time.Hour)), MaxCostUSD: new(0.05)}
-	if _, err := e.api.Submit(context.Background(), ok); err != nil {
+		RunBefore: new(time.Now().Add(time.Hour)), MaxCostUSD: new(0.05), Priority: new(task.MaxPriority)}
+	v, err := e.api.Submit(context.Background(), ok)
+	if err != nil {
 		t.Fatalf("request at the bounds: %v", err)
+	}
+	priority := func(id string) int {
+		d, err := e.st.GetTask(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Priority
+	}
+	if got := priority(v.TaskID); got != task.MaxPriority {
+		t.Errorf("stored priority %d, want the request's %d", got, task.MaxPriority)
+	}
+	if got := priority(e.submit(validRequest()).TaskID); got != task.DefaultPriority {
+		t.Errorf("stored priority %d of a request without one, want %d", got, task.DefaultPriority)
 	}
 }
 
@@ -832,5 +848,64 @@ func TestWrongTypeNamesTheJSONType(t *testing.T) {
 		if !errors.As(err, &p) || p.Detail != tc.want {
 			t.Errorf("%s: %v, want the detail %q", tc.body, err, tc.want)
 		}
+	}
+}
+
+// A task submitted while its tenant's slots are all taken (the publisher read them so, in the
+// background of an earlier submission) is created waiting for one — the worker's claim has
+// nothing to mark — and nudged all the same: the worker that takes the nudge rechecks the count
+// (a slot may have freed since the publisher read it). A task of a higher priority is not.
+func TestSubmitAtTheCapCreatesTheTaskWaiting(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	limits, err := e.st.GetTenant(ctx, e.tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits.Limits.Concurrency = 1
+	if _, err := e.st.SetTenantLimits(ctx, e.tenant, limits.Limits); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.CreateTask(ctx, &store.Task{ID: "holder", Tenant: e.tenant, State: task.StateQueued}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.st.GetSlotCount(ctx, e.tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.MutateTaskWith(ctx, &store.Task{ID: "holder"}, func(t *store.Task, _ time.Time) ([]store.Write, error) {
+		t.State, t.Slot = task.StateRunning, true
+		return []store.Write{store.CountWrite(c, +1)}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The first submission starts the publisher's read of the count and does not wait for it;
+	// one after the read is created waiting.
+	var got *store.Task
+	submitted := 0
+	for deadline := time.Now().Add(10 * time.Second); got == nil || !got.AwaitsSlot && time.Now().Before(deadline); submitted++ {
+		if got, err = e.st.GetTask(ctx, e.submit(validRequest()).TaskID); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !got.AwaitsSlot || got.State != task.StateQueued || got.NotBefore == nil || got.NotBefore.Sub(got.CreatedAt) != DefaultConfig().TenantWaitMax {
+		t.Errorf("submitted at the cap: state %s, awaits_slot %v, not_before %v (created %v); want queued, waiting for a slot for GENBOX_TENANT_WAIT_MAX",
+			got.State, got.AwaitsSlot, got.NotBefore, got.CreatedAt)
+	}
+	// A task of a higher priority is to go ahead of the waiting ones: the worker marks it and
+	// pools it in its turn.
+	urgent := validRequest()
+	urgent.Priority = new(task.MaxPriority)
+	v := e.submit(urgent)
+	submitted++
+	if got, err := e.st.GetTask(ctx, v.TaskID); err != nil {
+		t.Fatal(err)
+	} else if got.AwaitsSlot {
+		t.Errorf("a priority-%d task was created waiting; want it left to the worker's claim", task.MaxPriority)
+	}
+	if n := len(e.pub.On(bus.TopicTasks)); n != submitted {
+		t.Errorf("%d nudges published for %d tasks, want each task's, the waiting one's too", n, submitted)
 	}
 }

@@ -1,7 +1,7 @@
-// Package quota keeps what a genbox deployment lets each tenant spend and run: the daily budgets
-// (each tenant's and the project's, counted in the store's sharded counters, reserved before a
-// call and settled after it) and the per-tenant concurrency slots. It is genbox's policy, not the
-// model client's: pkg/gemini prices calls, this package limits them.
+// Package quota keeps what a genbox deployment lets each tenant spend: the daily budgets (each
+// tenant's and the project's, counted in the store's sharded counters, reserved before a call and
+// settled after it). It is genbox's policy, not the model client's: pkg/gemini prices calls, this
+// package limits them.
 package quota
 
 import (
@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -386,48 +385,4 @@ func (b *Budgets) Flush(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Slots caps the tasks of one tenant running at once on this instance, so one tenant's batch
-// cannot starve the others. Safe for concurrent use.
-type Slots struct {
-	base time.Duration
-	rand func() float64
-
-	mu   sync.Mutex
-	held map[string]int
-}
-
-// NewSlots returns Slots whose refusals suggest a retry after base to 2*base (jittered).
-func NewSlots(base time.Duration) *Slots {
-	return &Slots{base: base, rand: rand.Float64, held: map[string]int{}}
-}
-
-// Acquire takes one of tenant's limit slots (limit <= 0: no cap). When the tenant is at its cap it
-// returns false and a short jittered delay: the task's not_before, so that a tenant's backlog
-// does not come back all at once.
-func (s *Slots) Acquire(tenant string, limit int) (bool, time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if limit > 0 && s.held[tenant] >= limit {
-		return false, s.base + time.Duration(s.rand()*float64(s.base))
-	}
-	s.held[tenant]++
-	return true, 0
-}
-
-// Release returns a slot Acquire granted.
-func (s *Slots) Release(tenant string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.held[tenant]--; s.held[tenant] <= 0 {
-		delete(s.held, tenant)
-	}
-}
-
-// InUse is the number of tenant's slots taken.
-func (s *Slots) InUse(tenant string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.held[tenant]
 }

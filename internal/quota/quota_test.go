@@ -250,33 +250,6 @@ func TestBudgetsReserveRacingFlush(t *testing.T) {
 	}
 }
 
-func TestSlots(t *testing.T) {
-	t.Parallel()
-	s := quota.NewSlots(100 * time.Millisecond)
-	for i := range 2 {
-		if ok, _ := s.Acquire("acme", 2); !ok {
-			t.Fatalf("slot %d refused", i)
-		}
-	}
-	ok, after := s.Acquire("acme", 2)
-	if ok || after < 100*time.Millisecond || after > 200*time.Millisecond {
-		t.Fatalf("over the cap: %v, retry after %s; want refused with 100-200ms", ok, after)
-	}
-	if ok, _ := s.Acquire("other", 2); !ok {
-		t.Error("another tenant starved by acme")
-	}
-	s.Release("acme")
-	if ok, _ := s.Acquire("acme", 2); !ok {
-		t.Error("released slot not reusable")
-	}
-	if ok, _ := s.Acquire("nolimit", 0); !ok {
-		t.Error("no cap refused")
-	}
-	if n := s.InUse("acme"); n != 2 {
-		t.Errorf("in use %d, want 2", n)
-	}
-}
-
 func TestParseBudgetPolicy(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]quota.BudgetPolicy{"": quota.BudgetWait, "wait": quota.BudgetWait, "fail": quota.BudgetFail, "drop": ""} {

@@ -128,11 +128,13 @@ func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []
 			t   *Task
 		}
 		var writes []write
+		var closed []string
+		var freed []*Task
 		for i, snap := range snaps {
 			if !snap.Exists() {
 				continue
 			}
-			t, changed, closed, err := s.applySnap(snap, now, func(t *Task, now time.Time) error {
+			t, changed, w, err := s.applySnap(snap, now, func(t *Task, now time.Time) error {
 				if !claim(t, now) {
 					return ErrNoChange
 				}
@@ -141,8 +143,9 @@ func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []
 			if err != nil {
 				return err
 			}
-			if err := s.writeSuperseded(tx, closed, "", now); err != nil {
-				return err
+			closed = append(closed, w.closed...)
+			if w.freed {
+				freed = append(freed, t)
 			}
 			if changed {
 				writes = append(writes, write{snap.Ref, t})
@@ -157,6 +160,12 @@ func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []
 		}
 		if len(writes) == 0 {
 			return ErrNoChange
+		}
+		if err := s.freeSlotsTx(tx, freed, now); err != nil {
+			return err
+		}
+		if err := s.writeSuperseded(tx, closed, "", now); err != nil {
+			return err
 		}
 		job.CreatedAt, job.Open = now, true
 		if err := tx.Create(jobRef, job); err != nil {

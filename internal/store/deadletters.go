@@ -208,7 +208,7 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 			return err
 		}
 		now := s.now()
-		t, changed, closed, err := s.applySnap(snaps[0], now, func(t *Task, now time.Time) error { return fn(t, d, now) })
+		t, changed, w, err := s.applySnap(snaps[0], now, func(t *Task, now time.Time) error { return fn(t, d, now) })
 		if err != nil {
 			return err
 		}
@@ -216,6 +216,12 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 			outT = t
 			outD, err = read()
 			return err
+		}
+		closed := w.closed
+		if w.freed {
+			if err := s.freeSlotsTx(tx, []*Task{t}, now); err != nil {
+				return err
+			}
 		}
 		if err := tx.Set(tref, t); err != nil {
 			return err

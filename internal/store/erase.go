@@ -41,7 +41,7 @@ func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, c
 			return err
 		}
 		now := s.now()
-		t, changed, closed, err := s.applySnap(snap, now, func(t *Task, now time.Time) error {
+		t, changed, w, err := s.applySnap(snap, now, func(t *Task, now time.Time) error {
 			if err := check(t); err != nil {
 				return err
 			}
@@ -66,10 +66,15 @@ func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, c
 		if !changed {
 			return nil
 		}
+		if w.freed {
+			if err := s.freeSlotsTx(tx, []*Task{t}, now); err != nil {
+				return err
+			}
+		}
 		if err := tx.Set(ref, t); err != nil {
 			return err
 		}
-		if err := s.writeSuperseded(tx, closed, "", now); err != nil {
+		if err := s.writeSuperseded(tx, w.closed, "", now); err != nil {
 			return err
 		}
 		return s.writeClosed(tx, discarded, "", DeadLetterDiscarded, ErasedBy(t.Tenant), now)

@@ -58,6 +58,7 @@ var Queries = []Query{
 	{Name: "running-reruns", Collection: RerunsCollection, Fields: []IndexField{{"state", Asc}}},
 	{Name: "tasks-of-rerun", Collection: TasksCollection, Fields: []IndexField{{"rerun", Asc}, {"state", Asc}}},
 	{Name: "any-pending", Collection: TasksCollection, Fields: []IndexField{{"due_at", Asc}}},
+	{Name: "awaiting-slot", Collection: TasksCollection, Fields: []IndexField{{"tenant", Asc}, {"awaits_slot", Asc}, {"priority", Desc}, {"created_at", Asc}}},
 }
 
 // Exemptions lists the single-field index exemptions of docs/architecture.md §2.

@@ -125,6 +125,18 @@ func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task
 // since, or fn returns ErrNoChange or an error, the task is read and fn decides again on what is
 // stored, as in MutateTask.
 func (s *Store) MutateTaskFrom(ctx context.Context, known *Task, fn MutateFunc) (*Task, error) {
+	return s.MutateTaskWith(ctx, known, func(t *Task, now time.Time) ([]Write, error) { return nil, fn(t, now) })
+}
+
+// WithFunc is a MutateFunc that also names other documents to write in the same commit as the
+// task (Write): the tasks and slot counts a change of the task moves with it. It may run more
+// than once, as a MutateFunc does.
+type WithFunc func(t *Task, now time.Time) ([]Write, error)
+
+// MutateTaskWith is MutateTaskFrom whose fn may name other documents to write in the same
+// commit, each conditioned on its own read: when any of them changed since, nothing is written,
+// the task is read again and fn decides again.
+func (s *Store) MutateTaskWith(ctx context.Context, known *Task, fn WithFunc) (*Task, error) {
 	id := known.ID
 	ref := s.Tasks().Doc(id)
 	attempts := s.MaxAttempts
@@ -133,12 +145,15 @@ func (s *Store) MutateTaskFrom(ctx context.Context, known *Task, fn MutateFunc) 
 	}
 	if !known.UpdateTime.IsZero() {
 		now := s.now()
-		t, changed, closed, err := s.applyTask(known.Clone(), now, fn)
+		t, changed, w, err := s.applyTask(known.Clone(), now, fn)
 		if err == nil && changed {
-			switch err := s.writeTask(ctx, ref, t, known.UpdateTime, closed, now); status.Code(err) {
+			err = s.freeSlot(ctx, t, &w)
+		}
+		if err == nil && changed {
+			switch err := s.writeTask(ctx, ref, t, known.UpdateTime, w, now); status.Code(err) {
 			case codes.OK:
 				return t, nil
-			case codes.FailedPrecondition, codes.Aborted: // changed since: read it
+			case codes.FailedPrecondition, codes.Aborted, codes.AlreadyExists: // changed since: read it
 			default:
 				return nil, fmt.Errorf("mutate task %s: %w", id, err)
 			}
@@ -153,20 +168,23 @@ func (s *Store) MutateTaskFrom(ctx context.Context, known *Task, fn MutateFunc) 
 			return nil, fmt.Errorf("mutate task %s: %w", id, err)
 		}
 		now := s.now()
-		t, changed, closed, err := s.applySnap(snap, now, fn)
+		t, changed, w, err := s.applySnapWith(snap, now, fn)
 		if err != nil {
 			return nil, fmt.Errorf("mutate task %s: %w", id, err)
 		}
 		if !changed {
 			return t, nil
 		}
-		err = s.writeTask(ctx, ref, t, snap.UpdateTime, closed, now)
+		if err := s.freeSlot(ctx, t, &w); err != nil {
+			return nil, fmt.Errorf("mutate task %s: %w", id, err)
+		}
+		err = s.writeTask(ctx, ref, t, snap.UpdateTime, w, now)
 		switch status.Code(err) {
 		case codes.OK:
 			return t, nil
 		case codes.NotFound:
 			return nil, fmt.Errorf("mutate task %s: %w", id, ErrNotFound)
-		case codes.FailedPrecondition, codes.Aborted: // written meanwhile, or locked by a transaction
+		case codes.FailedPrecondition, codes.Aborted, codes.AlreadyExists: // written meanwhile, or locked by a transaction
 			if attempt < attempts {
 				select {
 				case <-ctx.Done():
@@ -181,26 +199,57 @@ func (s *Store) MutateTaskFrom(ctx context.Context, known *Task, fn MutateFunc) 
 	}
 }
 
+// written is what a task's read-modify-write commits besides the task: the dead letters the
+// change superseded (closed) and the documents its function named (with); freed: the task gave
+// up its tenant's slot without handing it on, and the count goes down in the same commit
+// (settleSlot).
+type written struct {
+	closed []string
+	with   []Write
+	freed  bool
+}
+
 // writeTask writes t over the document read at read, conditioned on that update time, with the
-// dead letters it superseded closed in the same commit. Without any, it is one conditioned
-// update, and t gets the update time written. With some, it is a transaction that only writes:
-// it reads nothing, so it locks nothing between a read and its commit, and a process killed in
-// it leaves no lock behind; t keeps the update time read (a later conditioned write of the
-// caller's re-reads, as MutateTask does).
-func (s *Store) writeTask(ctx context.Context, ref *firestore.DocumentRef, t *Task, read time.Time, closed []string, now time.Time) error {
-	if len(closed) == 0 {
+// dead letters it superseded closed and the documents its function named written in the same
+// commit. Without any, it is one conditioned update. With some, it is a transaction that only
+// writes: it reads nothing, so it locks nothing between a read and its commit, and a process
+// killed in it leaves no lock behind. Either way t, and each task written with it, gets the
+// update time written, so that the next conditioned write of either costs no read.
+func (s *Store) writeTask(ctx context.Context, ref *firestore.DocumentRef, t *Task, read time.Time, w written, now time.Time) error {
+	if len(w.closed) == 0 && len(w.with) == 0 {
 		wr, err := ref.Update(ctx, documentUpdates(t), firestore.LastUpdateTime(read))
 		if err == nil {
 			t.UpdateTime = wr.UpdateTime
 		}
 		return err
 	}
-	return s.FS.RunTransaction(ctx, func(_ context.Context, tx *firestore.Transaction) error {
+	var resp firestore.CommitResponse
+	err := s.FS.RunTransaction(ctx, func(_ context.Context, tx *firestore.Transaction) error {
 		if err := tx.Update(ref, documentUpdates(t), firestore.LastUpdateTime(read)); err != nil {
 			return err
 		}
-		return s.writeSuperseded(tx, closed, "", now)
-	}, firestore.MaxAttempts(1))
+		for _, o := range w.with {
+			if err := s.writeOther(tx, o, now); err != nil {
+				return err
+			}
+		}
+		if len(w.closed) == 0 {
+			return nil
+		}
+		return s.writeSuperseded(tx, w.closed, "", now)
+	}, firestore.MaxAttempts(1), firestore.WithCommitResponseTo(&resp))
+	if err != nil {
+		return err
+	}
+	if wrs, err := resp.WriteResults(); err == nil && len(wrs) > len(w.with) {
+		t.UpdateTime = wrs[0].UpdateTime
+		for i, o := range w.with {
+			if o.task != nil {
+				o.task.UpdateTime = wrs[i+1].UpdateTime
+			}
+		}
+	}
+	return nil
 }
 
 // contentionBackoff is the jittered wait before attempt n+1 of a contended write.
@@ -259,27 +308,34 @@ func empty(v reflect.Value) bool {
 // something, closes the dead letters the change superseded (their ids are returned, for the
 // caller to write in the same transaction), stamps updated_at and finalizes due_at and what
 // follows from it. Unchanged, it returns the task as read.
-func (s *Store) applyTask(t *Task, now time.Time, fn MutateFunc) (_ *Task, changed bool, closed []string, err error) {
+func (s *Store) applyTask(t *Task, now time.Time, fn WithFunc) (_ *Task, changed bool, w written, err error) {
 	read := t.Clone()
 	t.Nudges, t.NudgeAt = 0, nil
-	if err := fn(t, now); errors.Is(err, ErrNoChange) {
-		return read, false, nil, nil
+	with, err := fn(t, now)
+	if errors.Is(err, ErrNoChange) {
+		return read, false, written{}, nil
 	} else if err != nil {
-		return nil, false, nil, err
+		return nil, false, written{}, err
 	}
-	closed = supersede(t)
+	w = written{closed: supersede(t), with: with, freed: settleSlot(read, t, with)}
 	t.UpdatedAt = now
 	Finalize(t, now, s.Retention, s.Shards)
-	return t, true, closed, nil
+	return t, true, w, nil
 }
 
-// applySnap is applyTask on the task snap holds.
-func (s *Store) applySnap(snap *firestore.DocumentSnapshot, now time.Time, fn MutateFunc) (*Task, bool, []string, error) {
+// applySnapWith is applyTask on the task snap holds.
+func (s *Store) applySnapWith(snap *firestore.DocumentSnapshot, now time.Time, fn WithFunc) (*Task, bool, written, error) {
 	t, err := DecodeTask(snap)
 	if err != nil {
-		return nil, false, nil, err
+		return nil, false, written{}, err
 	}
 	return s.applyTask(t, now, fn)
+}
+
+// applySnap is applyTask on the task snap holds, for a change that writes no other document
+// than the dead letters it supersedes and the slot count of a slot it frees (freeSlotTx).
+func (s *Store) applySnap(snap *firestore.DocumentSnapshot, now time.Time, fn MutateFunc) (*Task, bool, written, error) {
+	return s.applySnapWith(snap, now, func(t *Task, now time.Time) ([]Write, error) { return nil, fn(t, now) })
 }
 
 func (s *Store) txOptions() []firestore.TransactionOption {

@@ -58,6 +58,18 @@ type Task struct {
 	// Files are the task's input files, resolved at submit (File).
 	Files []File `firestore:"files,omitempty"`
 
+	// Priority orders a tenant's tasks waiting for a slot, higher first (task.MinPriority to
+	// task.MaxPriority; the publisher writes task.DefaultPriority when the request names none).
+	Priority int `firestore:"priority"`
+
+	// Slot: the task holds one of its tenant's concurrency slots (tenant_slots/{tenant}); it is
+	// set only while the task runs, and the write that ends its run passes the slot on (slots.go).
+	Slot bool `firestore:"slot,omitempty"`
+	// AwaitsSlot marks a queued task waiting for one of its tenant's slots: it is not claimed or
+	// rewritten until a running task of its tenant ends and hands it the slot, or its not_before
+	// (the safety net, GENBOX_TENANT_WAIT_MAX) passes.
+	AwaitsSlot bool `firestore:"awaits_slot,omitempty"`
+
 	State    task.State  `firestore:"state"`
 	Attempts int         `firestore:"attempts"`        // failed generation attempts of this replay
 	Claims   int         `firestore:"claims"`          // takeovers of an expired lease since the last clean release
@@ -85,20 +97,23 @@ type Task struct {
 	StartAfter   *time.Time `firestore:"start_after,omitempty"`
 
 	// Generation outcome of the current replay. OutputAt != nil means the output is stored.
-	Output      string       `firestore:"output,omitempty"`
-	OutputEpoch int64        `firestore:"output_epoch,omitempty"`
-	OutputAt    *time.Time   `firestore:"output_at,omitempty"`
-	Usage       task.Usage   `firestore:"usage"`
-	InDoubt     task.Usage   `firestore:"in_doubt"` // estimated tokens of calls that may have been billed
-	ModelCalls  int          `firestore:"model_calls"`
-	SpentBy     []string     `firestore:"spent_by,omitempty"` // owner:epoch of each call whose spend is recorded (once)
-	CostUSD     float64      `firestore:"cost_usd"`
-	Model       string       `firestore:"model,omitempty"`
-	Degraded    bool         `firestore:"degraded"`
-	Stale       bool         `firestore:"stale"`
-	CacheHit    bool         `firestore:"cache_hit"`
-	Error       *TaskError   `firestore:"error,omitempty"`
-	Previous    []Generation `firestore:"previous,omitempty"`
+	Output      string     `firestore:"output,omitempty"`
+	OutputEpoch int64      `firestore:"output_epoch,omitempty"`
+	OutputAt    *time.Time `firestore:"output_at,omitempty"`
+	Usage       task.Usage `firestore:"usage"`
+	InDoubt     task.Usage `firestore:"in_doubt"` // estimated tokens of calls that may have been billed
+	ModelCalls  int        `firestore:"model_calls"`
+	SpentBy     []string   `firestore:"spent_by,omitempty"` // owner:epoch of each call whose spend is recorded (once)
+	CostUSD     float64    `firestore:"cost_usd"`
+	Model       string     `firestore:"model,omitempty"`
+	// Tier is the service tier that served the output's call (the response's trafficType): a
+	// priority task may have been served on the standard tier, and was charged for that one.
+	Tier     string       `firestore:"tier,omitempty"`
+	Degraded bool         `firestore:"degraded"`
+	Stale    bool         `firestore:"stale"`
+	CacheHit bool         `firestore:"cache_hit"`
+	Error    *TaskError   `firestore:"error,omitempty"`
+	Previous []Generation `firestore:"previous,omitempty"`
 	// AttemptLog records the latest model calls of every replay (at most MaxAttemptLog).
 	AttemptLog []AttemptRecord `firestore:"attempt_log,omitempty"`
 
@@ -309,7 +324,7 @@ func (t *Task) HasOutput() bool { return t.OutputAt != nil }
 func (t *Task) View() task.View {
 	v := task.View{
 		TaskID: t.ID, State: t.State, Family: t.Family, Variant: t.Variant, Labels: t.Labels,
-		Usage: t.Usage, CostUSD: t.CostUSD, Model: t.Model, Degraded: t.Degraded, Stale: t.Stale,
+		Usage: t.Usage, CostUSD: t.CostUSD, Model: t.Model, Tier: t.Tier, Degraded: t.Degraded, Stale: t.Stale,
 		CacheHit: t.CacheHit, Replay: t.Replay, Mode: t.Mode, BatchJob: t.BatchJob, Files: fileViews(t.Files),
 		Delivery:  task.DeliveryView{State: t.Delivery.State, Attempts: t.Delivery.Attempts},
 		CreatedAt: t.CreatedAt, StartAfter: t.StartAfter, CompletedAt: t.CompletedAt,
@@ -372,6 +387,9 @@ func boundError(e *TaskError) {
 func (t *Task) Request(r *prompts.Rendered) gemini.Request {
 	req := gemini.NewRequest(t.ID, t.Tenant, r)
 	req.Files = modelFiles(t.Files)
+	if t.Mode == task.ModePriority {
+		req.Tier = gemini.TierPriority
+	}
 	if len(t.ModelChain) > 0 {
 		req.Models = t.ModelChain
 	}
@@ -454,7 +472,7 @@ func (t *Task) Regenerate() {
 		Model: t.Model, State: t.State, Error: t.Error, CompletedAt: t.CompletedAt,
 	})
 	t.Output, t.OutputEpoch, t.OutputAt = "", 0, nil
-	t.Usage, t.CostUSD, t.Model = task.Usage{}, 0, ""
+	t.Usage, t.CostUSD, t.Model, t.Tier = task.Usage{}, 0, "", ""
 	t.Degraded, t.Stale, t.CacheHit = false, false, false
 	t.Error, t.CompletedAt = nil, nil
 	t.State = task.StateQueued

@@ -113,7 +113,8 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 	if cfg.ContextTTL > 0 {
 		mp.ContextCaches = NewContextCaches(in.Store, gen, cfg.Gemini.Pricing, cfg.ContextTTL, cfg.Gemini.InstanceShare, cfg.Instance, in.Metrics, mp.Budgets)
 	}
-	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics), WithCapacity(cfg.Concurrency, cfg.ClaimAhead, cfg.MaxInFlight)}
+	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics), WithCapacity(cfg.Concurrency, cfg.ClaimAhead, cfg.MaxInFlight),
+		WithTenantSlots(cfg.TenantWaitMax)}
 	if in.Objects != nil {
 		opts = append(opts, WithFiles(Files{Copier: gen, Objects: in.Objects, Margin: DefaultCopyMargin}))
 	}

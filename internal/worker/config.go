@@ -52,7 +52,7 @@ type Config struct {
 	BudgetPolicy  quota.BudgetPolicy // GENBOX_BUDGET_POLICY: wait (default) or fail when a tenant's daily budget is spent
 	BudgetRetry   time.Duration      // GENBOX_BUDGET_RETRY: a task waiting on its budget looks again this often at most
 	TenantRefresh time.Duration      // GENBOX_TENANT_REFRESH: tenant limits and spend totals re-read, spend flushed
-	SlotRetry     time.Duration      // GENBOX_TENANT_SLOT_RETRY: not_before (jittered up to twice) of a task over its tenant's cap
+	TenantWaitMax time.Duration      // GENBOX_TENANT_WAIT_MAX: a task waiting for its tenant's slot is looked at again after this at the latest
 	CacheTTL      time.Duration      // GENBOX_CACHE_TTL: how long a cached output is served
 	FlexMargin    time.Duration      // GENBOX_FLEX_MARGIN: a flex task closer than this to run_before is called on the standard tier
 	ContextTTL    time.Duration      // GENBOX_CONTEXT_CACHE_TTL: an explicit context cache's TTL, extended while in use; 0 creates none
@@ -99,7 +99,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		ShutdownGrace: 8 * time.Second,
 		BudgetRetry:   10 * time.Minute,
 		TenantRefresh: 10 * time.Second,
-		SlotRetry:     2 * time.Second,
+		TenantWaitMax: 5 * time.Minute,
 		CacheTTL:      24 * time.Hour,
 		FlexMargin:    15 * time.Minute,
 		ContextTTL:    time.Hour,
@@ -136,7 +136,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	r.Duration("GENBOX_SHUTDOWN_GRACE", &c.ShutdownGrace)
 	r.Duration("GENBOX_BUDGET_RETRY", &c.BudgetRetry)
 	r.Duration("GENBOX_TENANT_REFRESH", &c.TenantRefresh)
-	r.Duration("GENBOX_TENANT_SLOT_RETRY", &c.SlotRetry)
+	r.Duration("GENBOX_TENANT_WAIT_MAX", &c.TenantWaitMax)
 	r.Duration("GENBOX_CACHE_TTL", &c.CacheTTL)
 	r.Duration("GENBOX_FLEX_MARGIN", &c.FlexMargin)
 	r.Duration("GENBOX_CONTEXT_CACHE_TTL", &c.ContextTTL)
@@ -253,7 +253,7 @@ func (c Config) Validate() error {
 		d    time.Duration
 	}{
 		{"GENBOX_BUDGET_RETRY", c.BudgetRetry}, {"GENBOX_TENANT_REFRESH", c.TenantRefresh},
-		{"GENBOX_TENANT_SLOT_RETRY", c.SlotRetry}, {"GENBOX_CACHE_TTL", c.CacheTTL}, {"GENBOX_FLEX_MARGIN", c.FlexMargin},
+		{"GENBOX_TENANT_WAIT_MAX", c.TenantWaitMax}, {"GENBOX_CACHE_TTL", c.CacheTTL}, {"GENBOX_FLEX_MARGIN", c.FlexMargin},
 		{"GENBOX_PREVIEW_INTERVAL", c.PreviewEvery}, {"GENBOX_WEBHOOK_TIMEOUT", c.WebhookTimeout},
 	} {
 		if v.d <= 0 {
@@ -292,14 +292,12 @@ func (c Config) Policy() Policy {
 }
 
 // ModelPolicy builds the policy the handler applies before each call: tenant limits and spend
-// read through s, an in-memory concurrency cap and budget reservations on this instance, and the
-// tenants' rpm and tpm shared through s. The caller runs its Budgets' and Rates' Flush every
-// TenantRefresh and at shutdown.
+// read through s, budget reservations on this instance, and the tenants' rpm and tpm shared
+// through s. The caller runs its Budgets' and Rates' Flush every TenantRefresh and at shutdown.
 func (c Config) ModelPolicy(s *store.Store, est Estimator) ModelPolicy {
 	return ModelPolicy{
 		Estimator:             est,
 		Tenants:               NewTenantCache(s, c.TenantRefresh),
-		Slots:                 quota.NewSlots(c.SlotRetry),
 		Budgets:               quota.NewBudgets(s, time.Now, c.TenantRefresh, quota.WithProjectLimit(c.ProjectDailyBudgetUSD)),
 		Rates:                 quota.NewTenantRates(s, time.Now, time.Minute),
 		BudgetPolicy:          c.BudgetPolicy,

@@ -11,11 +11,14 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-// tier is the service tier of t's call at now: flex for a flex task while its run_before, if it
-// has one, is more than FlexMargin away (the Flex tier's latency target is minutes); standard
-// otherwise.
+// tier is the service tier of t's call at now: priority for a priority task; flex for a flex
+// task while its run_before, if it has one, is more than FlexMargin away (the Flex tier's latency
+// target is minutes); standard otherwise.
 func (h *Handler) tier(t *store.Task, now time.Time) gemini.Tier {
-	if t.Mode == task.ModeFlex && (t.RunBefore == nil || now.Add(h.pol.FlexMargin).Before(*t.RunBefore)) {
+	switch {
+	case t.Mode == task.ModePriority:
+		return gemini.TierPriority
+	case t.Mode == task.ModeFlex && (t.RunBefore == nil || now.Add(h.pol.FlexMargin).Before(*t.RunBefore)):
 		return gemini.TierFlex
 	}
 	return gemini.TierStandard

@@ -102,3 +102,33 @@ func TestFlexMovesToTheStandardTierNearRunBefore(t *testing.T) {
 		t.Errorf("state %s attempts %d calls %d bills %+v: want succeeded on the standard tier after one shed flex call", got.State, got.Attempts, got.ModelCalls, bills)
 	}
 }
+
+// A priority task is called on the Priority tier, and records and is charged for the tier that
+// served it: the Priority tier's price, or the standard price when Gemini served it there.
+func TestPriorityTaskRecordsTheTierServed(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, 0, map[string]string{"GENBOX_PRICES": "m=1/2;priority=1.8/3.6"})
+	pricing := gemini.Pricing{Prices: map[string]gemini.Price{"m": {InputPerM: 1, OutputPerM: 2, PriorityInputPerM: 1.8, PriorityOutputPerM: 3.6}}}
+	h := b.handler(policy("w1"), chain("m"))
+	priority := func(d *store.Task) { d.Mode = task.ModePriority }
+	for _, c := range []struct {
+		id       string
+		fallback float64
+		tier     string
+	}{{"served", 0, geminitest.TierPriority}, {"downgraded", 1, geminitest.TierStandard}} {
+		b.srv.SetPriorityFallback("m", c.fallback)
+		b.task(t, c.id, priority)
+		h.Handle(context.Background(), msg(c.id))
+		got := b.get(t, c.id)
+		bills := b.srv.Ledger().BillsFor(c.id)
+		if got.State != task.StateSucceeded || len(bills) != 1 || bills[0].Request.Tier != c.tier {
+			t.Fatalf("%s: task %s, bills %+v: want succeeded after one call served on %s", c.id, got.State, bills, c.tier)
+		}
+		if v := got.View(); got.Tier != c.tier || v.Tier != c.tier || v.Mode != task.ModePriority {
+			t.Errorf("%s: tier %q (the API shows %q, mode %q), want %q", c.id, got.Tier, v.Tier, v.Mode, c.tier)
+		}
+		if want := bills[0].CostUSD(pricing); want == 0 || math.Abs(got.CostUSD-want) > 1e-15 {
+			t.Errorf("%s: cost_usd %g, the invoice %g", c.id, got.CostUSD, want)
+		}
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"sync"
 
+	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
+	"github.com/genbox-dev/genbox/pkg/gemini"
 )
 
 // Local takes the due tasks this instance's sweeper finds, while the instance consumes
@@ -25,7 +27,12 @@ type Local struct {
 var _ sweeper.Local = (*Local)(nil)
 
 // NewLocal returns a Local that runs tasks through h.
-func NewLocal(h *Handler) *Local { return &Local{h: h} }
+// It also runs the tasks h claims with a slot their tenant's ending task handed over.
+func NewLocal(h *Handler) *Local {
+	l := &Local{h: h}
+	h.local = l
+	return l
+}
 
 // Offer handles the task in this instance if it is consuming and has room to claim it, and
 // reports whether it did. It never waits.
@@ -47,7 +54,48 @@ func (l *Local) Offer(id string) bool {
 			return
 		}
 		defer h.inHand.Delete(id)
-		h.handle(ctx, log, id, p)
+		h.handle(ctx, log, id, "", p)
+	})
+	return true
+}
+
+// consuming reports whether the instance takes work.
+func (l *Local) consuming() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ctx != nil && l.ctx.Err() == nil
+}
+
+// adopt runs t, which this instance has just claimed with a slot of its tenant (slots.go), as an
+// offer would, once there is room for it; it reports false, leaving t to the caller to release,
+// when the instance takes no more work. Its lease is renewed while it waits for room: it waits
+// behind every message in hand, and a lease lapsed there is a second generation elsewhere.
+func (l *Local) adopt(t *store.Task) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil || l.ctx.Err() != nil {
+		return false
+	}
+	h, ctx := l.h, l.ctx
+	l.wg.Go(func() {
+		log := h.log.With("task_id", t.ID, "delivery_attempt", 0)
+		last := &lastWrite{t: t}
+		stopRenewal := h.keepLease(ctx, func(error) {}, log, last, t.Lease.Epoch)
+		p, ok := h.room.enter(ctx, true)
+		stopRenewal()
+		t := last.get()
+		if !ok {
+			log.InfoContext(ctx, "stopped taking work before a task handed a slot had room; released")
+			h.release(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{})
+			return
+		}
+		defer p.leave()
+		h.inHand.Take(t.ID) // claimed with its slot: a nudge for it is acked from here on
+		defer h.inHand.Delete(t.ID)
+		work, stop := context.WithCancel(context.WithoutCancel(ctx))
+		defer stop()
+		defer context.AfterFunc(h.abort, stop)()
+		h.runClaimed(work, log, t, p)
 	})
 	return true
 }

@@ -40,15 +40,13 @@ var (
 )
 
 // ModelPolicy is what the worker applies between the claim and the model call (docs/architecture.md §4 step 2
-// and §5): the output cache, max_cost_usd against the estimate, the tenant's concurrency cap, its
-// daily budget, and its rpm and tpm. A nil part is not applied; the cache needs Estimator (the
-// chain is part of the key). The stale answer of an exhausted chain and the last good output need
-// only the store.
+// and §5): the output cache, max_cost_usd against the estimate, the tenant's daily budget, and
+// its rpm and tpm (its concurrency cap is applied at the claim: WithTenantSlots). A nil part is
+// not applied; the cache needs Estimator (the chain is part of the key). The stale answer of an
+// exhausted chain and the last good output need only the store.
 type ModelPolicy struct {
 	Estimator Estimator
 	Tenants   TenantLimits
-	// Slots caps each tenant's calls in flight on this instance (its limits' Concurrency).
-	Slots *quota.Slots
 	// Budgets holds each call's worst case (its attempt budget) against the tenant's
 	// DailyBudgetUSD — DefaultDailyBudgetUSD when its limits set none — and the project's
 	// budget, if Budgets has one; settled with the cost.
@@ -140,29 +138,22 @@ type answer struct {
 
 // ticket is a call the policy let through: what it holds until the call has ended.
 type ticket struct {
-	h      *Handler
-	place  *place // holds the model-call slot
-	tenant string
-	slot   bool
-	hold   *quota.Hold
-	rate   *quota.RateHold
+	place *place // holds the model-call slot
+	hold  *quota.Hold
+	rate  *quota.RateHold
 	// admit is the request's gemini Admit when the tenant has an rpm or tpm: it spends rate on
 	// the first model call and takes each further call from the tenant's allowance.
 	admit func(context.Context, int64) (func(int64), error)
 }
 
 // done settles the budget hold with what the call cost, gives the rate hold back whole if no
-// model call spent it (admit settles it with what its call used), and frees the tenant's slot
-// and the model-call slot.
+// model call spent it (admit settles it with what its call used), and frees the model-call slot.
 func (tk *ticket) done(res gemini.Result) {
 	if tk.hold != nil {
 		tk.hold.Settle(res.CostUSD)
 	}
 	if tk.rate != nil {
 		tk.rate.Settle(0, 0)
-	}
-	if tk.slot {
-		tk.h.mp.Slots.Release(tk.tenant)
 	}
 	tk.place.endCall()
 }
@@ -180,8 +171,8 @@ func (h *Handler) cacheKey(t *store.Task, r *prompts.Rendered, req gemini.Reques
 
 // before runs the policy's steps between the claim and the call, in order: the cache (a hit
 // answers without a call), max_cost_usd against the estimate, a model-call slot of p (waited
-// for; the lease released when the instance stops taking work first), the tenant's concurrency
-// cap and its daily budget. It returns a ticket, holding the call slot, when the call may go
+// for; the lease released when the instance stops taking work first) and the tenant's daily
+// budget. It returns a ticket, holding the call slot, when the call may go
 // ahead; otherwise it has freed the slot and written the task's outcome (stored, failed,
 // waiting, handed back or released) and the caller stops.
 func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request, fp string, p *place) (*ticket, bool) {
@@ -212,16 +203,14 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		}
 		worst = h.mp.Estimator.MaxSpend(req)
 	}
-	// The tenant's cap counts calls, so the slot comes first: a task waiting for one holds none
-	// of its tenant's.
 	if !p.startCall(ctx) {
 		p.endCall()
 		log.WarnContext(ctx, "shutting down before a model-call slot was free; lease released")
 		h.release(ctx, log, t.ID, epoch, gemini.Result{})
 		return nil, false
 	}
-	tk := &ticket{h: h, place: p, tenant: t.Tenant}
-	if h.mp.Slots == nil && h.mp.Budgets == nil && h.mp.Rates == nil {
+	tk := &ticket{place: p}
+	if h.mp.Budgets == nil && h.mp.Rates == nil {
 		return tk, true
 	}
 	limits, err := h.limits(ctx, t.Tenant)
@@ -229,15 +218,6 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		tk.done(gemini.Result{})
 		h.handBack(ctx, log, t.ID, epoch, h.readRetry(), "tenant limits unreadable", err)
 		return nil, false
-	}
-	if h.mp.Slots != nil {
-		ok, wait := h.mp.Slots.Acquire(t.Tenant, limits.Concurrency)
-		if !ok {
-			tk.done(gemini.Result{})
-			h.handBack(ctx, log, t.ID, epoch, wait, "tenant at its concurrency cap", nil)
-			return nil, false
-		}
-		tk.slot = true
 	}
 	hold, err := h.reserve(ctx, t.Tenant, limits, worst)
 	if err != nil {

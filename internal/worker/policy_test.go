@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,12 +20,12 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-// modelPolicy is the service's policy over the bundle: tenant limits from the store, quick
-// hand-backs and budget re-checks.
+// modelPolicy is the service's policy over the bundle: tenant limits from the store and
+// budget re-checks.
 func (b *bundle) modelPolicy(budget quota.BudgetPolicy) ModelPolicy {
 	return ModelPolicy{
 		Estimator: b.gen, Tenants: NewTenantCache(b.store, time.Minute),
-		Slots: quota.NewSlots(20 * time.Millisecond), Budgets: quota.NewBudgets(b.store, time.Now, time.Minute),
+		Budgets:      quota.NewBudgets(b.store, time.Now, time.Minute),
 		BudgetPolicy: budget, BudgetRetry: time.Hour,
 	}
 }
@@ -230,91 +229,6 @@ func TestStaleAnswerWhenEveryModelIsDown(t *testing.T) {
 	}
 	if n := b.srv.Ledger().Total.Calls - calls; n != 0 {
 		t.Errorf("%d model calls with every breaker open, want none", n)
-	}
-}
-
-// With a cap of 2, tenant A's batch never has more than 2 calls in flight on the instance, its
-// other tasks are handed back with a short not_before, and tenant B's task still runs.
-func TestTenantConcurrencyCap(t *testing.T) {
-	t.Parallel()
-	b := setup(t, 0)
-	b.tenant(t, "tenant-a", store.Limits{Concurrency: 2})
-	h := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
-	ctx := context.Background()
-	const n = 6
-	pending := map[string]bool{}
-	for i := range n {
-		id := "a-" + string(rune('0'+i))
-		b.task(t, id)
-		pending[id] = true
-	}
-	b.task(t, "b-0", func(d *store.Task) { d.Tenant = "tenant-b" })
-
-	calledA := 0
-	for round := 0; len(pending) > 0; round++ {
-		if round > 3*n {
-			t.Fatalf("tasks of A still pending after %d rounds: %v", round, pending)
-		}
-		gate := b.srv.Block("m")
-		var wg sync.WaitGroup
-		handled := make(chan string, n)
-		for id := range pending {
-			wg.Go(func() { h.Handle(ctx, msg(id)); handled <- id })
-		}
-		// Every task but the two holding slots is handed back while those two are held.
-		held := min(2, len(pending))
-		for range len(pending) - held {
-			id := <-handled
-			got := b.get(t, id)
-			if got.State != task.StateQueued || got.NotBefore == nil || got.Attempts != 0 || got.Lease.Owner != "" {
-				t.Fatalf("%s handed back as state %s not_before %v attempts %d lease %+v", id, got.State, got.NotBefore, got.Attempts, got.Lease)
-			}
-		}
-		for range held {
-			<-gate.Entered()
-		}
-		if round == 0 { // B is not starved by A's batch
-			wg.Go(func() { h.Handle(ctx, msg("b-0")) })
-			r := <-gate.Entered()
-			if !strings.Contains(r.Prompt, "b-0") {
-				t.Fatalf("entered %q, want tenant B's task", r.Prompt)
-			}
-			if f := b.srv.InFlight(); f != held+1 {
-				t.Errorf("in flight %d, want A's %d and B's one", f, held)
-			}
-		} else if f := b.srv.InFlight(); f != held {
-			t.Errorf("round %d: in flight %d, want %d", round, f, held)
-		}
-		select {
-		case r := <-gate.Entered():
-			t.Fatalf("a third call of A entered: %q", r.Prompt)
-		default:
-		}
-		gate.Release()
-		wg.Wait()
-		calledA += held
-		var latest time.Time
-		for id := range pending {
-			got := b.get(t, id)
-			switch got.State {
-			case task.StateSucceeded:
-				delete(pending, id)
-			case task.StateQueued:
-				latest = maxTime(latest, *got.NotBefore)
-			default:
-				t.Fatalf("%s: state %s", id, got.State)
-			}
-		}
-		waitFor(t, "the handed-back tasks' not_before", 5*time.Second, func() bool { return time.Now().After(latest) })
-	}
-	if got := b.get(t, "b-0"); got.State != task.StateSucceeded {
-		t.Errorf("B: state %s", got.State)
-	}
-	if calls := b.srv.Ledger().Total.Calls; calls != n+1 || calledA != n {
-		t.Errorf("%d model calls (%d of A), want %d: one per task", calls, calledA, n+1)
-	}
-	if b.outcomes(t, h, obs.WorkerDeferred) == 0 {
-		t.Error("no task was handed back")
 	}
 }
 

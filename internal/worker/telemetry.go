@@ -67,9 +67,9 @@ func (b meteredBreakers) SaveBreaker(ctx context.Context, ch gemini.BreakerChang
 const SpanClaim = "claim task"
 
 // tracedClaim is claim inside a span of its own, tagged with what the claim decided.
-func (h *Handler) tracedClaim(ctx context.Context, id string) (claimResult, error) {
+func (h *Handler) tracedClaim(ctx context.Context, id, tenant string) (claimResult, error) {
 	ctx, span := obs.Start(ctx, SpanClaim)
-	c, err := h.claim(ctx, id)
+	c, err := h.claim(ctx, id, tenant)
 	span.SetAttributes(attribute.String(spanClaimOutcome, c.outcome.String()))
 	obs.End(span, err, "")
 	return c, err
@@ -85,6 +85,8 @@ func (o claimOutcome) String() string {
 		return "expired"
 	case claimDead:
 		return "dead"
+	case claimWaiting:
+		return "waiting"
 	}
 	return "not_claimed"
 }

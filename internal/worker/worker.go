@@ -92,6 +92,11 @@ type Handler struct {
 	// inHand holds the ids of the tasks this instance is claiming or running: a duplicate nudge
 	// for one of them is acked without a write (see Handle).
 	inHand bus.InHand
+	// slots is this instance's side of its tenants' concurrency slots; nil: tenants' caps are
+	// not applied (WithTenantSlots).
+	slots *slots
+	// local runs the tasks a slot was handed to in this instance; nil: none is (NewLocal).
+	local *Local
 	// room bounds the tasks in hand, claimed and calling the model, whether their nudge came
 	// through Pub/Sub or from this instance's sweeper (Local); nil: no bound (WithCapacity).
 	room *capacity
@@ -103,6 +108,12 @@ type Handler struct {
 
 // Option configures a Handler.
 type Option func(*Handler)
+
+// WithTenantSlots applies each tenant's concurrency cap across instances (slots.go); a task over
+// it waits, and is looked at again after waitMax at the latest (GENBOX_TENANT_WAIT_MAX).
+func WithTenantSlots(waitMax time.Duration) Option {
+	return func(h *Handler) { h.slots = newSlots(waitMax) }
+}
 
 // WithMetrics records task states, generations and retries in m.
 func WithMetrics(m *obs.Metrics) Option { return func(h *Handler) { h.metrics = m } }
@@ -157,7 +168,7 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 		return bus.Ack
 	}
 	defer p.leave()
-	return h.handle(ctx, log, id, p)
+	return h.handle(ctx, log, id, m.Attributes[task.AttrTenant], p)
 }
 
 // takeInHand records that this instance has task id in hand, or reports that it already had
@@ -173,7 +184,7 @@ func (h *Handler) takeInHand(ctx context.Context, log *slog.Logger, id string) b
 }
 
 // handle is Handle for a task this instance has in hand, in its place p of the capacity.
-func (h *Handler) handle(ctx context.Context, log *slog.Logger, id string, p *place) bus.Result {
+func (h *Handler) handle(ctx context.Context, log *slog.Logger, id, tenant string, p *place) bus.Result {
 	// The work outlives the pull's context (it ends when pulling stops) and ends only by Abort.
 	work, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
@@ -182,7 +193,7 @@ func (h *Handler) handle(ctx context.Context, log *slog.Logger, id string, p *pl
 	crashpoint.Hit(crashpoint.BeforeClaim)
 	var c claimResult
 	var err error
-	if !p.claim(func() { c, err = h.tracedClaim(work, id) }) { // pulling stopped first: the task is still due
+	if !p.claim(func() { c, err = h.tracedClaim(work, id, tenant) }) { // pulling stopped first: the task is still due
 		return bus.Ack
 	}
 	if err != nil {
@@ -211,13 +222,34 @@ func (h *Handler) handle(ctx context.Context, log *slog.Logger, id string, p *pl
 		h.nudgeResult(work, log, c.task)
 		h.publishNotices(work, log, c.task)
 		return bus.Ack
+	case claimWaiting:
+		log.DebugContext(ctx, "tenant at its concurrency cap; waiting for a slot", "not_before", c.task.NotBefore)
+		h.metrics.TenantSlot(ctx, c.task.Tenant, obs.SlotWaiting)
+		h.slots.pooled(c.task)
+		h.recheck(c.task.Tenant)
+		return bus.Ack
+	case claimAwaiting:
+		// Marked waiting by whoever found the slots taken, perhaps a second ago: a slot freed
+		// since with none found waiting is found by the recheck. It is not pooled here: a task
+		// the worker marked was pooled by the instance that marked it (this is a second nudge,
+		// the sweeper's), and two pools handing out the same task make their commits contend; a
+		// task created waiting comes after the waiting ones (store.SlotHints) and is found in its
+		// turn by the pool's next merge.
+		log.DebugContext(ctx, "waiting for a slot of its tenant", "not_before", c.task.NotBefore)
+		h.recheck(c.task.Tenant)
+		return bus.Ack
 	}
-	h.metrics.WorkerOutcome(ctx, obs.WorkerClaimed)
 	log.DebugContext(ctx, "claimed", "due_lag_ms", c.late.Milliseconds())
-	h.metrics.TaskState(ctx, c.task.Family, task.StateRunning)
-	crashpoint.Hit(crashpoint.AfterClaim)
-	h.run(work, log, c.task, p)
+	h.runClaimed(work, log, c.task, p)
 	return bus.Ack
+}
+
+// runClaimed runs t, claimed for this instance, in its place p, under the work context.
+func (h *Handler) runClaimed(work context.Context, log *slog.Logger, t *store.Task, p *place) {
+	h.metrics.WorkerOutcome(work, obs.WorkerClaimed)
+	h.metrics.TaskState(work, t.Family, task.StateRunning)
+	crashpoint.Hit(crashpoint.AfterClaim)
+	h.run(work, log, t, p)
 }
 
 type claimOutcome int
@@ -227,6 +259,8 @@ const (
 	claimed
 	claimExpired
 	claimDead
+	claimWaiting  // over its tenant's cap: marked waiting for a slot
+	claimAwaiting // already waiting for a slot (marked at its submission, or nudged again)
 )
 
 type claimResult struct {
@@ -238,52 +272,83 @@ type claimResult struct {
 }
 
 // claim runs step 1 of docs/architecture.md §4 in one read-modify-write of the task
-// (store.MutateTask). Contention (codes.Aborted) is "not claimed".
-func (h *Handler) claim(ctx context.Context, id string) (claimResult, error) {
+// (store.MutateTaskWith): a fresh claim of a capped tenant's task takes one of its slots in the
+// same commit, or marks the task waiting for one (slots.go). tenant, when the nudge names it,
+// makes the claims that may write the tenant's slot count take turns. Contention
+// (codes.Aborted) is "not claimed".
+func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, error) {
+	if tenant != "" && h.admitsTenant(ctx, tenant) {
+		ts := h.slots.of(tenant)
+		ts.admit.Lock()
+		defer ts.admit.Unlock()
+	}
 	var outcome claimOutcome
 	var late time.Duration
-	t, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+	t, err := h.mutate(ctx, &store.Task{ID: id}, func(t *store.Task, now time.Time) ([]store.Write, error) {
 		outcome, late = claimNot, 0
 		if t.DueAt != nil && now.After(*t.DueAt) {
 			late = now.Sub(*t.DueAt)
 		}
+		fresh := false
 		switch t.State {
 		case task.StateScheduled, task.StateQueued, task.StateWaiting:
 			if !store.TaskDue(t, now) {
-				return store.ErrNoChange
+				if t.AwaitsSlot && h.slots != nil {
+					outcome = claimAwaiting
+				}
+				return nil, store.ErrNoChange
 			}
+			fresh = true
 		case task.StateRunning:
 			if !store.TaskDue(t, now) || t.InBatchJob() {
-				return store.ErrNoChange
+				return nil, store.ErrNoChange
 			}
 			t.Claims++
 			if t.Claims > h.pol.ClaimCap {
 				t.Error = &store.TaskError{Kind: task.KindCrash, Message: fmt.Sprintf("the task's lease expired %d times without a release: it kills its worker", t.Claims-1)}
 				h.kill(t, now)
 				outcome = claimDead
-				return nil
+				return nil, nil
 			}
 		default:
-			return store.ErrNoChange
+			return nil, store.ErrNoChange
 		}
 		if t.Expired(now) {
+			t.AwaitsSlot = false
 			t.Error = &store.TaskError{Kind: task.KindExpired, Message: "run_before passed before the model was called"}
 			h.finish(t, task.StateFailed, now)
 			outcome = claimExpired
-			return nil
+			return nil, nil
 		}
-		t.State = task.StateRunning
+		var w []store.Write
+		if fresh {
+			var wait bool
+			var err error
+			if w, wait, err = h.admit(ctx, t); err != nil {
+				return nil, err
+			}
+			if wait {
+				h.awaitSlot(t, now)
+				outcome = claimWaiting
+				return nil, nil
+			}
+		}
+		t.State, t.AwaitsSlot = task.StateRunning, false
 		if err := t.Lease.Take(h.pol.Owner, now, h.pol.LeaseTTL); err != nil {
-			return err
+			return nil, err
 		}
 		outcome = claimed
-		return nil
+		return w, nil
 	})
 	switch {
 	case errors.Is(err, store.ErrNotFound), status.Code(err) == codes.Aborted:
 		return claimResult{outcome: claimNot, task: &store.Task{ID: id}}, nil
 	case err != nil:
 		return claimResult{}, err
+	}
+	if outcome == claimed && t.Slot && t.Claims == 0 && h.slots != nil {
+		h.slots.hold(t.Tenant, +1)
+		h.metrics.TenantSlot(ctx, t.Tenant, obs.SlotTaken)
 	}
 	return claimResult{outcome: outcome, task: t, late: late}, nil
 }
@@ -550,7 +615,7 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 			return nil
 		}
 		t.Output, t.OutputEpoch, t.OutputAt = res.Text, epoch, &now
-		t.Model, t.Degraded, t.Error = res.Model, res.Degraded, nil
+		t.Model, t.Tier, t.Degraded, t.Error = res.Model, string(res.Tier), res.Degraded, nil
 		t.CacheHit, t.Stale = a.cached, a.stale
 		if a.fingerprint != "" {
 			t.Fingerprint = a.fingerprint
@@ -606,14 +671,14 @@ func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Ta
 	}
 }
 
-// mutateRetrying runs MutateTask, retrying for up to CommitRetry while it fails in a way that
+// mutateRetrying runs mutate, retrying for up to CommitRetry while it fails in a way that
 // may pass: a paid output (or spend) held in memory is worth far more than the wait. The
 // renewal keeps the lease meanwhile.
 func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, known *store.Task, fn store.MutateFunc) (*store.Task, error) {
 	deadline := time.Now().Add(h.pol.CommitRetry)
 	warned := false
 	for attempt := 1; ; attempt++ {
-		t, err := h.store.MutateTaskFrom(ctx, known, fn)
+		t, err := h.mutate(ctx, known, func(t *store.Task, now time.Time) ([]store.Write, error) { return nil, fn(t, now) })
 		known = &store.Task{ID: known.ID} // after an unknown outcome, decide on what is stored
 		if !retryable(err) {
 			return t, err

@@ -59,7 +59,7 @@ func TestClaimRules(t *testing.T) {
 	for i, tc := range tests {
 		id := "claim-" + string(rune('a'+i))
 		b.task(t, id, tc.doc)
-		c, err := h.claim(context.Background(), id)
+		c, err := h.claim(context.Background(), id, "")
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -80,7 +80,7 @@ func TestClaimRules(t *testing.T) {
 			heldOff(t, got, policy("w1").DeliveryLease)
 		}
 	}
-	if c, err := h.claim(context.Background(), "missing"); err != nil || c.outcome != claimNot {
+	if c, err := h.claim(context.Background(), "missing", ""); err != nil || c.outcome != claimNot {
 		t.Errorf("missing task: %v %v, want not claimed", c.outcome, err)
 	}
 	if n := b.srv.Ledger().Total.Calls; n != 0 {
@@ -484,7 +484,7 @@ func TestConfigFromEnv(t *testing.T) {
 		{"sweeper", map[string]string{"GENBOX_SWEEP_INTERVAL": "-1s"}, "GENBOX_SWEEP_INTERVAL"},
 		{"budget policy", map[string]string{"GENBOX_BUDGET_POLICY": "spend"}, "GENBOX_BUDGET_POLICY"},
 		{"cache ttl", map[string]string{"GENBOX_CACHE_TTL": "0s"}, "GENBOX_CACHE_TTL"},
-		{"slot retry", map[string]string{"GENBOX_TENANT_SLOT_RETRY": "-1s"}, "GENBOX_TENANT_SLOT_RETRY"},
+		{"tenant wait", map[string]string{"GENBOX_TENANT_WAIT_MAX": "-1s"}, "GENBOX_TENANT_WAIT_MAX"},
 		{"claim ahead", map[string]string{"GENBOX_CLAIM_AHEAD": "-1"}, "GENBOX_CLAIM_AHEAD"},
 		{"in flight", map[string]string{"GENBOX_MAX_IN_FLIGHT": "-1"}, "GENBOX_MAX_IN_FLIGHT"},
 		{"default budget", map[string]string{"GENBOX_DEFAULT_DAILY_BUDGET_USD": "-1"}, "GENBOX_DEFAULT_DAILY_BUDGET_USD"},
@@ -512,7 +512,7 @@ func TestConfigFromEnv(t *testing.T) {
 					t.Errorf("budgets by default: tenant $%v, project $%v; want $10 and $100, money limited out of the box", c.DefaultDailyBudgetUSD, c.ProjectDailyBudgetUSD)
 				}
 				for _, k := range []string{"GENBOX_LEASE_TTL", "GENBOX_LEASE_RENEW", "GENBOX_MAX_EXTENSION", "GENBOX_CONCURRENCY", "GENBOX_CLAIM_AHEAD", "GENBOX_MAX_IN_FLIGHT", "GENBOX_TASK_ATTEMPTS", "GENBOX_CLAIM_CAP", "GENBOX_SWEEP_INTERVAL", "GENBOX_TASKS_SUBSCRIPTION", "GOOGLE_CLOUD_PROJECT", "PORT", "GENBOX_SHUTDOWN_GRACE", "GEMINI_API_KEY",
-					"GENBOX_BUDGET_POLICY", "GENBOX_BUDGET_RETRY", "GENBOX_TENANT_REFRESH", "GENBOX_TENANT_SLOT_RETRY", "GENBOX_CACHE_TTL"} {
+					"GENBOX_BUDGET_POLICY", "GENBOX_BUDGET_RETRY", "GENBOX_TENANT_REFRESH", "GENBOX_TENANT_WAIT_MAX", "GENBOX_CACHE_TTL"} {
 					if !asked[k] {
 						t.Errorf("FromEnv never read %s", k)
 					}

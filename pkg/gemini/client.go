@@ -250,14 +250,15 @@ func (p Pricing) maxOutput(cfg task.GenConfig) int64 {
 }
 
 // Estimate returns the worst case of one call before any is made: the estimated prompt plus the
-// largest output, priced at the most expensive model of the chain. It is what max_cost_usd and
+// largest output, priced at the most expensive model of the chain, on the standard tier (the
+// Priority tier for a priority request). It is what max_cost_usd and
 // the Regenerate button's estimate compare against. A model missing from the price table costs 0.
 func (p Pricing) Estimate(req Request) (tokens int64, costUSD float64) {
-	in, audio, out := promptTokens(req), audioTokens(req), p.maxOutput(req.Config)
+	out := p.maxOutput(req.Config)
 	for _, m := range p.chain(req) {
-		costUSD = max(costUSD, p.price(m).CostAudio(in, audio, out))
+		costUSD = max(costUSD, p.worstCall(m, req, out))
 	}
-	return in + out, costUSD
+	return promptTokens(req) + out, costUSD
 }
 
 // Estimate prices req with the client's Pricing (Pricing.Estimate).
@@ -332,7 +333,7 @@ func (c *Client) Generate(ctx context.Context, req Request) (Result, error) {
 				break
 			}
 			if req.MaxCostUSD > 0 {
-				if one := c.cfg.price(model).CostAudio(promptTokens(req), audioTokens(req), c.cfg.maxOutput(cfg)); res.CostUSD+one > req.MaxCostUSD {
+				if one := c.cfg.worstCall(model, req, c.cfg.maxOutput(cfg)); res.CostUSD+one > req.MaxCostUSD {
 					br.record(c.clock.Now(), gen, outcomeNeutral)
 					return res, &Error{Class: Budget, Model: model, Err: fmt.Errorf("spent $%.6f; another call could exceed max_cost_usd $%.6f", res.CostUSD, req.MaxCostUSD)}
 				}
@@ -500,11 +501,22 @@ func (c *Client) call(ctx context.Context, model string, req Request, cfg task.G
 // and expected output count as in doubt, and their cost is counted (never under-count spend). It
 // returns the tokens counted.
 func (c *Client) spendInDoubt(model string, req Request, cfg task.GenConfig, res *Result) int64 {
-	prompt, audio := promptTokens(req), audioTokens(req)
+	prompt := promptTokens(req)
 	out := min(c.cfg.ExpectedOutputTokens, c.cfg.maxOutput(cfg))
 	res.InDoubt = res.InDoubt.Add(task.Usage{PromptTokens: prompt, OutputTokens: out, TotalTokens: prompt + out})
-	res.CostUSD += c.cfg.price(model).CostAudio(prompt, audio, out)
+	res.CostUSD += c.cfg.worstCall(model, req, out)
 	return prompt + out
+}
+
+// worstCall is the most one call of req to model may cost with out output tokens, none of its
+// prompt cached: at the standard tier (a flex or batch call may be served there), or the
+// Priority tier's for a priority request; its audio at the tier's audio rate.
+func (p Pricing) worstCall(model string, req Request, out int64) float64 {
+	tier := TierStandard
+	if req.Tier == TierPriority {
+		tier = TierPriority
+	}
+	return p.price(model).Bill(task.Usage{PromptTokens: promptTokens(req), AudioTokens: audioTokens(req), OutputTokens: out}, tier)
 }
 
 func usageOf(resp *genai.GenerateContentResponse) task.Usage {
@@ -530,7 +542,10 @@ func (c *Client) genaiConfig(req Request, cfg task.GenConfig) *genai.GenerateCon
 		ResponseMIMEType:      req.ResponseMIMEType,
 		ResponseJsonSchema:    req.ResponseJSONSchema,
 	}
-	if req.Tier == TierFlex {
+	switch req.Tier {
+	case TierPriority:
+		gc.ServiceTier = genai.ServiceTierPriority
+	case TierFlex:
 		gc.ServiceTier = genai.ServiceTierFlex
 	}
 	if req.SystemInstruction != "" {

@@ -91,7 +91,7 @@ type Request struct {
 	QualityRetry func(task.GenConfig) task.GenConfig
 	// MaxCostUSD refuses calls whose estimate exceeds it; 0 means no limit.
 	MaxCostUSD float64
-	// Tier is the service tier asked for: TierStandard ("" too) or TierFlex.
+	// Tier is the service tier asked for: TierStandard ("" too), TierFlex or TierPriority.
 	Tier Tier
 	// CachedContent names an explicit context cache of SystemInstruction made for CacheModel
 	// (and of Files too when FilesCached: they come before the prompt): a call to that model

@@ -24,6 +24,9 @@ const (
 	TierFlex Tier = "flex"
 	// TierBatch is the Batch API: asynchronous, up to 24 h, about half the price.
 	TierBatch Tier = "batch"
+	// TierPriority answers first under load at a premium (ServiceTier priority); Gemini may serve
+	// a priority request on the standard tier, and says so (usageMetadata.trafficType).
+	TierPriority Tier = "priority"
 )
 
 // DefaultPrices is the price table used for models GENBOX_PRICES does not name: Google's
@@ -49,6 +52,9 @@ type Price struct {
 	// AudioInputPerM (and its flex and batch rates) prices the prompt tokens usageMetadata counts
 	// as AUDIO; zero prices them as the tier's text input.
 	AudioInputPerM, FlexAudioInputPerM, BatchAudioInputPerM float64
+	// PriorityInputPerM and PriorityOutputPerM price the Priority tier; zero: priced as
+	// standard × PriorityMarkup.
+	PriorityInputPerM, PriorityOutputPerM float64
 	// CachedInputPerM prices the prompt tokens a context cache served (cachedContentTokenCount),
 	// explicit or implicit, on every tier.
 	CachedInputPerM float64
@@ -63,11 +69,9 @@ func (p Price) Cost(promptTokens, outputTokens int64) float64 {
 	return (float64(promptTokens)*p.InputPerM + float64(outputTokens)*p.OutputPerM) / 1e6
 }
 
-// CostAudio is Cost of a prompt of which audioTokens are audio, priced at the audio rate.
-func (p Price) CostAudio(promptTokens, audioTokens, outputTokens int64) float64 {
-	audio := min(max(audioTokens, 0), promptTokens)
-	return p.Cost(promptTokens-audio, outputTokens) + float64(audio)*p.audioRate(TierStandard)/1e6
-}
+// PriorityMarkup prices the Priority tier of a model whose price names none: its standard price
+// times this (Google's published premium when it was written: re-check before relying on it).
+const PriorityMarkup = 1.8
 
 // audioRate is the audio input price of tier, the tier's text input price when none is set.
 func (p Price) audioRate(tier Tier) float64 {
@@ -78,6 +82,8 @@ func (p Price) audioRate(tier Tier) float64 {
 		r = p.FlexAudioInputPerM
 	case TierBatch:
 		r = p.BatchAudioInputPerM
+	case TierPriority:
+		r = p.AudioInputPerM * PriorityMarkup
 	}
 	if r == 0 {
 		return in
@@ -92,6 +98,11 @@ func (p Price) rates(tier Tier) (in, out float64) {
 		return p.FlexInputPerM, p.FlexOutputPerM
 	case TierBatch:
 		return p.BatchInputPerM, p.BatchOutputPerM
+	case TierPriority:
+		if p.PriorityInputPerM > 0 || p.PriorityOutputPerM > 0 {
+			return p.PriorityInputPerM, p.PriorityOutputPerM
+		}
+		return p.InputPerM * PriorityMarkup, p.OutputPerM * PriorityMarkup
 	}
 	return p.InputPerM, p.OutputPerM
 }
@@ -126,19 +137,24 @@ func (p Pricing) price(model string) Price {
 // servedTier is the tier usageMetadata.trafficType says served a call. A call that does not say
 // is priced as standard: spend is never under-counted.
 func servedTier(m *genai.GenerateContentResponseUsageMetadata) Tier {
-	if m != nil && m.TrafficType == genai.TrafficTypeOnDemandFlex {
+	switch {
+	case m == nil:
+	case m.TrafficType == genai.TrafficTypeOnDemandFlex:
 		return TierFlex
+	case m.TrafficType == genai.TrafficTypeOnDemandPriority:
+		return TierPriority
 	}
 	return TierStandard
 }
 
 // ParsePrices parses GENBOX_PRICES: a comma-separated list of
-// "model=in/out[;flex=in/out][;batch=in/out][;cached=c][;storage=s][;audio=a]", USD per million
-// tokens (storage per million tokens per hour). A part left out is derived: flex and batch at
-// half the standard price, cached input at a tenth of the standard input (Google's published
-// discounts for the 2.5 models), storage as the built-in table has it for the model, else zero
-// — no explicit cache for that model; audio input (standard tier) at the standard input price,
-// and on flex and batch at half the standard audio price.
+// "model=in/out[;flex=in/out][;batch=in/out][;priority=in/out][;cached=c][;storage=s][;audio=a]",
+// USD per million tokens (storage per million tokens per hour). A part left out is derived: flex
+// and batch at half the standard price, priority at PriorityMarkup times it, cached input at a
+// tenth of the standard input (Google's published discounts for the 2.5 models), storage as the
+// built-in table has it for the model, else zero — no explicit cache for that model; audio input
+// (standard tier) at the standard input price, on flex and batch at half the standard audio
+// price, on priority at PriorityMarkup times it.
 func ParsePrices(s string) (map[string]Price, error) {
 	out := map[string]Price{}
 	for _, item := range splitList(s) {
@@ -165,6 +181,8 @@ func ParsePrices(s string) (map[string]Price, error) {
 				p.FlexInputPerM, p.FlexOutputPerM, err = pair(v)
 			case "batch":
 				p.BatchInputPerM, p.BatchOutputPerM, err = pair(v)
+			case "priority":
+				p.PriorityInputPerM, p.PriorityOutputPerM, err = pair(v)
 			case "cached":
 				p.CachedInputPerM, err = priceOf(v)
 			case "storage":
@@ -172,7 +190,7 @@ func ParsePrices(s string) (map[string]Price, error) {
 			case "audio":
 				p.AudioInputPerM, err = priceOf(v)
 			default:
-				err = fmt.Errorf("unknown price %q: want flex, batch, cached, storage or audio", key)
+				err = fmt.Errorf("unknown price %q: want flex, batch, priority, cached, storage or audio", key)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%q: %w", item, err)

@@ -15,14 +15,14 @@ import (
 
 func TestParsePricesTiers(t *testing.T) {
 	t.Parallel()
-	got, err := gemini.ParsePrices("m=1/2, n=1/2;flex=0.6/1.2;batch=0.4/0.8;cached=0.05;storage=2;audio=3, gemini-2.5-pro=1/8")
+	got, err := gemini.ParsePrices("m=1/2, n=1/2;flex=0.6/1.2;batch=0.4/0.8;priority=1.5/3;cached=0.05;storage=2;audio=3, gemini-2.5-pro=1/8")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]gemini.Price{
 		"m": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.5, FlexOutputPerM: 1, BatchInputPerM: 0.5, BatchOutputPerM: 1, CachedInputPerM: 0.1,
 			AudioInputPerM: 1, FlexAudioInputPerM: 0.5, BatchAudioInputPerM: 0.5},
-		"n": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.6, FlexOutputPerM: 1.2, BatchInputPerM: 0.4, BatchOutputPerM: 0.8, CachedInputPerM: 0.05, StoragePerMHour: 2,
+		"n": {InputPerM: 1, OutputPerM: 2, FlexInputPerM: 0.6, FlexOutputPerM: 1.2, BatchInputPerM: 0.4, BatchOutputPerM: 0.8, PriorityInputPerM: 1.5, PriorityOutputPerM: 3, CachedInputPerM: 0.05, StoragePerMHour: 2,
 			AudioInputPerM: 3, FlexAudioInputPerM: 1.5, BatchAudioInputPerM: 1.5},
 		"gemini-2.5-pro": {InputPerM: 1, OutputPerM: 8, FlexInputPerM: 0.5, FlexOutputPerM: 4, BatchInputPerM: 0.5, BatchOutputPerM: 4,
 			CachedInputPerM: 0.1, StoragePerMHour: 4.5, AudioInputPerM: 1, FlexAudioInputPerM: 0.5, BatchAudioInputPerM: 0.5},
@@ -45,6 +45,7 @@ func TestBillPricesTheTierAndCachedTokens(t *testing.T) {
 		gemini.TierStandard: (2_000*0.30 + 9_000*0.03 + 3_500*2.50) / 1e6,
 		gemini.TierFlex:     (2_000*0.15 + 9_000*0.03 + 3_500*1.25) / 1e6,
 		gemini.TierBatch:    (2_000*0.15 + 9_000*0.03 + 3_500*1.25) / 1e6,
+		gemini.TierPriority: (2_000*0.30*gemini.PriorityMarkup + 9_000*0.03 + 3_500*2.50*gemini.PriorityMarkup) / 1e6,
 	} {
 		if got := p.Bill(u, tier); math.Abs(got-want) > 1e-15 {
 			t.Errorf("%s: Bill = %g, want %g", tier, got, want)
@@ -102,6 +103,50 @@ func TestCostIsTheServedTierWithCachedTokens(t *testing.T) {
 	if full := pricing.Price(primary).Bill(uncached, gemini.TierFlex); results[1].CostUSD >= full {
 		t.Errorf("a cache hit cost %g, the same tokens uncached %g", results[1].CostUSD, full)
 	}
+}
+
+// A priority request asks for the Priority tier and is charged for the tier that served it: the
+// Priority tier's price when it did, the standard price when Gemini served it on the standard
+// tier; the estimate prices the Priority tier.
+func TestPriorityChargedAtTheTierServed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	req := request("p")
+	req.Tier = gemini.TierPriority
+	ctx := context.Background()
+	served, err := b.client.Generate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.srv.SetPriorityFallback("", 1)
+	downgraded, err := b.client.Generate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pricing := testConfig(t, b.srv).Pricing
+	price := pricing.Price(primary)
+	l := b.srv.Ledger()
+	for i, c := range []struct {
+		res  gemini.Result
+		tier gemini.Tier
+	}{{served, gemini.TierPriority}, {downgraded, gemini.TierStandard}} {
+		if c.res.Tier != c.tier || l.Bills[i].Tier != string(c.tier) {
+			t.Errorf("call %d: served on %s (the fake billed %s), want %s", i, c.res.Tier, l.Bills[i].Tier, c.tier)
+		}
+		if want := price.Bill(c.res.Usage, c.tier); want == 0 || math.Abs(c.res.CostUSD-want) > 1e-15 {
+			t.Errorf("call %d: cost %g, want %g at the %s price", i, c.res.CostUSD, want, c.tier)
+		}
+	}
+	standard := req
+	standard.Tier = gemini.TierStandard
+	if _, p := pricing.Estimate(req); p <= 0 || math.Abs(p-gemini.PriorityMarkup*mustEstimate(pricing, standard)) > 1e-12 {
+		t.Errorf("priority estimate %g, want %g × the standard one", p, gemini.PriorityMarkup)
+	}
+}
+
+func mustEstimate(p gemini.Pricing, req gemini.Request) float64 {
+	_, c := p.Estimate(req)
+	return c
 }
 
 // A shed flex call ends Generate at once: no fallback to the next model (it would be shed as

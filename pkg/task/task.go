@@ -96,10 +96,14 @@ const (
 	// ModeBatch runs the task through the Batch API: about half the price, within 24 h (or its
 	// run_before, if sooner), online when that deadline nears.
 	ModeBatch Mode = "batch"
+	// ModePriority calls the model at once on the Priority tier: served first under load, at a
+	// premium; Gemini may serve it on the standard tier, and the task records the tier served
+	// and is charged at its price.
+	ModePriority Mode = "priority"
 )
 
 // Modes lists every mode.
-var Modes = []Mode{ModeStandard, ModeFlex, ModeBatch}
+var Modes = []Mode{ModeStandard, ModeFlex, ModeBatch, ModePriority}
 
 // Valid reports whether m is a known mode ("" is not; it means the family's default).
 func (m Mode) Valid() bool {
@@ -199,6 +203,14 @@ const (
 	AttrKindAlert       = "alert"        // an alert for the alerts channel
 )
 
+// Task priorities: among one tenant's tasks waiting for a slot of its concurrency cap, a higher
+// priority gets the next slot; tasks of one priority go oldest first.
+const (
+	MinPriority     = 0
+	MaxPriority     = 9
+	DefaultPriority = 5
+)
+
 // GenConfig is the bounded set of generation overrides a request may carry.
 type GenConfig struct {
 	Temperature     *float64 `json:"temperature,omitempty" firestore:"temperature,omitempty"`
@@ -233,6 +245,9 @@ type Request struct {
 	// Files are the task's input files (at most the deployment's limit, 10 by default), placed
 	// in the prompt where the family says; a family without files refuses them.
 	Files []File `json:"files,omitempty"`
+	// Priority orders the task among its tenant's tasks waiting for a slot of its concurrency cap:
+	// MinPriority to MaxPriority, higher first; nil is DefaultPriority.
+	Priority *int `json:"priority,omitempty"`
 }
 
 // Usage counts tokens. CachedTokens are the part of PromptTokens served from a context cache
@@ -285,20 +300,23 @@ type DeliveryView struct {
 
 // View is the task as GET /v1/tasks/{id} shows it and as webhook payloads carry it in "data".
 type View struct {
-	TaskID   string            `json:"task_id"`
-	State    State             `json:"state"`
-	Family   string            `json:"family"`
-	Variant  string            `json:"variant"`
-	Labels   map[string]string `json:"labels,omitempty"`
-	Output   *string           `json:"output,omitempty"`
-	Usage    Usage             `json:"usage"`
-	CostUSD  float64           `json:"cost_usd"`
-	Model    string            `json:"model,omitempty"`
-	Degraded bool              `json:"degraded"`
-	Stale    bool              `json:"stale"`
-	CacheHit bool              `json:"cache_hit"`
-	Replay   int               `json:"replay"`
-	Mode     Mode              `json:"mode"`
+	TaskID  string            `json:"task_id"`
+	State   State             `json:"state"`
+	Family  string            `json:"family"`
+	Variant string            `json:"variant"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Output  *string           `json:"output,omitempty"`
+	Usage   Usage             `json:"usage"`
+	CostUSD float64           `json:"cost_usd"`
+	Model   string            `json:"model,omitempty"`
+	// Tier is the service tier that served the output's call — standard, flex, batch or
+	// priority — when a call made it; a priority task may be served on the standard tier.
+	Tier     string `json:"tier,omitempty"`
+	Degraded bool   `json:"degraded"`
+	Stale    bool   `json:"stale"`
+	CacheHit bool   `json:"cache_hit"`
+	Replay   int    `json:"replay"`
+	Mode     Mode   `json:"mode"`
 	// BatchJob is the batch job the task runs, or ran, in (its batch_jobs id), when it has one.
 	BatchJob string `json:"batch_job,omitempty"`
 	// Files are the files the task reads, as recorded when it was submitted.

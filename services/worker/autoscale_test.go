@@ -59,10 +59,10 @@ func newSim(t testing.TB) *sim {
 		// second generation, which would be counted against the scale-in.
 		"GENBOX_LEASE_TTL", "20s", "GENBOX_LEASE_RENEW", "2s",
 	)
-	// The tenant runs as many tasks at once as the pool has slots: the pool, not its cap, is
-	// what is measured.
+	// The tenant runs as many tasks at once as the largest pool has slots: the pool, not its
+	// cap, is what is measured. A tenant's concurrency holds across the pool's instances.
 	testenv.Tenant(t, s.store, "tenant-a")
-	if _, err := s.store.SetTenantLimits(context.Background(), "tenant-a", store.Limits{Concurrency: simSlots}); err != nil {
+	if _, err := s.store.SetTenantLimits(context.Background(), "tenant-a", store.Limits{Concurrency: simSlots * simMax}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := autoscale.WakeFromEnv(func(k string) string { return s.env[k] })

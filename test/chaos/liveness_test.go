@@ -104,14 +104,15 @@ func closedChan(c <-chan struct{}) bool {
 // crashRecovery is the documented worst case (docs/liveness.md) from the death of the last
 // process until each of n tasks a tenant may run limit at a time has succeeded, for a
 // configuration: the longest wait before a task is due again or a leader sweeps — a dead
-// process's task lease, a lost submission nudge's grace, a lost sweeper nudge's backoff, or the
-// dead leader's lease and one interval — then the pass that finds it, paced; each further round
-// of limit tasks handed back at the tenant's cap waits out their not_before and a pass; and the
-// last calls.
+// process's task lease, a lost submission nudge's grace, a lost sweeper nudge's backoff, a
+// waiting task's not_before (GENBOX_TENANT_WAIT_MAX: the process that was to hand it a slot
+// died), or the dead leader's lease and one interval — then the pass that finds it, paced; each
+// further round of limit tasks waiting for a slot is handed the slots as the round before ends,
+// one call later; and the last calls.
 func crashRecovery(c crashConfig, n, limit int) time.Duration {
-	claimed := max(c.lease, c.grace, c.backoff, c.leaderTTL+c.interval) + c.interval + time.Duration(float64(n)/c.pace*float64(time.Second))
+	claimed := max(c.lease, c.grace, c.backoff, c.waitMax, c.leaderTTL+c.interval) + c.interval + time.Duration(float64(n)/c.pace*float64(time.Second))
 	rounds := (n+limit-1)/limit - 1
-	return claimed + time.Duration(rounds)*(2*c.slotRetry+c.interval+c.call) + c.call
+	return claimed + time.Duration(rounds)*c.call + c.call
 }
 
 // deliveryRecovery is the documented worst case (docs/liveness.md) from the later of the death
@@ -126,17 +127,17 @@ func deliveryRecovery(c crashConfig, n int) time.Duration {
 
 // crashConfig is what crashRecovery and deliveryRecovery depend on: GENBOX_LEASE_TTL, the
 // publisher's GENBOX_NUDGE_GRACE, GENBOX_SWEEP_BACKOFF_BASE, GENBOX_SWEEP_LEADER_TTL,
-// GENBOX_SWEEP_INTERVAL, GENBOX_SWEEP_PACE, GENBOX_TENANT_SLOT_RETRY, GENBOX_WEBHOOK_TIMEOUT and
+// GENBOX_SWEEP_INTERVAL, GENBOX_SWEEP_PACE, GENBOX_TENANT_WAIT_MAX, GENBOX_WEBHOOK_TIMEOUT and
 // the longest model call.
 type crashConfig struct {
-	lease, grace, backoff, leaderTTL, interval, slotRetry, webhook, call time.Duration
-	pace                                                                 float64
+	lease, grace, backoff, leaderTTL, interval, waitMax, webhook, call time.Duration
+	pace                                                               float64
 }
 
 // The whole stack — all four services — is SIGKILLed four times in the first seconds of a
-// 30-task run whose tenant may run 10 tasks at once, with the services' default durations: the
-// tasks over the cap are handed back with a short not_before just before a kill, others are
-// claimed or mid-call, and ended tasks' webhooks are reserved for nudges the kills lose or are
+// 30-task run whose tenant may run 10 tasks at once, with the services' default durations and a
+// wait for a slot of 10 s at most: the tasks over the cap wait for a slot, others are claimed or
+// mid-call, and ended tasks' webhooks are reserved for nudges the kills lose or are
 // in flight. Every task succeeds within the documented bound of the last restart (under a minute
 // here), every webhook arrives within the documented delivery bound of the later of the last
 // restart and its task's end, and the only extra generations are the calls the kills cut short.
@@ -145,7 +146,7 @@ func TestWholeStackKilled(t *testing.T) {
 	const tasks, kills = 30, 4
 	// The services' defaults, the harness's webhook timeout and model calls of 1 to 2 s.
 	cfg := crashConfig{lease: 30 * time.Second, grace: 30 * time.Second, backoff: 30 * time.Second, leaderTTL: 15 * time.Second,
-		interval: 5 * time.Second, slotRetry: time.Second, webhook: webhookTimeout, call: 2 * time.Second, pace: 200}
+		interval: 5 * time.Second, waitMax: 10 * time.Second, webhook: webhookTimeout, call: 2 * time.Second, pace: 200}
 	top, ports := pushTopology(t, bus.DefaultTopology())
 	s := newStackOn(t, geminitest.Uniform(time.Second, cfg.call), "", top)
 	s.consumeByPush(ports)
@@ -153,7 +154,9 @@ func TestWholeStackKilled(t *testing.T) {
 	// Each worker process is a new instance (hostname-pid), as a restarted container is: the
 	// sweeper's leadership of a killed one is taken over only once its lease has expired.
 	delete(s.procs[svcWorker].env, "GENBOX_INSTANCE_ID")
-	s.procs[svcWorker].env["GENBOX_TENANT_SLOT_RETRY"] = cfg.slotRetry.String()
+	for _, svc := range []string{svcWorker, svcPublisher} { // the publisher creates tasks waiting too
+		s.procs[svc].env["GENBOX_TENANT_WAIT_MAX"] = cfg.waitMax.String()
+	}
 	s.start()
 	s.submit(tasks, "killall")
 	s.logf("%d tasks submitted", tasks)

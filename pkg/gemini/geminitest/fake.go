@@ -63,6 +63,7 @@ type Fake struct {
 	ledger    ledger
 
 	shedding map[string]Shedding        // flex shedding per model
+	fallback map[string]float64         // the fraction of priority requests served on the standard tier, per model
 	implicit map[string]ImplicitCaching // implicit caching per model
 	seen     map[string]time.Time       // implicit caching: when each model+system prefix was last seen
 	caches   []*cache                   // every cachedContents resource, in creation order
@@ -142,6 +143,7 @@ func New(opts ...Option) *Fake {
 		gates:       make(map[string]*Gate),
 		rng:         rand.New(rand.NewPCG(1, 2)),
 		shedding:    make(map[string]Shedding),
+		fallback:    make(map[string]float64),
 		implicit:    make(map[string]ImplicitCaching),
 		seen:        make(map[string]time.Time),
 		cacheMin:    make(map[string]int64),
@@ -436,6 +438,7 @@ func (f *Fake) admit(req *Request, now time.Time) (fail *apiFailure, responder R
 		t.Shed++
 		return shed, nil, nil, Latency{}
 	}
+	f.serveTier(req)
 	f.implicitHit(req, now)
 	latency, _ = pick(f.latency, req.Model)
 	gate, _ = pick(f.gates, req.Model)

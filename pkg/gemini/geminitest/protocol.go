@@ -79,7 +79,9 @@ type Request struct {
 	ResponseMIMEType string
 	// ResponseSchema is the decoded responseJsonSchema, or else responseSchema; nil when absent.
 	ResponseSchema any
-	// Tier is the service tier asked for: TierStandard or TierFlex (batch requests: TierBatch).
+	// Tier is the service tier asked for — TierStandard, TierFlex or TierPriority (batch requests:
+	// TierBatch) — and, once the call is admitted, the tier serving it: a priority request may be
+	// served on the standard tier (SetPriorityFallback).
 	Tier string
 	// CachedContent is the cachedContents resource the request named, "" when none. Its system
 	// instruction and contents are part of SystemInstruction and Prompt: a request answers the
@@ -243,21 +245,25 @@ const (
 	TierStandard = string(gemini.TierStandard)
 	TierFlex     = string(gemini.TierFlex)
 	TierBatch    = string(gemini.TierBatch)
+	TierPriority = string(gemini.TierPriority)
 )
 
 // Traffic types of usageMetadata.trafficType: which tier served a call.
 const (
 	trafficOnDemand = "ON_DEMAND"
 	trafficFlex     = "ON_DEMAND_FLEX"
+	trafficPriority = "ON_DEMAND_PRIORITY"
 )
 
-// decodeTier reads a request's serviceTier. Priority is served as standard.
+// decodeTier reads a request's serviceTier.
 func decodeTier(s string) (string, error) {
 	switch strings.ToLower(s) {
-	case "", "unspecified", "standard", "priority":
+	case "", "unspecified", "standard":
 		return TierStandard, nil
 	case "flex":
 		return TierFlex, nil
+	case "priority":
+		return TierPriority, nil
 	}
 	return "", fmt.Errorf("%w: * GenerateContentRequest.service_tier: unknown service tier %q", errBadRequest, s)
 }

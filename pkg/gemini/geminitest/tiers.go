@@ -36,6 +36,26 @@ func (f *Fake) SetShedding(model string, s Shedding) {
 	f.shedding[model] = s
 }
 
+// SetPriorityFallback makes a model serve fraction of its priority requests on the standard
+// tier, as Gemini may under load (drawn from the fake's seeded random source); it says so in
+// usageMetadata.trafficType and bills them at the standard price. 0, the default, serves every
+// priority request on the Priority tier.
+func (f *Fake) SetPriorityFallback(model string, fraction float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fallback[model] = fraction
+}
+
+// serveTier decides, under the lock, the tier a priority request is served on.
+func (f *Fake) serveTier(r *Request) {
+	if r.Tier != TierPriority {
+		return
+	}
+	if fraction, ok := pick(f.fallback, r.Model); ok && f.rng.Float64() < fraction {
+		r.Tier = TierStandard
+	}
+}
+
 // SetImplicitCaching sets a model's implicit caching; the zero value turns it off.
 func (f *Fake) SetImplicitCaching(model string, c ImplicitCaching) {
 	f.mu.Lock()
@@ -121,6 +141,8 @@ func wireUsageOf(u task.Usage, tier string) *wireUsage {
 	switch tier {
 	case TierFlex:
 		w.TrafficType = trafficFlex
+	case TierPriority:
+		w.TrafficType = trafficPriority
 	case TierStandard:
 		w.TrafficType = trafficOnDemand
 	}
