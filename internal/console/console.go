@@ -112,7 +112,7 @@ func New(cfg Config, d Deps) (*Console, error) {
 	throttle := authlimit.DefaultConfig()
 	throttle.TrustedHops = cfg.ProxyHops
 	c := &Console{cfg: cfg, d: d, pages: map[string]*template.Template{},
-		admin: httpapi.NewAdminKey(cfg.AdminKey), authFails: authlimit.New(throttle, time.Now)}
+		admin: httpapi.NewAdminKey(cfg.AdminKey), authFails: authlimit.New(throttle, d.Store.Clock)}
 	for _, p := range []string{"overview", "tasks", "task", "deadletters", "bulk", "spend", "schedules", "reruns", "message"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/layout.html", "assets/parts.html", "assets/"+p+".html")
 		if err != nil {

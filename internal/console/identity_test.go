@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -133,6 +134,8 @@ func TestRotatedAdminKeyEndsSessionsAndLinks(t *testing.T) {
 func TestFailedLoginLinksAndCookiesThrottled(t *testing.T) {
 	t.Parallel()
 	st := store.New(testenv.Firestore(t, emulator.ProjectID(t)))
+	at := time.Now() // the limiter reads the store's clock: stopped, no failure is forgiven mid-test
+	st.Now = func() time.Time { return at }
 	base := consoleOn(t, st, adminKey, &decisions{})
 	c := browser(t)
 	login(t, c, loginLink(t, base, adminKey, "alice"))
