@@ -199,6 +199,22 @@ func readEvents(t *testing.T, resp *http.Response, n int, comments bool) []sseEv
 	return out
 }
 
+// waitStreamsEnded waits until e's tenant has no event stream open.
+func waitStreamsEnded(t *testing.T, e *env) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		e.srv.streams.mu.Lock()
+		open := e.srv.streams.open[e.tenant]
+		e.srv.streams.mu.Unlock()
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d event streams of the tenant still open", open)
+		}
+	}
+}
+
 // Last-Event-ID resumes after what the client saw: the state it saw is not sent again, a later
 // one is; a finished task seen to its end closes the stream at once.
 func TestEventsResumeAfterLastEventID(t *testing.T) {
@@ -257,6 +273,7 @@ func TestEventsEndedStreamTellsEventSourceToStop(t *testing.T) {
 		t.Fatalf("first connection: %+v, want the queued state", queued)
 	}
 	e.finish(id, task.StateSucceeded)
+	waitStreamsEnded(t, e) // the final state ends the open stream, which frees the tenant's one
 
 	first := e.rawStream(ctx, e.url, id, e.key, nil)
 	final := readEvents(t, first, 5, false)

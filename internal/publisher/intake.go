@@ -37,7 +37,7 @@ func NewIntake(d IntakeDeps) *Intake {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Intake{s: &Server{cfg: cfg, st: d.Store, pub: d.Publisher, families: d.Families, log: log, metrics: d.Metrics,
-		checkURL: func(u string) error { return ssrf.CheckURL(u, d.Callbacks) }}}
+		slots: store.NewSlotHints(d.Store), checkURL: func(u string) error { return ssrf.CheckURL(u, d.Callbacks) }}}
 }
 
 // Submit validates req and creates its task for tenant under key, unless key's task exists: it

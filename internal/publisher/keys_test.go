@@ -141,11 +141,13 @@ func counted(t testing.TB, counter *fscount.Counter) option {
 }
 
 // With the listener current, a submission with a key already seen costs one Firestore write and
-// no read: the bare create the handler must do.
+// no read: the bare create the handler must do. (The tenant's slot count is read with its first
+// submission, then in the background at most once a second: the store's clock is stopped here.)
 func TestWarmSubmitCostsOneWrite(t *testing.T) {
 	t.Parallel()
 	counter := &fscount.Counter{}
-	e := setup(t, counted(t, counter))
+	at := time.Now()
+	e := setup(t, counted(t, counter), func(_ *Config, d *Deps) { d.Store.Now = func() time.Time { return at } })
 	e.submit(validRequest())
 	waitCurrent(t, e.srv)
 	before := counter.Counts()

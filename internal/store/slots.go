@@ -105,9 +105,10 @@ const SlotHintTTL = time.Second
 
 // SlotHints tells whether a tenant's concurrency slots are all taken, so that a task submitted
 // then is created waiting for one (Task.AwaitSlot) rather than marked so by the worker's claim:
-// a backlog's task costs one write fewer. A submission never waits for it: a hint older than
-// SlotHintTTL is refreshed in the background and answered as it was (not full when there was
-// none), so the hint may be a little more than a second old. A task created waiting with a slot
+// a backlog's task costs one write fewer. Only a tenant's first submission in an instance waits
+// for its read, as for the tenant's limits (a cold path); after it a hint older than SlotHintTTL
+// is refreshed in the background and answered as it was, so the hint may be a little more than a
+// second old. A task created waiting with a slot
 // free is admitted by the worker that takes its nudge (its claim finds it waiting and rechecks
 // the count), or by the next hand-off. Safe for concurrent use.
 type SlotHints struct {
@@ -128,17 +129,24 @@ func NewSlotHints(s *Store) *SlotHints {
 	return &SlotHints{st: s, per: map[string]*slotHint{}}
 }
 
-// Full reports whether tenant's slots were all taken when last read, and starts a read when
-// that was SlotHintTTL ago or never. What cannot be read is not full: the worker's claim
-// decides as it would without the hint.
+// Full reports whether tenant's slots were all taken when last read: read now the first time,
+// then again in the background once the last read is SlotHintTTL old. What cannot be read is not
+// full: the worker's claim decides as it would without the hint.
 func (h *SlotHints) Full(ctx context.Context, tenant string, now time.Time) bool {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	hint := h.per[tenant]
+	h.mu.Unlock()
 	if hint == nil {
-		hint = &slotHint{}
-		h.per[tenant] = hint
+		first := &slotHint{full: h.read(ctx, tenant), read: now}
+		h.mu.Lock()
+		if hint = h.per[tenant]; hint == nil {
+			hint = first
+			h.per[tenant] = hint
+		}
+		h.mu.Unlock()
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if !hint.refreshing && now.Sub(hint.read) >= SlotHintTTL {
 		hint.refreshing = true
 		go func() {
