@@ -20,14 +20,7 @@ func TestDeleteQueuesTheFileCopiesErase(t *testing.T) {
 	_, withObjects := withStorage(t)
 	e := setup(t, withObjects)
 	ctx := context.Background()
-	up, err := e.api.Upload(ctx, "application/pdf", pdf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := e.api.Submit(ctx, task.Request{Family: "extract", Files: []task.File{up}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, res := e.submitUploadedPDF(t)
 	if _, err := e.st.MutateTask(ctx, res.TaskID, func(t *store.Task, now time.Time) error {
 		t.Files[0].Copy = &store.FileCopy{Name: "files/gb-copy", URI: "https://gemini.example/v1beta/files/gb-copy", ExpireAt: now.Add(48 * time.Hour)}
 		return nil

@@ -62,14 +62,7 @@ func TestFilesWhoseObject(t *testing.T) {
 	_, keyB := e.newTenant("initech", &task.Limits{SubmitRate: 1000, SubmitBurst: 1000})
 	b := client.New(e.url, keyB, client.WithRetries(0))
 
-	up, err := e.api.Upload(ctx, "application/pdf", pdf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := e.api.Submit(ctx, task.Request{Family: "extract", Files: []task.File{up}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	up, res := e.submitUploadedPDF(t)
 	got, err := e.api.Get(ctx, res.TaskID)
 	if err != nil {
 		t.Fatal(err)
@@ -221,11 +214,9 @@ func TestFilesIdempotencyCoversTheGeneration(t *testing.T) {
 	}
 }
 
-// DELETE erases the task's uploads with it: the object and its upload document.
-func TestFilesEraseDeletesUploads(t *testing.T) {
-	t.Parallel()
-	gcs, withObjects := withStorage(t)
-	e := setup(t, withObjects)
+// submitUploadedPDF uploads pdf as e's tenant and submits an extract task reading it.
+func (e *env) submitUploadedPDF(t *testing.T) (task.File, *task.SubmitResponse) {
+	t.Helper()
 	ctx := context.Background()
 	up, err := e.api.Upload(ctx, "application/pdf", pdf)
 	if err != nil {
@@ -235,6 +226,16 @@ func TestFilesEraseDeletesUploads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return up, res
+}
+
+// DELETE erases the task's uploads with it: the object and its upload document.
+func TestFilesEraseDeletesUploads(t *testing.T) {
+	t.Parallel()
+	gcs, withObjects := withStorage(t)
+	e := setup(t, withObjects)
+	ctx := context.Background()
+	up, res := e.submitUploadedPDF(t)
 	e.finish(res.TaskID, task.StateSucceeded)
 	object := "uploads/" + e.tenant + "/" + up.UploadID
 	if _, err := gcs.Fake().GetObject(inputBucket, object); err != nil {
