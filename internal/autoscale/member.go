@@ -23,6 +23,7 @@ type Member struct {
 
 	mu      sync.Mutex
 	state   State
+	stateAt time.Time     // the document's update time as state was read; zero: it did not exist
 	read    bool          // state has been read once
 	changed chan struct{} // closed, and replaced, at each change of state
 	drained int64         // the epoch of the last drain this instance finished
@@ -120,19 +121,7 @@ func (m *Member) watch(ctx context.Context) {
 				}
 				break
 			}
-			var st State
-			if snap.Exists() {
-				if err := snap.DataTo(&st); err != nil {
-					m.log.ErrorContext(ctx, "pool document undecodable", "error", err)
-					continue
-				}
-			}
-			m.mu.Lock()
-			m.state, m.read = st, true
-			close(m.changed)
-			m.changed = make(chan struct{})
-			m.mu.Unlock()
-			m.share(st.Share())
+			m.apply(ctx, snap)
 		}
 		it.Stop()
 		select {
@@ -142,7 +131,30 @@ func (m *Member) watch(ctx context.Context) {
 	}
 }
 
-// heartbeat writes the member's document every Interval until ctx ends.
+// apply takes snap as the pool's state unless the state already taken is as recent: a listener
+// is not trusted alone (the Firestore emulator has been seen to deliver a new listener's first
+// snapshot after a later change, and never that change), so each beat reads the document too.
+func (m *Member) apply(ctx context.Context, snap *firestore.DocumentSnapshot) {
+	var st State
+	if snap.Exists() {
+		if err := snap.DataTo(&st); err != nil {
+			m.log.ErrorContext(ctx, "pool document undecodable", "error", err)
+			return
+		}
+	}
+	m.mu.Lock()
+	if m.read && !snap.UpdateTime.After(m.stateAt) {
+		m.mu.Unlock()
+		return
+	}
+	m.state, m.stateAt, m.read = st, snap.UpdateTime, true
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.mu.Unlock()
+	m.share(st.Share())
+}
+
+// heartbeat writes the member's document, and reads the pool's, every Interval until ctx ends.
 func (m *Member) heartbeat(ctx context.Context) {
 	tick := time.NewTicker(m.cfg.Interval)
 	defer tick.Stop()
@@ -153,6 +165,11 @@ func (m *Member) heartbeat(ctx context.Context) {
 		case <-tick.C:
 		}
 		m.beat(ctx)
+		if snap, err := m.doc.Get(ctx); snap != nil { // a document not found is a snapshot too
+			m.apply(ctx, snap)
+		} else if ctx.Err() == nil {
+			m.log.WarnContext(ctx, "pool document not read", "error", err)
+		}
 	}
 }
 
