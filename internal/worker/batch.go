@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -66,7 +66,7 @@ func (h *Handler) holdForBatch(ctx context.Context, log *slog.Logger, t *store.T
 		if r.BatchFallback == prompts.BatchFallbackOnline {
 			// Out of the batcher's reach for good: a retry's backoff must not look like a wait for a batch.
 			_, ok := h.fencedWrite(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, "batch fallback", func(t *store.Task, _ time.Time) {
-				t.BatchModel, t.BatchOnline = "", true
+				protocol.RunOnline(t)
 			})
 			log.InfoContext(ctx, "a batch can no longer meet the task's deadline; running online", "deadline", deadline)
 			return !ok
@@ -78,8 +78,7 @@ func (h *Handler) holdForBatch(ctx context.Context, log *slog.Logger, t *store.T
 		return true
 	}
 	if _, ok := h.fencedWrite(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, "batch hold", func(t *store.Task, _ time.Time) {
-		t.State, t.BatchModel, t.NotBefore, t.Claims = task.StateQueued, models[0], &until, 0
-		_ = t.Lease.Release(h.pol.Owner, t.Lease.Epoch)
+		h.pol.rules().HoldForBatch(t, t.Lease.Epoch, models[0], until)
 	}); ok {
 		log.InfoContext(ctx, "waiting for a batch", "model", models[0], "until", until)
 	}
@@ -150,10 +149,9 @@ func (h *Handler) Admit(ctx context.Context, t *store.Task, req gemini.Request, 
 // applies the budget policy to it (affordable); it is left alone if a job took it meanwhile.
 func (h *Handler) leaveBatch(ctx context.Context, log *slog.Logger, id, model string, cause error) {
 	_, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
-		if t.State != task.StateQueued || t.BatchModel != model || t.HasOutput() {
+		if !protocol.LeaveBatch(t, model, now) {
 			return store.ErrNoChange
 		}
-		t.BatchModel, t.NotBefore = "", &now
 		return nil
 	})
 	if err != nil {
@@ -204,7 +202,7 @@ func (h *Handler) SettleBatch(ctx context.Context, j *store.BatchJob, m store.Ba
 	ctx = context.WithoutCancel(ctx)
 	bh := h.asBatch(j.ID)
 	log := h.log.With("task_id", m.TaskID, "batch_job", j.ID, "epoch", m.Epoch)
-	if spent(o.Result) { // the budgets count it once the job is done (SettleCharge)
+	if protocol.Spent(o.Result) { // the budgets count it once the job is done (SettleCharge)
 		h.metrics.Generation(ctx, o.Result.Model, m.Tenant, o.Result.Usage, o.Result.CostUSD, 0)
 	}
 	switch class := gemini.ClassOf(o.Err); {
@@ -224,9 +222,9 @@ func (h *Handler) SettleBatch(ctx context.Context, j *store.BatchJob, m store.Ba
 	if err != nil {
 		return false, err
 	}
-	key := bh.pol.Owner + ":" + strconv.FormatInt(m.Epoch, 10)
-	held := t.State == task.StateRunning && t.Lease.Owner == bh.pol.Owner && t.Lease.Epoch == m.Epoch
-	return !held && (!spent(o.Result) || slices.Contains(t.SpentBy, key)), nil
+	rules := bh.pol.rules()
+	held := t.State == task.StateRunning && t.Lease.Owner == rules.Owner && t.Lease.Epoch == m.Epoch
+	return !held && (!protocol.Spent(o.Result) || slices.Contains(t.SpentBy, rules.SpendKey(m.Epoch))), nil
 }
 
 // sendBack releases a task of a batch job, fenced by the job's lease: with the request's error
@@ -236,22 +234,7 @@ func (h *Handler) SettleBatch(ctx context.Context, j *store.BatchJob, m store.Ba
 func (h *Handler) sendBack(ctx context.Context, log *slog.Logger, model, id string, epoch int64, res gemini.Result, e *store.TaskError, online bool) {
 	dead, due := false, false
 	t, ok := h.fencedWrite(ctx, log, id, epoch, res, "send back", func(t *store.Task, now time.Time) {
-		if e != nil {
-			t.Attempts++
-			t.Error = e
-			if dead = t.Attempts >= h.pol.MaxAttempts; dead {
-				h.kill(t, now)
-				return
-			}
-		}
-		t.State, t.Claims = task.StateQueued, 0
-		_ = t.Lease.Release(h.pol.Owner, epoch)
-		if !online && t.NotBefore != nil && now.Before(*t.NotBefore) {
-			t.BatchModel = model
-			return
-		}
-		due = true
-		t.BatchModel, t.BatchOnline, t.NotBefore = "", online, &now
+		dead, due = h.pol.rules().SendBack(t, epoch, now, model, e, online)
 	})
 	switch {
 	case !ok:
@@ -282,15 +265,12 @@ func errMessage(e *store.TaskError) string {
 // task's claim epoch; an expired lease is extended all the same (nobody else may take a task of
 // a job). false means the task no longer runs in the job (it was cancelled, or settled).
 func (h *Handler) RenewBatch(ctx context.Context, id string, m store.BatchMember, ttl time.Duration) (bool, error) {
-	owner := store.BatchOwner(id)
+	rules := h.pol.rules().As(store.BatchOwner(id))
 	held := false
 	_, err := h.store.MutateTask(ctx, m.TaskID, func(t *store.Task, now time.Time) error {
-		if t.State != task.StateRunning || t.HasOutput() || t.Lease.Owner != owner || t.Lease.Epoch != m.Epoch {
+		if held = rules.Extend(t, m.Epoch, now, ttl); !held {
 			return store.ErrNoChange
 		}
-		held = true
-		exp := now.Add(ttl)
-		t.Lease.ExpiresAt = &exp
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {

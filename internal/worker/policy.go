@@ -305,9 +305,7 @@ func (h *Handler) readRetry() time.Duration { return jitter(h.pol.RetryBase) }
 // is counted, and the task comes back when it is due.
 func (h *Handler) handBack(ctx context.Context, log *slog.Logger, id string, epoch int64, wait time.Duration, why string, cause error) {
 	if t, ok := h.fencedWrite(ctx, log, id, epoch, gemini.Result{}, "hand back", func(t *store.Task, now time.Time) {
-		nb := now.Add(wait)
-		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
-		_ = t.Lease.Release(h.pol.Owner, epoch)
+		h.pol.rules().Requeue(t, epoch, now.Add(wait))
 	}); ok {
 		h.metrics.WorkerOutcome(ctx, obs.WorkerDeferred)
 		log.InfoContext(ctx, why+"; handed back without a call", "not_before", t.NotBefore, "error", cause)
@@ -329,30 +327,15 @@ func (h *Handler) budgetExhausted(ctx context.Context, log *slog.Logger, id stri
 func (h *Handler) budgetWait(ctx context.Context, log *slog.Logger, id string, epoch int64, cause error, why string) {
 	e := &store.TaskError{Kind: task.KindBudget, Message: cause.Error()}
 	if t, ok := h.fencedWrite(ctx, log, id, epoch, gemini.Result{}, "budget wait", func(t *store.Task, now time.Time) {
-		nb := quota.ResetAt(now)
+		var retry time.Duration
 		if h.mp.BudgetRetry > 0 {
-			nb = minTime(nb, now.Add(jitter(h.mp.BudgetRetry)))
+			retry = jitter(h.mp.BudgetRetry)
 		}
-		t.State, t.NotBefore, t.Claims, t.Error = task.StateWaiting, &nb, 0, e
-		_ = t.Lease.Release(h.pol.Owner, epoch)
+		h.pol.rules().BudgetWait(t, epoch, now, e, retry)
 	}); ok {
 		h.metrics.WorkerOutcome(ctx, obs.WorkerParked)
 		log.WarnContext(ctx, why, "not_before", t.NotBefore)
 	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // exhausted reports whether no model of req's chain can take a call after a failed one — every

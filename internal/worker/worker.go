@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
 	"github.com/genbox-dev/genbox/pkg/backoff"
@@ -284,6 +284,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 	}
 	var outcome claimOutcome
 	var late time.Duration
+	rules := h.pol.rules()
 	t, err := h.mutate(ctx, &store.Task{ID: id}, func(t *store.Task, now time.Time) ([]store.Write, error) {
 		outcome, late = claimNot, 0
 		if t.DueAt != nil && now.After(*t.DueAt) {
@@ -303,10 +304,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 			if !store.TaskDue(t, now) || t.InBatchJob() {
 				return nil, store.ErrNoChange
 			}
-			t.Claims++
-			if t.Claims > h.pol.ClaimCap {
-				t.Error = &store.TaskError{Kind: task.KindCrash, Message: fmt.Sprintf("the task's lease expired %d times without a release: it kills its worker", t.Claims-1)}
-				h.kill(t, now)
+			if rules.TakeOver(t, now) {
 				outcome = claimDead
 				return nil, nil
 			}
@@ -314,9 +312,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 			return nil, store.ErrNoChange
 		}
 		if t.Expired(now) {
-			t.AwaitsSlot = false
-			t.Error = &store.TaskError{Kind: task.KindExpired, Message: "run_before passed before the model was called"}
-			h.finish(t, task.StateFailed, now)
+			rules.Expire(t, now)
 			outcome = claimExpired
 			return nil, nil
 		}
@@ -333,8 +329,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 				return nil, nil
 			}
 		}
-		t.State, t.AwaitsSlot = task.StateRunning, false
-		if err := t.Lease.Take(h.pol.Owner, now, h.pol.LeaseTTL); err != nil {
+		if err := rules.Claim(t, now); err != nil {
 			return nil, err
 		}
 		outcome = claimed
@@ -353,26 +348,13 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 	return claimResult{outcome: outcome, task: t, late: late}, nil
 }
 
-// kill moves t to dead (stage generation) with a DLQ notice kept as an outbox on the task; the
-// caller publishes the notice after the commit and the sweeper re-sends it until it is cleared.
-func (h *Handler) kill(t *store.Task, now time.Time) {
-	next := now.Add(h.pol.NudgeGrace)
-	t.Notices = append(t.Notices, store.Notice{Stage: task.StageGeneration, Replay: t.Replay, Round: 0, NextAttemptAt: &next})
-	h.finish(t, task.StateDead, now)
+// rules are the protocol's changes as this instance makes them (protocol.Rules). A task that
+// ends is nudged to the resulthandler by this worker right after the commit (nudgeResult), under
+// the delivery reservation its commit made (protocol.Rules.Finish).
+func (p Policy) rules() protocol.Rules {
+	return protocol.Rules{Owner: p.Owner, LeaseTTL: p.LeaseTTL, MaxAttempts: p.MaxAttempts, ClaimCap: p.ClaimCap,
+		NudgeGrace: p.NudgeGrace, DeliveryLease: p.DeliveryLease}
 }
-
-// finish ends t in state. Its webhook, if it has one, is nudged by this worker right after the
-// commit (nudgeResult), and the commit reserves the delivery for that nudge, so that the
-// resulthandler receiving it claims nothing (docs/architecture.md §6). The reservation is a
-// delivery lease like a claim's: the sweeper leaves the delivery to the nudge while it lasts, and
-// a nudge lost with the process carrying it holds the delivery no longer (docs/liveness.md).
-func (h *Handler) finish(t *store.Task, state task.State, now time.Time) {
-	t.Finish(state, now)
-	t.ReserveDelivery(now, h.pol.DeliveryLease)
-}
-
-// errOutputStored cancels a model call whose task already has its output.
-var errOutputStored = errors.New("worker: the task already has its output")
 
 // run is steps 2–5 of docs/architecture.md §4 for a claimed task in its place p: the model call
 // holds a call slot, freed as soon as it returns, before the outcome is written.
@@ -423,7 +405,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 	cause := context.Cause(callCtx)
 	tk.done(res)
 	observe(res)
-	if spent(res) {
+	if protocol.Spent(res) {
 		h.metrics.Generation(ctx, generationModel(res, err), t.Tenant, res.Usage, res.CostUSD, time.Since(start))
 	}
 	if err != nil {
@@ -434,7 +416,7 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 	case err == nil:
 		crashpoint.Hit(crashpoint.Answered)
 		h.persist(ctx, log, t, epoch, answer{res: res, start: start, fingerprint: fp, known: last.get()})
-	case errors.Is(cause, errOutputStored):
+	case errors.Is(cause, protocol.ErrOutputStored):
 		log.InfoContext(ctx, "another worker stored the output first; call cancelled")
 		h.metrics.WorkerOutcome(ctx, obs.WorkerLost)
 		h.account(ctx, log, t.ID, epoch, res)
@@ -489,6 +471,7 @@ func (h *Handler) keepLease(ctx context.Context, cancel context.CancelCauseFunc,
 func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, last *lastWrite, epoch int64) {
 	wait := h.pol.RenewEvery
 	lost, failing := false, false
+	rules := h.pol.rules()
 	for {
 		timer := time.NewTimer(wait)
 		select {
@@ -499,20 +482,14 @@ func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log
 		}
 		crashpoint.Hit(crashpoint.MidGenerate)
 		renewed, err := h.store.MutateTaskFrom(ctx, last.get(), func(t *store.Task, now time.Time) error {
-			if t.HasOutput() {
-				return errOutputStored
-			}
-			if !h.fenced(t, epoch) {
-				return claim.ErrLeaseLost
-			}
-			return t.Lease.Renew(h.pol.Owner, epoch, now, h.pol.LeaseTTL)
+			return rules.Renew(t, epoch, now)
 		})
 		wait = h.pol.RenewEvery
 		switch {
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, errOutputStored):
-			cancel(errOutputStored)
+		case errors.Is(err, protocol.ErrOutputStored):
+			cancel(protocol.ErrOutputStored)
 			return
 		case errors.Is(err, claim.ErrLeaseLost):
 			if !lost {
@@ -555,39 +532,6 @@ func (w *lastWrite) set(t *store.Task) {
 // renewRetry is the jittered delay before a failed renewal is tried again: well inside any lease.
 func renewRetry() time.Duration { return jitter(time.Second) }
 
-// fenced reports whether a non-output write by the holder of epoch may apply to t.
-func (h *Handler) fenced(t *store.Task, epoch int64) bool {
-	return t.State == task.StateRunning && t.Lease.Owner == h.pol.Owner && t.Lease.Epoch == epoch && !t.HasOutput()
-}
-
-// addSpend adds what the call made under epoch paid to t, once: paid tokens are recorded whatever
-// happens to the task, and a commit retried after an unknown outcome never counts them twice.
-// The usage and cost go to the replay the call belonged to: a zombie of a replay a Regenerate
-// ended charges that replay's previous[] entry, not the new one. It reports whether it added
-// anything.
-func (h *Handler) addSpend(t *store.Task, epoch int64, res gemini.Result) bool {
-	key := h.pol.Owner + ":" + strconv.FormatInt(epoch, 10)
-	if !spent(res) || slices.Contains(t.SpentBy, key) {
-		return false
-	}
-	t.SpentBy = append(t.SpentBy, key)
-	usage, cost, replay := &t.Usage, &t.CostUSD, t.Replay
-	if g := t.EarlierReplay(epoch); g != nil {
-		usage, cost, replay = &g.Usage, &g.CostUSD, g.Replay
-	}
-	t.LogAttempts(attemptRecords(replay, epoch, res.Attempts)...)
-	*usage = usage.Add(res.Usage)
-	*cost += res.CostUSD
-	t.InDoubt = t.InDoubt.Add(res.InDoubt)
-	t.ModelCalls += res.Calls
-	return true
-}
-
-// spent reports whether res paid for anything worth recording.
-func spent(res gemini.Result) bool {
-	return res.Calls > 0 || res.CostUSD > 0 || res.Usage != (task.Usage{}) || res.InDoubt != (task.Usage{})
-}
-
 type persistOutcome int
 
 const (
@@ -604,23 +548,20 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 	ctx = context.WithoutCancel(ctx) // a paid output persists even during shutdown
 	res := a.res
 	var outcome persistOutcome
+	rules := h.pol.rules()
+	out := protocol.Output{Text: res.Text, Model: res.Model, Tier: res.Tier, Degraded: res.Degraded,
+		Cached: a.cached, Stale: a.stale, Fingerprint: a.fingerprint}
 	fn := func(t *store.Task, now time.Time) error {
-		if t.HasOutput() && t.Replay == claimed.Replay && t.OutputEpoch == epoch {
+		if protocol.OutputMine(t, claimed.Replay, epoch) {
 			outcome = persistMineSeen
 			return store.ErrNoChange
 		}
-		h.addSpend(t, epoch, res)
-		if t.Replay != claimed.Replay || t.HasOutput() || t.State != task.StateRunning && t.State != task.StateQueued && t.State != task.StateWaiting {
+		rules.AddSpend(t, epoch, res)
+		if !protocol.TakesOutput(t, claimed.Replay) {
 			outcome = persistAccount
 			return nil
 		}
-		t.Output, t.OutputEpoch, t.OutputAt = res.Text, epoch, &now
-		t.Model, t.Tier, t.Degraded, t.Error = res.Model, string(res.Tier), res.Degraded, nil
-		t.CacheHit, t.Stale = a.cached, a.stale
-		if a.fingerprint != "" {
-			t.Fingerprint = a.fingerprint
-		}
-		h.finish(t, task.StateSucceeded, now)
+		rules.CommitOutput(t, epoch, out, now)
 		outcome = persistStored
 		return nil
 	}
@@ -657,7 +598,8 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 }
 
 // nudgeResult tells the resulthandler that the task, just ended, has a webhook to deliver. A lost
-// publish only waits for the sweeper, which nudges the delivery once finish's grace has passed.
+// publish only waits for the sweeper, which nudges the delivery once the reservation its commit
+// made (protocol.Rules.Finish) has lapsed.
 func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Task) {
 	if t.Delivery.State != task.DeliveryPending {
 		return
@@ -726,9 +668,10 @@ func retryable(err error) bool {
 func (h *Handler) fencedWrite(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, what string, change func(t *store.Task, now time.Time)) (*store.Task, bool) {
 	ctx = context.WithoutCancel(ctx)
 	applied := false
+	rules := h.pol.rules()
 	t, err := h.mutateRetrying(ctx, log, &store.Task{ID: id}, func(t *store.Task, now time.Time) error {
-		applied = h.fenced(t, epoch)
-		if added := h.addSpend(t, epoch, res); !applied && !added {
+		applied = rules.Holds(t, epoch)
+		if added := rules.AddSpend(t, epoch, res); !applied && !added {
 			return store.ErrNoChange
 		}
 		if applied {
@@ -749,11 +692,12 @@ func (h *Handler) fencedWrite(ctx context.Context, log *slog.Logger, id string, 
 
 // account records what a cancelled call spent.
 func (h *Handler) account(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
-	if !spent(res) {
+	if !protocol.Spent(res) {
 		return
 	}
+	rules := h.pol.rules()
 	if _, err := h.mutateRetrying(context.WithoutCancel(ctx), log, &store.Task{ID: id}, func(t *store.Task, _ time.Time) error {
-		if !h.addSpend(t, epoch, res) {
+		if !rules.AddSpend(t, epoch, res) {
 			return store.ErrNoChange
 		}
 		return nil
@@ -765,9 +709,7 @@ func (h *Handler) account(ctx context.Context, log *slog.Logger, id string, epoc
 // release hands the task back (queued) without counting a failed attempt: a clean release.
 func (h *Handler) release(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
 	if _, ok := h.fencedWrite(ctx, log, id, epoch, res, "release", func(t *store.Task, _ time.Time) {
-		t.State = task.StateQueued
-		t.Claims = 0
-		_ = t.Lease.Release(h.pol.Owner, epoch) // fenced above: I hold it
+		h.pol.rules().Release(t, epoch)
 	}); ok {
 		h.metrics.WorkerOutcome(ctx, obs.WorkerReleased)
 	}
@@ -786,22 +728,9 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 		wait, rateLimited = ge.RetryAfter, ge.RateLimited
 	}
 	dead := false
+	delay := func(attempts int) time.Duration { return max(h.pol.retryBackoff().Delay(attempts, nil), wait) }
 	t, ok := h.fencedWrite(ctx, log, id, epoch, res, "retry", func(t *store.Task, now time.Time) {
-		if !rateLimited {
-			t.Attempts++
-		}
-		t.Error = e
-		dead = !rateLimited && t.Attempts >= h.pol.MaxAttempts
-		if dead {
-			h.kill(t, now)
-			return
-		}
-		nb := now.Add(max(h.pol.retryBackoff().Delay(t.Attempts, nil), wait))
-		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
-		if e.Kind != task.KindNetwork {
-			t.Parks = 0 // a model answered: the chain takes calls again
-		}
-		_ = t.Lease.Release(h.pol.Owner, epoch)
+		dead = h.pol.rules().Retry(t, epoch, now, e, !rateLimited, delay)
 	})
 	switch {
 	case !ok:
@@ -823,16 +752,14 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 // no attempt counted, but no later than the chain may take a call again (a probe), so that the
 // sweeper sees the task then whatever its backoff has grown to. chain is what the call ran on.
 func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch int64, chain []string, res gemini.Result) {
+	delay := func(parks int) time.Duration { return h.pol.parkBackoff().Delay(parks, nil) }
 	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "park", func(t *store.Task, now time.Time) {
-		t.Parks++
-		nb := now.Add(h.pol.parkBackoff().Delay(t.Parks, nil))
+		var next *time.Time
 		if h.mp.Estimator != nil {
-			if at := h.mp.Estimator.NextCall(chain); at.Before(nb) {
-				nb = maxTime(at, now)
-			}
+			at := h.mp.Estimator.NextCall(chain)
+			next = &at
 		}
-		t.State, t.NotBefore, t.Claims = task.StateWaiting, &nb, 0
-		_ = t.Lease.Release(h.pol.Owner, epoch)
+		h.pol.rules().Park(t, epoch, now, delay, next)
 	}); ok {
 		h.metrics.WorkerOutcome(ctx, obs.WorkerParked)
 		log.WarnContext(ctx, "every model unavailable; parked", "parks", t.Parks, "not_before", t.NotBefore)
@@ -842,8 +769,7 @@ func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch i
 // fail ends the task as failed.
 func (h *Handler) fail(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, e *store.TaskError) {
 	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "fail", func(t *store.Task, now time.Time) {
-		t.Error = e
-		h.finish(t, task.StateFailed, now)
+		h.pol.rules().Fail(t, e, now)
 	}); ok {
 		h.metrics.WorkerOutcome(ctx, obs.WorkerFailed)
 		h.finished(ctx, t)
