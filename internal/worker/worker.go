@@ -249,7 +249,7 @@ func (h *Handler) runClaimed(work context.Context, log *slog.Logger, t *store.Ta
 	h.metrics.WorkerOutcome(work, obs.WorkerClaimed)
 	h.metrics.TaskState(work, t.Family, task.StateRunning)
 	crashpoint.Hit(crashpoint.AfterClaim)
-	h.run(work, log, t, p)
+	h.runOf(log, t, p).execute(work)
 }
 
 type claimOutcome int
@@ -356,54 +356,54 @@ func (p Policy) rules() protocol.Rules {
 		NudgeGrace: p.NudgeGrace, DeliveryLease: p.DeliveryLease}
 }
 
-// run is steps 2–5 of docs/architecture.md §4 for a claimed task in its place p: the model call
-// holds a call slot, freed as soon as it returns, before the outcome is written.
-func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *place) {
-	defer p.endCall()
-	epoch := t.Lease.Epoch
-	log = log.With("epoch", epoch)
-	r, req, err := h.request(t)
+// execute is steps 2–5 of docs/architecture.md §4 for the run's claimed task in its place: the
+// model call holds a call slot, freed as soon as it returns, before the outcome is written.
+func (r *run) execute(ctx context.Context) {
+	defer r.place.endCall()
+	h, t, log := r.h, r.task, r.log
+	rend, req, err := h.request(t)
 	if err != nil {
 		log.ErrorContext(ctx, "cannot render the task's prompt; failed", "error", err)
-		h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
+		r.fail(ctx, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return
 	}
 	if t.Mode == task.ModeBatch && !t.BatchOnline && h.batch.Deadline > 0 {
 		// A batch job reads the copies its tasks recorded: made here, to last its whole wait.
 		var ok bool
-		if req, ok = h.prepareFiles(ctx, log, t, req, h.batch.Deadline, nil); !ok {
+		if req, ok = r.prepareFiles(ctx, req, h.batch.Deadline, nil); !ok {
 			return
 		}
 	}
-	if h.holdForBatch(ctx, log, t, r, req) {
+	if r.holdForBatch(ctx, rend, req) {
 		return
 	}
-	fp := h.cacheKey(t, r, req)
+	fp := h.cacheKey(t, rend, req)
 	// The lease is renewed from the claim on — through the policy's reads, the call and the
 	// commit of its output — so that a slow step never lets it lapse while this process still
 	// works on it: a paid output held while its commit is retried is not generated again elsewhere.
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	last := &lastWrite{t: t.Clone()}
-	stopRenewal := h.keepLease(ctx, cancel, log, last, epoch)
+	stopRenewal := h.keepLease(ctx, cancel, log, last, r.epoch)
 	defer stopRenewal()
-	tk, ok := h.before(ctx, log, t, req, fp, p)
+	tk, ok := r.before(ctx, req, fp)
 	if !ok {
 		return
 	}
 	req.Admit = tk.admit
-	if req, ok = h.prepareFiles(ctx, log, t, req, 0, last); !ok {
+	if req, ok = r.prepareFiles(ctx, req, 0, last); !ok {
 		tk.done(gemini.Result{})
 		return
 	}
 
-	req, observe := h.contextCache(ctx, log, t, r, req)
-	req, stopPreviews := h.previews(ctx, log, t, epoch, req)
+	req, observe := h.contextCache(ctx, log, t, rend, req)
+	req, stopPreviews := h.previews(ctx, log, t, r.epoch, req)
 	start := time.Now()
 	res, err := h.generate(callCtx, log, t, req)
 	stopPreviews()
 	cause := context.Cause(callCtx)
 	tk.done(res)
+	r.res = res
 	observe(res)
 	if protocol.Spent(res) {
 		h.metrics.Generation(ctx, generationModel(res, err), t.Tenant, res.Usage, res.CostUSD, time.Since(start))
@@ -415,28 +415,28 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 	switch {
 	case err == nil:
 		crashpoint.Hit(crashpoint.Answered)
-		h.persist(ctx, log, t, epoch, answer{res: res, start: start, fingerprint: fp, known: last.get()})
+		r.persist(ctx, answer{res: res, start: start, fingerprint: fp, known: last.get()})
 	case errors.Is(cause, protocol.ErrOutputStored):
 		log.InfoContext(ctx, "another worker stored the output first; call cancelled")
 		h.metrics.WorkerOutcome(ctx, obs.WorkerLost)
-		h.account(ctx, log, t.ID, epoch, res)
+		r.account(ctx)
 	case ctx.Err() != nil:
 		log.WarnContext(ctx, "shutting down before the model answered; lease released")
-		h.release(ctx, log, t.ID, epoch, res)
+		r.release(ctx)
 	case errors.Is(err, gemini.ErrUnavailable):
-		h.unavailable(ctx, log, t, r, req, res)
+		r.unavailable(ctx, rend, req)
 	default:
 		switch gemini.ClassOf(err) {
 		case gemini.Permanent, gemini.Quality, gemini.Budget:
-			h.fail(ctx, log, t.ID, epoch, res, taskError(err))
+			r.fail(ctx, taskError(err))
 		case gemini.Shed:
-			h.shed(ctx, log, t.ID, epoch, res)
+			r.shed(ctx)
 		default: // transient, network, or unclassified: retried later, counted — unless it opened the last breaker
 			if h.exhausted(req) {
-				h.unavailable(ctx, log, t, r, req, res)
+				r.unavailable(ctx, rend, req)
 				return
 			}
-			h.retry(ctx, log, t.ID, epoch, res, err)
+			r.retry(ctx, err)
 		}
 	}
 }
@@ -544,30 +544,30 @@ const (
 // outcome is retried in-process while the output is held; finding my epoch's output is success.
 // Then the cache entry and last good output (best-effort), and step 5: the gemini-results nudge.
 // A cached or stale answer goes the same way, without spend.
-func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.Task, epoch int64, a answer) {
+func (r *run) persist(ctx context.Context, a answer) {
 	ctx = context.WithoutCancel(ctx) // a paid output persists even during shutdown
+	h, log, epoch, replay := r.h, r.log, r.epoch, r.task.Replay
 	res := a.res
 	var outcome persistOutcome
-	rules := h.pol.rules()
 	out := protocol.Output{Text: res.Text, Model: res.Model, Tier: res.Tier, Degraded: res.Degraded,
 		Cached: a.cached, Stale: a.stale, Fingerprint: a.fingerprint}
 	fn := func(t *store.Task, now time.Time) error {
-		if protocol.OutputMine(t, claimed.Replay, epoch) {
+		if protocol.OutputMine(t, replay, epoch) {
 			outcome = persistMineSeen
 			return store.ErrNoChange
 		}
-		rules.AddSpend(t, epoch, res)
-		if !protocol.TakesOutput(t, claimed.Replay) {
+		r.rules.AddSpend(t, epoch, res)
+		if !protocol.TakesOutput(t, replay) {
 			outcome = persistAccount
 			return nil
 		}
-		rules.CommitOutput(t, epoch, out, now)
+		r.rules.CommitOutput(t, epoch, out, now)
 		outcome = persistStored
 		return nil
 	}
 	known := a.known
 	if known == nil {
-		known = &store.Task{ID: claimed.ID}
+		known = &store.Task{ID: r.id}
 	}
 	t, err := h.mutateRetrying(ctx, log, known, fn)
 	if err != nil {
@@ -663,55 +663,27 @@ func retryable(err error) bool {
 	return false
 }
 
-// fencedWrite applies change to the task if I still hold it at epoch; the spend of res is
-// recorded either way. A refused write is logged; the message is acked all the same.
-func (h *Handler) fencedWrite(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, what string, change func(t *store.Task, now time.Time)) (*store.Task, bool) {
-	ctx = context.WithoutCancel(ctx)
-	applied := false
-	rules := h.pol.rules()
-	t, err := h.mutateRetrying(ctx, log, &store.Task{ID: id}, func(t *store.Task, now time.Time) error {
-		applied = rules.Holds(t, epoch)
-		if added := rules.AddSpend(t, epoch, res); !applied && !added {
-			return store.ErrNoChange
-		}
-		if applied {
-			change(t, now)
-		}
-		return nil
-	})
-	if err != nil {
-		log.ErrorContext(ctx, what+": write failed; the lease will expire and the sweeper re-nudges", "error", err)
-		return nil, false
-	}
-	if !applied {
-		h.metrics.WorkerOutcome(ctx, obs.WorkerRefused)
-		log.WarnContext(ctx, what+": refused, the lease is no longer mine", "state", string(t.State), "lease_epoch", t.Lease.Epoch)
-	}
-	return t, applied
-}
-
 // account records what a cancelled call spent.
-func (h *Handler) account(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
-	if !protocol.Spent(res) {
+func (r *run) account(ctx context.Context) {
+	if !protocol.Spent(r.res) {
 		return
 	}
-	rules := h.pol.rules()
-	if _, err := h.mutateRetrying(context.WithoutCancel(ctx), log, &store.Task{ID: id}, func(t *store.Task, _ time.Time) error {
-		if !rules.AddSpend(t, epoch, res) {
+	if _, err := r.h.mutateRetrying(context.WithoutCancel(ctx), r.log, &store.Task{ID: r.id}, func(t *store.Task, _ time.Time) error {
+		if !r.rules.AddSpend(t, r.epoch, r.res) {
 			return store.ErrNoChange
 		}
 		return nil
 	}); err != nil {
-		log.ErrorContext(ctx, "could not record the spend of a cancelled call", "error", err)
+		r.log.ErrorContext(ctx, "could not record the spend of a cancelled call", "error", err)
 	}
 }
 
 // release hands the task back (queued) without counting a failed attempt: a clean release.
-func (h *Handler) release(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
-	if _, ok := h.fencedWrite(ctx, log, id, epoch, res, "release", func(t *store.Task, _ time.Time) {
-		h.pol.rules().Release(t, epoch)
+func (r *run) release(ctx context.Context) {
+	if _, ok := r.fencedWrite(ctx, "release", func(t *store.Task, _ time.Time) {
+		r.rules.Release(t, r.epoch)
 	}); ok {
-		h.metrics.WorkerOutcome(ctx, obs.WorkerReleased)
+		r.h.metrics.WorkerOutcome(ctx, obs.WorkerReleased)
 	}
 }
 
@@ -719,7 +691,8 @@ func (h *Handler) release(ctx context.Context, log *slog.Logger, id string, epoc
 // than the servers' RetryInfo asked — or kills it when its attempts are exhausted. A failure that
 // was only rate limits with RetryInfo spends no attempt: the request was turned away for the
 // quota, not tried, and a tenant's tokens-per-minute must not burn its attempts into the DLQ.
-func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, err error) {
+func (r *run) retry(ctx context.Context, err error) {
+	h, log := r.h, r.log
 	e := taskError(err)
 	var wait time.Duration
 	rateLimited := false
@@ -729,8 +702,8 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 	}
 	dead := false
 	delay := func(attempts int) time.Duration { return max(h.pol.retryBackoff().Delay(attempts, nil), wait) }
-	t, ok := h.fencedWrite(ctx, log, id, epoch, res, "retry", func(t *store.Task, now time.Time) {
-		dead = h.pol.rules().Retry(t, epoch, now, e, !rateLimited, delay)
+	t, ok := r.fencedWrite(ctx, "retry", func(t *store.Task, now time.Time) {
+		dead = r.rules.Retry(t, r.epoch, now, e, !rateLimited, delay)
 	})
 	switch {
 	case !ok:
@@ -751,30 +724,31 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 // park moves the task to waiting when every model of its chain is unavailable: its own backoff,
 // no attempt counted, but no later than the chain may take a call again (a probe), so that the
 // sweeper sees the task then whatever its backoff has grown to. chain is what the call ran on.
-func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch int64, chain []string, res gemini.Result) {
+func (r *run) park(ctx context.Context, chain []string) {
+	h := r.h
 	delay := func(parks int) time.Duration { return h.pol.parkBackoff().Delay(parks, nil) }
-	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "park", func(t *store.Task, now time.Time) {
+	if t, ok := r.fencedWrite(ctx, "park", func(t *store.Task, now time.Time) {
 		var next *time.Time
 		if h.mp.Estimator != nil {
 			at := h.mp.Estimator.NextCall(chain)
 			next = &at
 		}
-		h.pol.rules().Park(t, epoch, now, delay, next)
+		r.rules.Park(t, r.epoch, now, delay, next)
 	}); ok {
 		h.metrics.WorkerOutcome(ctx, obs.WorkerParked)
-		log.WarnContext(ctx, "every model unavailable; parked", "parks", t.Parks, "not_before", t.NotBefore)
+		r.log.WarnContext(ctx, "every model unavailable; parked", "parks", t.Parks, "not_before", t.NotBefore)
 	}
 }
 
-// fail ends the task as failed.
-func (h *Handler) fail(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, e *store.TaskError) {
-	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "fail", func(t *store.Task, now time.Time) {
-		h.pol.rules().Fail(t, e, now)
+// fail ends the task as failed with e.
+func (r *run) fail(ctx context.Context, e *store.TaskError) {
+	if t, ok := r.fencedWrite(ctx, "fail", func(t *store.Task, now time.Time) {
+		r.rules.Fail(t, e, now)
 	}); ok {
-		h.metrics.WorkerOutcome(ctx, obs.WorkerFailed)
-		h.finished(ctx, t)
-		log.WarnContext(ctx, "failed", "error_kind", string(e.Kind), "error", e.Message)
-		h.nudgeResult(ctx, log, t)
+		r.h.metrics.WorkerOutcome(ctx, obs.WorkerFailed)
+		r.h.finished(ctx, t)
+		r.log.WarnContext(ctx, "failed", "error_kind", string(e.Kind), "error", e.Message)
+		r.h.nudgeResult(ctx, r.log, t)
 	}
 }
 
