@@ -78,7 +78,7 @@ func (r *run) holdForBatch(ctx context.Context, rend *prompts.Rendered, req gemi
 	if !r.affordable(ctx, req, models[0]) {
 		return true
 	}
-	if _, ok := r.fencedWrite(ctx, "batch hold", func(t *store.Task, _ time.Time) {
+	if _, ok := r.outcome(ctx, "batch hold", func(t *store.Task, _ time.Time) {
 		r.rules.HoldForBatch(t, r.epoch, models[0], until)
 	}); ok {
 		log.InfoContext(ctx, "waiting for a batch", "model", models[0], "until", until)
@@ -224,7 +224,7 @@ func (h *Handler) SettleBatch(ctx context.Context, j *store.BatchJob, m store.Ba
 func (r *run) sendBack(ctx context.Context, model string, e *store.TaskError, online bool) {
 	h, log, id := r.h, r.log, r.id
 	dead, due := false, false
-	t, ok := r.fencedWrite(ctx, "send back", func(t *store.Task, now time.Time) {
+	t, ok := r.outcome(ctx, "send back", func(t *store.Task, now time.Time) {
 		dead, due = r.rules.SendBack(t, r.epoch, now, model, e, online)
 	})
 	switch {

@@ -60,7 +60,7 @@ func sumResults(a, b gemini.Result) gemini.Result {
 // consecutive sheds: not a model failure, so no attempt is counted and no breaker moved.
 func (r *run) shed(ctx context.Context) {
 	delay := func(sheds int) time.Duration { return r.h.pol.retryBackoff().Delay(sheds, nil) }
-	if t, ok := r.fencedWrite(ctx, "shed", func(t *store.Task, now time.Time) {
+	if t, ok := r.outcome(ctx, "shed", func(t *store.Task, now time.Time) {
 		r.rules.Shed(t, r.epoch, now, delay)
 	}); ok {
 		r.h.metrics.Retry(ctx, string(gemini.Shed))

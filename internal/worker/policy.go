@@ -136,26 +136,28 @@ type answer struct {
 	known *store.Task
 }
 
-// ticket is a call the policy let through: what it holds until the call has ended.
+// ticket is a call the policy let through: what it holds of the tenant's budget and rates
+// until the call has ended. The run gives it back (run.callOver), once, whatever ends the call.
 type ticket struct {
-	place *place // holds the model-call slot
-	hold  *quota.Hold
-	rate  *quota.RateHold
+	hold *quota.Hold
+	rate *quota.RateHold
 	// admit is the request's gemini Admit when the tenant has an rpm or tpm: it spends rate on
 	// the first model call and takes each further call from the tenant's allowance.
 	admit func(context.Context, int64) (func(int64), error)
+	once  sync.Once
 }
 
-// done settles the budget hold with what the call cost, gives the rate hold back whole if no
-// model call spent it (admit settles it with what its call used), and frees the model-call slot.
+// done settles the budget hold with what the call cost and gives the rate hold back whole if no
+// model call spent it (admit settles it with what its call used). Only its first call counts.
 func (tk *ticket) done(res gemini.Result) {
-	if tk.hold != nil {
-		tk.hold.Settle(res.CostUSD)
-	}
-	if tk.rate != nil {
-		tk.rate.Settle(0, 0)
-	}
-	tk.place.endCall()
+	tk.once.Do(func() {
+		if tk.hold != nil {
+			tk.hold.Settle(res.CostUSD)
+		}
+		if tk.rate != nil {
+			tk.rate.Settle(0, 0)
+		}
+	})
 }
 
 // cacheKey is the fingerprint of req when the task asked for the cache, its family allows it and
@@ -173,17 +175,16 @@ func (h *Handler) cacheKey(t *store.Task, r *prompts.Rendered, req gemini.Reques
 // answers without a call), max_cost_usd against the estimate, a model-call slot of the run's
 // place (waited for; the lease released when the instance stops taking work first) and the
 // tenant's daily budget. It returns a ticket, holding the call slot, when the call may go
-// ahead; otherwise it has freed the slot and written the task's outcome (stored, failed,
-// waiting, handed back or released) and the caller stops.
+// ahead; otherwise it has written the task's outcome (stored, failed, waiting, handed back or
+// released), which gave back the slot and the ticket (run.callOver), and the caller stops.
 func (r *run) before(ctx context.Context, req gemini.Request, fp string) (*ticket, bool) {
-	h, t, log, p := r.h, r.task, r.log, r.place
+	h, t, log := r.h, r.task, r.log
 	if fp != "" {
 		o, err := h.store.GetOutput(ctx, t.Tenant, fp)
 		switch {
 		case err == nil:
 			log.InfoContext(ctx, "cache hit; no model call", "fingerprint", fp)
 			h.metrics.CacheHit(ctx, t.Family)
-			p.endCall()
 			r.persist(ctx, answer{res: gemini.Result{Text: o.Payload, Model: o.Model}, cached: true, fingerprint: fp})
 			return nil, false
 		case !errors.Is(err, store.ErrNotFound):
@@ -196,32 +197,29 @@ func (r *run) before(ctx context.Context, req gemini.Request, fp string) (*ticke
 		var estimate float64
 		tokens, estimate = h.mp.Estimator.Estimate(req)
 		if req.MaxCostUSD > 0 && estimate > req.MaxCostUSD {
-			p.endCall()
 			r.fail(ctx, &store.TaskError{Kind: task.KindBudget,
 				Message: fmt.Sprintf("estimated $%.6f exceeds max_cost_usd $%.6f; no model call", estimate, req.MaxCostUSD)})
 			return nil, false
 		}
 		worst = h.mp.Estimator.MaxSpend(req)
 	}
-	if !p.startCall(ctx) {
-		p.endCall()
+	if !r.place.startCall(ctx) {
 		log.WarnContext(ctx, "shutting down before a model-call slot was free; lease released")
 		r.release(ctx)
 		return nil, false
 	}
-	tk := &ticket{place: p}
+	tk := &ticket{}
+	r.ticket = tk
 	if h.mp.Budgets == nil && h.mp.Rates == nil {
 		return tk, true
 	}
 	limits, err := h.limits(ctx, t.Tenant)
 	if err != nil {
-		tk.done(gemini.Result{})
 		r.handBack(ctx, h.readRetry(), "tenant limits unreadable", err)
 		return nil, false
 	}
 	hold, err := h.reserve(ctx, t.Tenant, limits, worst)
 	if err != nil {
-		tk.done(gemini.Result{})
 		r.overBudget(ctx, err)
 		return nil, false
 	}
@@ -304,7 +302,7 @@ func (h *Handler) readRetry() time.Duration { return jitter(h.pol.RetryBase) }
 // handBack releases the claim (fenced) before any call, with not_before after wait: no attempt
 // is counted, and the task comes back when it is due.
 func (r *run) handBack(ctx context.Context, wait time.Duration, why string, cause error) {
-	if t, ok := r.fencedWrite(ctx, "hand back", func(t *store.Task, now time.Time) {
+	if t, ok := r.outcome(ctx, "hand back", func(t *store.Task, now time.Time) {
 		r.rules.Requeue(t, r.epoch, now.Add(wait))
 	}); ok {
 		r.h.metrics.WorkerOutcome(ctx, obs.WorkerDeferred)
@@ -326,7 +324,7 @@ func (r *run) budgetExhausted(ctx context.Context, cause error) {
 // a call and without counting an attempt.
 func (r *run) budgetWait(ctx context.Context, cause error, why string) {
 	e := &store.TaskError{Kind: task.KindBudget, Message: cause.Error()}
-	if t, ok := r.fencedWrite(ctx, "budget wait", func(t *store.Task, now time.Time) {
+	if t, ok := r.outcome(ctx, "budget wait", func(t *store.Task, now time.Time) {
 		var retry time.Duration
 		if r.h.mp.BudgetRetry > 0 {
 			retry = jitter(r.h.mp.BudgetRetry)

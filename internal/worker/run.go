@@ -28,6 +28,29 @@ type run struct {
 	// res is what the run's model call spent: every outcome records it, once (AddSpend).
 	res   gemini.Result
 	place *place // nil for a batch job's task, which holds none of this instance's capacity
+	// ticket is what the call holds of the tenant's budget and rates, once the policy let it
+	// through (before); nil until then.
+	ticket *ticket
+}
+
+// callOver gives back what the run's call holds: its ticket, settled with what the call spent,
+// then its model-call slot and its place among the claimed (place.endCall), so that what follows
+// — the outcome's write, the result's nudge, the ack — holds only the task's place in hand. Every
+// outcome begins with it and execute defers it, so no path leaves any of them taken; it may be
+// called more than once.
+func (r *run) callOver() {
+	if r.ticket != nil {
+		r.ticket.done(r.res)
+	}
+	if r.place != nil {
+		r.place.endCall()
+	}
+}
+
+// outcome writes an outcome of the run (fencedWrite), its call over first (callOver).
+func (r *run) outcome(ctx context.Context, what string, change func(t *store.Task, now time.Time)) (*store.Task, bool) {
+	r.callOver()
+	return r.fencedWrite(ctx, what, change)
 }
 
 // runOf is the run of t, claimed by this instance at t's lease epoch, in its place p.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -27,15 +26,12 @@ func (r *run) takeRate(ctx context.Context, limits store.Limits, tokens int64, t
 	hold, at, err := h.mp.Rates.Take(ctx, t.Tenant, quota.Rate{Requests: limits.RPM, Tokens: limits.TPM}, tokens)
 	switch {
 	case errors.Is(err, quota.ErrRateTooLarge):
-		tk.done(gemini.Result{})
 		r.fail(ctx, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return false
 	case err != nil:
-		tk.done(gemini.Result{})
 		r.handBack(ctx, h.readRetry(), "tenant rate unreadable", err)
 		return false
 	case hold == nil && !at.IsZero():
-		tk.done(gemini.Result{})
 		r.handBack(ctx, max(time.Until(at), 0), "tenant at its rpm or tpm", nil)
 		return false
 	}

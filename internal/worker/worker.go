@@ -359,7 +359,7 @@ func (p Policy) rules() protocol.Rules {
 // execute is steps 2–5 of docs/architecture.md §4 for the run's claimed task in its place: the
 // model call holds a call slot, freed as soon as it returns, before the outcome is written.
 func (r *run) execute(ctx context.Context) {
-	defer r.place.endCall()
+	defer r.callOver()
 	h, t, log := r.h, r.task, r.log
 	rend, req, err := h.request(t)
 	if err != nil {
@@ -392,7 +392,6 @@ func (r *run) execute(ctx context.Context) {
 	}
 	req.Admit = tk.admit
 	if req, ok = r.prepareFiles(ctx, req, 0, last); !ok {
-		tk.done(gemini.Result{})
 		return
 	}
 
@@ -402,8 +401,8 @@ func (r *run) execute(ctx context.Context) {
 	res, err := h.generate(callCtx, log, t, req)
 	stopPreviews()
 	cause := context.Cause(callCtx)
-	tk.done(res)
 	r.res = res
+	r.callOver() // at once: no slot waits on what follows
 	observe(res)
 	if protocol.Spent(res) {
 		h.metrics.Generation(ctx, generationModel(res, err), t.Tenant, res.Usage, res.CostUSD, time.Since(start))
@@ -545,6 +544,7 @@ const (
 // Then the cache entry and last good output (best-effort), and step 5: the gemini-results nudge.
 // A cached or stale answer goes the same way, without spend.
 func (r *run) persist(ctx context.Context, a answer) {
+	r.callOver()
 	ctx = context.WithoutCancel(ctx) // a paid output persists even during shutdown
 	h, log, epoch, replay := r.h, r.log, r.epoch, r.task.Replay
 	res := a.res
@@ -665,6 +665,7 @@ func retryable(err error) bool {
 
 // account records what a cancelled call spent.
 func (r *run) account(ctx context.Context) {
+	r.callOver()
 	if !protocol.Spent(r.res) {
 		return
 	}
@@ -680,7 +681,7 @@ func (r *run) account(ctx context.Context) {
 
 // release hands the task back (queued) without counting a failed attempt: a clean release.
 func (r *run) release(ctx context.Context) {
-	if _, ok := r.fencedWrite(ctx, "release", func(t *store.Task, _ time.Time) {
+	if _, ok := r.outcome(ctx, "release", func(t *store.Task, _ time.Time) {
 		r.rules.Release(t, r.epoch)
 	}); ok {
 		r.h.metrics.WorkerOutcome(ctx, obs.WorkerReleased)
@@ -702,7 +703,7 @@ func (r *run) retry(ctx context.Context, err error) {
 	}
 	dead := false
 	delay := func(attempts int) time.Duration { return max(h.pol.retryBackoff().Delay(attempts, nil), wait) }
-	t, ok := r.fencedWrite(ctx, "retry", func(t *store.Task, now time.Time) {
+	t, ok := r.outcome(ctx, "retry", func(t *store.Task, now time.Time) {
 		dead = r.rules.Retry(t, r.epoch, now, e, !rateLimited, delay)
 	})
 	switch {
@@ -727,7 +728,7 @@ func (r *run) retry(ctx context.Context, err error) {
 func (r *run) park(ctx context.Context, chain []string) {
 	h := r.h
 	delay := func(parks int) time.Duration { return h.pol.parkBackoff().Delay(parks, nil) }
-	if t, ok := r.fencedWrite(ctx, "park", func(t *store.Task, now time.Time) {
+	if t, ok := r.outcome(ctx, "park", func(t *store.Task, now time.Time) {
 		var next *time.Time
 		if h.mp.Estimator != nil {
 			at := h.mp.Estimator.NextCall(chain)
@@ -742,7 +743,7 @@ func (r *run) park(ctx context.Context, chain []string) {
 
 // fail ends the task as failed with e.
 func (r *run) fail(ctx context.Context, e *store.TaskError) {
-	if t, ok := r.fencedWrite(ctx, "fail", func(t *store.Task, now time.Time) {
+	if t, ok := r.outcome(ctx, "fail", func(t *store.Task, now time.Time) {
 		r.rules.Fail(t, e, now)
 	}); ok {
 		r.h.metrics.WorkerOutcome(ctx, obs.WorkerFailed)
