@@ -231,6 +231,38 @@ func (r Rules) SendBack(t *store.Task, epoch int64, now time.Time, model string,
 	return false, true
 }
 
+// ClaimDelivery is a resulthandler's claim of t's pending webhook delivery for owner until
+// now+ttl: when the delivery is claimable at now (store.Delivery.Claimable) — a reservation made
+// for the nudge carrying epoch reserved counts as free for that nudge — it takes the delivery
+// lease and counts the attempt, once (a reservation it takes over had counted it), and reports
+// true; otherwise it changes nothing.
+func ClaimDelivery(t *store.Task, owner string, now time.Time, ttl time.Duration, reserved int64) bool {
+	d := &t.Delivery
+	mine := reserved > 0 && t.ReservedDelivery(now) == reserved
+	if !d.Claimable(now, reserved) {
+		return false
+	}
+	if mine {
+		d.Lease.Clear()
+		d.Attempts-- // the reservation counted this attempt
+	}
+	return d.Take(owner, now, ttl) == nil
+}
+
+// JoinBatch takes t, waiting for a batch of model, into batch job job (owner
+// store.BatchOwner(job)) under a lease until now+ttl, and reports whether it did: not when t no
+// longer waits for that batch, or is already due (store.TaskDue), a worker's to claim.
+func JoinBatch(t *store.Task, job, model string, now time.Time, ttl time.Duration) bool {
+	if t.State != task.StateQueued || t.BatchModel != model || t.HasOutput() || store.TaskDue(t, now) {
+		return false
+	}
+	if err := t.Lease.Take(store.BatchOwner(job), now, ttl); err != nil {
+		return false
+	}
+	t.State, t.BatchJob, t.BatchModel, t.Claims = task.StateRunning, job, "", 0
+	return true
+}
+
 // Output is an answer to commit as a task's output.
 type Output struct {
 	Text        string

@@ -484,3 +484,60 @@ func TestAddSpend(t *testing.T) {
 		}, answer: true},
 	})
 }
+
+func TestClaimDelivery(t *testing.T) {
+	t.Parallel()
+	pending := func(lease claim.Lease, attempts int) func() *store.Task {
+		return func() *store.Task {
+			t := &store.Task{ID: "t1", State: task.StateSucceeded}
+			t.Delivery = store.Delivery{State: task.DeliveryPending, EventID: "e1", NextAttemptAt: at(-time.Second),
+				Attempts: attempts, Lease: lease}
+			if attempts > 0 {
+				t.Delivery.FirstAttemptAt = at(-time.Minute)
+			}
+			return t
+		}
+	}
+	reservation := claim.Lease{Owner: store.NudgeOwner, Epoch: 2, ExpiresAt: at(time.Minute)}
+	claimFor := func(reserved int64) func(*store.Task) any {
+		return func(t *store.Task) any { return protocol.ClaimDelivery(t, "rh1", now, time.Minute, reserved) }
+	}
+	run(t, []change{
+		{name: "a free delivery: its first attempt", before: pending(claim.Lease{Epoch: 1}, 0), apply: claimFor(0), want: func(t *store.Task) {
+			t.Delivery.Lease = claim.Lease{Owner: "rh1", Epoch: 2, ExpiresAt: at(time.Minute)}
+			t.Delivery.Attempts, t.Delivery.FirstAttemptAt = 1, at(0)
+		}, answer: true},
+		{name: "the nudge its reservation was for takes it over, the attempt counted once", before: pending(reservation, 1), apply: claimFor(2),
+			want: func(t *store.Task) {
+				t.Delivery.Lease = claim.Lease{Owner: "rh1", Epoch: 3, ExpiresAt: at(time.Minute)}
+			}, answer: true},
+		{name: "another nudge leaves the reservation alone", before: pending(reservation, 1), apply: claimFor(0),
+			want: func(*store.Task) {}, answer: false},
+		{name: "a delivery in its backoff waits", before: func() *store.Task {
+			t := pending(claim.Lease{Epoch: 1}, 1)()
+			t.Delivery.NextAttemptAt = at(time.Second)
+			return t
+		}, apply: claimFor(0), want: func(*store.Task) {}, answer: false},
+	})
+}
+
+func TestJoinBatch(t *testing.T) {
+	t.Parallel()
+	waiting := func(notBefore time.Duration) func() *store.Task {
+		return func() *store.Task {
+			return &store.Task{ID: "t1", State: task.StateQueued, Mode: task.ModeBatch, BatchModel: "flash", Claims: 1,
+				NotBefore: at(notBefore), Lease: claim.Lease{Epoch: 1}}
+		}
+	}
+	join := func(model string) func(*store.Task) any {
+		return func(t *store.Task) any { return protocol.JoinBatch(t, "j1", model, now, time.Hour) }
+	}
+	run(t, []change{
+		{name: "a task waiting for the batch joins the job", before: waiting(time.Hour), apply: join("flash"), want: func(t *store.Task) {
+			t.State, t.BatchJob, t.BatchModel, t.Claims = task.StateRunning, "j1", "", 0
+			t.Lease = claim.Lease{Owner: store.BatchOwner("j1"), Epoch: 2, ExpiresAt: at(time.Hour)}
+		}, answer: true},
+		{name: "one waiting for another model stays", before: waiting(time.Hour), apply: join("pro"), want: func(*store.Task) {}, answer: false},
+		{name: "one already due is a worker's", before: waiting(-time.Second), apply: join("flash"), want: func(*store.Task) {}, answer: false},
+	})
+}
