@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -59,7 +60,7 @@ func run(t *testing.T, cases []change) {
 			if d := cmp.Diff(want, got); d != "" {
 				t.Errorf("task after the change (-want +got):\n%s", d)
 			}
-			if d := cmp.Diff(c.answer, answer); d != "" {
+			if d := cmp.Diff(c.answer, answer, cmpopts.EquateErrors()); d != "" {
 				t.Errorf("the transition's answer (-want +got):\n%s", d)
 			}
 		})
@@ -175,48 +176,47 @@ func TestExpireFailKill(t *testing.T) {
 
 func TestHolds(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name   string
-		change func(*store.Task)
-		want   bool
-	}{
-		{"mine, running", func(*store.Task) {}, true},
-		{"lapsed but not taken over", func(t *store.Task) { t.Lease.ExpiresAt = at(-time.Hour) }, true},
-		{"taken over", func(t *store.Task) { t.Lease.Epoch++ }, false},
-		{"another owner", func(t *store.Task) { t.Lease.Owner = "w2" }, false},
-		{"no longer running", func(t *store.Task) { t.State = task.StateCancelled }, false},
-		{"output stored", func(t *store.Task) { t.OutputAt = at(0) }, false},
-	} {
-		tk := running()
-		c.change(tk)
-		if got := rules.Holds(tk, epoch); got != c.want {
-			t.Errorf("%s: Holds = %v, want %v", c.name, got, c.want)
+	holds := func(t *store.Task) any { return rules.Holds(t, epoch) }
+	with := func(change func(*store.Task)) func() *store.Task {
+		return func() *store.Task {
+			t := running()
+			change(t)
+			return t
 		}
 	}
+	unchanged := func(*store.Task) {}
+	run(t, []change{
+		{name: "mine, running", before: running, apply: holds, want: unchanged, answer: true},
+		{name: "lapsed but not taken over", before: with(func(t *store.Task) { t.Lease.ExpiresAt = at(-time.Hour) }), apply: holds, want: unchanged, answer: true},
+		{name: "taken over", before: with(func(t *store.Task) { t.Lease.Epoch++ }), apply: holds, want: unchanged, answer: false},
+		{name: "another owner", before: with(func(t *store.Task) { t.Lease.Owner = "w2" }), apply: holds, want: unchanged, answer: false},
+		{name: "no longer running", before: with(func(t *store.Task) { t.State = task.StateCancelled }), apply: holds, want: unchanged, answer: false},
+		{name: "output stored", before: with(func(t *store.Task) { t.OutputAt = at(0) }), apply: holds, want: unchanged, answer: false},
+	})
 }
 
 func TestRenew(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name   string
-		change func(*store.Task)
-		want   error
-	}{
-		{"held: extended", func(*store.Task) {}, nil},
-		{"lapsed, not taken over: extended", func(t *store.Task) { t.Lease.ExpiresAt = at(-time.Hour) }, nil},
-		{"output stored: the call may stop", func(t *store.Task) { t.OutputAt = at(0) }, protocol.ErrOutputStored},
-		{"taken over: lost", func(t *store.Task) { t.Lease.Epoch++ }, claim.ErrLeaseLost},
-	} {
-		tk := running()
-		c.change(tk)
-		err := rules.Renew(tk, epoch, now)
-		if !errors.Is(err, c.want) {
-			t.Errorf("%s: Renew = %v, want %v", c.name, err, c.want)
-		}
-		if err == nil && !tk.Lease.ExpiresAt.Equal(now.Add(time.Minute)) {
-			t.Errorf("%s: lease expires at %v, want %v", c.name, tk.Lease.ExpiresAt, now.Add(time.Minute))
-		}
-	}
+	renew := func(t *store.Task) any { return rules.Renew(t, epoch, now) }
+	extended := func(t *store.Task) { t.Lease.ExpiresAt = at(time.Minute) }
+	run(t, []change{
+		{name: "held: extended", before: running, apply: renew, want: extended, answer: error(nil)},
+		{name: "lapsed, not taken over: extended", before: func() *store.Task {
+			t := running()
+			t.Lease.ExpiresAt = at(-time.Hour)
+			return t
+		}, apply: renew, want: extended, answer: error(nil)},
+		{name: "output stored: the call may stop", before: func() *store.Task {
+			t := running()
+			t.OutputAt = at(0)
+			return t
+		}, apply: renew, want: func(*store.Task) {}, answer: protocol.ErrOutputStored},
+		{name: "taken over: lost", before: func() *store.Task {
+			t := running()
+			t.Lease.Epoch++
+			return t
+		}, apply: renew, want: func(*store.Task) {}, answer: claim.ErrLeaseLost},
+	})
 }
 
 func TestExtend(t *testing.T) {
@@ -257,36 +257,30 @@ func TestRetry(t *testing.T) {
 	transient := &store.TaskError{Kind: task.KindTransient, Message: "503"}
 	network := &store.TaskError{Kind: task.KindNetwork, Message: "reset"}
 	delay := func(n int) time.Duration { return time.Duration(n) * time.Second }
-	parked := func() *store.Task {
-		t := running()
-		t.Attempts, t.Parks = 1, 2
-		return t
+	parked := func(attempts int) func() *store.Task {
+		return func() *store.Task {
+			t := running()
+			t.Attempts, t.Parks = attempts, 2
+			return t
+		}
 	}
 	retry := func(e *store.TaskError, count bool) func(*store.Task) any {
 		return func(t *store.Task) any { return rules.Retry(t, epoch, now, e, count, delay) }
 	}
 	run(t, []change{
-		{name: "an attempt is counted; a model answered: parks reset", before: parked, apply: retry(transient, true), want: func(t *store.Task) {
+		{name: "an attempt is counted; a model answered: parks reset", before: parked(1), apply: retry(transient, true), want: func(t *store.Task) {
 			released(t)
 			t.Attempts, t.Parks, t.Error, t.NotBefore = 2, 0, transient, at(2*time.Second)
 		}, answer: false},
-		{name: "a network failure keeps the park count", before: parked, apply: retry(network, true), want: func(t *store.Task) {
+		{name: "a network failure keeps the park count", before: parked(1), apply: retry(network, true), want: func(t *store.Task) {
 			released(t)
 			t.Attempts, t.Error, t.NotBefore = 2, network, at(2*time.Second)
 		}, answer: false},
-		{name: "rate limits count no attempt and never kill", before: func() *store.Task {
-			t := parked()
-			t.Attempts = 3
-			return t
-		}, apply: retry(transient, false), want: func(t *store.Task) {
+		{name: "rate limits count no attempt and never kill", before: parked(3), apply: retry(transient, false), want: func(t *store.Task) {
 			released(t)
 			t.Parks, t.Error, t.NotBefore = 0, transient, at(3*time.Second)
 		}, answer: false},
-		{name: "the last attempt kills", before: func() *store.Task {
-			t := parked()
-			t.Attempts = 2
-			return t
-		}, apply: retry(transient, true), want: func(t *store.Task) {
+		{name: "the last attempt kills", before: parked(2), apply: retry(transient, true), want: func(t *store.Task) {
 			t.Attempts, t.Error = 3, transient
 			dead(t)
 		}, answer: true},
