@@ -137,27 +137,25 @@ type answer struct {
 }
 
 // ticket is a call the policy let through: what it holds of the tenant's budget and rates
-// until the call has ended. The run gives it back (run.callOver), once, whatever ends the call.
+// until the call has ended. The run gives it back (run.callOver) whatever ends the call.
 type ticket struct {
 	hold *quota.Hold
 	rate *quota.RateHold
 	// admit is the request's gemini Admit when the tenant has an rpm or tpm: it spends rate on
 	// the first model call and takes each further call from the tenant's allowance.
 	admit func(context.Context, int64) (func(int64), error)
-	once  sync.Once
 }
 
 // done settles the budget hold with what the call cost and gives the rate hold back whole if no
-// model call spent it (admit settles it with what its call used). Only its first call counts.
+// model call spent it (admit settles it with what its call used). Only its first call counts:
+// each hold settles once.
 func (tk *ticket) done(res gemini.Result) {
-	tk.once.Do(func() {
-		if tk.hold != nil {
-			tk.hold.Settle(res.CostUSD)
-		}
-		if tk.rate != nil {
-			tk.rate.Settle(0, 0)
-		}
-	})
+	if tk.hold != nil {
+		tk.hold.Settle(res.CostUSD)
+	}
+	if tk.rate != nil {
+		tk.rate.Settle(0, 0)
+	}
 }
 
 // cacheKey is the fingerprint of req when the task asked for the cache, its family allows it and
