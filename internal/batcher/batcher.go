@@ -32,6 +32,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/leader"
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
@@ -240,17 +241,8 @@ func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, le
 		return err
 	}
 	j := &store.BatchJob{ID: newJobID(), Model: model, State: store.BatchCreating, LeaseUntil: now.Add(b.cfg.LeaseTTL)}
-	owner := store.BatchOwner(j.ID)
 	tasks, err := b.store.CreateBatchJob(ctx, j, members, func(t *store.Task, now time.Time) bool {
-		// A task already due (store.TaskDue) is a worker's to claim, no longer the batch's.
-		if t.State != task.StateQueued || t.BatchModel != model || t.HasOutput() || store.TaskDue(t, now) {
-			return false
-		}
-		if err := t.Lease.Take(owner, now, b.cfg.LeaseTTL); err != nil {
-			return false
-		}
-		t.State, t.BatchJob, t.BatchModel, t.Claims = task.StateRunning, j.ID, "", 0
-		return true
+		return protocol.JoinBatch(t, j.ID, model, now, b.cfg.LeaseTTL)
 	})
 	claimed := make([]string, 0, len(tasks))
 	for _, t := range tasks {

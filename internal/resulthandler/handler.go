@@ -29,6 +29,7 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/internal/ssrf"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/backoff"
@@ -226,22 +227,10 @@ func (h *Handler) claim(ctx context.Context, id string, reserved int64) (claim, 
 	var ok bool
 	t, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
 		ok = false
+		if !protocol.ClaimDelivery(t, h.policy.Owner, now, h.policy.LeaseTTL(), reserved) {
+			return store.ErrNoChange
+		}
 		d := &t.Delivery
-		mine := reserved > 0 && t.ReservedDelivery(now) == reserved
-		if !d.Claimable(now, reserved) {
-			return store.ErrNoChange
-		}
-		if mine {
-			d.Lease.Clear()
-			d.Attempts-- // the reservation counted this attempt
-		}
-		if err := d.Lease.Take(h.policy.Owner, now, h.policy.LeaseTTL()); err != nil {
-			return store.ErrNoChange
-		}
-		if d.FirstAttemptAt == nil {
-			d.FirstAttemptAt = &now
-		}
-		d.Attempts++
 		c = claim{eventID: d.EventID, payload: d.Payload, url: t.CallbackURL, tenant: t.Tenant,
 			owner: h.policy.Owner, epoch: d.Lease.Epoch, round: d.Round, attempt: d.Attempts}
 		ok = true

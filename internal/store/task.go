@@ -420,17 +420,25 @@ func DeliveryLease(webhookTimeout time.Duration) time.Duration { return 3 * webh
 // reservation's epoch, or 0 when there is nothing to reserve.
 func (t *Task) ReserveDelivery(now time.Time, ttl time.Duration) int64 {
 	d := &t.Delivery
-	if !d.Claimable(now, 0) {
+	if !d.Claimable(now, 0) || d.Take(NudgeOwner, now, ttl) != nil {
 		return 0
 	}
-	if err := d.Lease.Take(NudgeOwner, now, ttl); err != nil {
-		return 0
+	return d.Lease.Epoch
+}
+
+// Take takes the delivery lease for owner until now+ttl and counts the attempt it is for; it
+// fails with claim.ErrHeld, changing nothing, while another owner's lease is live. Check
+// Claimable first: a reservation's (ReserveDelivery) and a claim's (protocol.ClaimDelivery) take
+// are this one.
+func (d *Delivery) Take(owner string, now time.Time, ttl time.Duration) error {
+	if err := d.Lease.Take(owner, now, ttl); err != nil {
+		return err
 	}
 	if d.FirstAttemptAt == nil {
 		d.FirstAttemptAt = &now
 	}
 	d.Attempts++
-	return d.Lease.Epoch
+	return nil
 }
 
 // ReservedDelivery returns the epoch of the delivery lease a commit reserved for its nudge while

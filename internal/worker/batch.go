@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -41,7 +41,8 @@ func (h *Handler) batchTimes(t *store.Task) (deadline, online time.Time) {
 // its deadline, then fail as expired). A task whose tenant's budget or the project's has no room
 // for its worst case meets the budget policy here, as online, instead of waiting for a job that
 // would not take it (Admit). It reports whether it took the task; false runs it online.
-func (h *Handler) holdForBatch(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered, req gemini.Request) bool {
+func (r *run) holdForBatch(ctx context.Context, rend *prompts.Rendered, req gemini.Request) bool {
+	h, t, log := r.h, r.task, r.log
 	if t.Mode != task.ModeBatch || t.BatchOnline || h.batch.Deadline <= 0 {
 		return false
 	}
@@ -59,27 +60,26 @@ func (h *Handler) holdForBatch(ctx context.Context, log *slog.Logger, t *store.T
 	}
 	now := time.Now()
 	deadline, until := h.batchTimes(t)
-	if r.BatchFallback == prompts.BatchFallbackNone {
+	if rend.BatchFallback == prompts.BatchFallbackNone {
 		until = deadline
 	}
 	if !now.Before(until) {
-		if r.BatchFallback == prompts.BatchFallbackOnline {
+		if rend.BatchFallback == prompts.BatchFallbackOnline {
 			// Out of the batcher's reach for good: a retry's backoff must not look like a wait for a batch.
-			_, ok := h.fencedWrite(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, "batch fallback", func(t *store.Task, _ time.Time) {
-				t.BatchModel, t.BatchOnline = "", true
+			_, ok := r.fencedWrite(ctx, "batch fallback", func(t *store.Task, _ time.Time) {
+				protocol.RunOnline(t)
 			})
 			log.InfoContext(ctx, "a batch can no longer meet the task's deadline; running online", "deadline", deadline)
 			return !ok
 		}
-		h.fail(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, &store.TaskError{Kind: task.KindExpired, Message: "its batch deadline passed before a batch ran it (batch_fallback: none)"})
+		r.fail(ctx, &store.TaskError{Kind: task.KindExpired, Message: "its batch deadline passed before a batch ran it (batch_fallback: none)"})
 		return true
 	}
-	if !h.affordable(ctx, log, t, req, models[0]) {
+	if !r.affordable(ctx, req, models[0]) {
 		return true
 	}
-	if _, ok := h.fencedWrite(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, "batch hold", func(t *store.Task, _ time.Time) {
-		t.State, t.BatchModel, t.NotBefore, t.Claims = task.StateQueued, models[0], &until, 0
-		_ = t.Lease.Release(h.pol.Owner, t.Lease.Epoch)
+	if _, ok := r.outcome(ctx, "batch hold", func(t *store.Task, _ time.Time) {
+		r.rules.HoldForBatch(t, r.epoch, models[0], until)
 	}); ok {
 		log.InfoContext(ctx, "waiting for a batch", "model", models[0], "until", until)
 	}
@@ -90,15 +90,16 @@ func (h *Handler) holdForBatch(ctx context.Context, log *slog.Logger, t *store.T
 // as Admit will reserve it; the reservation is only a check here, released at once. When they
 // have none, or a total or the tenant's limits cannot be read, it has written the claimed task's
 // outcome as the online path does (overBudget, handBack).
-func (h *Handler) affordable(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request, model string) bool {
+func (r *run) affordable(ctx context.Context, req gemini.Request, model string) bool {
+	h, t := r.h, r.task
 	limits, err := h.limits(ctx, t.Tenant)
 	if err != nil {
-		h.handBack(ctx, log, t.ID, t.Lease.Epoch, h.readRetry(), "tenant limits unreadable", err)
+		r.handBack(ctx, h.readRetry(), "tenant limits unreadable", err)
 		return false
 	}
 	hold, err := h.reserve(ctx, t.Tenant, limits, h.batchWorst(req, model))
 	if err != nil {
-		h.overBudget(ctx, log, t.ID, t.Lease.Epoch, err)
+		r.overBudget(ctx, err)
 		return false
 	}
 	if hold != nil {
@@ -150,10 +151,9 @@ func (h *Handler) Admit(ctx context.Context, t *store.Task, req gemini.Request, 
 // applies the budget policy to it (affordable); it is left alone if a job took it meanwhile.
 func (h *Handler) leaveBatch(ctx context.Context, log *slog.Logger, id, model string, cause error) {
 	_, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
-		if t.State != task.StateQueued || t.BatchModel != model || t.HasOutput() {
+		if !protocol.LeaveBatch(t, model, now) {
 			return store.ErrNoChange
 		}
-		t.BatchModel, t.NotBefore = "", &now
 		return nil
 	})
 	if err != nil {
@@ -184,16 +184,6 @@ func (h *Handler) BatchRequest(t *store.Task) (gemini.Request, string, error) {
 	return h.withCopies(t, req), h.cacheKey(t, r, req), nil
 }
 
-// asBatch is a handler acting as the lease owner of batch job id: its writes to the job's tasks
-// are fenced by the job's lease and their claim epochs, and the spend it records is keyed by the
-// job, the same in every instance that settles it.
-func (h *Handler) asBatch(id string) *Handler {
-	pol := h.pol
-	pol.Owner = store.BatchOwner(id)
-	return &Handler{store: h.store, gen: h.gen, render: h.render, pub: h.pub, log: h.log, pol: pol, mp: h.mp,
-		abort: h.abort, cancel: h.cancel, metrics: h.metrics, batch: h.batch, files: h.files, beforeRemember: h.beforeRemember}
-}
-
 // SettleBatch applies one request's outcome to its task, as the job's lease owner and under the
 // outbox's rules (docs/architecture.md §4 step 4): an answer is persisted (first output wins; a cancelled,
 // discarded or expired task records the spend and keeps its state); a permanent error fails
@@ -202,20 +192,19 @@ func (h *Handler) asBatch(id string) *Handler {
 // It reports whether the task is settled: out of the job, its spend recorded.
 func (h *Handler) SettleBatch(ctx context.Context, j *store.BatchJob, m store.BatchMember, o batcher.Outcome) (bool, error) {
 	ctx = context.WithoutCancel(ctx)
-	bh := h.asBatch(j.ID)
-	log := h.log.With("task_id", m.TaskID, "batch_job", j.ID, "epoch", m.Epoch)
-	if spent(o.Result) { // the budgets count it once the job is done (SettleCharge)
+	r := h.batchRun(j, m, o.Result)
+	if protocol.Spent(o.Result) { // the budgets count it once the job is done (SettleCharge)
 		h.metrics.Generation(ctx, o.Result.Model, m.Tenant, o.Result.Usage, o.Result.CostUSD, 0)
 	}
 	switch class := gemini.ClassOf(o.Err); {
 	case o.Lost:
-		bh.sendBack(ctx, log, j.Model, m.TaskID, m.Epoch, o.Result, nil, o.Online)
+		r.sendBack(ctx, j.Model, nil, o.Online)
 	case o.Err == nil:
-		bh.persist(ctx, log, &store.Task{ID: m.TaskID, Replay: m.Replay}, m.Epoch, answer{res: o.Result, fingerprint: o.Fingerprint})
+		r.persist(ctx, answer{res: o.Result, fingerprint: o.Fingerprint})
 	case class == gemini.Permanent || class == gemini.Budget:
-		bh.fail(ctx, log, m.TaskID, m.Epoch, o.Result, taskError(o.Err))
+		r.fail(ctx, taskError(o.Err))
 	default:
-		bh.sendBack(ctx, log, j.Model, m.TaskID, m.Epoch, o.Result, taskError(o.Err), class == gemini.Quality)
+		r.sendBack(ctx, j.Model, taskError(o.Err), class == gemini.Quality)
 	}
 	t, err := h.store.GetTask(ctx, m.TaskID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -224,34 +213,19 @@ func (h *Handler) SettleBatch(ctx context.Context, j *store.BatchJob, m store.Ba
 	if err != nil {
 		return false, err
 	}
-	key := bh.pol.Owner + ":" + strconv.FormatInt(m.Epoch, 10)
-	held := t.State == task.StateRunning && t.Lease.Owner == bh.pol.Owner && t.Lease.Epoch == m.Epoch
-	return !held && (!spent(o.Result) || slices.Contains(t.SpentBy, key)), nil
+	held := t.State == task.StateRunning && t.Lease.Owner == r.rules.Owner && t.Lease.Epoch == m.Epoch
+	return !held && (!protocol.Spent(o.Result) || slices.Contains(t.SpentBy, r.rules.SpendKey(m.Epoch))), nil
 }
 
 // sendBack releases a task of a batch job, fenced by the job's lease: with the request's error
 // counted as an attempt (dead past the cap), or, for a lost job, none. It waits for the next job
 // while its time in batches lasts; otherwise, or when online is set, it is due now and nudged,
 // and the worker runs it online (or, for a batch_fallback none family, holds it again).
-func (h *Handler) sendBack(ctx context.Context, log *slog.Logger, model, id string, epoch int64, res gemini.Result, e *store.TaskError, online bool) {
+func (r *run) sendBack(ctx context.Context, model string, e *store.TaskError, online bool) {
+	h, log, id := r.h, r.log, r.id
 	dead, due := false, false
-	t, ok := h.fencedWrite(ctx, log, id, epoch, res, "send back", func(t *store.Task, now time.Time) {
-		if e != nil {
-			t.Attempts++
-			t.Error = e
-			if dead = t.Attempts >= h.pol.MaxAttempts; dead {
-				h.kill(t, now)
-				return
-			}
-		}
-		t.State, t.Claims = task.StateQueued, 0
-		_ = t.Lease.Release(h.pol.Owner, epoch)
-		if !online && t.NotBefore != nil && now.Before(*t.NotBefore) {
-			t.BatchModel = model
-			return
-		}
-		due = true
-		t.BatchModel, t.BatchOnline, t.NotBefore = "", online, &now
+	t, ok := r.outcome(ctx, "send back", func(t *store.Task, now time.Time) {
+		dead, due = r.rules.SendBack(t, r.epoch, now, model, e, online)
 	})
 	switch {
 	case !ok:
@@ -282,15 +256,12 @@ func errMessage(e *store.TaskError) string {
 // task's claim epoch; an expired lease is extended all the same (nobody else may take a task of
 // a job). false means the task no longer runs in the job (it was cancelled, or settled).
 func (h *Handler) RenewBatch(ctx context.Context, id string, m store.BatchMember, ttl time.Duration) (bool, error) {
-	owner := store.BatchOwner(id)
+	rules := h.pol.rules().As(store.BatchOwner(id))
 	held := false
 	_, err := h.store.MutateTask(ctx, m.TaskID, func(t *store.Task, now time.Time) error {
-		if t.State != task.StateRunning || t.HasOutput() || t.Lease.Owner != owner || t.Lease.Epoch != m.Epoch {
+		if held = rules.Extend(t, m.Epoch, now, ttl); !held {
 			return store.ErrNoChange
 		}
-		held = true
-		exp := now.Add(ttl)
-		t.Lease.ExpiresAt = &exp
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {

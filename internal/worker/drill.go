@@ -11,6 +11,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/leader"
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -115,7 +116,7 @@ func (d *Drill) Drill(ctx context.Context) []DrillResult {
 			default:
 				dr.Outcome = string(gemini.ClassOf(err))
 			}
-			if spent(res) {
+			if protocol.Spent(res) {
 				d.Metrics.Generation(ctx, model, drillTenant, res.Usage, res.CostUSD, dr.Latency)
 			}
 			d.Metrics.FallbackDrill(ctx, family, model, dr.Outcome, dr.Latency)

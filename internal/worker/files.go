@@ -81,23 +81,23 @@ func (h *Handler) usable(f store.File, replay int, now time.Time, wait time.Dura
 // recorded (fenced) before the call, and kept in last when given (the document the output's
 // commit is conditioned on). It returns false when it wrote the task's outcome instead: failed
 // (a file is gone), handed back (Cloud Storage or the Files API failed), or lost.
-func (h *Handler) prepareFiles(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request, wait time.Duration, last *lastWrite) (gemini.Request, bool) {
+func (r *run) prepareFiles(ctx context.Context, req gemini.Request, wait time.Duration, last *lastWrite) (gemini.Request, bool) {
+	t := r.task
 	if len(t.Files) == 0 {
 		return req, true
 	}
-	epoch := t.Lease.Epoch
-	err := h.readyFiles(ctx, log, t, wait, last)
+	err := r.readyFiles(ctx, wait, last)
 	switch {
 	case errors.Is(err, errLeaseLost):
 		return req, false
 	case errors.Is(err, errFileGone):
-		h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
+		r.fail(ctx, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return req, false
 	case err != nil:
-		h.retry(ctx, log, t.ID, epoch, gemini.Result{}, err)
+		r.retry(ctx, err)
 		return req, false
 	}
-	return h.withCopies(t, req), true
+	return r.h.withCopies(t, req), true
 }
 
 // withCopies is req naming t's files by their Files API copies where the model reads copies and
@@ -118,7 +118,8 @@ func (h *Handler) withCopies(t *store.Task, req gemini.Request) gemini.Request {
 // errLeaseLost: a fenced write found the task no longer mine.
 var errLeaseLost = errors.New("worker: the lease is no longer mine")
 
-func (h *Handler) readyFiles(ctx context.Context, log *slog.Logger, t *store.Task, wait time.Duration, last *lastWrite) error {
+func (r *run) readyFiles(ctx context.Context, wait time.Duration, last *lastWrite) error {
+	h, t := r.h, r.task
 	if h.files.Copier == nil || h.files.Objects == nil {
 		return fmt.Errorf("%w: this worker reads no files (no storage configured)", errFileGone)
 	}
@@ -139,33 +140,35 @@ func (h *Handler) readyFiles(ctx context.Context, log *slog.Logger, t *store.Tas
 		if h.usable(t.Files[i], t.Replay, now, wait) {
 			continue
 		}
-		if err := h.copyFile(ctx, log, t, i, last); err != nil {
+		if err := r.copyFile(ctx, i, last); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// copyFile makes copy Copies+1 of file i of t and records it on the task, fenced by the claim.
-func (h *Handler) copyFile(ctx context.Context, log *slog.Logger, t *store.Task, i int, last *lastWrite) error {
+// copyFile makes copy Copies+1 of file i of the run's task and records it on the task, fenced by
+// the claim.
+func (r *run) copyFile(ctx context.Context, i int, last *lastWrite) error {
+	h, t := r.h, r.task
 	f := t.Files[i]
 	n := f.Copies + 1
 	name := copyName(t, i, n)
-	r, err := h.files.Objects.Open(ctx, f.Bucket, f.Object, f.Generation)
+	body, err := h.files.Objects.Open(ctx, f.Bucket, f.Object, f.Generation)
 	if errors.Is(err, objects.ErrNotFound) {
 		return fmt.Errorf("%w: %s#%d", errFileGone, f.URI(), f.Generation)
 	}
 	if err != nil {
 		return err
 	}
-	c, err := h.files.Copier.CopyFile(ctx, name, f.MIMEType, f.Size, r)
-	_ = r.Close()
+	c, err := h.files.Copier.CopyFile(ctx, name, f.MIMEType, f.Size, body)
+	_ = body.Close()
 	if err != nil {
 		return err
 	}
 	crashpoint.Hit(crashpoint.FileCopied)
 	old := f.Copy
-	got, ok := h.fencedWrite(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, "record a file copy", func(t *store.Task, _ time.Time) {
+	got, ok := r.fencedWrite(ctx, "record a file copy", func(t *store.Task, _ time.Time) {
 		if i < len(t.Files) {
 			t.Files[i].Copy = &store.FileCopy{Name: c.Name, URI: c.URI, ExpireAt: c.ExpireAt, Replay: t.Replay}
 			t.Files[i].Copies = n
@@ -178,10 +181,10 @@ func (h *Handler) copyFile(ctx context.Context, log *slog.Logger, t *store.Task,
 	if last != nil {
 		last.set(got)
 	}
-	log.InfoContext(ctx, "file copied to the Files API", "file", f.URI(), "copy", c.Name, "expire_at", c.ExpireAt)
+	r.log.InfoContext(ctx, "file copied to the Files API", "file", f.URI(), "copy", c.Name, "expire_at", c.ExpireAt)
 	crashpoint.Hit(crashpoint.FileRecorded)
 	if old != nil {
-		h.deleteCopy(ctx, log, old.Name)
+		h.deleteCopy(ctx, r.log, old.Name)
 	}
 	return nil
 }

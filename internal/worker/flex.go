@@ -58,14 +58,12 @@ func sumResults(a, b gemini.Result) gemini.Result {
 
 // shed hands back a task whose flex call was shed, with a jittered backoff that grows with its
 // consecutive sheds: not a model failure, so no attempt is counted and no breaker moved.
-func (h *Handler) shed(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
-	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "shed", func(t *store.Task, now time.Time) {
-		t.Sheds++
-		nb := now.Add(h.pol.retryBackoff().Delay(t.Sheds, nil))
-		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
-		_ = t.Lease.Release(h.pol.Owner, epoch)
+func (r *run) shed(ctx context.Context) {
+	delay := func(sheds int) time.Duration { return r.h.pol.retryBackoff().Delay(sheds, nil) }
+	if t, ok := r.outcome(ctx, "shed", func(t *store.Task, now time.Time) {
+		r.rules.Shed(t, r.epoch, now, delay)
 	}); ok {
-		h.metrics.Retry(ctx, string(gemini.Shed))
-		log.InfoContext(ctx, "flex call shed; retry scheduled", "sheds", t.Sheds, "not_before", t.NotBefore)
+		r.h.metrics.Retry(ctx, string(gemini.Shed))
+		r.log.InfoContext(ctx, "flex call shed; retry scheduled", "sheds", t.Sheds, "not_before", t.NotBefore)
 	}
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
-	"github.com/genbox-dev/genbox/pkg/gemini"
 )
 
 // Local takes the due tasks this instance's sweeper finds, while the instance consumes
@@ -86,7 +85,7 @@ func (l *Local) adopt(t *store.Task) bool {
 		t := last.get()
 		if !ok {
 			log.InfoContext(ctx, "stopped taking work before a task handed a slot had room; released")
-			h.release(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{})
+			h.runOf(log, t, nil).release(ctx)
 			return
 		}
 		defer p.leave()

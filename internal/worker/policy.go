@@ -136,18 +136,19 @@ type answer struct {
 	known *store.Task
 }
 
-// ticket is a call the policy let through: what it holds until the call has ended.
+// ticket is a call the policy let through: what it holds of the tenant's budget and rates
+// until the call has ended. The run gives it back (run.callOver) whatever ends the call.
 type ticket struct {
-	place *place // holds the model-call slot
-	hold  *quota.Hold
-	rate  *quota.RateHold
+	hold *quota.Hold
+	rate *quota.RateHold
 	// admit is the request's gemini Admit when the tenant has an rpm or tpm: it spends rate on
 	// the first model call and takes each further call from the tenant's allowance.
 	admit func(context.Context, int64) (func(int64), error)
 }
 
-// done settles the budget hold with what the call cost, gives the rate hold back whole if no
-// model call spent it (admit settles it with what its call used), and frees the model-call slot.
+// done settles the budget hold with what the call cost and gives the rate hold back whole if no
+// model call spent it (admit settles it with what its call used). Only its first call counts:
+// each hold settles once.
 func (tk *ticket) done(res gemini.Result) {
 	if tk.hold != nil {
 		tk.hold.Settle(res.CostUSD)
@@ -155,7 +156,6 @@ func (tk *ticket) done(res gemini.Result) {
 	if tk.rate != nil {
 		tk.rate.Settle(0, 0)
 	}
-	tk.place.endCall()
 }
 
 // cacheKey is the fingerprint of req when the task asked for the cache, its family allows it and
@@ -170,21 +170,20 @@ func (h *Handler) cacheKey(t *store.Task, r *prompts.Rendered, req gemini.Reques
 }
 
 // before runs the policy's steps between the claim and the call, in order: the cache (a hit
-// answers without a call), max_cost_usd against the estimate, a model-call slot of p (waited
-// for; the lease released when the instance stops taking work first) and the tenant's daily
-// budget. It returns a ticket, holding the call slot, when the call may go
-// ahead; otherwise it has freed the slot and written the task's outcome (stored, failed,
-// waiting, handed back or released) and the caller stops.
-func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request, fp string, p *place) (*ticket, bool) {
-	epoch := t.Lease.Epoch
+// answers without a call), max_cost_usd against the estimate, a model-call slot of the run's
+// place (waited for; the lease released when the instance stops taking work first) and the
+// tenant's daily budget. It returns a ticket, holding the call slot, when the call may go
+// ahead; otherwise it has written the task's outcome (stored, failed, waiting, handed back or
+// released), which gave back the slot and the ticket (run.callOver), and the caller stops.
+func (r *run) before(ctx context.Context, req gemini.Request, fp string) (*ticket, bool) {
+	h, t, log := r.h, r.task, r.log
 	if fp != "" {
 		o, err := h.store.GetOutput(ctx, t.Tenant, fp)
 		switch {
 		case err == nil:
 			log.InfoContext(ctx, "cache hit; no model call", "fingerprint", fp)
 			h.metrics.CacheHit(ctx, t.Family)
-			p.endCall()
-			h.persist(ctx, log, t, epoch, answer{res: gemini.Result{Text: o.Payload, Model: o.Model}, cached: true, fingerprint: fp})
+			r.persist(ctx, answer{res: gemini.Result{Text: o.Payload, Model: o.Model}, cached: true, fingerprint: fp})
 			return nil, false
 		case !errors.Is(err, store.ErrNotFound):
 			log.WarnContext(ctx, "cache read failed; calling the model", "error", err)
@@ -196,37 +195,34 @@ func (h *Handler) before(ctx context.Context, log *slog.Logger, t *store.Task, r
 		var estimate float64
 		tokens, estimate = h.mp.Estimator.Estimate(req)
 		if req.MaxCostUSD > 0 && estimate > req.MaxCostUSD {
-			p.endCall()
-			h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindBudget,
+			r.fail(ctx, &store.TaskError{Kind: task.KindBudget,
 				Message: fmt.Sprintf("estimated $%.6f exceeds max_cost_usd $%.6f; no model call", estimate, req.MaxCostUSD)})
 			return nil, false
 		}
 		worst = h.mp.Estimator.MaxSpend(req)
 	}
-	if !p.startCall(ctx) {
-		p.endCall()
+	if !r.place.startCall(ctx) {
 		log.WarnContext(ctx, "shutting down before a model-call slot was free; lease released")
-		h.release(ctx, log, t.ID, epoch, gemini.Result{})
+		r.release(ctx)
 		return nil, false
 	}
-	tk := &ticket{place: p}
+	tk := &ticket{}
+	r.ticket = tk
 	if h.mp.Budgets == nil && h.mp.Rates == nil {
 		return tk, true
 	}
 	limits, err := h.limits(ctx, t.Tenant)
 	if err != nil {
-		tk.done(gemini.Result{})
-		h.handBack(ctx, log, t.ID, epoch, h.readRetry(), "tenant limits unreadable", err)
+		r.handBack(ctx, h.readRetry(), "tenant limits unreadable", err)
 		return nil, false
 	}
 	hold, err := h.reserve(ctx, t.Tenant, limits, worst)
 	if err != nil {
-		tk.done(gemini.Result{})
-		h.overBudget(ctx, log, t.ID, epoch, err)
+		r.overBudget(ctx, err)
 		return nil, false
 	}
 	tk.hold = hold
-	if !h.takeRate(ctx, log, t, limits, tokens, tk) {
+	if !r.takeRate(ctx, limits, tokens, tk) {
 		return nil, false
 	}
 	return tk, true
@@ -257,14 +253,14 @@ func (h *Handler) reserve(ctx context.Context, tenant string, limits store.Limit
 // overBudget writes the outcome of a claimed task whose reservation reserve refused, with no
 // call made: the project's budget spent, it waits; its tenant's spent, the budget policy
 // applies; a total unreadable, it is handed back to try again soon.
-func (h *Handler) overBudget(ctx context.Context, log *slog.Logger, id string, epoch int64, err error) {
+func (r *run) overBudget(ctx context.Context, err error) {
 	switch {
 	case errors.Is(err, quota.ErrProjectBudgetExhausted):
-		h.budgetWait(ctx, log, id, epoch, err, "project daily budget exhausted; waiting")
+		r.budgetWait(ctx, err, "project daily budget exhausted; waiting")
 	case errors.Is(err, quota.ErrBudgetExhausted):
-		h.budgetExhausted(ctx, log, id, epoch, err)
+		r.budgetExhausted(ctx, err)
 	default:
-		h.handBack(ctx, log, id, epoch, h.readRetry(), "tenant budget unreadable", err)
+		r.handBack(ctx, r.h.readRetry(), "tenant budget unreadable", err)
 	}
 }
 
@@ -303,56 +299,39 @@ func (h *Handler) readRetry() time.Duration { return jitter(h.pol.RetryBase) }
 
 // handBack releases the claim (fenced) before any call, with not_before after wait: no attempt
 // is counted, and the task comes back when it is due.
-func (h *Handler) handBack(ctx context.Context, log *slog.Logger, id string, epoch int64, wait time.Duration, why string, cause error) {
-	if t, ok := h.fencedWrite(ctx, log, id, epoch, gemini.Result{}, "hand back", func(t *store.Task, now time.Time) {
-		nb := now.Add(wait)
-		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
-		_ = t.Lease.Release(h.pol.Owner, epoch)
+func (r *run) handBack(ctx context.Context, wait time.Duration, why string, cause error) {
+	if t, ok := r.outcome(ctx, "hand back", func(t *store.Task, now time.Time) {
+		r.rules.Requeue(t, r.epoch, now.Add(wait))
 	}); ok {
-		h.metrics.WorkerOutcome(ctx, obs.WorkerDeferred)
-		log.InfoContext(ctx, why+"; handed back without a call", "not_before", t.NotBefore, "error", cause)
+		r.h.metrics.WorkerOutcome(ctx, obs.WorkerDeferred)
+		r.log.InfoContext(ctx, why+"; handed back without a call", "not_before", t.NotBefore, "error", cause)
 	}
 }
 
 // budgetExhausted applies the budget policy: wait (parked until the day resets or BudgetRetry,
 // whichever comes first) or fail with kind budget. No model call either way.
-func (h *Handler) budgetExhausted(ctx context.Context, log *slog.Logger, id string, epoch int64, cause error) {
-	if h.mp.BudgetPolicy == quota.BudgetFail {
-		h.fail(ctx, log, id, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindBudget, Message: cause.Error()})
+func (r *run) budgetExhausted(ctx context.Context, cause error) {
+	if r.h.mp.BudgetPolicy == quota.BudgetFail {
+		r.fail(ctx, &store.TaskError{Kind: task.KindBudget, Message: cause.Error()})
 		return
 	}
-	h.budgetWait(ctx, log, id, epoch, cause, "tenant daily budget exhausted; waiting")
+	r.budgetWait(ctx, cause, "tenant daily budget exhausted; waiting")
 }
 
 // budgetWait parks the task until the day resets or BudgetRetry, whichever comes first, without
 // a call and without counting an attempt.
-func (h *Handler) budgetWait(ctx context.Context, log *slog.Logger, id string, epoch int64, cause error, why string) {
+func (r *run) budgetWait(ctx context.Context, cause error, why string) {
 	e := &store.TaskError{Kind: task.KindBudget, Message: cause.Error()}
-	if t, ok := h.fencedWrite(ctx, log, id, epoch, gemini.Result{}, "budget wait", func(t *store.Task, now time.Time) {
-		nb := quota.ResetAt(now)
-		if h.mp.BudgetRetry > 0 {
-			nb = minTime(nb, now.Add(jitter(h.mp.BudgetRetry)))
+	if t, ok := r.outcome(ctx, "budget wait", func(t *store.Task, now time.Time) {
+		var retry time.Duration
+		if r.h.mp.BudgetRetry > 0 {
+			retry = jitter(r.h.mp.BudgetRetry)
 		}
-		t.State, t.NotBefore, t.Claims, t.Error = task.StateWaiting, &nb, 0, e
-		_ = t.Lease.Release(h.pol.Owner, epoch)
+		r.rules.BudgetWait(t, r.epoch, now, e, retry)
 	}); ok {
-		h.metrics.WorkerOutcome(ctx, obs.WorkerParked)
-		log.WarnContext(ctx, why, "not_before", t.NotBefore)
+		r.h.metrics.WorkerOutcome(ctx, obs.WorkerParked)
+		r.log.WarnContext(ctx, why, "not_before", t.NotBefore)
 	}
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // exhausted reports whether no model of req's chain can take a call after a failed one — every
@@ -364,22 +343,23 @@ func (h *Handler) exhausted(req gemini.Request) bool {
 }
 
 // unavailable handles a task whose chain is exhausted: a stale family answers with the tenant's
-// last good output of the subject; any other task is parked. res is what the call spent.
-func (h *Handler) unavailable(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered, req gemini.Request, res gemini.Result) {
-	if h.stale(ctx, log, t, r, res) {
+// last good output of the subject; any other task is parked.
+func (r *run) unavailable(ctx context.Context, rend *prompts.Rendered, req gemini.Request) {
+	if r.stale(ctx, rend) {
 		return
 	}
 	var chain []string
-	if h.mp.Estimator != nil {
-		chain = h.mp.Estimator.Chain(req)
+	if r.h.mp.Estimator != nil {
+		chain = r.h.mp.Estimator.Chain(req)
 	}
-	h.park(ctx, log, t.ID, t.Lease.Epoch, chain, res)
+	r.park(ctx, chain)
 }
 
 // stale answers a task whose chain is exhausted with the tenant's last good output of its
 // subject, when its family says on_exhausted: stale. It reports whether it answered.
-func (h *Handler) stale(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered, res gemini.Result) bool {
-	if r.OnExhausted != prompts.OnExhaustedStale || t.SubjectKey == "" {
+func (r *run) stale(ctx context.Context, rend *prompts.Rendered) bool {
+	h, t, log := r.h, r.task, r.log
+	if rend.OnExhausted != prompts.OnExhaustedStale || t.SubjectKey == "" {
 		return false
 	}
 	o, err := h.store.GetLastGood(ctx, t.Tenant, t.Family, t.Variant, t.SubjectKey)
@@ -391,8 +371,9 @@ func (h *Handler) stale(ctx context.Context, log *slog.Logger, t *store.Task, r 
 	}
 	log.WarnContext(ctx, "every model unavailable; answered with the last good output, stale", "model", o.Model)
 	h.metrics.WorkerOutcome(ctx, obs.WorkerStale)
+	res := r.res
 	res.Text, res.Model, res.Degraded = o.Payload, o.Model, true
-	h.persist(ctx, log, t, t.Lease.Epoch, answer{res: res, stale: true})
+	r.persist(ctx, answer{res: res, stale: true})
 	return true
 }
 

@@ -75,13 +75,3 @@ func (h *Handler) previews(ctx context.Context, log *slog.Logger, t *store.Task,
 	}()
 	return req, func() { end(); <-done }
 }
-
-// attemptRecords are the attempt log entries of a Generate's calls under lease epoch.
-func attemptRecords(replay int, epoch int64, calls []gemini.Attempt) []store.AttemptRecord {
-	out := make([]store.AttemptRecord, 0, len(calls))
-	for _, a := range calls {
-		out = append(out, store.AttemptRecord{Replay: replay, Epoch: epoch, Number: a.Number, Model: a.Model, Class: string(a.Class),
-			Latency: a.Latency.Milliseconds(), Usage: a.Usage, CostUSD: a.CostUSD, At: a.Start.UTC()})
-	}
-	return out
-}

@@ -11,7 +11,6 @@ import (
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -382,7 +381,7 @@ func (h *Handler) handedOff(ctx context.Context, from *store.Task, ho handoff) {
 		if !h.local.adopt(ho.next) {
 			log := h.log.With("task_id", ho.next.ID)
 			log.InfoContext(ctx, "stopped taking work before running a task handed a slot; released")
-			h.release(ctx, log, ho.next.ID, ho.next.Lease.Epoch, gemini.Result{})
+			h.runOf(log, ho.next, nil).release(ctx)
 		}
 	case ho.freed && h.slots != nil:
 		h.metrics.TenantSlot(ctx, from.Tenant, obs.SlotFreed)
@@ -481,7 +480,7 @@ func (h *Handler) admitWaiting(ctx context.Context, tenant string) bool {
 	h.slots.hold(tenant, +1)
 	h.metrics.TenantSlot(ctx, tenant, obs.SlotTaken)
 	if !h.local.adopt(t) {
-		h.release(ctx, h.log.With("task_id", t.ID), t.ID, t.Lease.Epoch, gemini.Result{})
+		h.runOf(h.log.With("task_id", t.ID), t, nil).release(ctx)
 		return false
 	}
 	return true

@@ -9,7 +9,6 @@ import (
 
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
-	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -19,23 +18,21 @@ import (
 // opens for it — the sweeper finds it then, as any task due — and reports false; likewise, soon,
 // when the allowance cannot be leased, and it fails a task whose one call is more than the
 // tenant's whole tpm. tk is done by then.
-func (h *Handler) takeRate(ctx context.Context, log *slog.Logger, t *store.Task, limits store.Limits, tokens int64, tk *ticket) bool {
+func (r *run) takeRate(ctx context.Context, limits store.Limits, tokens int64, tk *ticket) bool {
+	h, t := r.h, r.task
 	if h.mp.Rates == nil {
 		return true
 	}
 	hold, at, err := h.mp.Rates.Take(ctx, t.Tenant, quota.Rate{Requests: limits.RPM, Tokens: limits.TPM}, tokens)
 	switch {
 	case errors.Is(err, quota.ErrRateTooLarge):
-		tk.done(gemini.Result{})
-		h.fail(ctx, log, t.ID, t.Lease.Epoch, gemini.Result{}, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
+		r.fail(ctx, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return false
 	case err != nil:
-		tk.done(gemini.Result{})
-		h.handBack(ctx, log, t.ID, t.Lease.Epoch, h.readRetry(), "tenant rate unreadable", err)
+		r.handBack(ctx, h.readRetry(), "tenant rate unreadable", err)
 		return false
 	case hold == nil && !at.IsZero():
-		tk.done(gemini.Result{})
-		h.handBack(ctx, log, t.ID, t.Lease.Epoch, max(time.Until(at), 0), "tenant at its rpm or tpm", nil)
+		r.handBack(ctx, max(time.Until(at), 0), "tenant at its rpm or tpm", nil)
 		return false
 	}
 	tk.rate = hold

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
 	"github.com/genbox-dev/genbox/pkg/backoff"
@@ -249,7 +249,7 @@ func (h *Handler) runClaimed(work context.Context, log *slog.Logger, t *store.Ta
 	h.metrics.WorkerOutcome(work, obs.WorkerClaimed)
 	h.metrics.TaskState(work, t.Family, task.StateRunning)
 	crashpoint.Hit(crashpoint.AfterClaim)
-	h.run(work, log, t, p)
+	h.runOf(log, t, p).execute(work)
 }
 
 type claimOutcome int
@@ -284,6 +284,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 	}
 	var outcome claimOutcome
 	var late time.Duration
+	rules := h.pol.rules()
 	t, err := h.mutate(ctx, &store.Task{ID: id}, func(t *store.Task, now time.Time) ([]store.Write, error) {
 		outcome, late = claimNot, 0
 		if t.DueAt != nil && now.After(*t.DueAt) {
@@ -303,10 +304,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 			if !store.TaskDue(t, now) || t.InBatchJob() {
 				return nil, store.ErrNoChange
 			}
-			t.Claims++
-			if t.Claims > h.pol.ClaimCap {
-				t.Error = &store.TaskError{Kind: task.KindCrash, Message: fmt.Sprintf("the task's lease expired %d times without a release: it kills its worker", t.Claims-1)}
-				h.kill(t, now)
+			if rules.TakeOver(t, now) {
 				outcome = claimDead
 				return nil, nil
 			}
@@ -314,9 +312,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 			return nil, store.ErrNoChange
 		}
 		if t.Expired(now) {
-			t.AwaitsSlot = false
-			t.Error = &store.TaskError{Kind: task.KindExpired, Message: "run_before passed before the model was called"}
-			h.finish(t, task.StateFailed, now)
+			rules.Expire(t, now)
 			outcome = claimExpired
 			return nil, nil
 		}
@@ -333,8 +329,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 				return nil, nil
 			}
 		}
-		t.State, t.AwaitsSlot = task.StateRunning, false
-		if err := t.Lease.Take(h.pol.Owner, now, h.pol.LeaseTTL); err != nil {
+		if err := rules.Claim(t, now); err != nil {
 			return nil, err
 		}
 		outcome = claimed
@@ -353,77 +348,63 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 	return claimResult{outcome: outcome, task: t, late: late}, nil
 }
 
-// kill moves t to dead (stage generation) with a DLQ notice kept as an outbox on the task; the
-// caller publishes the notice after the commit and the sweeper re-sends it until it is cleared.
-func (h *Handler) kill(t *store.Task, now time.Time) {
-	next := now.Add(h.pol.NudgeGrace)
-	t.Notices = append(t.Notices, store.Notice{Stage: task.StageGeneration, Replay: t.Replay, Round: 0, NextAttemptAt: &next})
-	h.finish(t, task.StateDead, now)
+// rules are the protocol's changes as this instance makes them (protocol.Rules). A task that
+// ends is nudged to the resulthandler by this worker right after the commit (nudgeResult), under
+// the delivery reservation its commit made (protocol.Rules.Finish).
+func (p Policy) rules() protocol.Rules {
+	return protocol.Rules{Owner: p.Owner, LeaseTTL: p.LeaseTTL, MaxAttempts: p.MaxAttempts, ClaimCap: p.ClaimCap,
+		NudgeGrace: p.NudgeGrace, DeliveryLease: p.DeliveryLease}
 }
 
-// finish ends t in state. Its webhook, if it has one, is nudged by this worker right after the
-// commit (nudgeResult), and the commit reserves the delivery for that nudge, so that the
-// resulthandler receiving it claims nothing (docs/architecture.md §6). The reservation is a
-// delivery lease like a claim's: the sweeper leaves the delivery to the nudge while it lasts, and
-// a nudge lost with the process carrying it holds the delivery no longer (docs/liveness.md).
-func (h *Handler) finish(t *store.Task, state task.State, now time.Time) {
-	t.Finish(state, now)
-	t.ReserveDelivery(now, h.pol.DeliveryLease)
-}
-
-// errOutputStored cancels a model call whose task already has its output.
-var errOutputStored = errors.New("worker: the task already has its output")
-
-// run is steps 2–5 of docs/architecture.md §4 for a claimed task in its place p: the model call
-// holds a call slot, freed as soon as it returns, before the outcome is written.
-func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *place) {
-	defer p.endCall()
-	epoch := t.Lease.Epoch
-	log = log.With("epoch", epoch)
-	r, req, err := h.request(t)
+// execute is steps 2–5 of docs/architecture.md §4 for the run's claimed task in its place: the
+// model call holds a call slot, freed as soon as it returns, before the outcome is written.
+func (r *run) execute(ctx context.Context) {
+	defer r.callOver()
+	h, t, log := r.h, r.task, r.log
+	rend, req, err := h.request(t)
 	if err != nil {
 		log.ErrorContext(ctx, "cannot render the task's prompt; failed", "error", err)
-		h.fail(ctx, log, t.ID, epoch, gemini.Result{}, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
+		r.fail(ctx, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return
 	}
 	if t.Mode == task.ModeBatch && !t.BatchOnline && h.batch.Deadline > 0 {
 		// A batch job reads the copies its tasks recorded: made here, to last its whole wait.
 		var ok bool
-		if req, ok = h.prepareFiles(ctx, log, t, req, h.batch.Deadline, nil); !ok {
+		if req, ok = r.prepareFiles(ctx, req, h.batch.Deadline, nil); !ok {
 			return
 		}
 	}
-	if h.holdForBatch(ctx, log, t, r, req) {
+	if r.holdForBatch(ctx, rend, req) {
 		return
 	}
-	fp := h.cacheKey(t, r, req)
+	fp := h.cacheKey(t, rend, req)
 	// The lease is renewed from the claim on — through the policy's reads, the call and the
 	// commit of its output — so that a slow step never lets it lapse while this process still
 	// works on it: a paid output held while its commit is retried is not generated again elsewhere.
 	callCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	last := &lastWrite{t: t.Clone()}
-	stopRenewal := h.keepLease(ctx, cancel, log, last, epoch)
+	stopRenewal := h.keepLease(ctx, cancel, log, last, r.epoch)
 	defer stopRenewal()
-	tk, ok := h.before(ctx, log, t, req, fp, p)
+	tk, ok := r.before(ctx, req, fp)
 	if !ok {
 		return
 	}
 	req.Admit = tk.admit
-	if req, ok = h.prepareFiles(ctx, log, t, req, 0, last); !ok {
-		tk.done(gemini.Result{})
+	if req, ok = r.prepareFiles(ctx, req, 0, last); !ok {
 		return
 	}
 
-	req, observe := h.contextCache(ctx, log, t, r, req)
-	req, stopPreviews := h.previews(ctx, log, t, epoch, req)
+	req, observe := h.contextCache(ctx, log, t, rend, req)
+	req, stopPreviews := h.previews(ctx, log, t, r.epoch, req)
 	start := time.Now()
 	res, err := h.generate(callCtx, log, t, req)
 	stopPreviews()
 	cause := context.Cause(callCtx)
-	tk.done(res)
+	r.res = res
+	r.callOver() // at once: no slot waits on what follows
 	observe(res)
-	if spent(res) {
+	if protocol.Spent(res) {
 		h.metrics.Generation(ctx, generationModel(res, err), t.Tenant, res.Usage, res.CostUSD, time.Since(start))
 	}
 	if err != nil {
@@ -433,28 +414,28 @@ func (h *Handler) run(ctx context.Context, log *slog.Logger, t *store.Task, p *p
 	switch {
 	case err == nil:
 		crashpoint.Hit(crashpoint.Answered)
-		h.persist(ctx, log, t, epoch, answer{res: res, start: start, fingerprint: fp, known: last.get()})
-	case errors.Is(cause, errOutputStored):
+		r.persist(ctx, answer{res: res, start: start, fingerprint: fp, known: last.get()})
+	case errors.Is(cause, protocol.ErrOutputStored):
 		log.InfoContext(ctx, "another worker stored the output first; call cancelled")
 		h.metrics.WorkerOutcome(ctx, obs.WorkerLost)
-		h.account(ctx, log, t.ID, epoch, res)
+		r.account(ctx)
 	case ctx.Err() != nil:
 		log.WarnContext(ctx, "shutting down before the model answered; lease released")
-		h.release(ctx, log, t.ID, epoch, res)
+		r.release(ctx)
 	case errors.Is(err, gemini.ErrUnavailable):
-		h.unavailable(ctx, log, t, r, req, res)
+		r.unavailable(ctx, rend, req)
 	default:
 		switch gemini.ClassOf(err) {
 		case gemini.Permanent, gemini.Quality, gemini.Budget:
-			h.fail(ctx, log, t.ID, epoch, res, taskError(err))
+			r.fail(ctx, taskError(err))
 		case gemini.Shed:
-			h.shed(ctx, log, t.ID, epoch, res)
+			r.shed(ctx)
 		default: // transient, network, or unclassified: retried later, counted — unless it opened the last breaker
 			if h.exhausted(req) {
-				h.unavailable(ctx, log, t, r, req, res)
+				r.unavailable(ctx, rend, req)
 				return
 			}
-			h.retry(ctx, log, t.ID, epoch, res, err)
+			r.retry(ctx, err)
 		}
 	}
 }
@@ -489,6 +470,7 @@ func (h *Handler) keepLease(ctx context.Context, cancel context.CancelCauseFunc,
 func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log *slog.Logger, last *lastWrite, epoch int64) {
 	wait := h.pol.RenewEvery
 	lost, failing := false, false
+	rules := h.pol.rules()
 	for {
 		timer := time.NewTimer(wait)
 		select {
@@ -499,20 +481,14 @@ func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log
 		}
 		crashpoint.Hit(crashpoint.MidGenerate)
 		renewed, err := h.store.MutateTaskFrom(ctx, last.get(), func(t *store.Task, now time.Time) error {
-			if t.HasOutput() {
-				return errOutputStored
-			}
-			if !h.fenced(t, epoch) {
-				return claim.ErrLeaseLost
-			}
-			return t.Lease.Renew(h.pol.Owner, epoch, now, h.pol.LeaseTTL)
+			return rules.Renew(t, epoch, now)
 		})
 		wait = h.pol.RenewEvery
 		switch {
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, errOutputStored):
-			cancel(errOutputStored)
+		case errors.Is(err, protocol.ErrOutputStored):
+			cancel(protocol.ErrOutputStored)
 			return
 		case errors.Is(err, claim.ErrLeaseLost):
 			if !lost {
@@ -555,39 +531,6 @@ func (w *lastWrite) set(t *store.Task) {
 // renewRetry is the jittered delay before a failed renewal is tried again: well inside any lease.
 func renewRetry() time.Duration { return jitter(time.Second) }
 
-// fenced reports whether a non-output write by the holder of epoch may apply to t.
-func (h *Handler) fenced(t *store.Task, epoch int64) bool {
-	return t.State == task.StateRunning && t.Lease.Owner == h.pol.Owner && t.Lease.Epoch == epoch && !t.HasOutput()
-}
-
-// addSpend adds what the call made under epoch paid to t, once: paid tokens are recorded whatever
-// happens to the task, and a commit retried after an unknown outcome never counts them twice.
-// The usage and cost go to the replay the call belonged to: a zombie of a replay a Regenerate
-// ended charges that replay's previous[] entry, not the new one. It reports whether it added
-// anything.
-func (h *Handler) addSpend(t *store.Task, epoch int64, res gemini.Result) bool {
-	key := h.pol.Owner + ":" + strconv.FormatInt(epoch, 10)
-	if !spent(res) || slices.Contains(t.SpentBy, key) {
-		return false
-	}
-	t.SpentBy = append(t.SpentBy, key)
-	usage, cost, replay := &t.Usage, &t.CostUSD, t.Replay
-	if g := t.EarlierReplay(epoch); g != nil {
-		usage, cost, replay = &g.Usage, &g.CostUSD, g.Replay
-	}
-	t.LogAttempts(attemptRecords(replay, epoch, res.Attempts)...)
-	*usage = usage.Add(res.Usage)
-	*cost += res.CostUSD
-	t.InDoubt = t.InDoubt.Add(res.InDoubt)
-	t.ModelCalls += res.Calls
-	return true
-}
-
-// spent reports whether res paid for anything worth recording.
-func spent(res gemini.Result) bool {
-	return res.Calls > 0 || res.CostUSD > 0 || res.Usage != (task.Usage{}) || res.InDoubt != (task.Usage{})
-}
-
 type persistOutcome int
 
 const (
@@ -600,33 +543,31 @@ const (
 // outcome is retried in-process while the output is held; finding my epoch's output is success.
 // Then the cache entry and last good output (best-effort), and step 5: the gemini-results nudge.
 // A cached or stale answer goes the same way, without spend.
-func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.Task, epoch int64, a answer) {
+func (r *run) persist(ctx context.Context, a answer) {
+	r.callOver()
 	ctx = context.WithoutCancel(ctx) // a paid output persists even during shutdown
+	h, log, epoch, replay := r.h, r.log, r.epoch, r.task.Replay
 	res := a.res
 	var outcome persistOutcome
+	out := protocol.Output{Text: res.Text, Model: res.Model, Tier: res.Tier, Degraded: res.Degraded,
+		Cached: a.cached, Stale: a.stale, Fingerprint: a.fingerprint}
 	fn := func(t *store.Task, now time.Time) error {
-		if t.HasOutput() && t.Replay == claimed.Replay && t.OutputEpoch == epoch {
+		if protocol.OutputMine(t, replay, epoch) {
 			outcome = persistMineSeen
 			return store.ErrNoChange
 		}
-		h.addSpend(t, epoch, res)
-		if t.Replay != claimed.Replay || t.HasOutput() || t.State != task.StateRunning && t.State != task.StateQueued && t.State != task.StateWaiting {
+		r.rules.AddSpend(t, epoch, res)
+		if !protocol.TakesOutput(t, replay) {
 			outcome = persistAccount
 			return nil
 		}
-		t.Output, t.OutputEpoch, t.OutputAt = res.Text, epoch, &now
-		t.Model, t.Tier, t.Degraded, t.Error = res.Model, string(res.Tier), res.Degraded, nil
-		t.CacheHit, t.Stale = a.cached, a.stale
-		if a.fingerprint != "" {
-			t.Fingerprint = a.fingerprint
-		}
-		h.finish(t, task.StateSucceeded, now)
+		r.rules.CommitOutput(t, epoch, out, now)
 		outcome = persistStored
 		return nil
 	}
 	known := a.known
 	if known == nil {
-		known = &store.Task{ID: claimed.ID}
+		known = &store.Task{ID: r.id}
 	}
 	t, err := h.mutateRetrying(ctx, log, known, fn)
 	if err != nil {
@@ -657,7 +598,8 @@ func (h *Handler) persist(ctx context.Context, log *slog.Logger, claimed *store.
 }
 
 // nudgeResult tells the resulthandler that the task, just ended, has a webhook to deliver. A lost
-// publish only waits for the sweeper, which nudges the delivery once finish's grace has passed.
+// publish only waits for the sweeper, which nudges the delivery once the reservation its commit
+// made (protocol.Rules.Finish) has lapsed.
 func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Task) {
 	if t.Delivery.State != task.DeliveryPending {
 		return
@@ -721,55 +663,28 @@ func retryable(err error) bool {
 	return false
 }
 
-// fencedWrite applies change to the task if I still hold it at epoch; the spend of res is
-// recorded either way. A refused write is logged; the message is acked all the same.
-func (h *Handler) fencedWrite(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, what string, change func(t *store.Task, now time.Time)) (*store.Task, bool) {
-	ctx = context.WithoutCancel(ctx)
-	applied := false
-	t, err := h.mutateRetrying(ctx, log, &store.Task{ID: id}, func(t *store.Task, now time.Time) error {
-		applied = h.fenced(t, epoch)
-		if added := h.addSpend(t, epoch, res); !applied && !added {
-			return store.ErrNoChange
-		}
-		if applied {
-			change(t, now)
-		}
-		return nil
-	})
-	if err != nil {
-		log.ErrorContext(ctx, what+": write failed; the lease will expire and the sweeper re-nudges", "error", err)
-		return nil, false
-	}
-	if !applied {
-		h.metrics.WorkerOutcome(ctx, obs.WorkerRefused)
-		log.WarnContext(ctx, what+": refused, the lease is no longer mine", "state", string(t.State), "lease_epoch", t.Lease.Epoch)
-	}
-	return t, applied
-}
-
 // account records what a cancelled call spent.
-func (h *Handler) account(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
-	if !spent(res) {
+func (r *run) account(ctx context.Context) {
+	r.callOver()
+	if !protocol.Spent(r.res) {
 		return
 	}
-	if _, err := h.mutateRetrying(context.WithoutCancel(ctx), log, &store.Task{ID: id}, func(t *store.Task, _ time.Time) error {
-		if !h.addSpend(t, epoch, res) {
+	if _, err := r.h.mutateRetrying(context.WithoutCancel(ctx), r.log, &store.Task{ID: r.id}, func(t *store.Task, _ time.Time) error {
+		if !r.rules.AddSpend(t, r.epoch, r.res) {
 			return store.ErrNoChange
 		}
 		return nil
 	}); err != nil {
-		log.ErrorContext(ctx, "could not record the spend of a cancelled call", "error", err)
+		r.log.ErrorContext(ctx, "could not record the spend of a cancelled call", "error", err)
 	}
 }
 
 // release hands the task back (queued) without counting a failed attempt: a clean release.
-func (h *Handler) release(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result) {
-	if _, ok := h.fencedWrite(ctx, log, id, epoch, res, "release", func(t *store.Task, _ time.Time) {
-		t.State = task.StateQueued
-		t.Claims = 0
-		_ = t.Lease.Release(h.pol.Owner, epoch) // fenced above: I hold it
+func (r *run) release(ctx context.Context) {
+	if _, ok := r.outcome(ctx, "release", func(t *store.Task, _ time.Time) {
+		r.rules.Release(t, r.epoch)
 	}); ok {
-		h.metrics.WorkerOutcome(ctx, obs.WorkerReleased)
+		r.h.metrics.WorkerOutcome(ctx, obs.WorkerReleased)
 	}
 }
 
@@ -777,7 +692,8 @@ func (h *Handler) release(ctx context.Context, log *slog.Logger, id string, epoc
 // than the servers' RetryInfo asked — or kills it when its attempts are exhausted. A failure that
 // was only rate limits with RetryInfo spends no attempt: the request was turned away for the
 // quota, not tried, and a tenant's tokens-per-minute must not burn its attempts into the DLQ.
-func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, err error) {
+func (r *run) retry(ctx context.Context, err error) {
+	h, log := r.h, r.log
 	e := taskError(err)
 	var wait time.Duration
 	rateLimited := false
@@ -786,22 +702,9 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 		wait, rateLimited = ge.RetryAfter, ge.RateLimited
 	}
 	dead := false
-	t, ok := h.fencedWrite(ctx, log, id, epoch, res, "retry", func(t *store.Task, now time.Time) {
-		if !rateLimited {
-			t.Attempts++
-		}
-		t.Error = e
-		dead = !rateLimited && t.Attempts >= h.pol.MaxAttempts
-		if dead {
-			h.kill(t, now)
-			return
-		}
-		nb := now.Add(max(h.pol.retryBackoff().Delay(t.Attempts, nil), wait))
-		t.State, t.NotBefore, t.Claims = task.StateQueued, &nb, 0
-		if e.Kind != task.KindNetwork {
-			t.Parks = 0 // a model answered: the chain takes calls again
-		}
-		_ = t.Lease.Release(h.pol.Owner, epoch)
+	delay := func(attempts int) time.Duration { return max(h.pol.retryBackoff().Delay(attempts, nil), wait) }
+	t, ok := r.outcome(ctx, "retry", func(t *store.Task, now time.Time) {
+		dead = r.rules.Retry(t, r.epoch, now, e, !rateLimited, delay)
 	})
 	switch {
 	case !ok:
@@ -822,33 +725,31 @@ func (h *Handler) retry(ctx context.Context, log *slog.Logger, id string, epoch 
 // park moves the task to waiting when every model of its chain is unavailable: its own backoff,
 // no attempt counted, but no later than the chain may take a call again (a probe), so that the
 // sweeper sees the task then whatever its backoff has grown to. chain is what the call ran on.
-func (h *Handler) park(ctx context.Context, log *slog.Logger, id string, epoch int64, chain []string, res gemini.Result) {
-	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "park", func(t *store.Task, now time.Time) {
-		t.Parks++
-		nb := now.Add(h.pol.parkBackoff().Delay(t.Parks, nil))
+func (r *run) park(ctx context.Context, chain []string) {
+	h := r.h
+	delay := func(parks int) time.Duration { return h.pol.parkBackoff().Delay(parks, nil) }
+	if t, ok := r.outcome(ctx, "park", func(t *store.Task, now time.Time) {
+		var next *time.Time
 		if h.mp.Estimator != nil {
-			if at := h.mp.Estimator.NextCall(chain); at.Before(nb) {
-				nb = maxTime(at, now)
-			}
+			at := h.mp.Estimator.NextCall(chain)
+			next = &at
 		}
-		t.State, t.NotBefore, t.Claims = task.StateWaiting, &nb, 0
-		_ = t.Lease.Release(h.pol.Owner, epoch)
+		r.rules.Park(t, r.epoch, now, delay, next)
 	}); ok {
 		h.metrics.WorkerOutcome(ctx, obs.WorkerParked)
-		log.WarnContext(ctx, "every model unavailable; parked", "parks", t.Parks, "not_before", t.NotBefore)
+		r.log.WarnContext(ctx, "every model unavailable; parked", "parks", t.Parks, "not_before", t.NotBefore)
 	}
 }
 
-// fail ends the task as failed.
-func (h *Handler) fail(ctx context.Context, log *slog.Logger, id string, epoch int64, res gemini.Result, e *store.TaskError) {
-	if t, ok := h.fencedWrite(ctx, log, id, epoch, res, "fail", func(t *store.Task, now time.Time) {
-		t.Error = e
-		h.finish(t, task.StateFailed, now)
+// fail ends the task as failed with e.
+func (r *run) fail(ctx context.Context, e *store.TaskError) {
+	if t, ok := r.outcome(ctx, "fail", func(t *store.Task, now time.Time) {
+		r.rules.Fail(t, e, now)
 	}); ok {
-		h.metrics.WorkerOutcome(ctx, obs.WorkerFailed)
-		h.finished(ctx, t)
-		log.WarnContext(ctx, "failed", "error_kind", string(e.Kind), "error", e.Message)
-		h.nudgeResult(ctx, log, t)
+		r.h.metrics.WorkerOutcome(ctx, obs.WorkerFailed)
+		r.h.finished(ctx, t)
+		r.log.WarnContext(ctx, "failed", "error_kind", string(e.Kind), "error", e.Message)
+		r.h.nudgeResult(ctx, r.log, t)
 	}
 }
 

@@ -260,7 +260,7 @@ func TestZombieAnswersFirst(t *testing.T) {
 		t.Errorf("new owner: %d lost, %d stored; want its call cancelled as lost", lost, stored)
 	}
 	// Its later release is refused: the task stays as the zombie left it.
-	n.release(context.Background(), n.log, "za", 2, gemini.Result{})
+	n.runOf(n.log, &store.Task{ID: "za", Lease: claim.Lease{Epoch: 2}}, nil).release(context.Background())
 	if after, refused := b.get(t, "za"), b.outcomes(t, n, obs.WorkerRefused); after.State != task.StateSucceeded || after.Output != got.Output || refused != 1 {
 		t.Errorf("release by the new owner applied: %s, refused %d", after.State, refused)
 	}
@@ -534,10 +534,13 @@ func TestSpendRecordedOnce(t *testing.T) {
 	h := b.handler(policy("w1"), chain("m"))
 	res := gemini.Result{Text: "late", Model: "m", Calls: 1, CostUSD: 0.01, Usage: task.Usage{PromptTokens: 10, OutputTokens: 5, TotalTokens: 15}}
 	claimed := b.get(t, "once")
+	claimed.Lease.Epoch = 7
+	r := h.runOf(h.log, claimed, nil)
+	r.res = res
 	for range 2 { // the first commit's outcome was unknown: the output is offered again
-		h.persist(context.Background(), h.log, claimed, 7, answer{res: res, start: time.Now()})
+		r.persist(context.Background(), answer{res: res, start: time.Now()})
 	}
-	h.fail(context.Background(), h.log, "once", 7, res, &store.TaskError{Kind: task.KindPermanent, Message: "x"})
+	r.fail(context.Background(), &store.TaskError{Kind: task.KindPermanent, Message: "x"})
 	got := b.get(t, "once")
 	if got.State != task.StateCancelled || got.HasOutput() || got.ModelCalls != 1 || got.Usage != res.Usage || got.CostUSD != res.CostUSD {
 		t.Errorf("state %s output %v calls %d usage %+v cost %v; want the spend recorded once on a cancelled task", got.State, got.HasOutput(), got.ModelCalls, got.Usage, got.CostUSD)
