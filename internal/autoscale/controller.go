@@ -286,7 +286,7 @@ func (c *Controller) backlog(ctx context.Context) (Backlog, error) {
 	}
 	var batched int64
 	for _, k := range inBatch {
-		batched += int64(k)
+		batched += int64(k.Tasks)
 	}
 	running := n[task.StateRunning]
 	return Backlog{Queued: n[task.StateQueued], Running: max(running-batched, 0), Batched: min(batched, running), Waiting: n[task.StateWaiting], Pending: pending}, nil

@@ -74,9 +74,11 @@ type Outcome struct {
 // job's lease.
 type Tasks interface {
 	BatchRequest(t *store.Task) (req gemini.Request, fingerprint string, err error)
-	// Cap is tenant's concurrency limit (0: none), which bounds its tasks in batch jobs not yet
-	// done.
-	Cap(ctx context.Context, tenant string) (int, error)
+	// BatchLimits are what tenant's tasks in batch jobs not yet done may hold at once (0: no
+	// limit): tasks, its concurrency limit; the worst cases of their requests in tokens, its tpm.
+	BatchLimits(ctx context.Context, tenant string) (store.BatchLoad, error)
+	// Tokens is the worst case of req in tokens, as its tenant's tpm counts it.
+	Tokens(req gemini.Request) int64
 	// Admit applies the budgets to t before it joins a job of model with req: its tenant's daily
 	// budget and the project's must hold req's worst case at the batch price, which Admit
 	// reserves. The hold is nil without budgets. false keeps t out of the job: it waits for a
@@ -228,7 +230,11 @@ func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, le
 	if err != nil {
 		return err
 	}
-	ids, oldest, err := b.candidates(ctx, log, model, inFlight)
+	tokens := map[string]int64{}
+	for tenant, l := range inFlight {
+		tokens[tenant] = l.Tokens
+	}
+	ids, limits, oldest, err := b.candidates(ctx, log, model, inFlight)
 	if err != nil {
 		return err
 	}
@@ -236,7 +242,7 @@ func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, le
 	if len(ids) == 0 || len(ids) < b.cfg.MaxTasks && now.Sub(oldest) < b.cfg.Wait {
 		return nil
 	}
-	members, holds, err := b.admit(ctx, model, ids)
+	members, holds, err := b.admit(ctx, model, ids, limits, tokens)
 	if err != nil || len(members) == 0 {
 		return err
 	}
@@ -269,21 +275,22 @@ func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, le
 const maxCandidatePages = 5
 
 // candidates returns, oldest first, up to MaxTasks tasks waiting for a batch of model whose time
-// in batches lasts and whose tenant is under its cap — its tasks in jobs not yet done (inFlight,
-// counted on here) fewer than its concurrency limit —, and when the oldest of them was created.
-// It reads on past the tasks of tenants at their cap, up to maxCandidatePages pages, so that one
-// tenant's backlog does not keep the others' tasks out of jobs. A tenant whose limit cannot be
-// read has none of its tasks taken this time.
-func (b *Batcher) candidates(ctx context.Context, log *slog.Logger, model string, inFlight map[string]int) ([]string, time.Time, error) {
+// in batches lasts and whose tenant is under its limits — its tasks in jobs not yet done
+// (inFlight, counted on here) fewer than its concurrency limit, and their requests' worst cases
+// in tokens, this task's too, within its tpm —, the batch limits of their tenants, and
+// when the oldest of them was created. It reads on past the tasks of tenants at their cap, up to
+// maxCandidatePages pages, so that one tenant's backlog does not keep the others' tasks out of
+// jobs. A tenant whose limits cannot be read has none of its tasks taken this time.
+func (b *Batcher) candidates(ctx context.Context, log *slog.Logger, model string, inFlight map[string]store.BatchLoad) ([]string, map[string]store.BatchLoad, time.Time, error) {
 	now := b.store.Now()
 	var ids []string
 	var oldest time.Time
-	caps := map[string]int{}
+	limits := map[string]store.BatchLoad{}
 	var after *store.BatchCandidate
 	for page := 0; page < maxCandidatePages && len(ids) < b.cfg.MaxTasks; page++ {
 		cands, err := b.store.BatchCandidates(ctx, model, b.cfg.MaxTasks, after)
 		if err != nil {
-			return nil, time.Time{}, err
+			return nil, nil, time.Time{}, err
 		}
 		for _, c := range cands {
 			if len(ids) == b.cfg.MaxTasks {
@@ -292,18 +299,27 @@ func (b *Batcher) candidates(ctx context.Context, log *slog.Logger, model string
 			if c.NotBefore == nil || !now.Before(*c.NotBefore) {
 				continue // its time in batches is over: the worker runs it online when it is due
 			}
-			limit, ok := caps[c.Tenant]
+			limit, ok := limits[c.Tenant]
 			if !ok {
-				if limit, err = b.tasks.Cap(ctx, c.Tenant); err != nil {
+				if limit, err = b.tasks.BatchLimits(ctx, c.Tenant); err != nil {
 					log.WarnContext(ctx, "tenant limits unreadable; its tasks wait for a later batch job", "tenant", c.Tenant, "error", err)
-					limit = -1
+					limit.Tasks = -1
 				}
-				caps[c.Tenant] = limit
+				limits[c.Tenant] = limit
 			}
-			if limit < 0 || limit > 0 && inFlight[c.Tenant] >= limit {
+			load := inFlight[c.Tenant]
+			if limit.Tasks < 0 || limit.Tasks > 0 && load.Tasks >= limit.Tasks {
 				continue
 			}
-			inFlight[c.Tenant]++
+			if limit.Tokens > 0 {
+				n, ok := b.tokensOf(ctx, c.ID)
+				if !ok || load.Tokens+n > limit.Tokens {
+					continue
+				}
+				load.Tokens += n
+			}
+			load.Tasks++
+			inFlight[c.Tenant] = load
 			ids = append(ids, c.ID)
 			if oldest.IsZero() || c.CreatedAt.Before(oldest) {
 				oldest = c.CreatedAt
@@ -314,15 +330,31 @@ func (b *Batcher) candidates(ctx context.Context, log *slog.Logger, model string
 		}
 		after = &cands[len(cands)-1]
 	}
-	return ids, oldest, nil
+	return ids, limits, oldest, nil
+}
+
+// tokensOf reads task id and returns the worst case of its request in tokens; false when it
+// cannot (the task is left for a later job). Only the tasks of a tenant with a tpm pay this read.
+func (b *Batcher) tokensOf(ctx context.Context, id string) (int64, bool) {
+	t, err := b.store.GetTask(ctx, id)
+	if err != nil {
+		return 0, false
+	}
+	req, _, err := b.tasks.BatchRequest(t)
+	if err != nil {
+		return 0, true // admit fails it when the job is created
+	}
+	return b.tasks.Tokens(req), true
 }
 
 // admit picks, oldest first, the tasks of ids that join the next job of model: while their
-// requests fit in MaxBytes, those Tasks.Admit lets through, their worst case reserved against the
-// budgets. It returns them as members, charged, with their holds: the caller keeps the hold of
-// each task the job claims and releases the others'. A task whose request cannot be rendered
-// joins uncharged, to be failed when the job is created.
-func (b *Batcher) admit(ctx context.Context, model string, ids []string) ([]store.BatchMember, map[string]*quota.Hold, error) {
+// requests fit in MaxBytes, those whose tenant's tpm (limits) has room for their worst case in
+// tokens beside what its tasks hold in open jobs and in this one (tokens, counted on here), and
+// that Tasks.Admit lets through, their worst case reserved against the budgets. It returns them
+// as members, charged, with their holds: the caller keeps the hold of each task the job claims
+// and releases the others'. A task whose request cannot be rendered joins uncharged, to be
+// failed when the job is created.
+func (b *Batcher) admit(ctx context.Context, model string, ids []string, limits map[string]store.BatchLoad, tokens map[string]int64) ([]store.BatchMember, map[string]*quota.Hold, error) {
 	tasks, err := b.store.GetTasks(ctx, ids)
 	if err != nil {
 		return nil, nil, err
@@ -341,10 +373,15 @@ func (b *Batcher) admit(ctx context.Context, model string, ids []string) ([]stor
 			if size+n > b.cfg.MaxBytes && len(members) > 0 {
 				break // the next job takes it, and those after it
 			}
+			m.Tokens = b.tasks.Tokens(req)
+			if tpm := limits[t.Tenant].Tokens; tpm > 0 && tokens[t.Tenant]+m.Tokens > tpm {
+				continue // a later job, once the tenant's open jobs are done
+			}
 			hold, ok := b.tasks.Admit(ctx, t, req, model)
 			if !ok {
 				continue
 			}
+			tokens[t.Tenant] += m.Tokens
 			if hold != nil {
 				c := hold.Charge()
 				m.ChargeUSD, m.ChargeDay = c.USD, c.Day

@@ -156,7 +156,7 @@ func fieldRanges(c schemas) {
 	set("TaskRequest", "stream", "description", "Stream the generation: GET /v1/tasks/{id}/events sends task.preview events with the text so far. Previews are never the stored output and never reach the webhook. Absent: false.")
 	set("Event", "type", "enum", strs(slices.Concat(webhookEvents, streamEvents)), "description", "The SSE event name: a webhook event type for a move into an end state, task.scheduled, task.queued, task.running, task.waiting, task.attempt, task.delivery, task.updated or task.preview. The SSE id is the task document's update time (none on a preview).")
 	set("Limits", "rpm", "minimum", 0, "description", "Model calls a minute, across every worker instance; absent or 0: no limit. A task over it waits, queued, with no attempt counted.")
-	set("Limits", "tpm", "minimum", 0, "description", "Model tokens (prompt plus output) a minute, across every worker instance, each call counted at its worst case until it answers; absent or 0: no limit.")
+	set("Limits", "tpm", "minimum", 0, "description", "Model tokens (prompt plus output) a minute, across every worker instance, each call counted at its worst case until it answers; for batch-mode tasks, the tokens their requests hold in batch jobs not yet done, each at its worst case; absent or 0: no limit.")
 	set("Usage", "cached_tokens", "description", "The part of prompt_tokens a context cache served (explicit or implicit), billed at the cached rate.")
 	for _, typ := range []string{"ScheduleRequest", "SchedulePatch", "Schedule"} {
 		set(typ, "cron", "description", "Five cron fields (minute hour day-of-month month day-of-week) or a descriptor such as @daily; @every is refused.")

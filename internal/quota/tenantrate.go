@@ -178,8 +178,23 @@ func (r *TenantRates) Take(ctx context.Context, tenant string, limit Rate, token
 		if now.Before(tr.roomAt) {
 			return nil, tr.later(now, limit, need, r.window+r.slot), nil
 		}
-		if err := r.lease(ctx, tenant, tr, slot, need); err != nil {
-			return nil, time.Time{}, err
+		for tries := 1; ; tries++ {
+			if err := r.lease(ctx, tenant, tr, slot, need); err != nil {
+				return nil, time.Time{}, err
+			}
+			// A lease that answered after its slot ended granted room in that slot, where a
+			// call made now would not count: the room is given back, and asked for again in the
+			// slot it is now.
+			now = r.now()
+			cur := r.slotOf(now)
+			if cur == slot {
+				break
+			}
+			tr.giveBack(slot, tr.free)
+			tr.free, tr.slot, slot = RateUse{}, cur, cur
+			if tries == leaseTries {
+				return nil, tr.later(now, limit, need, r.window+r.slot), nil
+			}
 		}
 		if !tr.free.covers(need, limit) {
 			return nil, tr.later(now, limit, need, r.window+r.slot), nil
@@ -196,6 +211,9 @@ func (r *TenantRates) Take(ctx context.Context, tenant string, limit Rate, token
 	tr.next = now // the calls refused from now on come back from roomAt again
 	return &RateHold{r: r, tr: tr, slot: slot, took: took}, time.Time{}, nil
 }
+
+// leaseTries bounds the leases one Take makes when each answers after its slot has ended.
+const leaseTries = 3
 
 // Wait is Take that waits for room — until the time Take gave, or a slot when a lease failed —
 // until ctx ends. A nil hold means no limit applies.

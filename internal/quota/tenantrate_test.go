@@ -157,3 +157,47 @@ func TestTenantRatesWait(t *testing.T) {
 		}
 	})
 }
+
+// slowRates is memRates whose leases answer after the clock has moved on by late.
+type slowRates struct {
+	memRates
+	now  *time.Time
+	late time.Duration
+}
+
+func (s *slowRates) LeaseRate(ctx context.Context, l quota.RateLease) (quota.RateGrant, error) {
+	g, err := s.memRates.LeaseRate(ctx, l)
+	*s.now = s.now.Add(s.late)
+	return g, err
+}
+
+// A lease that answers after its slot has ended granted room in that slot, not in the one the
+// call is made in: the call is taken from a lease of the slot it is made in, and the stale
+// grant is given back, so the store counts every call in the slot it was made in.
+func TestTenantRatesLeaseAnsweringLate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	now := time.Unix(1_800_000_000, 0).Add(900 * time.Millisecond)
+	st := &slowRates{memRates: memRates{slots: map[int64]quota.RateUse{}}, now: &now, late: 200 * time.Millisecond}
+	r := quota.NewTenantRates(st, func() time.Time { return now }, time.Minute)
+	limit := quota.Rate{Requests: 61}
+	hold, _, err := r.Take(ctx, "acme", limit, 0)
+	if err != nil || hold == nil {
+		t.Fatalf("take: %v, %v", hold, err)
+	}
+	hold.Settle(1, 0)
+	made := now
+	now = now.Add(time.Second) // the instance gives back what its slot left unused
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int64]int64{}
+	for slot, u := range st.slots {
+		if u.Requests != 0 {
+			got[slot] = u.Requests
+		}
+	}
+	if want := map[int64]int64{1_800_000_001: 1}; !cmp.Equal(want, got) {
+		t.Errorf("calls counted by slot %v, want %v: the call was made at %v", got, want, made)
+	}
+}

@@ -81,6 +81,9 @@ type BatchMember struct {
 	// leaves the job.
 	ChargeUSD float64 `firestore:"charge_usd,omitempty"`
 	ChargeDay string  `firestore:"charge_day,omitempty"`
+	// Tokens is the worst case of the task's request in tokens (its prompt and largest output),
+	// held against its tenant's tpm while the job is open (BatchTasksInFlight).
+	Tokens int64 `firestore:"tokens,omitempty"`
 }
 
 // BatchOwner is the lease owner of the tasks of batch job id: the job, not a process, so that
@@ -237,17 +240,27 @@ func (s *Store) OpenBatchJobs(ctx context.Context, model string) ([]*BatchJob, e
 	return out, nil
 }
 
-// BatchTasksInFlight counts each tenant's tasks in the batch jobs of every model that are not
+// BatchLoad is what a tenant's tasks hold in batch jobs not yet done: how many, and their
+// requests' worst cases in tokens (BatchMember.Tokens).
+type BatchLoad struct {
+	Tasks  int
+	Tokens int64
+}
+
+// BatchTasksInFlight sums each tenant's tasks in the batch jobs of every model that are not
 // done (store.Queries "batch-tasks-in-flight").
-func (s *Store) BatchTasksInFlight(ctx context.Context) (map[string]int, error) {
+func (s *Store) BatchTasksInFlight(ctx context.Context) (map[string]BatchLoad, error) {
 	jobs, err := readAll(s.batchJobs().Where("open", "==", true).Documents(ctx), "open batch jobs", decodeBatchJob)
 	if err != nil {
 		return nil, err
 	}
-	n := map[string]int{}
+	n := map[string]BatchLoad{}
 	for _, j := range jobs {
 		for _, m := range j.Members {
-			n[m.Tenant]++
+			l := n[m.Tenant]
+			l.Tasks++
+			l.Tokens += m.Tokens
+			n[m.Tenant] = l
 		}
 	}
 	return n, nil

@@ -103,14 +103,18 @@ func (t *Task) AwaitSlot(until time.Time) {
 // the tenant and its count once a second per instance, and none of them waits for the read.
 const SlotHintTTL = time.Second
 
-// SlotHints tells whether a tenant's concurrency slots are all taken, so that a task submitted
-// then is created waiting for one (Task.AwaitSlot) rather than marked so by the worker's claim:
-// a backlog's task costs one write fewer. Only a tenant's first submission in an instance waits
-// for its read, as for the tenant's limits (a cold path); after it a hint older than SlotHintTTL
-// is refreshed in the background and answered as it was, so the hint may be a little more than a
-// second old. A task created waiting with a slot
-// free is admitted by the worker that takes its nudge (its claim finds it waiting and rechecks
-// the count), or by the next hand-off. Safe for concurrent use.
+// SlotHints tells whether a task submitted now will find its tenant's concurrency slots all
+// taken, so that it is created waiting for one (Task.AwaitSlot) rather than marked so by the
+// worker's claim: a backlog's task costs one write fewer. The slots are taken by the tasks the
+// count holds, as last read, and by the tasks this instance has created queued since that read
+// began, which the read could not count and whose claims will each take a slot: so the first
+// cap tasks of a burst are created queued and the rest waiting, whether or not the worker has
+// claimed the first ones yet. Only a tenant's first submission in an instance waits for its
+// read, as for the tenant's limits (a cold path); after it a read older than SlotHintTTL is
+// made again in the background and the hint answers as it was, so it may be a little more than
+// a second old. A task created waiting with a slot free (a task created queued that took none,
+// one that ended since) is admitted by the worker that takes its nudge (its claim finds it
+// waiting and rechecks the count), or by the next hand-off. Safe for concurrent use.
 type SlotHints struct {
 	st *Store
 
@@ -119,7 +123,10 @@ type SlotHints struct {
 }
 
 type slotHint struct {
-	full       bool
+	limit, running int // the tenant's cap (0: none, or unreadable) and its count, as last read
+	// queued counts the tasks created queued here since the last read began: each takes a
+	// slot when claimed, which the read did not count.
+	queued     int
 	read       time.Time
 	refreshing bool
 }
@@ -129,15 +136,15 @@ func NewSlotHints(s *Store) *SlotHints {
 	return &SlotHints{st: s, per: map[string]*slotHint{}}
 }
 
-// Full reports whether tenant's slots were all taken when last read: read now the first time,
-// then again in the background once the last read is SlotHintTTL old. What cannot be read is not
-// full: the worker's claim decides as it would without the hint.
-func (h *SlotHints) Full(ctx context.Context, tenant string, now time.Time) bool {
+// hint returns tenant's hint: read now the first time, then again in the background once the
+// last read is SlotHintTTL old. The caller holds no lock.
+func (h *SlotHints) hint(ctx context.Context, tenant string, now time.Time) *slotHint {
 	h.mu.Lock()
 	hint := h.per[tenant]
 	h.mu.Unlock()
 	if hint == nil {
-		first := &slotHint{full: h.read(ctx, tenant), read: now}
+		first := &slotHint{read: now}
+		first.limit, first.running = h.read(ctx, tenant)
 		h.mu.Lock()
 		if hint = h.per[tenant]; hint == nil {
 			hint = first
@@ -149,39 +156,57 @@ func (h *SlotHints) Full(ctx context.Context, tenant string, now time.Time) bool
 	defer h.mu.Unlock()
 	if !hint.refreshing && now.Sub(hint.read) >= SlotHintTTL {
 		hint.refreshing = true
+		before := hint.queued
 		go func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			full := h.read(rctx, tenant)
+			limit, running := h.read(rctx, tenant)
 			h.mu.Lock()
-			hint.full, hint.read, hint.refreshing = full, now, false
+			hint.limit, hint.running, hint.read, hint.refreshing = limit, running, now, false
+			hint.queued -= before
 			h.mu.Unlock()
 		}()
 	}
-	return hint.full
+	return hint
 }
 
-func (h *SlotHints) read(ctx context.Context, tenant string) bool {
+// read returns tenant's cap and its slot count. What cannot be read has no cap: the worker's
+// claim decides as it would without the hint.
+func (h *SlotHints) read(ctx context.Context, tenant string) (limit, running int) {
 	limits := DefaultLimits()
 	switch t, err := h.st.GetTenant(ctx, tenant); {
 	case err == nil:
 		limits = t.Limits
 	case !errors.Is(err, ErrNotFound):
-		return false
+		return 0, 0
 	}
 	if limits.Concurrency <= 0 {
-		return false
+		return 0, 0
 	}
 	c, err := h.st.GetSlotCount(ctx, tenant)
-	return err == nil && c.Running >= limits.Concurrency
+	if err != nil {
+		return 0, 0
+	}
+	return limits.Concurrency, c.Running
 }
 
 // SubmitWaiting creates t, about to be submitted, waiting for a slot until waitMax from now
-// when its tenant's slots are all taken (Full), unless it is of a priority above the default:
-// such a task is to go ahead of the waiting ones, and the worker's claim marks it and pools it in
-// its turn, to be handed the next slot. It reports whether t waits.
+// when its tenant's slots will all be taken when it is claimed (SlotHints), unless it is of a
+// priority above the default: such a task is to go ahead of the waiting ones, and the worker's
+// claim marks it and pools it in its turn, to be handed the next slot. It reports whether t
+// waits; a task of a capped tenant created queued counts among the slots taken.
 func (h *SlotHints) SubmitWaiting(ctx context.Context, t *Task, waitMax time.Duration, now time.Time) bool {
-	if t.State != task.StateQueued || t.Priority > task.DefaultPriority || !h.Full(ctx, t.Tenant, now) {
+	if t.State != task.StateQueued {
+		return false
+	}
+	hint := h.hint(ctx, t.Tenant, now)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if hint.limit <= 0 {
+		return false
+	}
+	if t.Priority > task.DefaultPriority || hint.running+hint.queued < hint.limit {
+		hint.queued++
 		return false
 	}
 	t.AwaitSlot(now.Add(waitMax))

@@ -124,3 +124,45 @@ func TestEveryPathEndingARunFreesItsSlot(t *testing.T) {
 		})
 	}
 }
+
+// A burst of submissions of an idle capped tenant creates as many tasks queued as it has
+// slots, and the rest waiting for one, though the worker has claimed none yet: each task
+// created queued will take a slot, so the claims have no task to mark waiting. A task of a
+// higher priority is created queued all the same, and a tenant without a cap never waits.
+func TestSlotHintsCountTheTasksCreatedQueued(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	for tenant, cap := range map[string]int{"capped": 3, "free": 0} {
+		limits := store.DefaultLimits()
+		limits.Concurrency = cap
+		if _, err := s.CreateTenant(ctx, tenant, limits, "whsec_a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hints := store.NewSlotHints(s)
+	now := time.Now()
+	const waitMax = time.Minute
+	submit := func(tenant string, priority int) string {
+		tk := &store.Task{ID: "t", Tenant: tenant, State: task.StateQueued, Priority: priority}
+		waits := hints.SubmitWaiting(ctx, tk, waitMax, now)
+		switch {
+		case waits != tk.AwaitsSlot:
+			t.Fatalf("SubmitWaiting reported %v, task awaits_slot %v", waits, tk.AwaitsSlot)
+		case !waits:
+			return "queued"
+		case tk.NotBefore == nil || !tk.NotBefore.Equal(now.Add(waitMax)):
+			t.Fatalf("created waiting with not_before %v, want %v", tk.NotBefore, now.Add(waitMax))
+		}
+		return "waiting"
+	}
+	var got []string
+	for range 5 {
+		got = append(got, submit("capped", task.DefaultPriority))
+	}
+	got = append(got, submit("capped", task.MaxPriority), submit("free", task.DefaultPriority))
+	want := []string{"queued", "queued", "queued", "waiting", "waiting", "queued", "queued"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("five tasks of a tenant capped at 3, one of the highest priority, one uncapped (-want +got):\n%s", diff)
+	}
+}

@@ -58,6 +58,9 @@ func (r *run) holdForBatch(ctx context.Context, rend *prompts.Rendered, req gemi
 	if len(models) == 0 {
 		return false
 	}
+	if l, err := h.limits(ctx, t.Tenant); err == nil && l.TPM > 0 && h.Tokens(req) > l.TPM {
+		return false // no job could take it under its tenant's tpm: the online path refuses it with its reason
+	}
 	now := time.Now()
 	deadline, until := h.batchTimes(t)
 	if rend.BatchFallback == prompts.BatchFallbackNone {
@@ -116,11 +119,24 @@ func (h *Handler) batchWorst(req gemini.Request, model string) float64 {
 	return h.mp.Estimator.BatchMaxSpend(req, model)
 }
 
-// Cap is tenant's concurrency limit, which bounds its tasks in batch jobs not yet done as it
-// bounds its calls in flight online: a job holds a task for its whole run.
-func (h *Handler) Cap(ctx context.Context, tenant string) (int, error) {
+// BatchLimits are what tenant's tasks in batch jobs not yet done may hold at once: as many
+// tasks as its concurrency limit, as it bounds its calls in flight online (a job holds a task
+// for its whole run), and as many tokens, their requests' worst cases, as its tpm — its share
+// of the model's quota, which for batch jobs Gemini counts in tokens enqueued, not per minute
+// (docs/capacity.md, *A tenant's rpm and tpm*).
+func (h *Handler) BatchLimits(ctx context.Context, tenant string) (store.BatchLoad, error) {
 	l, err := h.limits(ctx, tenant)
-	return l.Concurrency, err
+	return store.BatchLoad{Tasks: l.Concurrency, Tokens: l.TPM}, err
+}
+
+// Tokens is the worst case of req in tokens (its prompt and largest output), as a tenant's
+// tpm counts a call.
+func (h *Handler) Tokens(req gemini.Request) int64 {
+	if h.mp.Estimator == nil {
+		return 0
+	}
+	tokens, _ := h.mp.Estimator.Estimate(req)
+	return tokens
 }
 
 // Admit reserves the worst case of a task waiting for a batch, req's at model's batch price,

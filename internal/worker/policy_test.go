@@ -40,7 +40,7 @@ func (b *bundle) policyHandler(t *testing.T, pol Policy, mp ModelPolicy) *Handle
 	return b.handler(pol, reg, WithModelPolicy(mp))
 }
 
-func (b *bundle) tenant(t *testing.T, id string, l store.Limits) {
+func (b *bundle) tenant(t testing.TB, id string, l store.Limits) {
 	t.Helper()
 	b.store.Secrets = testenv.Secrets()
 	if _, err := b.store.CreateTenant(context.Background(), id, l, "whsec"); err != nil {

@@ -60,13 +60,13 @@ type bundle struct {
 
 // setup returns a bundle on a project of the test's own, a fake Gemini with lat latency per call,
 // and a Gemini client with quick retries.
-func setup(t *testing.T, lat time.Duration) *bundle {
+func setup(t testing.TB, lat time.Duration) *bundle {
 	t.Helper()
 	return setupWith(t, lat, nil)
 }
 
 // setupWith is setup with extra Gemini client settings (variable -> value).
-func setupWith(t *testing.T, lat time.Duration, extra map[string]string) *bundle {
+func setupWith(t testing.TB, lat time.Duration, extra map[string]string) *bundle {
 	t.Helper()
 	project := emulator.ProjectID(t)
 	return setupOn(t, project, testenv.Firestore(t, project), lat, extra)
@@ -92,15 +92,24 @@ func setupFaulty(t *testing.T, fault func(req any) error) *bundle {
 }
 
 // setupOn is setupWith over the Firestore client fs of project.
-func setupOn(t *testing.T, project string, fs *firestore.Client, lat time.Duration, extra map[string]string, fakeOpts ...geminitest.Option) *bundle {
+func setupOn(t testing.TB, project string, fs *firestore.Client, lat time.Duration, extra map[string]string, fakeOpts ...geminitest.Option) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	st := store.New(fs)
 	st.MaxAttempts = 20
 	srv := geminitest.NewServer(append([]geminitest.Option{geminitest.WithLatency("", geminitest.Fixed(lat))}, fakeOpts...)...)
 	t.Cleanup(srv.Close)
+	logs := &testenv.LogBuffer{}
+	return &bundle{project: project, fs: fs, store: st, srv: srv, gen: geminiClient(ctx, t, srv.URL, extra), pub: &testenv.Publisher{}, logs: logs,
+		log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), t: t, tel: map[*Handler]*obstest.Telemetry{}}
+}
+
+// geminiClient is a Gemini client of the fake at url with quick retries and extra settings
+// (variable -> value).
+func geminiClient(ctx context.Context, t testing.TB, url string, extra map[string]string) *gemini.Client {
+	t.Helper()
 	env := map[string]string{
-		"GOOGLE_GEMINI_BASE_URL": srv.URL, "GENBOX_MODEL_CHAIN": "m",
+		"GOOGLE_GEMINI_BASE_URL": url, "GENBOX_MODEL_CHAIN": "m",
 		"GENBOX_MAX_ATTEMPTS": "2", "GENBOX_MODEL_ATTEMPTS": "2",
 		"GENBOX_BACKOFF_BASE": "5ms", "GENBOX_BACKOFF_MAX": "10ms",
 	}
@@ -113,9 +122,7 @@ func setupOn(t *testing.T, project string, fs *firestore.Client, lat time.Durati
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &testenv.LogBuffer{}
-	return &bundle{project: project, fs: fs, store: st, srv: srv, gen: gen, pub: &testenv.Publisher{}, logs: logs,
-		log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), t: t, tel: map[*Handler]*obstest.Telemetry{}}
+	return gen
 }
 
 // policy is a test policy: short leases, a long renewal unless set.
@@ -155,7 +162,7 @@ func (b *bundle) outcomes(t *testing.T, h *Handler, outcome string) int {
 }
 
 // task writes a queued task whose input names its id (so the fake's ledger can find its bills).
-func (b *bundle) task(t *testing.T, id string, mutate ...func(*store.Task)) {
+func (b *bundle) task(t testing.TB, id string, mutate ...func(*store.Task)) {
 	t.Helper()
 	doc := &store.Task{
 		ID: id, Tenant: "tenant-a", Family: "summarize", Variant: "default", Input: "summarize " + id,

@@ -25,8 +25,9 @@ import (
 //     highest priority, then oldest — claimed for this instance in the same commit and run here
 //     (Local), or, when none waits, frees it (count − 1).
 //
-// A backlog therefore costs each task one write to wait and nothing to start: its claim rides
-// on the commit of the task it follows.
+// A backlog therefore costs each task nothing to start — its claim rides on the commit of the
+// task it follows — and nothing to wait when the publisher created it waiting
+// (store.SlotHints), else one write, the mark.
 
 // slotsHintTTL is how long a count this instance saw full (read, or kept full by a hand-off) is
 // taken as still full without reading it: the claims of a backlog's tasks mark them waiting

@@ -229,13 +229,12 @@ func (h *Handler) handle(ctx context.Context, log *slog.Logger, id, tenant strin
 		h.recheck(c.task.Tenant)
 		return bus.Ack
 	case claimAwaiting:
-		// Marked waiting by whoever found the slots taken, perhaps a second ago: a slot freed
-		// since with none found waiting is found by the recheck. It is not pooled here: a task
-		// the worker marked was pooled by the instance that marked it (this is a second nudge,
-		// the sweeper's), and two pools handing out the same task make their commits contend; a
-		// task created waiting comes after the waiting ones (store.SlotHints) and is found in its
-		// turn by the pool's next merge.
+		// Created waiting by the publisher (store.SlotHints), or marked by whoever found the
+		// slots taken, perhaps a second ago: a slot freed since with none found waiting is found
+		// by the recheck. The instance that takes its nudge pools it as it reads it, as the one
+		// that marks a task does, so that handing it a slot costs no query of the waiting tasks.
 		log.DebugContext(ctx, "waiting for a slot of its tenant", "not_before", c.task.NotBefore)
+		h.slots.pooled(c.task)
 		h.recheck(c.task.Tenant)
 		return bus.Ack
 	}

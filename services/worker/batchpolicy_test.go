@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -136,6 +139,60 @@ func TestBatchTasksHeldToTheTenantsCap(t *testing.T) {
 		if n > 2 {
 			t.Errorf("when batch job %s was created, %d of tenant-a's tasks were in open jobs, over its cap of 2", j.ID, n)
 		}
+	}
+}
+
+// A tenant's tpm bounds the tokens its tasks hold in batch jobs not yet done — each request's
+// worst case, its prompt and the family's 1024 output tokens, about 1,080 — as its share of the
+// model's quota, which Gemini counts for batch jobs in tokens enqueued: with a tpm of 2,500 its
+// six tasks run two at a time. Its backlog does not keep another tenant's tasks out of the first
+// job, and the batch requests take nothing from its online rpm/tpm window (Gemini's batch quota
+// is its own).
+func TestBatchTasksHeldToTheTenantsTPM(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, 0)
+	ctx := context.Background()
+	s.store.Secrets = testenv.Secrets()
+	const tpm = 2500
+	if _, err := s.store.CreateTenant(ctx, "tenant-a", store.Limits{TPM: tpm}, "whsec"); err != nil {
+		t.Fatal(err)
+	}
+	s.fake.SetBatchPlan("m", geminitest.BatchPlan{Running: 300 * time.Millisecond})
+	limited, other := ids("tpm", 6), ids("other", 2)
+	s.holdForBatch(t, "tenant-a", shortInput, limited...)
+	s.holdForBatch(t, "tenant-b", shortInput, other...)
+	testenv.Start(t, run, s.batchEnv("GENBOX_BATCH_MAX_TASKS", "3"))
+	tasks := append(limited, other...)
+	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
+	s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
+	jobs := s.batchJobs(t)
+	inFirst := map[string]int{}
+	for _, m := range jobs[0].Members {
+		inFirst[m.Tenant]++
+	}
+	if want := map[string]int{"tenant-a": 2, "tenant-b": 1}; !maps.Equal(inFirst, want) {
+		t.Errorf("the first job holds %v tasks by tenant, want %v: tenant-a's two within its tpm, then tenant-b's", inFirst, want)
+	}
+	for _, j := range jobs {
+		var held int64
+		for _, k := range jobs {
+			if !k.CreatedAt.After(j.CreatedAt) && k.FinishedAt.After(j.CreatedAt) {
+				for _, m := range k.Members {
+					if m.Tokens <= 0 {
+						t.Errorf("member %s of batch job %s holds %d tokens, want its worst case", m.TaskID, k.ID, m.Tokens)
+					}
+					if m.Tenant == "tenant-a" {
+						held += m.Tokens
+					}
+				}
+			}
+		}
+		if held > tpm {
+			t.Errorf("when batch job %s was created, tenant-a's tasks in open jobs held %d tokens, over its tpm of %d", j.ID, held, tpm)
+		}
+	}
+	if _, err := s.store.FS.Collection(store.TenantRatesCollection).Doc("tenant-a").Get(ctx); status.Code(err) != codes.NotFound {
+		t.Errorf("tenant-a's online rate window: %v, want none: batch requests are not taken from it", err)
 	}
 }
 

@@ -6,11 +6,13 @@ import (
 	"time"
 )
 
-// Latency is how long a generation takes. The zero value answers at once.
+// Latency is how long a generation takes. The zero value answers at once. It is drawn only for
+// a call that generates: one the Responder fails is answered at once, without a draw.
 type Latency struct {
 	// Min and Max bound a uniform draw; Max <= Min means exactly Min.
 	Min, Max time.Duration
-	// Func, when set, decides instead of Min and Max.
+	// Func, when set, decides instead of Min and Max: it is called once per generation, so it
+	// may count the calls in flight.
 	Func func(r Request) time.Duration
 }
 

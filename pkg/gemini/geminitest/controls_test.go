@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -306,5 +307,38 @@ func TestCloseEndsHeldCallsUnbilled(t *testing.T) {
 	}
 	if l := b.srv.Ledger().Model(model); l.Generations != 0 || l.Failed != 1 || b.srv.InFlight() != 0 {
 		t.Fatalf("ledger = %+v, in flight %d: want the held call failed and unbilled", l, b.srv.InFlight())
+	}
+}
+
+// A latency is drawn only for a call that generates: a call the responder fails is answered at
+// once, so a Latency.Func counting calls in flight counts none of them (the bench's peak of a
+// tenant's calls once counted its retries on top of the 503s they followed).
+func TestLatencyDrawnOnlyForGenerations(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var drawn []string
+	b := setup(t,
+		geminitest.WithLatency("", geminitest.Latency{Func: func(r geminitest.Request) time.Duration {
+			mu.Lock()
+			drawn = append(drawn, r.Prompt)
+			mu.Unlock()
+			return time.Millisecond
+		}}),
+		geminitest.WithResponder(func(r geminitest.Request) geminitest.Reply {
+			if strings.HasPrefix(r.Prompt, "fail") {
+				return geminitest.Reply{Code: http.StatusServiceUnavailable, Message: "The model is overloaded."}
+			}
+			return geminitest.DefaultReply(r)
+		}))
+	for _, p := range []string{"ok-1", "fail-1", "ok-2", "fail-2"} {
+		_, err := b.generate(t.Context(), model, p, nil)
+		if failed := err != nil; failed != strings.HasPrefix(p, "fail") {
+			t.Fatalf("%s: error %v", p, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"ok-1", "ok-2"}; !slices.Equal(drawn, want) {
+		t.Errorf("latencies drawn for %q, want %q: only the calls that generated", drawn, want)
 	}
 }

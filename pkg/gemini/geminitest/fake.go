@@ -461,12 +461,12 @@ func (f *Fake) generate(w http.ResponseWriter, r *http.Request, req Request) {
 		f.inflight--
 		f.mu.Unlock()
 	}()
-	latency := lat.draw(req, &f.mu, f.rng)
 	reply := responder(req)
 	if reply.Code != 0 {
 		f.fail(req, w, apiFailure{code: reply.Code, message: reply.Message, retryDelay: reply.RetryDelay, model: req.Model})
 		return
 	}
+	latency := lat.draw(req, &f.mu, f.rng)
 	if gate != nil {
 		select {
 		case gate.entered <- req:
