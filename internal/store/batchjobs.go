@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -81,20 +80,6 @@ type BatchMember struct {
 	// leaves the job.
 	ChargeUSD float64 `firestore:"charge_usd,omitempty"`
 	ChargeDay string  `firestore:"charge_day,omitempty"`
-}
-
-// BatchOwner is the lease owner of the tasks of batch job id: the job, not a process, so that
-// any batcher leading its model renews and settles them at their claim epoch.
-func BatchOwner(id string) string { return BatchOwnerPrefix + id }
-
-// BatchOwnerPrefix starts the lease owner of a task inside a batch job.
-const BatchOwnerPrefix = "batch:"
-
-// InBatchJob reports whether a running task is held by a batch job's lease: only the batcher
-// that leads its model settles it (a worker never takes it over), and it may be cancelled while
-// the job runs (the job's answer then records its cost and delivers nothing).
-func (t *Task) InBatchJob() bool {
-	return t.State == task.StateRunning && strings.HasPrefix(t.Lease.Owner, BatchOwnerPrefix)
 }
 
 func (s *Store) batchJobs() *firestore.CollectionRef { return s.FS.Collection(BatchJobsCollection) }

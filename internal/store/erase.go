@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -45,7 +44,7 @@ func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, c
 			if err := check(t); err != nil {
 				return err
 			}
-			discarded = t.discardDeliveryDeadLetters(now)
+			discarded = t.DiscardDeliveryDeadLetters(now)
 			if len(discarded) == 0 && t.ErasedAt != nil {
 				return ErrNoChange
 			}
@@ -83,35 +82,4 @@ func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, c
 		return nil, nil, fmt.Errorf("erase task %s: %w", id, err)
 	}
 	return out, discarded, nil
-}
-
-// discardDeliveryDeadLetters discards t's dead delivery when open dead letters announce it:
-// they leave open_dead_letters and their Slack messages are queued for an update. It returns
-// their ids, for the caller to write discarded in the same commit. The open delivery dead
-// letters of earlier deliveries are left to supersede, in the same write.
-func (t *Task) discardDeliveryDeadLetters(now time.Time) []string {
-	var ids []string
-	t.OpenDeadLetters = slices.DeleteFunc(t.OpenDeadLetters, func(id string) bool {
-		_, n, err := ParseDeadLetterID(id)
-		if err != nil || n.Stage != task.StageDelivery || !deliveryCurrent(t, n) {
-			return false
-		}
-		ids = append(ids, id)
-		return true
-	})
-	if len(ids) == 0 {
-		return nil
-	}
-	t.DiscardDeadDelivery(now)
-	t.queueSlackUpdates(ids)
-	return ids
-}
-
-// GenerationDeadLetterOpen reports whether a dead letter of t's generation is open: a human may
-// still regenerate the task.
-func (t *Task) GenerationDeadLetterOpen() bool {
-	return slices.ContainsFunc(t.OpenDeadLetters, func(id string) bool {
-		_, n, err := ParseDeadLetterID(id)
-		return err == nil && n.Stage == task.StageGeneration
-	})
 }

@@ -224,15 +224,3 @@ func (s *Store) RerunCounts(ctx context.Context, id string) (RerunCounts, error)
 	}
 	return c, nil
 }
-
-// StartRerun starts a new replay of t for re-run id, as Regenerate does for a dead letter (the
-// earlier outcome kept in previous[], a fresh generation), under promptVersion, the variant's
-// current version; the task then carries id, so a page the pacer replays after a crash finds
-// it started already. The sweeper leaves it until hold, while the pacer's nudge is in flight.
-func (t *Task) StartRerun(id, promptVersion string, hold time.Time) {
-	t.Regenerate()
-	t.Previous[len(t.Previous)-1].PromptVersion = t.PromptVersion
-	t.PromptVersion = promptVersion
-	t.Rerun = id
-	t.NudgeAt = &hold
-}

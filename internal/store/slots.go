@@ -92,13 +92,6 @@ func (s *Store) writeOther(tx *firestore.Transaction, o Write, now time.Time) er
 		firestore.LastUpdateTime(c.Read))
 }
 
-// AwaitSlot marks t, queued, waiting for one of its tenant's slots until at the latest until:
-// nobody claims or rewrites it before a hand-off claims it, a recheck admits it or until passes
-// (the sweeper's safety net).
-func (t *Task) AwaitSlot(until time.Time) {
-	t.State, t.AwaitsSlot, t.NotBefore, t.Claims = task.StateQueued, true, &until, 0
-}
-
 // SlotHintTTL is how often SlotHints reads a tenant's slots again: a burst's submissions read
 // the tenant and its count once a second per instance, and none of them waits for the read.
 const SlotHintTTL = time.Second

@@ -317,7 +317,7 @@ func (s *Store) applyTask(t *Task, now time.Time, fn WithFunc) (_ *Task, changed
 	} else if err != nil {
 		return nil, false, written{}, err
 	}
-	w = written{closed: supersede(t), with: with, freed: settleSlot(read, t, with)}
+	w = written{closed: t.SupersedeDeadLetters(), with: with, freed: settleSlot(read, t, with)}
 	t.UpdatedAt = now
 	Finalize(t, now, s.Retention, s.Shards)
 	return t, true, w, nil

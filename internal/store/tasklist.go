@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -44,37 +43,4 @@ func (s *Store) ListTasks(ctx context.Context, tenant string, state task.State, 
 	out = out[:limit]
 	last := out[limit-1]
 	return out, &Cursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
-}
-
-// Erase removes the task's content — input, output, outputs of earlier replays, and the output
-// inside queued webhook payloads — and keeps its accounting (usage, cost, model, states, times).
-// Only a finished task may be erased: the worker never writes it again.
-func (t *Task) Erase(now time.Time) {
-	t.Input, t.Output, t.OutputAt = "", "", nil
-	t.SubjectKey = ""
-	for i := range t.Previous {
-		t.Previous[i].Output = ""
-	}
-	t.Delivery.Payload = erasePayload(t.Delivery.Payload)
-	for i := range t.Delivery.Queue {
-		t.Delivery.Queue[i].Payload = erasePayload(t.Delivery.Queue[i].Payload)
-	}
-	t.ErasedAt = &now
-}
-
-// erasePayload drops the output from a frozen webhook payload; the event keeps its id and type.
-func erasePayload(p string) string {
-	if p == "" {
-		return p
-	}
-	var ev task.Event
-	if err := json.Unmarshal([]byte(p), &ev); err != nil {
-		return ""
-	}
-	ev.Data.Output = nil
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return ""
-	}
-	return string(b)
 }

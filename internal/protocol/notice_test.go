@@ -1,4 +1,4 @@
-package store_test
+package protocol_test
 
 import (
 	"testing"
