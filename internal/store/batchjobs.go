@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -86,7 +88,7 @@ func (s *Store) batchJobs() *firestore.CollectionRef { return s.FS.Collection(Ba
 
 // ClaimFunc decides, inside CreateBatchJob's transaction, whether a task joins the job; it claims
 // it (changing t) when it does.
-type ClaimFunc func(t *Task, now time.Time) bool
+type ClaimFunc func(t *protocol.Task, now time.Time) bool
 
 // CreateBatchJob writes job with the candidate tasks that claim accepts as its members, in one
 // transaction: a task is never in a job without the job's document, nor claimed twice. Each
@@ -94,13 +96,13 @@ type ClaimFunc func(t *Task, now time.Time) bool
 // job's Deadline is its members' earliest not_before: when the first of them must leave
 // batching. It returns the claimed tasks as written, or ErrNoChange when no candidate joined
 // (nothing is written).
-func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []BatchMember, claim ClaimFunc) ([]*Task, error) {
+func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []BatchMember, claim ClaimFunc) ([]*protocol.Task, error) {
 	refs := make([]*firestore.DocumentRef, len(candidates))
 	for i, c := range candidates {
 		refs[i] = s.Tasks().Doc(c.TaskID)
 	}
 	jobRef := s.batchJobs().Doc(job.ID)
-	var claimed []*Task
+	var claimed []*protocol.Task
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		job.Members, job.Deadline, claimed = nil, time.Time{}, nil
 		snaps, err := tx.GetAll(refs)
@@ -110,16 +112,16 @@ func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []
 		now := s.now()
 		type write struct {
 			ref *firestore.DocumentRef
-			t   *Task
+			t   *protocol.Task
 		}
 		var writes []write
 		var closed []string
-		var freed []*Task
+		var freed []*protocol.Task
 		for i, snap := range snaps {
 			if !snap.Exists() {
 				continue
 			}
-			t, changed, w, err := s.applySnap(snap, now, func(t *Task, now time.Time) error {
+			t, changed, w, err := s.applySnap(snap, now, func(t *protocol.Task, now time.Time) error {
 				if !claim(t, now) {
 					return ErrNoChange
 				}
@@ -173,7 +175,7 @@ func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []
 }
 
 // GetTasks reads tasks by id, in order; a missing one is absent from the result.
-func (s *Store) GetTasks(ctx context.Context, ids []string) ([]*Task, error) {
+func (s *Store) GetTasks(ctx context.Context, ids []string) ([]*protocol.Task, error) {
 	refs := make([]*firestore.DocumentRef, len(ids))
 	for i, id := range ids {
 		refs[i] = s.Tasks().Doc(id)
@@ -182,7 +184,7 @@ func (s *Store) GetTasks(ctx context.Context, ids []string) ([]*Task, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get %d tasks: %w", len(ids), err)
 	}
-	out := make([]*Task, 0, len(snaps))
+	out := make([]*protocol.Task, 0, len(snaps))
 	for _, snap := range snaps {
 		if !snap.Exists() {
 			continue

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 
 	"github.com/genbox-dev/genbox/internal/safetext"
@@ -127,16 +129,16 @@ func (s *Store) writeClosed(tx *firestore.Transaction, ids []string, skip string
 // to change in both. d is never nil: a dead letter that does not exist yet has a zero CreatedAt,
 // and is written only if fn gives it one. Like MutateFunc, fn may run more than once and returns
 // ErrNoChange to write nothing.
-type DeadLetterFunc func(t *Task, d *DeadLetter, now time.Time) error
+type DeadLetterFunc func(t *protocol.Task, d *DeadLetter, now time.Time) error
 
 // MutateDeadLetter runs fn over task taskID and dead letter id in one transaction, then writes
 // both: the task as MutateTask writes it (nudge backoff reset, finalized), the dead letter if it
 // exists or fn created it. It is the one way to change a dead letter together with its task (a
 // notice recorded, a decision taken, a Slack post committed). It returns both as written, or
 // ErrNotFound when the task does not exist.
-func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn DeadLetterFunc) (*Task, *DeadLetter, error) {
+func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn DeadLetterFunc) (*protocol.Task, *DeadLetter, error) {
 	tref, dref := s.Tasks().Doc(taskID), s.DeadLetters().Doc(id)
-	var outT *Task
+	var outT *protocol.Task
 	var outD *DeadLetter
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		outT, outD = nil, nil
@@ -158,7 +160,7 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 			return err
 		}
 		now := s.now()
-		t, changed, w, err := s.applySnap(snaps[0], now, func(t *Task, now time.Time) error { return fn(t, d, now) })
+		t, changed, w, err := s.applySnap(snaps[0], now, func(t *protocol.Task, now time.Time) error { return fn(t, d, now) })
 		if err != nil {
 			return err
 		}
@@ -169,7 +171,7 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 		}
 		closed := w.closed
 		if w.freed {
-			if err := s.freeSlotsTx(tx, []*Task{t}, now); err != nil {
+			if err := s.freeSlotsTx(tx, []*protocol.Task{t}, now); err != nil {
 				return err
 			}
 		}

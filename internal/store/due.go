@@ -3,6 +3,8 @@ package store
 import (
 	"fmt"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/envconfig"
 )
 
@@ -15,8 +17,8 @@ func ShardsFromEnv(getenv func(string) string) (int, error) {
 	if err := r.Err(); err != nil {
 		return 0, err
 	}
-	if n < 1 || n > MaxShards {
-		return 0, fmt.Errorf("GENBOX_SWEEP_SHARDS must be between 1 and %d, got %d", MaxShards, n)
+	if n < 1 || n > protocol.MaxShards {
+		return 0, fmt.Errorf("GENBOX_SWEEP_SHARDS must be between 1 and %d, got %d", protocol.MaxShards, n)
 	}
 	return n, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -26,9 +28,9 @@ func ErasedBy(tenant string) string { return "tenant " + tenant + " (erase)" }
 // next queued event, or copies are queued, the sweeper keeps off them for grace: the caller
 // nudges them first. It
 // returns the task as written (or as read) and the ids of the dead letters discarded.
-func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, check func(t *Task) error) (*Task, []string, error) {
+func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, check func(t *protocol.Task) error) (*protocol.Task, []string, error) {
 	ref := s.Tasks().Doc(id)
-	var out *Task
+	var out *protocol.Task
 	var discarded []string
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		out, discarded = nil, nil
@@ -40,7 +42,7 @@ func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, c
 			return err
 		}
 		now := s.now()
-		t, changed, w, err := s.applySnap(snap, now, func(t *Task, now time.Time) error {
+		t, changed, w, err := s.applySnap(snap, now, func(t *protocol.Task, now time.Time) error {
 			if err := check(t); err != nil {
 				return err
 			}
@@ -66,7 +68,7 @@ func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, c
 			return nil
 		}
 		if w.freed {
-			if err := s.freeSlotsTx(tx, []*Task{t}, now); err != nil {
+			if err := s.freeSlotsTx(tx, []*protocol.Task{t}, now); err != nil {
 				return err
 			}
 		}

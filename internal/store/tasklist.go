@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -24,7 +26,7 @@ var viewFields = []string{"state", "family", "variant", "labels", "output", "out
 // newest first, starting after the cursor (from the start when nil), and the cursor of the next
 // page (nil on the last page). The tasks hold only what View shows. It runs the tasks-by-tenant or
 // tasks-by-tenant-state query.
-func (s *Store) ListTasks(ctx context.Context, tenant string, state task.State, limit int, after *Cursor) ([]*Task, *Cursor, error) {
+func (s *Store) ListTasks(ctx context.Context, tenant string, state task.State, limit int, after *Cursor) ([]*protocol.Task, *Cursor, error) {
 	q := s.Tasks().Where("tenant", "==", tenant)
 	if state != "" {
 		q = q.Where("state", "==", string(state))

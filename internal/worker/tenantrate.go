@@ -7,13 +7,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
 // takeRate takes one request and tokens, the call's worst case, from the tenant's rpm and tpm
-// (store.Limits RPM and TPM), shared by every instance (quota.TenantRates), into tk. When there
+// (protocol.Limits RPM and TPM), shared by every instance (quota.TenantRates), into tk. When there
 // is no room it hands the task back, unclaimed and with no attempt counted, until the time room
 // opens for it — the sweeper finds it then, as any task due — and reports false; likewise, soon,
 // when the allowance cannot be leased, and it fails a task whose one call is more than the
@@ -26,7 +28,7 @@ func (r *run) takeRate(ctx context.Context, limits store.Limits, tokens int64, t
 	hold, at, err := h.mp.Rates.Take(ctx, t.Tenant, quota.Rate{Requests: limits.RPM, Tokens: limits.TPM}, tokens)
 	switch {
 	case errors.Is(err, quota.ErrRateTooLarge):
-		r.fail(ctx, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
+		r.fail(ctx, &protocol.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return false
 	case err != nil:
 		r.handBack(ctx, h.readRetry(), "tenant rate unreadable", err)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/quota"
@@ -25,7 +27,7 @@ func TestTenantRateHandsBackWithoutACall(t *testing.T) {
 	mp.Rates = quota.NewTenantRates(b.store, func() time.Time { return now }, time.Minute)
 	h := b.policyHandler(t, policy("w1"), mp)
 	for _, id := range []string{"a1", "a2", "b1", "b2"} {
-		b.task(t, id, func(d *store.Task) { d.Tenant = "tenant-" + id[:1] })
+		b.task(t, id, func(d *protocol.Task) { d.Tenant = "tenant-" + id[:1] })
 		h.Handle(context.Background(), msg(id))
 	}
 	type view struct {
