@@ -49,7 +49,7 @@ type Task struct {
 	Priority int `firestore:"priority"`
 
 	// Slot: the task holds one of its tenant's concurrency slots (tenant_slots/{tenant}); it is
-	// set only while the task runs, and the write that ends its run passes the slot on (slots.go).
+	// set only while the task runs, and the write that ends its run passes the slot on (store/slots.go).
 	Slot bool `firestore:"slot,omitempty"`
 	// AwaitsSlot marks a queued task waiting for one of its tenant's slots: it is not claimed or
 	// rewritten until a running task of its tenant ends and hands it the slot, or its not_before
@@ -414,7 +414,7 @@ func (t *Task) ReserveDelivery(now time.Time, ttl time.Duration) int64 {
 
 // Take takes the delivery lease for owner until now+ttl and counts the attempt it is for; it
 // fails with claim.ErrHeld, changing nothing, while another owner's lease is live. Check
-// Claimable first: a reservation's (ReserveDelivery) and a claim's (protocol.ClaimDelivery) take
+// Claimable first: a reservation's (ReserveDelivery) and a claim's (ClaimDelivery) take
 // are this one.
 func (d *Delivery) Take(owner string, now time.Time, ttl time.Duration) error {
 	if err := d.Lease.Take(owner, now, ttl); err != nil {
