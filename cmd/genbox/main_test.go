@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/devstack"
 	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -271,7 +272,7 @@ func TestDLQVerbs(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {
 		t.Fatal(err)
 	}
-	dl := store.DeadLetterID(v.TaskID, task.StageGeneration, 0, 0)
+	dl := protocol.DeadLetterID(v.TaskID, task.StageGeneration, 0, 0)
 	deadline := time.Now().Add(30 * time.Second)
 	for r = cli(t, env, "", "dlq", "list"); !strings.Contains(r.stdout, dl); r = cli(t, env, "", "dlq", "list") {
 		if r.code != exitOK || time.Now().After(deadline) {

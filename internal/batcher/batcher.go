@@ -73,7 +73,7 @@ type Outcome struct {
 // model-call policy before a task joins a job, and settles or renews a member of a job under the
 // job's lease.
 type Tasks interface {
-	BatchRequest(t *store.Task) (req gemini.Request, fingerprint string, err error)
+	BatchRequest(t *protocol.Task) (req gemini.Request, fingerprint string, err error)
 	// BatchLimits are what tenant's tasks in batch jobs not yet done may hold at once (0: no
 	// limit): tasks, its concurrency limit; the worst cases of their requests in tokens, its tpm.
 	BatchLimits(ctx context.Context, tenant string) (store.BatchLoad, error)
@@ -84,7 +84,7 @@ type Tasks interface {
 	// reserves. The hold is nil without budgets. false keeps t out of the job: it waits for a
 	// later one, or, refused by a budget, it is handed back to the worker, which applies the
 	// budget policy as it does online.
-	Admit(ctx context.Context, t *store.Task, req gemini.Request, model string) (*quota.Hold, bool)
+	Admit(ctx context.Context, t *protocol.Task, req gemini.Request, model string) (*quota.Hold, bool)
 	// SettleCharge puts what member m spent in the place of its charge; called once, when m
 	// leaves its job.
 	SettleCharge(m store.BatchMember, costUSD float64)
@@ -247,7 +247,7 @@ func (b *Batcher) gather(ctx context.Context, log *slog.Logger, model string, le
 		return err
 	}
 	j := &store.BatchJob{ID: newJobID(), Model: model, State: store.BatchCreating, LeaseUntil: now.Add(b.cfg.LeaseTTL)}
-	tasks, err := b.store.CreateBatchJob(ctx, j, members, func(t *store.Task, now time.Time) bool {
+	tasks, err := b.store.CreateBatchJob(ctx, j, members, func(t *protocol.Task, now time.Time) bool {
 		return protocol.JoinBatch(t, j.ID, model, now, b.cfg.LeaseTTL)
 	})
 	claimed := make([]string, 0, len(tasks))
@@ -458,7 +458,7 @@ const maxCreateAttempts = 5
 // create renders the requests of the members the job still holds and calls batches.create,
 // then records the job's name. A task whose request cannot be rendered fails at once. A job
 // refused for its size is split (split); any other refused create sends the tasks online.
-func (b *Batcher) create(ctx context.Context, log *slog.Logger, j *store.BatchJob, tasks []*store.Task, leading func(context.Context) bool) error {
+func (b *Batcher) create(ctx context.Context, log *slog.Logger, j *store.BatchJob, tasks []*protocol.Task, leading func(context.Context) bool) error {
 	reqs, _, err := b.requests(ctx, log, j, held(tasks, j))
 	if err != nil {
 		return err
@@ -505,7 +505,7 @@ func (b *Batcher) create(ctx context.Context, log *slog.Logger, j *store.BatchJo
 // again. The tasks are sent back before they leave the job's document, so that a crash between
 // the two leaves none held by a job that lists it not; create renders only the members the job
 // still holds.
-func (b *Batcher) split(ctx context.Context, log *slog.Logger, j *store.BatchJob, reqs []gemini.Request, tasks []*store.Task, leading func(context.Context) bool) error {
+func (b *Batcher) split(ctx context.Context, log *slog.Logger, j *store.BatchJob, reqs []gemini.Request, tasks []*protocol.Task, leading func(context.Context) bool) error {
 	leave := map[string]bool{}
 	for _, r := range reqs[len(reqs)/2:] {
 		leave[r.TaskID] = true
@@ -547,13 +547,13 @@ func (b *Batcher) split(ctx context.Context, log *slog.Logger, j *store.BatchJob
 
 // held returns the tasks the job holds under its lease: the ones it may still send. A task sent
 // back, cancelled or taken by another job since is not.
-func held(tasks []*store.Task, j *store.BatchJob) []*store.Task {
+func held(tasks []*protocol.Task, j *store.BatchJob) []*protocol.Task {
 	epochs := map[string]int64{}
 	for _, m := range j.Members {
 		epochs[m.TaskID] = m.Epoch
 	}
-	owner := store.BatchOwner(j.ID)
-	out := make([]*store.Task, 0, len(tasks))
+	owner := protocol.BatchOwner(j.ID)
+	out := make([]*protocol.Task, 0, len(tasks))
 	for _, t := range tasks {
 		if e, ok := epochs[t.ID]; ok && t.State == task.StateRunning && t.Lease.Owner == owner && t.Lease.Epoch == e {
 			out = append(out, t)
@@ -571,8 +571,8 @@ func permanent(err error) bool {
 
 // requests renders the request of every member still in the job, keyed by task id, with its
 // cache fingerprint. A member whose request cannot be rendered is failed (settled) now.
-func (b *Batcher) requests(ctx context.Context, log *slog.Logger, j *store.BatchJob, tasks []*store.Task) ([]gemini.Request, map[string]string, error) {
-	byID := map[string]*store.Task{}
+func (b *Batcher) requests(ctx context.Context, log *slog.Logger, j *store.BatchJob, tasks []*protocol.Task) ([]gemini.Request, map[string]string, error) {
+	byID := map[string]*protocol.Task{}
 	for _, t := range tasks {
 		byID[t.ID] = t
 	}
@@ -750,8 +750,8 @@ func (b *Batcher) settle(ctx context.Context, log *slog.Logger, j *store.BatchJo
 
 // live returns the tasks still running in the job: the ones whose results are still wanted
 // for rendering their validators.
-func live(tasks []*store.Task, j *store.BatchJob) []*store.Task {
-	out := make([]*store.Task, 0, len(tasks))
+func live(tasks []*protocol.Task, j *store.BatchJob) []*protocol.Task {
+	out := make([]*protocol.Task, 0, len(tasks))
 	for _, t := range tasks {
 		if t.BatchJob == j.ID {
 			out = append(out, t)

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"cloud.google.com/go/pubsub/v2"
 
@@ -118,7 +120,7 @@ func (c *naiveResults) Handle(ctx context.Context, m *bus.Message) bus.Result {
 	return bus.Ack
 }
 
-func (c *naiveResults) post(ctx context.Context, t *store.Task, secrets []string, now time.Time) error {
+func (c *naiveResults) post(ctx context.Context, t *protocol.Task, secrets []string, now time.Time) error {
 	body, err := json.Marshal(task.Event{Type: task.EventSucceeded, Timestamp: now, Data: t.View()})
 	if err != nil {
 		return err

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -319,7 +321,7 @@ func (s *stack) submit(ctx context.Context, id string, grace time.Duration) erro
 func (s *stack) submitAs(ctx context.Context, tenant, id string, grace time.Duration, priority int) error {
 	now := time.Now()
 	nudgeAt := now.Add(grace)
-	doc := &store.Task{ID: id, Tenant: tenant, Family: s.familyOf(id), Variant: "default", Priority: priority,
+	doc := &protocol.Task{ID: id, Tenant: tenant, Family: s.familyOf(id), Variant: "default", Priority: priority,
 		Input: input(id, s.cfg.InputBytes), State: task.StateQueued, CallbackURL: s.recvURL, NudgeAt: &nudgeAt, Mode: s.cfg.run.mode}
 	if s.slots != nil { // nil: the naive baseline has no slots
 		s.slots.SubmitWaiting(ctx, doc, tenantWaitMax, now)
@@ -329,7 +331,7 @@ func (s *stack) submitAs(ctx context.Context, tenant, id string, grace time.Dura
 		if err != nil {
 			return err
 		}
-		doc.Family, doc.Files = "extract", []store.File{f}
+		doc.Family, doc.Files = "extract", []protocol.File{f}
 	}
 	if err := s.store.CreateTask(ctx, doc); err != nil {
 		return err
@@ -341,15 +343,15 @@ func (s *stack) submitAs(ctx context.Context, tenant, id string, grace time.Dura
 
 // putFile writes task id's PDF of FileBytes to the storage emulator, as an upload would, and
 // returns the file as the publisher records it (the object's attributes, one read).
-func (s *stack) putFile(ctx context.Context, id string) (store.File, error) {
+func (s *stack) putFile(ctx context.Context, id string) (protocol.File, error) {
 	name := "uploads/" + benchTenant + "/" + id
 	s.storage.Fake().CreateObject(fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: devstack.DevInputBucket, Name: name,
 		ContentType: "application/pdf"}, Content: []byte(input("%PDF-1.7 "+id, s.cfg.FileBytes))})
 	a, err := s.objects.Attrs(ctx, devstack.DevInputBucket, name)
 	if err != nil {
-		return store.File{}, err
+		return protocol.File{}, err
 	}
-	return store.FileOf(a.Bucket, a.Object, a.Generation, a.Size, a.CRC32C, a.MD5, "application/pdf", ""), nil
+	return protocol.FileOf(a.Bucket, a.Object, a.Generation, a.Size, a.CRC32C, a.MD5, "application/pdf", ""), nil
 }
 
 // input is a task's text: its id (the fake's key) and filler up to n bytes.

@@ -24,6 +24,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/authlimit"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/httpapi"
@@ -50,7 +52,7 @@ type Decider interface {
 
 // Estimator prices one more generation of a task (dlqnotifier.Estimator).
 type Estimator interface {
-	EstimateUSD(t *store.Task) (usd float64, ok bool)
+	EstimateUSD(t *protocol.Task) (usd float64, ok bool)
 }
 
 var _ Decider = (*dlqnotifier.Service)(nil)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
@@ -45,7 +47,7 @@ func (d *decisions) all() []string {
 // noEstimate prices nothing.
 type noEstimate struct{}
 
-func (noEstimate) EstimateUSD(*store.Task) (float64, bool) { return 0, false }
+func (noEstimate) EstimateUSD(*protocol.Task) (float64, bool) { return 0, false }
 
 // consoleOn serves a console under adminKey on st, as one revision of the dlqnotifier does,
 // behind Cloud Run's front end (one trusted hop); it returns its base URL.

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -200,7 +202,7 @@ func (c *Console) spendByTenant(r *http.Request, days []time.Time) ([]spendRow, 
 }
 
 // byModel sums the tasks' cost per model.
-func byModel(ts []*store.Task) chart {
+func byModel(ts []*protocol.Task) chart {
 	sum := map[string]float64{}
 	for _, t := range ts {
 		if t.Model != "" || t.CostUSD > 0 {
@@ -242,7 +244,7 @@ func (c *chart) scale() {
 // tasksData is the Tasks page.
 type tasksData struct {
 	Filter    filterForm
-	Tasks     []*store.Task
+	Tasks     []*protocol.Task
 	Truncated bool
 	States    []task.State
 }
@@ -297,9 +299,9 @@ func (c *Console) tasks(w http.ResponseWriter, r *http.Request, sess store.Conso
 
 // taskData is a task's page.
 type taskData struct {
-	T           *store.Task
+	T           *protocol.Task
 	DeadLetters []deadLetterRow
-	Deliveries  []store.DeliveryAttempt
+	Deliveries  []protocol.DeliveryAttempt
 }
 
 // deadLetterRow is a dead letter with the actions that apply to it.
@@ -347,7 +349,7 @@ func (c *Console) task(w http.ResponseWriter, r *http.Request, sess store.Consol
 }
 
 // row prices a dead letter's Regenerate from its task.
-func (c *Console) row(d *store.DeadLetter, t *store.Task) deadLetterRow {
+func (c *Console) row(d *store.DeadLetter, t *protocol.Task) deadLetterRow {
 	row := deadLetterRow{DeadLetter: d}
 	if t != nil && d.Stage == task.StageGeneration {
 		row.Estimate, row.EstimateOK = c.d.Estimator.EstimateUSD(t)
@@ -363,7 +365,7 @@ type deadLettersData struct {
 }
 
 // openDeadLetters reads the open dead letters matching f (tenant, stage, since) and their tasks.
-func (c *Console) openDeadLetters(r *http.Request, f filterForm) ([]*store.DeadLetter, map[string]*store.Task, bool, error) {
+func (c *Console) openDeadLetters(r *http.Request, f filterForm) ([]*store.DeadLetter, map[string]*protocol.Task, bool, error) {
 	since, err := parseTime(f.Since)
 	if err != nil {
 		return nil, nil, false, err
@@ -384,7 +386,7 @@ func (c *Console) openDeadLetters(r *http.Request, f filterForm) ([]*store.DeadL
 	if err != nil {
 		return nil, nil, false, err
 	}
-	byID := map[string]*store.Task{}
+	byID := map[string]*protocol.Task{}
 	for _, t := range ts {
 		byID[t.ID] = t
 	}
@@ -423,7 +425,7 @@ func outcome(id string, action dlqnotifier.Action, err error) string {
 		return fmt.Sprintf("%s: %s recorded.", id, action)
 	case errors.As(err, &decided):
 		return fmt.Sprintf("%s: this dead letter was %s; nothing was repeated.", id, decided.Error())
-	case errors.Is(err, dlqnotifier.ErrMovedOn), errors.Is(err, dlqnotifier.ErrAction), errors.Is(err, store.ErrBadDeadLetterID), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, dlqnotifier.ErrMovedOn), errors.Is(err, dlqnotifier.ErrAction), errors.Is(err, protocol.ErrBadDeadLetterID), errors.Is(err, store.ErrNotFound):
 		return fmt.Sprintf("%s: nothing was changed: %v", id, err)
 	}
 	return ""
@@ -439,7 +441,7 @@ func (c *Console) decide(w http.ResponseWriter, r *http.Request, sess store.Cons
 		return
 	}
 	back := "/console/dead-letters"
-	if taskID, _, perr := store.ParseDeadLetterID(id); perr == nil && r.PostFormValue("from") == "task" {
+	if taskID, _, perr := protocol.ParseDeadLetterID(id); perr == nil && r.PostFormValue("from") == "task" {
 		back = "/console/tasks/" + taskID
 	}
 	http.Redirect(w, r, back+"?done="+url.QueryEscape(msg), http.StatusSeeOther)
@@ -504,7 +506,7 @@ func (c *Console) bulkDecide(w http.ResponseWriter, r *http.Request, sess store.
 	seen := map[string]bool{}
 	d := bulkData{Filter: filterForm{Action: string(action)}}
 	for _, id := range r.PostForm["id"] {
-		taskID, _, err := store.ParseDeadLetterID(id)
+		taskID, _, err := protocol.ParseDeadLetterID(id)
 		if err != nil || seen[taskID] {
 			continue
 		}
@@ -559,7 +561,7 @@ func (c *Console) spend(w http.ResponseWriter, r *http.Request, sess store.Conso
 // tier's rate minus what they were billed at (plus, for an output-cache hit, the mean cost of
 // the family's paid tasks of the window); by batch and flex, the standard tier's bill minus
 // theirs.
-func savings(ts []*store.Task, p gemini.Pricing) (cache, batch float64, hits int) {
+func savings(ts []*protocol.Task, p gemini.Pricing) (cache, batch float64, hits int) {
 	paid, n := map[string]float64{}, map[string]int{}
 	for _, t := range ts {
 		if t.CacheHit || t.Model == "" {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
@@ -81,7 +83,7 @@ func TestDeadLetterRegeneratedThroughSlack(t *testing.T) {
 	if _, err := s.Inbox.Wait(ctx, func(d doubles.Hook) bool { return d.ID == deadID }); err != nil {
 		t.Fatalf("no %s webhook: %v", deadID, err)
 	}
-	dlID := store.DeadLetterID(v.TaskID, task.StageGeneration, 0, 0)
+	dlID := protocol.DeadLetterID(v.TaskID, task.StageGeneration, 0, 0)
 	post := s.WaitDeadLetterPosted(t, ctx, dlID)
 	consoleURL := s.Info.SlackConsole
 	page := httpGet(t, ctx, consoleURL)

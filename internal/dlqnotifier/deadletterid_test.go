@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -12,7 +14,7 @@ import (
 // deliveryDL is the dead letter id of the round 0 delivery of event typ of task id's replay
 // eventReplay, dead while the task was on replay.
 func deliveryDL(id string, typ task.EventType, eventReplay, replay int) string {
-	return store.Notice{Stage: task.StageDelivery, Replay: replay, Event: task.EventID(id, typ, eventReplay)}.DeadLetterID(id)
+	return protocol.Notice{Stage: task.StageDelivery, Replay: replay, Event: task.EventID(id, typ, eventReplay)}.DeadLetterID(id)
 }
 
 // kill submits task id and runs it into death through the real worker: its task.dead webhook is

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/slack-go/slack"
 
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -79,12 +81,12 @@ func (a Action) appliesTo(stage task.Stage) bool {
 // the task still what it was about. Then it publishes the decision's nudges and updates the
 // Slack message before returning; whatever it cannot finish is on the task for the sweeper.
 func (s *Service) Decide(ctx context.Context, id string, action Action, by string) (*store.DeadLetter, error) {
-	taskID, _, err := store.ParseDeadLetterID(id)
+	taskID, _, err := protocol.ParseDeadLetterID(id)
 	if err != nil {
 		return nil, err
 	}
 	log := s.log.With("task_id", taskID, "dead_letter_id", id, "action", string(action), "by", by)
-	t, d, err := s.store.MutateDeadLetter(ctx, taskID, id, func(t *store.Task, d *store.DeadLetter, now time.Time) error {
+	t, d, err := s.store.MutateDeadLetter(ctx, taskID, id, func(t *protocol.Task, d *store.DeadLetter, now time.Time) error {
 		if d.CreatedAt.IsZero() {
 			return store.ErrNotFound
 		}
@@ -113,7 +115,7 @@ func (s *Service) Decide(ctx context.Context, id string, action Action, by strin
 			}
 		}
 		grace := now.Add(s.cfg.FollowUpGrace)
-		t.Decision = &store.Decision{DeadLetterID: id, Action: string(action), By: by, At: now, Topics: topics, NextAttemptAt: &grace}
+		t.Decision = &protocol.Decision{DeadLetterID: id, Action: string(action), By: by, At: now, Topics: topics, NextAttemptAt: &grace}
 		// Always queued, posted or not: the sweeper's slack_update nudge is also what brings a
 		// decision whose nudges it re-published back here to be marked done.
 		s.queueSlackUpdate(t, id, now)
@@ -135,7 +137,7 @@ func (s *Service) Decide(ctx context.Context, id string, action Action, by strin
 
 // apply changes the task per action, after checking it is still what the dead letter was about,
 // and returns the topics to nudge.
-func apply(t *store.Task, d *store.DeadLetter, action Action, now time.Time) ([]string, error) {
+func apply(t *protocol.Task, d *store.DeadLetter, action Action, now time.Time) ([]string, error) {
 	if t.Replay != d.Replay {
 		return nil, fmt.Errorf("%w: replay %d, the dead letter is of replay %d", ErrMovedOn, t.Replay, d.Replay)
 	}
@@ -169,7 +171,7 @@ func apply(t *store.Task, d *store.DeadLetter, action Action, now time.Time) ([]
 	return []string{bus.TopicResults}, nil
 }
 
-func deliveryNudge(t *store.Task) []string {
+func deliveryNudge(t *protocol.Task) []string {
 	if t.Delivery.State == task.DeliveryPending {
 		return []string{bus.TopicResults}
 	}
@@ -181,7 +183,7 @@ func deliveryNudge(t *store.Task) []string {
 // its commit, and every write resets the sweeper's backoff, so without it a regenerated (queued)
 // task or a redelivered (pending) webhook is due at once and the sweeper sends a second nudge
 // whose claim races the first. A lost nudge is still the sweeper's after the grace.
-func (s *Service) holdSweeper(t *store.Task, now time.Time) {
+func (s *Service) holdSweeper(t *protocol.Task, now time.Time) {
 	d := t.Decision
 	if d == nil || t.State == task.StateRunning || t.Delivery.Lease.Live(now) {
 		return
@@ -225,7 +227,7 @@ func (s *Service) followUp(ctx context.Context, log *slog.Logger, id string) {
 			failed = true
 		}
 	}
-	_, err = s.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+	_, err = s.store.MutateTask(ctx, id, func(t *protocol.Task, now time.Time) error {
 		if t.SlackUpdate == nil {
 			return store.ErrNoChange
 		}
@@ -247,7 +249,7 @@ func (s *Service) followUp(ctx context.Context, log *slog.Logger, id string) {
 // decisionApplied clears the decision's topics once its nudges are published and marks the dead
 // letter applied.
 func (s *Service) decisionApplied(ctx context.Context, log *slog.Logger, id, dlID string) {
-	_, _, err := s.store.MutateDeadLetter(ctx, id, dlID, func(t *store.Task, d *store.DeadLetter, now time.Time) error {
+	_, _, err := s.store.MutateDeadLetter(ctx, id, dlID, func(t *protocol.Task, d *store.DeadLetter, now time.Time) error {
 		if t.Decision == nil || t.Decision.DeadLetterID != dlID || len(t.Decision.Topics) == 0 {
 			return store.ErrNoChange
 		}

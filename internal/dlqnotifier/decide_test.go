@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/geminienv"
@@ -57,7 +59,7 @@ func (e *env) pipeline(t *testing.T) *pipeline {
 	w := worker.New(e.st, gen, render, e.pub, quiet, worker.Policy{
 		Owner: "w-1", LeaseTTL: 5 * time.Second, RenewEvery: time.Second, MaxAttempts: 1, ClaimCap: 2,
 		RetryBase: time.Second, RetryMax: 2 * time.Second, ParkBase: time.Second, ParkMax: 2 * time.Second,
-		NudgeGrace: time.Minute, CommitRetry: 5 * time.Second, DeliveryLease: store.DeliveryLease(2 * time.Second),
+		NudgeGrace: time.Minute, CommitRetry: 5 * time.Second, DeliveryLease: protocol.DeliveryLease(2 * time.Second),
 	})
 	pol := resulthandler.Policy{Owner: "rh-1", Timeout: 2 * time.Second, Horizon: time.Hour,
 		BackoffMin: time.Second, BackoffMax: 10 * time.Second, NoticeGrace: time.Minute, LogEntries: 20}
@@ -71,7 +73,7 @@ func (e *env) pipeline(t *testing.T) *pipeline {
 // submit writes a queued task calling back the receiver.
 func (e *env) submit(t *testing.T, p *pipeline, id string) {
 	t.Helper()
-	tk := &store.Task{ID: id, Tenant: testTenant, Family: "summarize", Variant: "default", Input: "summarize " + id,
+	tk := &protocol.Task{ID: id, Tenant: testTenant, Family: "summarize", Variant: "default", Input: "summarize " + id,
 		State: task.StateQueued, CallbackURL: p.recv.URL()}
 	if err := e.st.CreateTask(e.ctx, tk); err != nil {
 		t.Fatal(err)
@@ -233,7 +235,7 @@ func TestRedeliver(t *testing.T) {
 	seen := 0
 	e.deliverNotices(&seen)
 	failed := task.EventID(id, task.EventFailed, 0)
-	dl := store.Notice{Stage: task.StageDelivery, Event: failed}.DeadLetterID(id)
+	dl := protocol.Notice{Stage: task.StageDelivery, Event: failed}.DeadLetterID(id)
 	if posts := e.slack.Posts(); len(posts) != 1 || buttons(t, posts[0])[0][0] != string(ActionRedeliver) {
 		t.Fatalf("posts %+v", posts)
 	}
@@ -251,7 +253,7 @@ func TestRedeliver(t *testing.T) {
 	p.rh.Handle(e.ctx, e.resultNudge(id)) // round 1: refused again → dead again
 	e.deliverNotices(&seen)
 	posts := e.slack.Posts()
-	dl1 := store.Notice{Stage: task.StageDelivery, Round: 1, Event: failed}.DeadLetterID(id)
+	dl1 := protocol.Notice{Stage: task.StageDelivery, Round: 1, Event: failed}.DeadLetterID(id)
 	if len(posts) != 2 || buttons(t, posts[1])[0][2] != dl1 {
 		t.Fatalf("dead again: %d posts, want a second one for round 1", len(posts))
 	}
@@ -283,9 +285,9 @@ func TestRedeliver(t *testing.T) {
 func TestDiscard(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	gen := e.deadTask(t, "t-discard-gen", func(tk *store.Task) { tk.CallbackURL = "https://app.example/hook" })
+	gen := e.deadTask(t, "t-discard-gen", func(tk *protocol.Task) { tk.CallbackURL = "https://app.example/hook" })
 	del := e.deliveryDeadTask(t, "t-discard-del")
-	for _, tk := range []*store.Task{gen, del} {
+	for _, tk := range []*protocol.Task{gen, del} {
 		e.svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
 	}
 	// The task.dead event of gen is still pending: the discard event queues behind it.
@@ -344,10 +346,10 @@ func TestDecisionFinishedLater(t *testing.T) {
 func TestDecisionsKeepUnpublishedTopics(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	tk := e.deadTask(t, "t-both", func(tk *store.Task) { tk.CallbackURL = "https://app.example/hook" })
-	if _, err := e.st.MutateTask(e.ctx, tk.ID, func(t *store.Task, now time.Time) error {
+	tk := e.deadTask(t, "t-both", func(tk *protocol.Task) { tk.CallbackURL = "https://app.example/hook" })
+	if _, err := e.st.MutateTask(e.ctx, tk.ID, func(t *protocol.Task, now time.Time) error {
 		t.Delivery.State, t.Delivery.NextAttemptAt = task.DeliveryDead, nil // the task.dead webhook died too
-		t.Notices = append(t.Notices, store.Notice{Stage: task.StageDelivery})
+		t.Notices = append(t.Notices, protocol.Notice{Stage: task.StageDelivery})
 		return nil
 	}); err != nil {
 		t.Fatal(err)

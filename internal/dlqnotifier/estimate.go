@@ -1,7 +1,7 @@
 package dlqnotifier
 
 import (
-	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -32,7 +32,7 @@ type GeminiEstimator struct {
 }
 
 // EstimateUSD implements Estimator.
-func (g GeminiEstimator) EstimateUSD(t *store.Task) (float64, bool) {
+func (g GeminiEstimator) EstimateUSD(t *protocol.Task) (float64, bool) {
 	r, err := g.Prompts.Render(t.Family, t.Variant, t.Input, t.GenConfig)
 	if err != nil {
 		return RecordedEstimator{}.EstimateUSD(t)
@@ -43,4 +43,4 @@ func (g GeminiEstimator) EstimateUSD(t *store.Task) (float64, bool) {
 
 // EstimateUSD prices one more generation of t as the Regenerate button does (the console's
 // estimate is the same).
-func (s *Service) EstimateUSD(t *store.Task) (float64, bool) { return s.est.EstimateUSD(t) }
+func (s *Service) EstimateUSD(t *protocol.Task) (float64, bool) { return s.est.EstimateUSD(t) }

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -44,16 +44,16 @@ func TestEstimators(t *testing.T) {
 	tests := []struct {
 		name   string
 		est    Estimator
-		task   store.Task
+		task   protocol.Task
 		want   float64
 		ok     bool
 		models []string
 	}{
-		{name: "recorded", est: RecordedEstimator{}, task: store.Task{ModelCalls: 4, CostUSD: 0.02}, want: 0.005, ok: true},
-		{name: "recorded without calls", est: RecordedEstimator{}, task: store.Task{}, ok: false},
-		{name: "gemini, family chain", est: g, task: store.Task{Input: "x"}, want: 0.25, ok: true, models: []string{"family-default"}},
-		{name: "gemini, task chain", est: g, task: store.Task{Input: "x", ModelChain: []string{"a", "b"}}, want: 0.25, ok: true, models: []string{"a", "b"}},
-		{name: "gemini, unrenderable", est: g, task: store.Task{ModelCalls: 2, CostUSD: 0.01}, want: 0.005, ok: true},
+		{name: "recorded", est: RecordedEstimator{}, task: protocol.Task{ModelCalls: 4, CostUSD: 0.02}, want: 0.005, ok: true},
+		{name: "recorded without calls", est: RecordedEstimator{}, task: protocol.Task{}, ok: false},
+		{name: "gemini, family chain", est: g, task: protocol.Task{Input: "x"}, want: 0.25, ok: true, models: []string{"family-default"}},
+		{name: "gemini, task chain", est: g, task: protocol.Task{Input: "x", ModelChain: []string{"a", "b"}}, want: 0.25, ok: true, models: []string{"a", "b"}},
+		{name: "gemini, unrenderable", est: g, task: protocol.Task{ModelCalls: 2, CostUSD: 0.01}, want: 0.005, ok: true},
 	}
 	for _, tc := range tests {
 		priced = gemini.Request{}
@@ -100,9 +100,9 @@ func TestRegenerateButtonPricesTheRenderedPrompt(t *testing.T) {
 		{"t-long", "memo", strings.Repeat("l", 399994), "Regenerate (~$0.2008)"},
 		{"t-retired", "retired", "x", "Regenerate (~$0.0001)"},
 	} {
-		tk := e.deadTask(t, tc.id, func(tk *store.Task) { tk.Family, tk.Input = tc.family, tc.input })
+		tk := e.deadTask(t, tc.id, func(tk *protocol.Task) { tk.Family, tk.Input = tc.family, tc.input })
 		svc.Handle(e.ctx, noticeMsg(tk.ID, tk.Notices[0]))
-		dl := store.DeadLetterID(tc.id, task.StageGeneration, 0, 0)
+		dl := protocol.DeadLetterID(tc.id, task.StageGeneration, 0, 0)
 		var label string
 		for _, p := range e.slack.Posts() {
 			for _, b := range buttons(t, p) {

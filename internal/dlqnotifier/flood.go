@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/slack-go/slack"
 
 	"github.com/genbox-dev/genbox/internal/store"
@@ -25,7 +27,7 @@ const maxFloodRounds = 8
 // 429, or a redirect — which are the tenant's to fix, and which the tenant sees on the task; and
 // only on a task no human has decided on yet: a delivery that dies after a Redeliver (round > 0),
 // a Regenerate (replay > 0) or a Discard answers the human who asked for it.
-func floodCause(t *store.Task, d *store.DeadLetter) string {
+func floodCause(t *protocol.Task, d *store.DeadLetter) string {
 	if d.Stage != task.StageDelivery || d.State != store.DeadLetterOpen || d.Round != 0 || t.Replay != 0 ||
 		t.State == task.StateDiscarded || d.EventID != t.Delivery.EventID || t.Delivery.State != task.DeliveryDead {
 		return ""
@@ -46,7 +48,7 @@ func floodCause(t *store.Task, d *store.DeadLetter) string {
 // `genbox dlq`, the admin path or the console, or discarded by the tenant's erase of the task —
 // and its notice is cleared; the flood's one message shows the count of the deliveries that
 // died, which a decision does not change.
-func (s *Service) flood(ctx context.Context, log *slog.Logger, id, dlID string, n store.Notice, epoch int64, d *store.DeadLetter, cause string) bool {
+func (s *Service) flood(ctx context.Context, log *slog.Logger, id, dlID string, n protocol.Notice, epoch int64, d *store.DeadLetter, cause string) bool {
 	first, err := s.store.JoinFlood(ctx, d.Tenant, cause, dlID, id, s.cfg.FloodWindow)
 	if err != nil {
 		log.WarnContext(ctx, "dlqnotifier: join flood; posted on its own", "error", err)
@@ -58,7 +60,7 @@ func (s *Service) flood(ctx context.Context, log *slog.Logger, id, dlID string, 
 	key := store.FloodKey(d.Tenant, cause)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitBudget)
 	defer cancel()
-	_, _, err = s.store.MutateDeadLetter(cctx, id, dlID, func(t *store.Task, d *store.DeadLetter, now time.Time) error {
+	_, _, err = s.store.MutateDeadLetter(cctx, id, dlID, func(t *protocol.Task, d *store.DeadLetter, now time.Time) error {
 		i := noticeIndex(t, n)
 		if i < 0 || !t.Notices[i].Lease.HeldBy(s.cfg.Instance, epoch, now) {
 			return store.ErrNoChange

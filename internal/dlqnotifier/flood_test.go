@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -98,17 +100,17 @@ func TestFloodJoinedWhilePostingIsShown(t *testing.T) {
 
 // refusedDelivery writes a succeeded task whose task.succeeded webhook the receiver refused with
 // status at its first attempt, with its DLQ notice.
-func (e *env) refusedDelivery(t testing.TB, id string, status int) *store.Task {
+func (e *env) refusedDelivery(t testing.TB, id string, status int) *protocol.Task {
 	t.Helper()
 	now := e.clock.Now()
-	tk := &store.Task{ID: id, Tenant: testTenant, Family: "classify", Variant: "default", Input: "x",
+	tk := &protocol.Task{ID: id, Tenant: testTenant, Family: "classify", Variant: "default", Input: "x",
 		CallbackURL: "https://app.example/hook", State: task.StateRunning, CreatedAt: now}
 	tk.Output, tk.OutputAt = "ok", &now
 	tk.Finish(task.StateSucceeded, now)
 	tk.Delivery.State, tk.Delivery.Attempts, tk.Delivery.NextAttemptAt = task.DeliveryDead, 1, nil
 	tk.Delivery.LastStatus, tk.Delivery.LastError = status, fmt.Sprintf("receiver refused: %d %s", status, http.StatusText(status))
 	next := now.Add(time.Minute)
-	tk.Notices = append(tk.Notices, store.Notice{Stage: task.StageDelivery, Event: tk.Delivery.EventID, NextAttemptAt: &next})
+	tk.Notices = append(tk.Notices, protocol.Notice{Stage: task.StageDelivery, Event: tk.Delivery.EventID, NextAttemptAt: &next})
 	if err := e.st.CreateTask(e.ctx, tk); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/slack-go/slack"
 
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -72,7 +74,7 @@ func (s *Service) interactions(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 	case errors.As(err, &decided):
 		s.ephemeral(r, cb, "This dead letter was "+decided.Error()+"; nothing was repeated.")
-	case errors.Is(err, ErrMovedOn), errors.Is(err, ErrAction), errors.Is(err, store.ErrBadDeadLetterID), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, ErrMovedOn), errors.Is(err, ErrAction), errors.Is(err, protocol.ErrBadDeadLetterID), errors.Is(err, store.ErrNotFound):
 		s.ephemeral(r, cb, "Nothing was changed: "+err.Error())
 	default:
 		log.ErrorContext(r.Context(), "dlqnotifier: decision failed", "error", err)
@@ -195,7 +197,7 @@ func problemFor(err error) *task.Problem {
 			return httpapi.Problem(http.StatusNotFound, httpapi.TypeNotFound, err.Error())
 		case errors.As(err, &decided), errors.Is(err, ErrMovedOn):
 			return httpapi.Problem(http.StatusConflict, httpapi.TypeConflict, err.Error())
-		case errors.Is(err, ErrAction), errors.Is(err, store.ErrBadDeadLetterID):
+		case errors.Is(err, ErrAction), errors.Is(err, protocol.ErrBadDeadLetterID):
 			return httpapi.Problem(http.StatusBadRequest, httpapi.TypeInvalid, err.Error())
 		}
 		return nil

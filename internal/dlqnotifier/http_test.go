@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/authlimit"
@@ -61,7 +63,7 @@ func TestInteractionRefusals(t *testing.T) {
 			name: "task moved on",
 			before: func(t *testing.T, e *env) {
 				t.Helper()
-				if _, err := e.st.MutateTask(e.ctx, "t-guard", func(tk *store.Task, now time.Time) error {
+				if _, err := e.st.MutateTask(e.ctx, "t-guard", func(tk *protocol.Task, now time.Time) error {
 					tk.Delivery.State, tk.Delivery.DeliveredAt = task.DeliveryDelivered, &now
 					return nil
 				}); err != nil {
@@ -290,7 +292,7 @@ func FuzzSlackPayload(f *testing.F) {
 		}
 		for _, a := range cb.ActionCallback.BlockActions {
 			_ = Action(a.ActionID).appliesTo(task.StageGeneration)
-			_, _, _ = store.ParseDeadLetterID(a.Value)
+			_, _, _ = protocol.ParseDeadLetterID(a.Value)
 		}
 	})
 }

@@ -4,8 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/obs"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -17,7 +18,7 @@ type Option func(*Service)
 func WithMetrics(m *obs.Metrics) Option { return func(s *Service) { s.metrics = m } }
 
 // countDecision records the state a decision moved t into, if it moved it.
-func (s *Service) countDecision(ctx context.Context, t *store.Task, action Action) {
+func (s *Service) countDecision(ctx context.Context, t *protocol.Task, action Action) {
 	switch {
 	case t == nil:
 	case action == ActionRegenerate && t.State == task.StateQueued:

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/slack-go/slack"
 
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -26,7 +28,7 @@ const slackBudget = 5 * time.Second
 const maxAlertText = 2500
 
 // noticeIndex finds the notice of t that announces the same dead letter as n, or -1.
-func noticeIndex(t *store.Task, n store.Notice) int {
+func noticeIndex(t *protocol.Task, n protocol.Notice) int {
 	return slices.IndexFunc(t.Notices, n.Announces)
 }
 
@@ -34,7 +36,7 @@ func noticeIndex(t *store.Task, n store.Notice) int {
 // after the task moved past its delivery records the event it names, without the delivery's
 // attempts (the task now holds a newer one's); the store closes it as superseded in the same
 // commit.
-func record(d *store.DeadLetter, t *store.Task, n store.Notice, now time.Time) {
+func record(d *store.DeadLetter, t *protocol.Task, n protocol.Notice, now time.Time) {
 	*d = store.DeadLetter{
 		ID: d.ID, TaskID: t.ID, Tenant: t.Tenant, Family: t.Family, Variant: t.Variant,
 		Stage: n.Stage, Replay: n.Replay, Round: n.Round, State: store.DeadLetterOpen,
@@ -61,11 +63,11 @@ func record(d *store.DeadLetter, t *store.Task, n store.Notice, now time.Time) {
 // notice records the dead letter of notice n on task id (idempotently: a notice can arrive more
 // than once) and, under the notice's lease, posts its one Slack message; the message's
 // channel/ts and the cleared notice are one commit after Slack answers.
-func (s *Service) notice(ctx context.Context, log *slog.Logger, id string, n store.Notice) {
+func (s *Service) notice(ctx context.Context, log *slog.Logger, id string, n protocol.Notice) {
 	dlID := n.DeadLetterID(id)
 	log = log.With("dead_letter_id", dlID)
 	var epoch int64
-	t, d, err := s.store.MutateDeadLetter(ctx, id, dlID, func(t *store.Task, d *store.DeadLetter, now time.Time) error {
+	t, d, err := s.store.MutateDeadLetter(ctx, id, dlID, func(t *protocol.Task, d *store.DeadLetter, now time.Time) error {
 		epoch = 0
 		i := noticeIndex(t, n)
 		if i < 0 {
@@ -124,7 +126,7 @@ func (s *Service) notice(ctx context.Context, log *slog.Logger, id string, n sto
 		return
 	}
 	decided := false
-	_, _, err = s.store.MutateDeadLetter(cctx, id, dlID, func(t *store.Task, d *store.DeadLetter, now time.Time) error {
+	_, _, err = s.store.MutateDeadLetter(cctx, id, dlID, func(t *protocol.Task, d *store.DeadLetter, now time.Time) error {
 		decided = false
 		if d.SlackTS == "" { // a concurrent poster whose lease we outlived keeps its own message
 			d.SlackChannel, d.SlackTS = channel, ts
@@ -152,8 +154,8 @@ func (s *Service) notice(ctx context.Context, log *slog.Logger, id string, n sto
 
 // postFailed releases the post lease with a backoff on the notice's next_attempt_at: the
 // sweeper re-sends the notice when it is due.
-func (s *Service) postFailed(ctx context.Context, log *slog.Logger, id, dlID string, n store.Notice, epoch int64) {
-	_, _, err := s.store.MutateDeadLetter(ctx, id, dlID, func(t *store.Task, d *store.DeadLetter, now time.Time) error {
+func (s *Service) postFailed(ctx context.Context, log *slog.Logger, id, dlID string, n protocol.Notice, epoch int64) {
+	_, _, err := s.store.MutateDeadLetter(ctx, id, dlID, func(t *protocol.Task, d *store.DeadLetter, now time.Time) error {
 		i := noticeIndex(t, n)
 		if i < 0 || t.Notices[i].Lease.Release(s.cfg.Instance, epoch) != nil {
 			return store.ErrNoChange
@@ -175,9 +177,9 @@ func (s *Service) backoff(n int) time.Duration {
 
 // queueSlackUpdate asks for the original message of dlID to be updated; the sweeper carries it
 // after the grace if this process does not.
-func (s *Service) queueSlackUpdate(t *store.Task, dlID string, now time.Time) {
+func (s *Service) queueSlackUpdate(t *protocol.Task, dlID string, now time.Time) {
 	if t.SlackUpdate == nil {
-		t.SlackUpdate = &store.Pending{}
+		t.SlackUpdate = &protocol.Pending{}
 	}
 	if !slices.Contains(t.SlackUpdate.Keys, dlID) {
 		t.SlackUpdate.Keys = append(t.SlackUpdate.Keys, dlID)
@@ -194,16 +196,16 @@ func (s *Service) poison(ctx context.Context, log *slog.Logger, id, source strin
 		stage = task.StageDelivery
 	}
 	log = log.With("source_subscription", source, "stage", string(stage))
-	var n store.Notice
+	var n protocol.Notice
 	dead := false
 	if id != "" {
 		t, err := s.store.GetTask(ctx, id)
 		if err == nil {
-			n = store.Notice{Stage: stage, Replay: t.Replay, Round: t.Delivery.Round, Event: t.Delivery.EventID}
+			n = protocol.Notice{Stage: stage, Replay: t.Replay, Round: t.Delivery.Round, Event: t.Delivery.EventID}
 			if stage == task.StageGeneration {
 				n.Round, n.Event = 0, ""
 			}
-			_, _, err = s.store.MutateDeadLetter(ctx, id, n.DeadLetterID(id), func(t *store.Task, d *store.DeadLetter, now time.Time) error {
+			_, _, err = s.store.MutateDeadLetter(ctx, id, n.DeadLetterID(id), func(t *protocol.Task, d *store.DeadLetter, now time.Time) error {
 				dead = false
 				if stage == task.StageGeneration && (t.State != task.StateDead || t.Replay != n.Replay) ||
 					stage == task.StageDelivery && (t.Delivery.State != task.DeliveryDead || t.Delivery.Round != n.Round || t.Delivery.EventID != n.Event || t.Replay != n.Replay) {

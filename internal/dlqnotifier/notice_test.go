@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -22,14 +24,14 @@ func TestNoticePostsOneMessage(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		make    func(t *testing.T, e *env) *store.Task
+		make    func(t *testing.T, e *env) *protocol.Task
 		dlID    string
 		buttons []string
 		texts   []string
 	}{
 		{
 			name: "generation", dlID: "t-gen:generation:0:0",
-			make: func(t *testing.T, e *env) *store.Task {
+			make: func(t *testing.T, e *env) *protocol.Task {
 				t.Helper()
 				return e.deadTask(t, "t-gen")
 			},
@@ -38,7 +40,7 @@ func TestNoticePostsOneMessage(t *testing.T) {
 		},
 		{
 			name: "delivery", dlID: "t-del:delivery:0:0",
-			make: func(t *testing.T, e *env) *store.Task {
+			make: func(t *testing.T, e *env) *protocol.Task {
 				t.Helper()
 				return e.deliveryDeadTask(t, "t-del")
 			},
@@ -185,7 +187,7 @@ func TestPoison(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	now := e.clock.Now()
-	healthy := &store.Task{ID: "t-healthy", Tenant: testTenant, Family: "summarize", Input: "x", State: task.StateQueued, CreatedAt: now}
+	healthy := &protocol.Task{ID: "t-healthy", Tenant: testTenant, Family: "summarize", Input: "x", State: task.StateQueued, CreatedAt: now}
 	if err := e.st.CreateTask(e.ctx, healthy); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +217,7 @@ func TestPoison(t *testing.T) {
 	}
 	// A dead delivery whose notice was lost: the poison copy records and posts it.
 	del := e.deliveryDeadTask(t, "t-lost")
-	if _, err := e.st.MutateTask(e.ctx, del.ID, func(t *store.Task, _ time.Time) error { t.Notices = nil; return nil }); err != nil {
+	if _, err := e.st.MutateTask(e.ctx, del.ID, func(t *protocol.Task, _ time.Time) error { t.Notices = nil; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	e.svc.Handle(e.ctx, poison("t-lost", bus.SubResults))

@@ -25,6 +25,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/slack-go/slack"
 
@@ -51,7 +53,7 @@ type Publisher interface {
 // Estimator prices one more generation of a task: the Regenerate button's estimate. ok is false
 // when no estimate can be made (the button then says so).
 type Estimator interface {
-	EstimateUSD(t *store.Task) (usd float64, ok bool)
+	EstimateUSD(t *protocol.Task) (usd float64, ok bool)
 }
 
 var (
@@ -151,7 +153,7 @@ func (s *Service) carry(ctx context.Context, log *slog.Logger, id string, a map[
 		s.followUp(ctx, log, id)
 		return
 	}
-	n, err := store.NoticeOf(a)
+	n, err := protocol.NoticeOf(a)
 	if err != nil {
 		log.WarnContext(ctx, "dlqnotifier: malformed notice; acked", "error", err)
 		return

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"github.com/slack-go/slack"
 
@@ -89,18 +91,18 @@ func setup(t testing.TB) *env {
 
 // deadTask writes a task that died in generation (replay 0) with its DLQ notice, as the worker
 // leaves it: spent tokens recorded, the task.dead event queued.
-func (e *env) deadTask(t testing.TB, id string, mutate ...func(*store.Task)) *store.Task {
+func (e *env) deadTask(t testing.TB, id string, mutate ...func(*protocol.Task)) *protocol.Task {
 	t.Helper()
 	now := e.clock.Now()
-	tk := &store.Task{ID: id, Tenant: testTenant, Family: "summarize", Variant: "default", Input: "summarize " + id,
+	tk := &protocol.Task{ID: id, Tenant: testTenant, Family: "summarize", Variant: "default", Input: "summarize " + id,
 		State: task.StateRunning, CreatedAt: now, Attempts: 3, ModelCalls: 6,
 		Usage: task.Usage{PromptTokens: 300, OutputTokens: 0, TotalTokens: 300}, CostUSD: 0.0006,
-		Error: &store.TaskError{Kind: task.KindTransient, Code: 503, Message: "model overloaded"}}
+		Error: &protocol.TaskError{Kind: task.KindTransient, Code: 503, Message: "model overloaded"}}
 	for _, m := range mutate {
 		m(tk)
 	}
 	next := now.Add(time.Minute)
-	tk.Notices = append(tk.Notices, store.Notice{Stage: task.StageGeneration, Replay: tk.Replay, NextAttemptAt: &next})
+	tk.Notices = append(tk.Notices, protocol.Notice{Stage: task.StageGeneration, Replay: tk.Replay, NextAttemptAt: &next})
 	tk.Finish(task.StateDead, now)
 	if err := e.st.CreateTask(e.ctx, tk); err != nil {
 		t.Fatal(err)
@@ -109,17 +111,17 @@ func (e *env) deadTask(t testing.TB, id string, mutate ...func(*store.Task)) *st
 }
 
 // deliveryDeadTask writes a failed task whose task.failed webhook died (round 0), with its notice.
-func (e *env) deliveryDeadTask(t testing.TB, id string) *store.Task {
+func (e *env) deliveryDeadTask(t testing.TB, id string) *protocol.Task {
 	t.Helper()
 	now := e.clock.Now()
-	tk := &store.Task{ID: id, Tenant: testTenant, Family: "classify", Variant: "default", Input: "x",
+	tk := &protocol.Task{ID: id, Tenant: testTenant, Family: "classify", Variant: "default", Input: "x",
 		CallbackURL: "https://app.example/hook", State: task.StateRunning, CreatedAt: now,
-		Error: &store.TaskError{Kind: task.KindPermanent, Code: 400, Message: "bad request"}}
+		Error: &protocol.TaskError{Kind: task.KindPermanent, Code: 400, Message: "bad request"}}
 	tk.Finish(task.StateFailed, now)
 	tk.Delivery.State, tk.Delivery.Attempts, tk.Delivery.LastStatus = task.DeliveryDead, 4, 410
 	tk.Delivery.NextAttemptAt = nil
 	next := now.Add(time.Minute)
-	tk.Notices = append(tk.Notices, store.Notice{Stage: task.StageDelivery, NextAttemptAt: &next})
+	tk.Notices = append(tk.Notices, protocol.Notice{Stage: task.StageDelivery, NextAttemptAt: &next})
 	if err := e.st.CreateTask(e.ctx, tk); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +129,7 @@ func (e *env) deliveryDeadTask(t testing.TB, id string) *store.Task {
 }
 
 // noticeMsg is the message a DLQ notice arrives as.
-func noticeMsg(id string, n store.Notice) *bus.Message {
+func noticeMsg(id string, n protocol.Notice) *bus.Message {
 	return &bus.Message{ID: "n-" + id, Attributes: n.Attributes(id)}
 }
 

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/slack-go/slack"
 
 	"github.com/genbox-dev/genbox/internal/safetext"
@@ -107,7 +109,7 @@ func summary(d *store.DeadLetter) string {
 // decided what and when. t (the task, when at hand) prices the Regenerate button. Every field a
 // tenant, a receiver or a model can influence is escaped and bounded: a receiver's error text
 // must neither ping the channel nor draw a link next to the buttons.
-func (s *Service) blocks(d *store.DeadLetter, t *store.Task) []slack.Block {
+func (s *Service) blocks(d *store.DeadLetter, t *protocol.Task) []slack.Block {
 	errText := safetext.Slack(d.LastError, maxErrorText)
 	if errText == "" {
 		errText = "(none recorded)"
@@ -173,7 +175,7 @@ type RecordedEstimator struct{}
 var _ Estimator = RecordedEstimator{}
 
 // EstimateUSD implements Estimator.
-func (RecordedEstimator) EstimateUSD(t *store.Task) (float64, bool) {
+func (RecordedEstimator) EstimateUSD(t *protocol.Task) (float64, bool) {
 	if t.ModelCalls <= 0 || t.CostUSD <= 0 {
 		return 0, false
 	}

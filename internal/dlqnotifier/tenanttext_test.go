@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/ssrf"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -40,7 +41,7 @@ func TestReceiverTextCannotPingOrLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := e.clock.Now()
-	tk := &store.Task{ID: "t-evil-location", Tenant: testTenant, Family: "summarize", Variant: "default", Input: "x",
+	tk := &protocol.Task{ID: "t-evil-location", Tenant: testTenant, Family: "summarize", Variant: "default", Input: "x",
 		CallbackURL: recv.URL + "/hook", State: task.StateRunning, CreatedAt: now}
 	tk.Output, tk.OutputAt = "a summary", &now
 	tk.Finish(task.StateSucceeded, now)

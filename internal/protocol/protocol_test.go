@@ -9,7 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/genbox-dev/genbox/internal/protocol"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -29,23 +28,23 @@ func at(d time.Duration) *time.Time {
 }
 
 // running is a task w1 holds at epoch, its lease live for another 30 s.
-func running() *store.Task {
-	return &store.Task{ID: "t1", Tenant: "acme", State: task.StateRunning, Replay: 1, Claims: 1,
+func running() *protocol.Task {
+	return &protocol.Task{ID: "t1", Tenant: "acme", State: task.StateRunning, Replay: 1, Claims: 1,
 		Lease: claim.Lease{Owner: "w1", Epoch: epoch, ExpiresAt: at(30 * time.Second)}}
 }
 
 // queued is a task waiting for its first claim.
-func queued() *store.Task {
-	return &store.Task{ID: "t1", Tenant: "acme", State: task.StateQueued, AwaitsSlot: true, Lease: claim.Lease{Epoch: epoch - 1}}
+func queued() *protocol.Task {
+	return &protocol.Task{ID: "t1", Tenant: "acme", State: task.StateQueued, AwaitsSlot: true, Lease: claim.Lease{Epoch: epoch - 1}}
 }
 
 // change is one transition's case: the task before, the transition and what it answers, and
 // what it must change.
 type change struct {
 	name   string
-	before func() *store.Task
-	apply  func(t *store.Task) any // the transition, returning its answer (nil: none)
-	want   func(t *store.Task)     // applied to a copy of before: the only changes expected
+	before func() *protocol.Task
+	apply  func(t *protocol.Task) any // the transition, returning its answer (nil: none)
+	want   func(t *protocol.Task)     // applied to a copy of before: the only changes expected
 	answer any
 }
 
@@ -68,8 +67,8 @@ func run(t *testing.T, cases []change) {
 }
 
 // do is a transition without an answer.
-func do(f func(t *store.Task)) func(t *store.Task) any {
-	return func(t *store.Task) any {
+func do(f func(t *protocol.Task)) func(t *protocol.Task) any {
+	return func(t *protocol.Task) any {
 		f(t)
 		return nil
 	}
@@ -78,7 +77,7 @@ func do(f func(t *store.Task)) func(t *store.Task) any {
 // outcome is SendBack's answer.
 type outcome struct{ Dead, Due bool }
 
-func released(t *store.Task) {
+func released(t *protocol.Task) {
 	t.State, t.Claims = task.StateQueued, 0
 	t.Lease.Owner, t.Lease.ExpiresAt = "", nil
 }
@@ -86,46 +85,46 @@ func released(t *store.Task) {
 func TestClaim(t *testing.T) {
 	t.Parallel()
 	run(t, []change{
-		{name: "a queued task runs under a new epoch", before: queued, apply: claimed, want: func(t *store.Task) {
+		{name: "a queued task runs under a new epoch", before: queued, apply: claimed, want: func(t *protocol.Task) {
 			t.State, t.AwaitsSlot = task.StateRunning, false
 			t.Lease = claim.Lease{Owner: "w1", Epoch: epoch, ExpiresAt: at(time.Minute)}
 		}, answer: false},
-		{name: "a live lease of another owner is refused", before: func() *store.Task {
+		{name: "a live lease of another owner is refused", before: func() *protocol.Task {
 			t := running()
 			t.Lease.Owner = "w2"
 			return t
-		}, apply: claimed, want: func(*store.Task) {}, answer: true},
+		}, apply: claimed, want: func(*protocol.Task) {}, answer: true},
 	})
 }
 
 // claimed is Claim answering whether another owner held the lease.
-func claimed(t *store.Task) any { return errors.Is(rules.Claim(t, now), claim.ErrHeld) }
+func claimed(t *protocol.Task) any { return errors.Is(rules.Claim(t, now), claim.ErrHeld) }
 
 func TestTakeOver(t *testing.T) {
 	t.Parallel()
 	run(t, []change{
 		{name: "below the claim cap it counts the claim", before: running, apply: takeOver,
-			want: func(t *store.Task) { t.Claims = 2 }, answer: false},
-		{name: "past the claim cap the task dies with a notice", before: func() *store.Task {
+			want: func(t *protocol.Task) { t.Claims = 2 }, answer: false},
+		{name: "past the claim cap the task dies with a notice", before: func() *protocol.Task {
 			t := running()
 			t.Claims = 2
 			return t
-		}, apply: takeOver, want: func(t *store.Task) {
+		}, apply: takeOver, want: func(t *protocol.Task) {
 			t.Claims = 3
-			t.Error = &store.TaskError{Kind: task.KindCrash, Message: "the task's lease expired 2 times without a release: it kills its worker"}
+			t.Error = &protocol.TaskError{Kind: task.KindCrash, Message: "the task's lease expired 2 times without a release: it kills its worker"}
 			dead(t)
 		}, answer: true},
 	})
 }
 
 // dead is what Kill changes on top of the error.
-func dead(t *store.Task) {
-	t.Notices = append(t.Notices, store.Notice{Stage: task.StageGeneration, Replay: t.Replay, NextAttemptAt: at(30 * time.Second)})
+func dead(t *protocol.Task) {
+	t.Notices = append(t.Notices, protocol.Notice{Stage: task.StageGeneration, Replay: t.Replay, NextAttemptAt: at(30 * time.Second)})
 	ended(t, task.StateDead)
 }
 
 // ended is what Finish changes on a task without a callback.
-func ended(t *store.Task, s task.State) {
+func ended(t *protocol.Task, s task.State) {
 	t.State = s
 	t.Lease.Owner, t.Lease.ExpiresAt = "", nil
 	t.NotBefore = nil
@@ -135,117 +134,117 @@ func ended(t *store.Task, s task.State) {
 
 func TestFinish(t *testing.T) {
 	t.Parallel()
-	withCallback := func() *store.Task {
+	withCallback := func() *protocol.Task {
 		t := running()
 		t.CallbackURL = "https://example.com/hook"
 		return t
 	}
 	run(t, []change{
-		{name: "without a callback nothing is delivered", before: running, apply: do(func(t *store.Task) { rules.Finish(t, task.StateSucceeded, now) }),
-			want: func(t *store.Task) { ended(t, task.StateSucceeded) }},
-		{name: "with a callback its delivery is reserved for the holder's nudge", before: withCallback, apply: do(func(t *store.Task) {
+		{name: "without a callback nothing is delivered", before: running, apply: do(func(t *protocol.Task) { rules.Finish(t, task.StateSucceeded, now) }),
+			want: func(t *protocol.Task) { ended(t, task.StateSucceeded) }},
+		{name: "with a callback its delivery is reserved for the holder's nudge", before: withCallback, apply: do(func(t *protocol.Task) {
 			rules.Finish(t, task.StateCancelled, now)
-			t.Delivery.Payload = "" // the frozen event: store.Task.QueueEvent's tests read it
-		}), want: func(t *store.Task) {
+			t.Delivery.Payload = "" // the frozen event: protocol.Task.QueueEvent's tests read it
+		}), want: func(t *protocol.Task) {
 			ended(t, task.StateCancelled)
-			t.Delivery = store.Delivery{State: task.DeliveryPending, EventID: task.EventID("t1", task.EventCancelled, 1),
+			t.Delivery = protocol.Delivery{State: task.DeliveryPending, EventID: task.EventID("t1", task.EventCancelled, 1),
 				EventType: task.EventCancelled, Attempts: 1, FirstAttemptAt: at(0), NextAttemptAt: at(0),
-				Lease: claim.Lease{Owner: store.NudgeOwner, Epoch: 1, ExpiresAt: at(90 * time.Second)}}
+				Lease: claim.Lease{Owner: protocol.NudgeOwner, Epoch: 1, ExpiresAt: at(90 * time.Second)}}
 		}},
 	})
 }
 
-func takeOver(t *store.Task) any { return rules.TakeOver(t, now) }
+func takeOver(t *protocol.Task) any { return rules.TakeOver(t, now) }
 
 func TestExpireFailKill(t *testing.T) {
 	t.Parallel()
-	e := &store.TaskError{Kind: task.KindPermanent, Message: "no"}
+	e := &protocol.TaskError{Kind: task.KindPermanent, Message: "no"}
 	run(t, []change{
-		{name: "expire fails a waiting task", before: queued, apply: do(func(t *store.Task) { rules.Expire(t, now) }), want: func(t *store.Task) {
+		{name: "expire fails a waiting task", before: queued, apply: do(func(t *protocol.Task) { rules.Expire(t, now) }), want: func(t *protocol.Task) {
 			t.AwaitsSlot = false
-			t.Error = &store.TaskError{Kind: task.KindExpired, Message: "run_before passed before the model was called"}
+			t.Error = &protocol.TaskError{Kind: task.KindExpired, Message: "run_before passed before the model was called"}
 			ended(t, task.StateFailed)
 		}},
-		{name: "fail records the error", before: running, apply: do(func(t *store.Task) { rules.Fail(t, e, now) }), want: func(t *store.Task) {
+		{name: "fail records the error", before: running, apply: do(func(t *protocol.Task) { rules.Fail(t, e, now) }), want: func(t *protocol.Task) {
 			t.Error = e
 			ended(t, task.StateFailed)
 		}},
-		{name: "kill leaves a notice after the grace", before: running, apply: do(func(t *store.Task) { rules.Kill(t, now) }), want: dead},
+		{name: "kill leaves a notice after the grace", before: running, apply: do(func(t *protocol.Task) { rules.Kill(t, now) }), want: dead},
 	})
 }
 
 func TestHolds(t *testing.T) {
 	t.Parallel()
-	holds := func(t *store.Task) any { return rules.Holds(t, epoch) }
-	with := func(change func(*store.Task)) func() *store.Task {
-		return func() *store.Task {
+	holds := func(t *protocol.Task) any { return rules.Holds(t, epoch) }
+	with := func(change func(*protocol.Task)) func() *protocol.Task {
+		return func() *protocol.Task {
 			t := running()
 			change(t)
 			return t
 		}
 	}
-	unchanged := func(*store.Task) {}
+	unchanged := func(*protocol.Task) {}
 	run(t, []change{
 		{name: "mine, running", before: running, apply: holds, want: unchanged, answer: true},
-		{name: "lapsed but not taken over", before: with(func(t *store.Task) { t.Lease.ExpiresAt = at(-time.Hour) }), apply: holds, want: unchanged, answer: true},
-		{name: "taken over", before: with(func(t *store.Task) { t.Lease.Epoch++ }), apply: holds, want: unchanged, answer: false},
-		{name: "another owner", before: with(func(t *store.Task) { t.Lease.Owner = "w2" }), apply: holds, want: unchanged, answer: false},
-		{name: "no longer running", before: with(func(t *store.Task) { t.State = task.StateCancelled }), apply: holds, want: unchanged, answer: false},
-		{name: "output stored", before: with(func(t *store.Task) { t.OutputAt = at(0) }), apply: holds, want: unchanged, answer: false},
+		{name: "lapsed but not taken over", before: with(func(t *protocol.Task) { t.Lease.ExpiresAt = at(-time.Hour) }), apply: holds, want: unchanged, answer: true},
+		{name: "taken over", before: with(func(t *protocol.Task) { t.Lease.Epoch++ }), apply: holds, want: unchanged, answer: false},
+		{name: "another owner", before: with(func(t *protocol.Task) { t.Lease.Owner = "w2" }), apply: holds, want: unchanged, answer: false},
+		{name: "no longer running", before: with(func(t *protocol.Task) { t.State = task.StateCancelled }), apply: holds, want: unchanged, answer: false},
+		{name: "output stored", before: with(func(t *protocol.Task) { t.OutputAt = at(0) }), apply: holds, want: unchanged, answer: false},
 	})
 }
 
 func TestRenew(t *testing.T) {
 	t.Parallel()
-	renew := func(t *store.Task) any { return rules.Renew(t, epoch, now) }
-	extended := func(t *store.Task) { t.Lease.ExpiresAt = at(time.Minute) }
+	renew := func(t *protocol.Task) any { return rules.Renew(t, epoch, now) }
+	extended := func(t *protocol.Task) { t.Lease.ExpiresAt = at(time.Minute) }
 	run(t, []change{
 		{name: "held: extended", before: running, apply: renew, want: extended, answer: error(nil)},
-		{name: "lapsed, not taken over: extended", before: func() *store.Task {
+		{name: "lapsed, not taken over: extended", before: func() *protocol.Task {
 			t := running()
 			t.Lease.ExpiresAt = at(-time.Hour)
 			return t
 		}, apply: renew, want: extended, answer: error(nil)},
-		{name: "output stored: the call may stop", before: func() *store.Task {
+		{name: "output stored: the call may stop", before: func() *protocol.Task {
 			t := running()
 			t.OutputAt = at(0)
 			return t
-		}, apply: renew, want: func(*store.Task) {}, answer: protocol.ErrOutputStored},
-		{name: "taken over: lost", before: func() *store.Task {
+		}, apply: renew, want: func(*protocol.Task) {}, answer: protocol.ErrOutputStored},
+		{name: "taken over: lost", before: func() *protocol.Task {
 			t := running()
 			t.Lease.Epoch++
 			return t
-		}, apply: renew, want: func(*store.Task) {}, answer: claim.ErrLeaseLost},
+		}, apply: renew, want: func(*protocol.Task) {}, answer: claim.ErrLeaseLost},
 	})
 }
 
 func TestExtend(t *testing.T) {
 	t.Parallel()
-	job := rules.As(store.BatchOwner("j1"))
-	extend := func(t *store.Task) any { return job.Extend(t, epoch, now, time.Hour) }
-	inJob := func() *store.Task {
+	job := rules.As(protocol.BatchOwner("j1"))
+	extend := func(t *protocol.Task) any { return job.Extend(t, epoch, now, time.Hour) }
+	inJob := func() *protocol.Task {
 		t := running()
-		t.Lease.Owner, t.Lease.ExpiresAt = store.BatchOwner("j1"), at(-time.Minute)
+		t.Lease.Owner, t.Lease.ExpiresAt = protocol.BatchOwner("j1"), at(-time.Minute)
 		return t
 	}
 	run(t, []change{
 		{name: "an expired lease of the job is extended", before: inJob, apply: extend,
-			want: func(t *store.Task) { t.Lease.ExpiresAt = at(time.Hour) }, answer: true},
+			want: func(t *protocol.Task) { t.Lease.ExpiresAt = at(time.Hour) }, answer: true},
 		{name: "a task the job no longer holds is left alone", before: running, apply: extend,
-			want: func(*store.Task) {}, answer: false},
+			want: func(*protocol.Task) {}, answer: false},
 	})
 }
 
 func TestReleaseRequeue(t *testing.T) {
 	t.Parallel()
 	run(t, []change{
-		{name: "release keeps not_before", before: func() *store.Task {
+		{name: "release keeps not_before", before: func() *protocol.Task {
 			t := running()
 			t.NotBefore = at(-time.Hour)
 			return t
-		}, apply: do(func(t *store.Task) { rules.Release(t, epoch) }), want: released},
-		{name: "requeue sets not_before", before: running, apply: do(func(t *store.Task) { rules.Requeue(t, epoch, now.Add(time.Minute)) }),
-			want: func(t *store.Task) {
+		}, apply: do(func(t *protocol.Task) { rules.Release(t, epoch) }), want: released},
+		{name: "requeue sets not_before", before: running, apply: do(func(t *protocol.Task) { rules.Requeue(t, epoch, now.Add(time.Minute)) }),
+			want: func(t *protocol.Task) {
 				released(t)
 				t.NotBefore = at(time.Minute)
 			}},
@@ -254,33 +253,33 @@ func TestReleaseRequeue(t *testing.T) {
 
 func TestRetry(t *testing.T) {
 	t.Parallel()
-	transient := &store.TaskError{Kind: task.KindTransient, Message: "503"}
-	network := &store.TaskError{Kind: task.KindNetwork, Message: "reset"}
+	transient := &protocol.TaskError{Kind: task.KindTransient, Message: "503"}
+	network := &protocol.TaskError{Kind: task.KindNetwork, Message: "reset"}
 	delay := func(n int) time.Duration { return time.Duration(n) * time.Second }
-	parked := func(attempts int) func() *store.Task {
-		return func() *store.Task {
+	parked := func(attempts int) func() *protocol.Task {
+		return func() *protocol.Task {
 			t := running()
 			t.Attempts, t.Parks = attempts, 2
 			return t
 		}
 	}
-	retry := func(e *store.TaskError, count bool) func(*store.Task) any {
-		return func(t *store.Task) any { return rules.Retry(t, epoch, now, e, count, delay) }
+	retry := func(e *protocol.TaskError, count bool) func(*protocol.Task) any {
+		return func(t *protocol.Task) any { return rules.Retry(t, epoch, now, e, count, delay) }
 	}
 	run(t, []change{
-		{name: "an attempt is counted; a model answered: parks reset", before: parked(1), apply: retry(transient, true), want: func(t *store.Task) {
+		{name: "an attempt is counted; a model answered: parks reset", before: parked(1), apply: retry(transient, true), want: func(t *protocol.Task) {
 			released(t)
 			t.Attempts, t.Parks, t.Error, t.NotBefore = 2, 0, transient, at(2*time.Second)
 		}, answer: false},
-		{name: "a network failure keeps the park count", before: parked(1), apply: retry(network, true), want: func(t *store.Task) {
+		{name: "a network failure keeps the park count", before: parked(1), apply: retry(network, true), want: func(t *protocol.Task) {
 			released(t)
 			t.Attempts, t.Error, t.NotBefore = 2, network, at(2*time.Second)
 		}, answer: false},
-		{name: "rate limits count no attempt and never kill", before: parked(3), apply: retry(transient, false), want: func(t *store.Task) {
+		{name: "rate limits count no attempt and never kill", before: parked(3), apply: retry(transient, false), want: func(t *protocol.Task) {
 			released(t)
 			t.Parks, t.Error, t.NotBefore = 0, transient, at(3*time.Second)
 		}, answer: false},
-		{name: "the last attempt kills", before: parked(2), apply: retry(transient, true), want: func(t *store.Task) {
+		{name: "the last attempt kills", before: parked(2), apply: retry(transient, true), want: func(t *protocol.Task) {
 			t.Attempts, t.Error = 3, transient
 			dead(t)
 		}, answer: true},
@@ -290,38 +289,38 @@ func TestRetry(t *testing.T) {
 func TestShedParkBudgetWait(t *testing.T) {
 	t.Parallel()
 	delay := func(n int) time.Duration { return time.Duration(n) * time.Minute }
-	budget := &store.TaskError{Kind: task.KindBudget, Message: "spent"}
+	budget := &protocol.TaskError{Kind: task.KindBudget, Message: "spent"}
 	run(t, []change{
-		{name: "shed counts sheds, not attempts", before: running, apply: do(func(t *store.Task) { rules.Shed(t, epoch, now, delay) }), want: func(t *store.Task) {
+		{name: "shed counts sheds, not attempts", before: running, apply: do(func(t *protocol.Task) { rules.Shed(t, epoch, now, delay) }), want: func(t *protocol.Task) {
 			released(t)
 			t.Sheds, t.NotBefore = 1, at(time.Minute)
 		}},
-		{name: "park waits its backoff", before: running, apply: do(func(t *store.Task) { rules.Park(t, epoch, now, delay, nil) }), want: func(t *store.Task) {
+		{name: "park waits its backoff", before: running, apply: do(func(t *protocol.Task) { rules.Park(t, epoch, now, delay, nil) }), want: func(t *protocol.Task) {
 			released(t)
 			t.State, t.Parks, t.NotBefore = task.StateWaiting, 1, at(time.Minute)
 		}},
-		{name: "park waits no later than the chain's next call", before: running, apply: do(func(t *store.Task) { rules.Park(t, epoch, now, delay, at(10*time.Second)) }),
-			want: func(t *store.Task) {
+		{name: "park waits no later than the chain's next call", before: running, apply: do(func(t *protocol.Task) { rules.Park(t, epoch, now, delay, at(10*time.Second)) }),
+			want: func(t *protocol.Task) {
 				released(t)
 				t.State, t.Parks, t.NotBefore = task.StateWaiting, 1, at(10*time.Second)
 			}},
-		{name: "park on a chain available now is due now", before: running, apply: do(func(t *store.Task) { rules.Park(t, epoch, now, delay, at(-time.Hour)) }),
-			want: func(t *store.Task) {
+		{name: "park on a chain available now is due now", before: running, apply: do(func(t *protocol.Task) { rules.Park(t, epoch, now, delay, at(-time.Hour)) }),
+			want: func(t *protocol.Task) {
 				released(t)
 				t.State, t.Parks, t.NotBefore = task.StateWaiting, 1, at(0)
 			}},
-		{name: "a budget wait ends at the day's reset", before: running, apply: do(func(t *store.Task) { rules.BudgetWait(t, epoch, now, budget, 0) }),
-			want: func(t *store.Task) {
+		{name: "a budget wait ends at the day's reset", before: running, apply: do(func(t *protocol.Task) { rules.BudgetWait(t, epoch, now, budget, 0) }),
+			want: func(t *protocol.Task) {
 				released(t)
 				t.State, t.Error, t.NotBefore = task.StateWaiting, budget, at(6*time.Hour)
 			}},
-		{name: "or at its retry when sooner", before: running, apply: do(func(t *store.Task) { rules.BudgetWait(t, epoch, now, budget, time.Minute) }),
-			want: func(t *store.Task) {
+		{name: "or at its retry when sooner", before: running, apply: do(func(t *protocol.Task) { rules.BudgetWait(t, epoch, now, budget, time.Minute) }),
+			want: func(t *protocol.Task) {
 				released(t)
 				t.State, t.Error, t.NotBefore = task.StateWaiting, budget, at(time.Minute)
 			}},
-		{name: "a retry past the reset waits for the reset", before: running, apply: do(func(t *store.Task) { rules.BudgetWait(t, epoch, now, budget, 7*time.Hour) }),
-			want: func(t *store.Task) {
+		{name: "a retry past the reset waits for the reset", before: running, apply: do(func(t *protocol.Task) { rules.BudgetWait(t, epoch, now, budget, 7*time.Hour) }),
+			want: func(t *protocol.Task) {
 				released(t)
 				t.State, t.Error, t.NotBefore = task.StateWaiting, budget, at(6*time.Hour)
 			}},
@@ -330,50 +329,50 @@ func TestShedParkBudgetWait(t *testing.T) {
 
 func TestBatch(t *testing.T) {
 	t.Parallel()
-	job := rules.As(store.BatchOwner("j1"))
-	inJob := func(notBefore time.Duration) func() *store.Task {
-		return func() *store.Task {
+	job := rules.As(protocol.BatchOwner("j1"))
+	inJob := func(notBefore time.Duration) func() *protocol.Task {
+		return func() *protocol.Task {
 			t := running()
 			t.Mode, t.BatchJob, t.NotBefore = task.ModeBatch, "j1", at(notBefore)
-			t.Lease.Owner = store.BatchOwner("j1")
+			t.Lease.Owner = protocol.BatchOwner("j1")
 			return t
 		}
 	}
-	quality := &store.TaskError{Kind: task.KindQuality, Message: "invalid"}
-	sendBack := func(e *store.TaskError, online bool) func(*store.Task) any {
-		return func(t *store.Task) any {
+	quality := &protocol.TaskError{Kind: task.KindQuality, Message: "invalid"}
+	sendBack := func(e *protocol.TaskError, online bool) func(*protocol.Task) any {
+		return func(t *protocol.Task) any {
 			d, due := job.SendBack(t, epoch, now, "flash", e, online)
 			return outcome{Dead: d, Due: due}
 		}
 	}
 	run(t, []change{
 		{name: "hold waits for a batch until its time in batches ends", before: running,
-			apply: do(func(t *store.Task) { rules.HoldForBatch(t, epoch, "flash", now.Add(time.Hour)) }), want: func(t *store.Task) {
+			apply: do(func(t *protocol.Task) { rules.HoldForBatch(t, epoch, "flash", now.Add(time.Hour)) }), want: func(t *protocol.Task) {
 				released(t)
 				t.BatchModel, t.NotBefore = "flash", at(time.Hour)
 			}},
-		{name: "run online takes it out of batching", before: func() *store.Task {
+		{name: "run online takes it out of batching", before: func() *protocol.Task {
 			t := running()
 			t.BatchModel = "flash"
 			return t
-		}, apply: do(protocol.RunOnline), want: func(t *store.Task) { t.BatchModel, t.BatchOnline = "", true }},
-		{name: "a lost job sends it back to the next batch", before: inJob(time.Hour), apply: sendBack(nil, false), want: func(t *store.Task) {
+		}, apply: do(protocol.RunOnline), want: func(t *protocol.Task) { t.BatchModel, t.BatchOnline = "", true }},
+		{name: "a lost job sends it back to the next batch", before: inJob(time.Hour), apply: sendBack(nil, false), want: func(t *protocol.Task) {
 			released(t)
 			t.BatchModel = "flash"
 		}, answer: outcome{}},
-		{name: "past its time in batches it is due now", before: inJob(-time.Second), apply: sendBack(nil, false), want: func(t *store.Task) {
+		{name: "past its time in batches it is due now", before: inJob(-time.Second), apply: sendBack(nil, false), want: func(t *protocol.Task) {
 			released(t)
 			t.NotBefore = at(0)
 		}, answer: outcome{Due: true}},
-		{name: "online after a quality failure, an attempt counted", before: inJob(time.Hour), apply: sendBack(quality, true), want: func(t *store.Task) {
+		{name: "online after a quality failure, an attempt counted", before: inJob(time.Hour), apply: sendBack(quality, true), want: func(t *protocol.Task) {
 			released(t)
 			t.Attempts, t.Error, t.BatchOnline, t.NotBefore = 1, quality, true, at(0)
 		}, answer: outcome{Due: true}},
-		{name: "the last attempt kills", before: func() *store.Task {
+		{name: "the last attempt kills", before: func() *protocol.Task {
 			t := inJob(time.Hour)()
 			t.Attempts = 2
 			return t
-		}, apply: sendBack(quality, true), want: func(t *store.Task) {
+		}, apply: sendBack(quality, true), want: func(t *protocol.Task) {
 			t.Attempts, t.Error = 3, quality
 			dead(t)
 		}, answer: outcome{Dead: true}},
@@ -382,7 +381,7 @@ func TestBatch(t *testing.T) {
 
 func TestLeaveBatch(t *testing.T) {
 	t.Parallel()
-	waiting := func() *store.Task {
+	waiting := func() *protocol.Task {
 		t := queued()
 		t.AwaitsSlot, t.BatchModel, t.NotBefore = false, "flash", at(time.Hour)
 		return t
@@ -406,7 +405,7 @@ func TestCommitOutput(t *testing.T) {
 	t.Parallel()
 	o := protocol.Output{Text: "{}", Model: "flash", Tier: gemini.TierFlex, Cached: true, Fingerprint: "fp"}
 	run(t, []change{
-		{name: "the output ends the task as succeeded", before: running, apply: do(func(t *store.Task) { rules.CommitOutput(t, epoch, o, now) }), want: func(t *store.Task) {
+		{name: "the output ends the task as succeeded", before: running, apply: do(func(t *protocol.Task) { rules.CommitOutput(t, epoch, o, now) }), want: func(t *protocol.Task) {
 			t.Output, t.OutputEpoch, t.OutputAt = "{}", epoch, at(0)
 			t.Model, t.Tier, t.CacheHit, t.Fingerprint = "flash", string(gemini.TierFlex), true, "fp"
 			ended(t, task.StateSucceeded)
@@ -414,20 +413,20 @@ func TestCommitOutput(t *testing.T) {
 	})
 	for _, c := range []struct {
 		name         string
-		change       func(*store.Task)
+		change       func(*protocol.Task)
 		takes, mine  bool
 		replay       int
 		outputBefore bool
 	}{
-		{"running", func(*store.Task) {}, true, false, 1, false},
-		{"taken over and running again: a zombie's output still counts", func(t *store.Task) { t.Lease.Epoch++ }, true, false, 1, false},
-		{"parked meanwhile", func(t *store.Task) { t.State = task.StateWaiting }, true, false, 1, false},
-		{"cancelled: never revived", func(t *store.Task) { t.State = task.StateCancelled }, false, false, 1, false},
-		{"regenerated since the claim", func(t *store.Task) { t.Replay = 2 }, false, false, 1, false},
-		{"my own output, found by a retried commit", func(t *store.Task) {
+		{"running", func(*protocol.Task) {}, true, false, 1, false},
+		{"taken over and running again: a zombie's output still counts", func(t *protocol.Task) { t.Lease.Epoch++ }, true, false, 1, false},
+		{"parked meanwhile", func(t *protocol.Task) { t.State = task.StateWaiting }, true, false, 1, false},
+		{"cancelled: never revived", func(t *protocol.Task) { t.State = task.StateCancelled }, false, false, 1, false},
+		{"regenerated since the claim", func(t *protocol.Task) { t.Replay = 2 }, false, false, 1, false},
+		{"my own output, found by a retried commit", func(t *protocol.Task) {
 			t.OutputAt, t.OutputEpoch, t.State = at(0), epoch, task.StateSucceeded
 		}, false, true, 1, true},
-		{"another's output", func(t *store.Task) {
+		{"another's output", func(t *protocol.Task) {
 			t.OutputAt, t.OutputEpoch, t.State = at(0), epoch+1, task.StateSucceeded
 		}, false, false, 1, true},
 	} {
@@ -447,30 +446,30 @@ func TestAddSpend(t *testing.T) {
 	res := gemini.Result{Calls: 2, CostUSD: 0.5, Usage: task.Usage{PromptTokens: 10, OutputTokens: 5},
 		InDoubt:  task.Usage{PromptTokens: 3},
 		Attempts: []gemini.Attempt{{Number: 1, Model: "flash", Class: gemini.Transient, Start: now}, {Number: 2, Model: "flash", Start: now}}}
-	record := func(replay int) []store.AttemptRecord {
-		return []store.AttemptRecord{{Replay: replay, Epoch: epoch, Number: 1, Model: "flash", Class: string(gemini.Transient), At: now},
+	record := func(replay int) []protocol.AttemptRecord {
+		return []protocol.AttemptRecord{{Replay: replay, Epoch: epoch, Number: 1, Model: "flash", Class: string(gemini.Transient), At: now},
 			{Replay: replay, Epoch: epoch, Number: 2, Model: "flash", At: now}}
 	}
-	add := func(r gemini.Result) func(*store.Task) any {
-		return func(t *store.Task) any { return rules.AddSpend(t, epoch, r) }
+	add := func(r gemini.Result) func(*protocol.Task) any {
+		return func(t *protocol.Task) any { return rules.AddSpend(t, epoch, r) }
 	}
 	run(t, []change{
-		{name: "a call's spend is recorded once", before: running, apply: add(res), want: func(t *store.Task) {
+		{name: "a call's spend is recorded once", before: running, apply: add(res), want: func(t *protocol.Task) {
 			t.SpentBy = []string{"w1:4"}
 			t.Usage, t.CostUSD, t.InDoubt, t.ModelCalls = res.Usage, 0.5, res.InDoubt, 2
 			t.AttemptLog = record(1)
 		}, answer: true},
-		{name: "recorded already: nothing", before: func() *store.Task {
+		{name: "recorded already: nothing", before: func() *protocol.Task {
 			t := running()
 			t.SpentBy = []string{"w1:4"}
 			return t
-		}, apply: add(res), want: func(*store.Task) {}, answer: false},
-		{name: "nothing spent: nothing", before: running, apply: add(gemini.Result{}), want: func(*store.Task) {}, answer: false},
-		{name: "a zombie of an earlier replay charges that replay", before: func() *store.Task {
+		}, apply: add(res), want: func(*protocol.Task) {}, answer: false},
+		{name: "nothing spent: nothing", before: running, apply: add(gemini.Result{}), want: func(*protocol.Task) {}, answer: false},
+		{name: "a zombie of an earlier replay charges that replay", before: func() *protocol.Task {
 			t := running()
-			t.Previous = []store.Generation{{Replay: 0, LastEpoch: epoch}}
+			t.Previous = []protocol.Generation{{Replay: 0, LastEpoch: epoch}}
 			return t
-		}, apply: add(res), want: func(t *store.Task) {
+		}, apply: add(res), want: func(t *protocol.Task) {
 			t.SpentBy = []string{"w1:4"}
 			t.Previous[0].Usage, t.Previous[0].CostUSD = res.Usage, 0.5
 			t.InDoubt, t.ModelCalls = res.InDoubt, 2
@@ -481,10 +480,10 @@ func TestAddSpend(t *testing.T) {
 
 func TestClaimDelivery(t *testing.T) {
 	t.Parallel()
-	pending := func(lease claim.Lease, attempts int) func() *store.Task {
-		return func() *store.Task {
-			t := &store.Task{ID: "t1", State: task.StateSucceeded}
-			t.Delivery = store.Delivery{State: task.DeliveryPending, EventID: "e1", NextAttemptAt: at(-time.Second),
+	pending := func(lease claim.Lease, attempts int) func() *protocol.Task {
+		return func() *protocol.Task {
+			t := &protocol.Task{ID: "t1", State: task.StateSucceeded}
+			t.Delivery = protocol.Delivery{State: task.DeliveryPending, EventID: "e1", NextAttemptAt: at(-time.Second),
 				Attempts: attempts, Lease: lease}
 			if attempts > 0 {
 				t.Delivery.FirstAttemptAt = at(-time.Minute)
@@ -492,46 +491,46 @@ func TestClaimDelivery(t *testing.T) {
 			return t
 		}
 	}
-	reservation := claim.Lease{Owner: store.NudgeOwner, Epoch: 2, ExpiresAt: at(time.Minute)}
-	claimFor := func(reserved int64) func(*store.Task) any {
-		return func(t *store.Task) any { return protocol.ClaimDelivery(t, "rh1", now, time.Minute, reserved) }
+	reservation := claim.Lease{Owner: protocol.NudgeOwner, Epoch: 2, ExpiresAt: at(time.Minute)}
+	claimFor := func(reserved int64) func(*protocol.Task) any {
+		return func(t *protocol.Task) any { return protocol.ClaimDelivery(t, "rh1", now, time.Minute, reserved) }
 	}
 	run(t, []change{
-		{name: "a free delivery: its first attempt", before: pending(claim.Lease{Epoch: 1}, 0), apply: claimFor(0), want: func(t *store.Task) {
+		{name: "a free delivery: its first attempt", before: pending(claim.Lease{Epoch: 1}, 0), apply: claimFor(0), want: func(t *protocol.Task) {
 			t.Delivery.Lease = claim.Lease{Owner: "rh1", Epoch: 2, ExpiresAt: at(time.Minute)}
 			t.Delivery.Attempts, t.Delivery.FirstAttemptAt = 1, at(0)
 		}, answer: true},
 		{name: "the nudge its reservation was for takes it over, the attempt counted once", before: pending(reservation, 1), apply: claimFor(2),
-			want: func(t *store.Task) {
+			want: func(t *protocol.Task) {
 				t.Delivery.Lease = claim.Lease{Owner: "rh1", Epoch: 3, ExpiresAt: at(time.Minute)}
 			}, answer: true},
 		{name: "another nudge leaves the reservation alone", before: pending(reservation, 1), apply: claimFor(0),
-			want: func(*store.Task) {}, answer: false},
-		{name: "a delivery in its backoff waits", before: func() *store.Task {
+			want: func(*protocol.Task) {}, answer: false},
+		{name: "a delivery in its backoff waits", before: func() *protocol.Task {
 			t := pending(claim.Lease{Epoch: 1}, 1)()
 			t.Delivery.NextAttemptAt = at(time.Second)
 			return t
-		}, apply: claimFor(0), want: func(*store.Task) {}, answer: false},
+		}, apply: claimFor(0), want: func(*protocol.Task) {}, answer: false},
 	})
 }
 
 func TestJoinBatch(t *testing.T) {
 	t.Parallel()
-	waiting := func(notBefore time.Duration) func() *store.Task {
-		return func() *store.Task {
-			return &store.Task{ID: "t1", State: task.StateQueued, Mode: task.ModeBatch, BatchModel: "flash", Claims: 1,
+	waiting := func(notBefore time.Duration) func() *protocol.Task {
+		return func() *protocol.Task {
+			return &protocol.Task{ID: "t1", State: task.StateQueued, Mode: task.ModeBatch, BatchModel: "flash", Claims: 1,
 				NotBefore: at(notBefore), Lease: claim.Lease{Epoch: 1}}
 		}
 	}
-	join := func(model string) func(*store.Task) any {
-		return func(t *store.Task) any { return protocol.JoinBatch(t, "j1", model, now, time.Hour) }
+	join := func(model string) func(*protocol.Task) any {
+		return func(t *protocol.Task) any { return protocol.JoinBatch(t, "j1", model, now, time.Hour) }
 	}
 	run(t, []change{
-		{name: "a task waiting for the batch joins the job", before: waiting(time.Hour), apply: join("flash"), want: func(t *store.Task) {
+		{name: "a task waiting for the batch joins the job", before: waiting(time.Hour), apply: join("flash"), want: func(t *protocol.Task) {
 			t.State, t.BatchJob, t.BatchModel, t.Claims = task.StateRunning, "j1", "", 0
-			t.Lease = claim.Lease{Owner: store.BatchOwner("j1"), Epoch: 2, ExpiresAt: at(time.Hour)}
+			t.Lease = claim.Lease{Owner: protocol.BatchOwner("j1"), Epoch: 2, ExpiresAt: at(time.Hour)}
 		}, answer: true},
-		{name: "one waiting for another model stays", before: waiting(time.Hour), apply: join("pro"), want: func(*store.Task) {}, answer: false},
-		{name: "one already due is a worker's", before: waiting(-time.Second), apply: join("flash"), want: func(*store.Task) {}, answer: false},
+		{name: "one waiting for another model stays", before: waiting(time.Hour), apply: join("pro"), want: func(*protocol.Task) {}, answer: false},
+		{name: "one already due is a worker's", before: waiting(-time.Second), apply: join("flash"), want: func(*protocol.Task) {}, answer: false},
 	})
 }

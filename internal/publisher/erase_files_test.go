@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -21,8 +23,8 @@ func TestDeleteQueuesTheFileCopiesErase(t *testing.T) {
 	e := setup(t, withObjects)
 	ctx := context.Background()
 	_, res := e.submitUploadedPDF(t)
-	if _, err := e.st.MutateTask(ctx, res.TaskID, func(t *store.Task, now time.Time) error {
-		t.Files[0].Copy = &store.FileCopy{Name: "files/gb-copy", URI: "https://gemini.example/v1beta/files/gb-copy", ExpireAt: now.Add(48 * time.Hour)}
+	if _, err := e.st.MutateTask(ctx, res.TaskID, func(t *protocol.Task, now time.Time) error {
+		t.Files[0].Copy = &protocol.FileCopy{Name: "files/gb-copy", URI: "https://gemini.example/v1beta/files/gb-copy", ExpireAt: now.Add(48 * time.Hour)}
 		return nil
 	}); err != nil {
 		t.Fatal(err)

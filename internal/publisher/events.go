@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -64,7 +66,7 @@ func (s *Server) CloseStreams(ctx context.Context) {
 }
 
 // eventID is the SSE id of a task snapshot: the document's update time.
-func eventID(t *store.Task) string { return t.UpdateTime.UTC().Format(time.RFC3339Nano) }
+func eventID(t *protocol.Task) string { return t.UpdateTime.UTC().Format(time.RFC3339Nano) }
 
 // visible is what an event stream shows of a task; a snapshot that changes none of it (a lease
 // renewal, a sweeper's bookkeeping) sends nothing.
@@ -74,7 +76,7 @@ type visible struct {
 	Epoch    int64
 }
 
-func visibleOf(t *store.Task) visible {
+func visibleOf(t *protocol.Task) visible {
 	return visible{View: t.View(), Attempts: t.Attempts, Epoch: t.Lease.Epoch}
 }
 
@@ -205,7 +207,7 @@ func listen[T any](ctx context.Context, seq func(yield func(T, error) bool)) <-c
 }
 
 // stream sends t's events until it ends, ctx ends or a write fails.
-func (s *Server) stream(ctx context.Context, out sse, t *store.Task, after time.Time) error {
+func (s *Server) stream(ctx context.Context, out sse, t *protocol.Task, after time.Time) error {
 	tasks := listen(ctx, s.st.WatchTask(ctx, t.ID))
 	var previews <-chan watched[*store.Preview]
 	if t.Stream {
@@ -214,7 +216,7 @@ func (s *Server) stream(ctx context.Context, out sse, t *store.Task, after time.
 	beat := time.NewTicker(s.cfg.EventsHeartbeat)
 	defer beat.Stop()
 	var prev *visible
-	var cur *store.Task
+	var cur *protocol.Task
 	// pending is the latest preview not shown yet: the two listeners are not in step, so a
 	// preview of a claim may come before the task's snapshot of that claim.
 	var pending *store.Preview

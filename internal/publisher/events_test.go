@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/store"
@@ -21,9 +23,9 @@ import (
 const eventsTimeout = 20 * time.Second
 
 // move changes a task as a worker or the resulthandler would.
-func (e *env) move(id string, change func(t *store.Task, now time.Time)) {
+func (e *env) move(id string, change func(t *protocol.Task, now time.Time)) {
 	e.t.Helper()
-	if _, err := e.st.MutateTask(context.Background(), id, func(t *store.Task, now time.Time) error {
+	if _, err := e.st.MutateTask(context.Background(), id, func(t *protocol.Task, now time.Time) error {
 		change(t, now)
 		return nil
 	}); err != nil {
@@ -84,7 +86,7 @@ func TestEventsFollowATaskToItsEnd(t *testing.T) {
 		Delivery task.DeliveryState
 	}
 	var got []seen
-	step := func(change func(t *store.Task, now time.Time)) {
+	step := func(change func(t *protocol.Task, now time.Time)) {
 		if change != nil {
 			e.move(id, change)
 		}
@@ -95,32 +97,32 @@ func TestEventsFollowATaskToItsEnd(t *testing.T) {
 		got = append(got, seen{ev.Type, ev.Task.State, ev.Attempts, ev.Task.Delivery.State})
 	}
 	step(nil)
-	step(func(t *store.Task, now time.Time) {
+	step(func(t *protocol.Task, now time.Time) {
 		t.State = task.StateRunning
 		_ = t.Lease.Take("w1", now, time.Minute)
 	})
 	// A lease renewal shows nothing: the next event is the failed attempt.
-	e.move(id, func(t *store.Task, now time.Time) { _ = t.Lease.Renew("w1", t.Lease.Epoch, now, time.Minute) })
-	step(func(t *store.Task, now time.Time) {
+	e.move(id, func(t *protocol.Task, now time.Time) { _ = t.Lease.Renew("w1", t.Lease.Epoch, now, time.Minute) })
+	step(func(t *protocol.Task, now time.Time) {
 		t.State, t.Attempts = task.StateQueued, 1
 		_ = t.Lease.Release("w1", t.Lease.Epoch)
 	})
-	step(func(t *store.Task, now time.Time) {
+	step(func(t *protocol.Task, now time.Time) {
 		t.State = task.StateRunning
 		_ = t.Lease.Take("w2", now, time.Minute)
 	})
-	step(func(t *store.Task, now time.Time) {
+	step(func(t *protocol.Task, now time.Time) {
 		past := now.Add(-time.Second)
 		t.Lease.ExpiresAt = &past
 		t.Claims++
 		_ = t.Lease.Take("w3", now, time.Minute)
 	})
-	step(func(t *store.Task, now time.Time) {
+	step(func(t *protocol.Task, now time.Time) {
 		t.Output, t.OutputAt, t.OutputEpoch, t.Model = "the output", &now, t.Lease.Epoch, "gemini-test"
 		t.CallbackURL = "https://example.invalid/hook"
 		t.Finish(task.StateSucceeded, now)
 	})
-	step(func(t *store.Task, now time.Time) {
+	step(func(t *protocol.Task, now time.Time) {
 		t.Delivery.State, t.Delivery.Attempts, t.Delivery.DeliveredAt = task.DeliveryDelivered, 1, &now
 	})
 	want := []seen{
@@ -230,7 +232,7 @@ func TestEventsResumeAfterLastEventID(t *testing.T) {
 	}
 	// Reconnecting after the current state: nothing until the next change, then that change.
 	resp := e.rawStream(ctx, e.url, id, e.key, map[string]string{"Last-Event-ID": first[0].id})
-	e.move(id, func(t *store.Task, now time.Time) {
+	e.move(id, func(t *protocol.Task, now time.Time) {
 		t.State = task.StateRunning
 		_ = t.Lease.Take("w1", now, time.Minute)
 	})
@@ -240,7 +242,7 @@ func TestEventsResumeAfterLastEventID(t *testing.T) {
 	}
 	running := got[0].id
 	// A change the client missed while away is sent at once on resume (as its latest state).
-	e.move(id, func(t *store.Task, now time.Time) {
+	e.move(id, func(t *protocol.Task, now time.Time) {
 		t.Output, t.OutputAt, t.OutputEpoch = "out", &now, t.Lease.Epoch
 		t.Finish(task.StateSucceeded, now)
 	})
@@ -409,7 +411,7 @@ func TestEventsHeartbeatsOutliveWriteTimeout(t *testing.T) {
 		t.Fatalf("the stream lasted %s, not past the WriteTimeout", time.Since(start))
 	}
 	// Still alive: a change goes through.
-	e.move(id, func(t *store.Task, now time.Time) {
+	e.move(id, func(t *protocol.Task, now time.Time) {
 		t.State = task.StateRunning
 		_ = t.Lease.Take("w1", now, time.Minute)
 	})
@@ -444,7 +446,7 @@ func TestEventsPreviews(t *testing.T) {
 	if ev := w.next(t); ev.Type != "task.queued" {
 		t.Fatalf("first event %+v", ev)
 	}
-	e.move(id, func(t *store.Task, now time.Time) {
+	e.move(id, func(t *protocol.Task, now time.Time) {
 		t.State = task.StateRunning
 		_ = t.Lease.Take("w1", now, time.Minute)
 	})
@@ -456,7 +458,7 @@ func TestEventsPreviews(t *testing.T) {
 	if ev.Type != task.EventPreview || ev.Preview != "The sum" || ev.ID != "" || ev.Task != nil {
 		t.Fatalf("preview event %+v, want task.preview \"The sum\" without an id or task", ev)
 	}
-	e.move(id, func(t *store.Task, now time.Time) {
+	e.move(id, func(t *protocol.Task, now time.Time) {
 		t.Output, t.OutputAt, t.OutputEpoch = "The summary.", &now, 1
 		t.Finish(task.StateSucceeded, now)
 	})

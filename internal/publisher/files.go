@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/httpapi"
 	"github.com/genbox-dev/genbox/internal/objects"
@@ -80,7 +82,7 @@ func (v validator) checkFiles(req *task.Request, fam *prompts.Variant, bad func(
 // will read. A file the tenant may not read — another tenant's upload, a bucket an admin has not
 // allowed it — is a 403 naming it; one that is missing, of a type the family does not take, over
 // the size limit or unlike what its upload declared is a 400. Nothing is created or paid before.
-func (s *Server) resolveFiles(ctx context.Context, tenant string, req *task.Request, fam *prompts.Variant) ([]store.File, error) {
+func (s *Server) resolveFiles(ctx context.Context, tenant string, req *task.Request, fam *prompts.Variant) ([]protocol.File, error) {
 	if len(req.Files) == 0 {
 		return nil, nil
 	}
@@ -88,7 +90,7 @@ func (s *Server) resolveFiles(ctx context.Context, tenant string, req *task.Requ
 		return nil, fieldProblem("files", "this deployment reads no files (no storage configured)")
 	}
 	var allowed []string
-	out := make([]store.File, 0, len(req.Files))
+	out := make([]protocol.File, 0, len(req.Files))
 	for i, f := range req.Files {
 		field := "files[" + strconv.Itoa(i) + "]"
 		if f.UploadID != "" {
@@ -127,40 +129,40 @@ func (s *Server) resolveFiles(ctx context.Context, tenant string, req *task.Requ
 		if err := s.checkObject(field+".uri", a, mimeType, fam); err != nil {
 			return nil, err
 		}
-		out = append(out, store.FileOf(bucket, object, a.Generation, a.Size, a.CRC32C, a.MD5, mediaType(mimeType), ""))
+		out = append(out, protocol.FileOf(bucket, object, a.Generation, a.Size, a.CRC32C, a.MD5, mediaType(mimeType), ""))
 	}
 	return out, nil
 }
 
-func (s *Server) resolveUpload(ctx context.Context, tenant, field string, f task.File, fam *prompts.Variant) (store.File, error) {
+func (s *Server) resolveUpload(ctx context.Context, tenant, field string, f task.File, fam *prompts.Variant) (protocol.File, error) {
 	u, err := s.st.GetUpload(ctx, f.UploadID)
 	if errors.Is(err, store.ErrNotFound) || err == nil && u.Tenant != tenant {
 		// Another tenant's upload looks like none: its existence is not disclosed.
-		return store.File{}, forbiddenFile(field+".upload_id", "is not an upload of this tenant")
+		return protocol.File{}, forbiddenFile(field+".upload_id", "is not an upload of this tenant")
 	}
 	if err != nil {
-		return store.File{}, err
+		return protocol.File{}, err
 	}
 	if f.MIMEType != "" && mediaType(f.MIMEType) != mediaType(u.MIMEType) {
-		return store.File{}, fieldProblem(field+".mime_type", "the upload was declared %s", u.MIMEType)
+		return protocol.File{}, fieldProblem(field+".mime_type", "the upload was declared %s", u.MIMEType)
 	}
 	a, err := s.objects.Attrs(ctx, u.Bucket, u.Object)
 	if errors.Is(err, objects.ErrNotFound) {
-		return store.File{}, fieldProblem(field+".upload_id", "nothing was uploaded yet (PUT the file to the upload's url first)")
+		return protocol.File{}, fieldProblem(field+".upload_id", "nothing was uploaded yet (PUT the file to the upload's url first)")
 	}
 	if err != nil {
-		return store.File{}, err
+		return protocol.File{}, err
 	}
 	switch {
 	case mediaType(a.ContentType) != mediaType(u.MIMEType):
-		return store.File{}, fieldProblem(field+".upload_id", "the object's content type %s is not the %s the upload declared", a.ContentType, u.MIMEType)
+		return protocol.File{}, fieldProblem(field+".upload_id", "the object's content type %s is not the %s the upload declared", a.ContentType, u.MIMEType)
 	case a.Size > u.Size:
-		return store.File{}, fieldProblem(field+".upload_id", "the object's %d bytes exceed the %d the upload declared", a.Size, u.Size)
+		return protocol.File{}, fieldProblem(field+".upload_id", "the object's %d bytes exceed the %d the upload declared", a.Size, u.Size)
 	}
 	if err := s.checkObject(field+".upload_id", a, u.MIMEType, fam); err != nil {
-		return store.File{}, err
+		return protocol.File{}, err
 	}
-	return store.FileOf(u.Bucket, u.Object, a.Generation, a.Size, a.CRC32C, a.MD5, mediaType(u.MIMEType), u.ID), nil
+	return protocol.FileOf(u.Bucket, u.Object, a.Generation, a.Size, a.CRC32C, a.MD5, mediaType(u.MIMEType), u.ID), nil
 }
 
 // checkObject refuses an object the family cannot take or over the size limit.
@@ -229,7 +231,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, tenant str
 
 // nudgeCopyErase asks a worker to delete the Files API copies t's erase listed: the publisher
 // holds no Gemini credentials. If the nudge is lost, the sweeper sends it after NudgeGrace.
-func (s *Server) nudgeCopyErase(ctx context.Context, t *store.Task) {
+func (s *Server) nudgeCopyErase(ctx context.Context, t *protocol.Task) {
 	ctx, cancel := context.WithTimeout(obs.WithTask(context.WithoutCancel(ctx), t.ID), s.cfg.PublishTimeout)
 	defer cancel()
 	attrs := map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrKind: store.KindFileErase}
@@ -240,7 +242,7 @@ func (s *Server) nudgeCopyErase(ctx context.Context, t *store.Task) {
 
 // eraseUploads deletes the genbox uploads t read, objects and documents: erasing a task erases
 // them for every task that names them.
-func (s *Server) eraseUploads(ctx context.Context, t *store.Task) error {
+func (s *Server) eraseUploads(ctx context.Context, t *protocol.Task) error {
 	var errs []error
 	for _, f := range t.Files {
 		if f.UploadID == "" || s.objects == nil {

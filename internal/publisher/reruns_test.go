@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/genbox-dev/genbox/internal/protocol"
 
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/client"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
+	"github.com/google/go-cmp/cmp"
 )
 
 // POST /v1/tasks:rerun: a dry run counts the caller's matching finished tasks and prices them
@@ -35,7 +35,7 @@ func TestRerunRoutes(t *testing.T) {
 	e.finish(other, task.StateSucceeded)
 	// ids[2] is still queued: running already, not re-run.
 	unanswered := e.submit(task.Request{Family: "summarize", Input: "no model answered this one"}).TaskID
-	if _, err := e.st.MutateTask(ctx, unanswered, func(t *store.Task, now time.Time) error {
+	if _, err := e.st.MutateTask(ctx, unanswered, func(t *protocol.Task, now time.Time) error {
 		t.Finish(task.StateFailed, now)
 		return nil
 	}); err != nil {
@@ -48,7 +48,7 @@ func TestRerunRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, worst := pricing.Estimate((&store.Task{ID: unanswered, Tenant: e.tenant}).Request(r))
+	_, worst := pricing.Estimate((&protocol.Task{ID: unanswered, Tenant: e.tenant}).Request(r))
 	tests := []struct {
 		name   string
 		filter task.RerunFilter

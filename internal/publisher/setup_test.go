@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -188,15 +190,15 @@ func (e *env) submit(req task.Request) *task.SubmitResponse {
 }
 
 // finish moves a task into an end state with an output, as the worker would.
-func (e *env) finish(id string, state task.State) *store.Task {
+func (e *env) finish(id string, state task.State) *protocol.Task {
 	e.t.Helper()
-	t, err := e.st.MutateTask(context.Background(), id, func(t *store.Task, now time.Time) error {
+	t, err := e.st.MutateTask(context.Background(), id, func(t *protocol.Task, now time.Time) error {
 		if state == task.StateSucceeded {
 			t.Output, t.OutputAt, t.OutputEpoch = "the output", &now, 1
 		}
 		t.Usage = task.Usage{PromptTokens: 10, OutputTokens: 20, TotalTokens: 30}
 		t.CostUSD, t.Model, t.Fingerprint = 0.001, "gemini-test", "fp-"+id
-		t.Previous = []store.Generation{{Replay: 0, Output: "an older output", State: task.StateSucceeded}}
+		t.Previous = []protocol.Generation{{Replay: 0, Output: "an older output", State: task.StateSucceeded}}
 		t.Finish(state, now)
 		return nil
 	})

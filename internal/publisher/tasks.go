@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -33,7 +35,7 @@ const (
 
 // submitted is the outcome of one accepted submission.
 type submitted struct {
-	t        *store.Task
+	t        *protocol.Task
 	replayed bool
 }
 
@@ -87,7 +89,7 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 	}
 	v := validator{families: s.families, checkCallback: s.checkURL, now: now, maxFiles: s.cfg.MaxFiles}
 	variant, err := v.validate(req)
-	var files []store.File
+	var files []protocol.File
 	if err == nil {
 		files, err = s.resolveFiles(ctx, tenant, req, variant)
 	}
@@ -130,14 +132,14 @@ func (s *Server) submit(ctx context.Context, tenant, key string, req *task.Reque
 }
 
 // newTask is the queued task of a valid request, due for the sweeper's nudge after the grace.
-func (s *Server) newTask(id, tenant, key, hash string, req *task.Request, variant *prompts.Variant, now time.Time) *store.Task {
+func (s *Server) newTask(id, tenant, key, hash string, req *task.Request, variant *prompts.Variant, now time.Time) *protocol.Task {
 	grace := now.Add(s.cfg.NudgeGrace)
-	return &store.Task{
+	return &protocol.Task{
 		ID: id, Tenant: tenant, Family: req.Family, Variant: req.Variant, Input: req.Input,
 		SubjectKey: req.SubjectKey, GenConfig: req.Config, CallbackURL: req.CallbackURL, Labels: req.Labels,
 		Cache: req.Cache, RunBefore: req.RunBefore, MaxCostUSD: req.MaxCostUSD, Stream: req.Stream,
 		IdempotencyKey: key, RequestHash: hash, State: task.StateQueued,
-		Delivery:      store.Delivery{State: task.DeliveryNone},
+		Delivery:      protocol.Delivery{State: task.DeliveryNone},
 		PromptVersion: variant.Version, ModelChain: variant.Models, Mode: effectiveMode(req.Mode, variant.Mode),
 		Priority: priorityOf(req), CreatedAt: now, NudgeAt: &grace,
 	}
@@ -178,7 +180,7 @@ func (s *Server) replay(ctx context.Context, tenant, id, hash string) (submitted
 
 // nudge publishes the task's nudge on gemini-tasks. A failure is only logged: the task is
 // already due at now+grace, so the sweeper nudges it.
-func (s *Server) nudge(ctx context.Context, t *store.Task) {
+func (s *Server) nudge(ctx context.Context, t *protocol.Task) {
 	ctx, cancel := context.WithTimeout(obs.WithTask(context.WithoutCancel(ctx), t.ID), s.cfg.PublishTimeout)
 	defer cancel()
 	if _, err := s.pub.Publish(ctx, bus.TopicTasks, nil, nudgeAttrs(t)); err != nil {
@@ -187,11 +189,11 @@ func (s *Server) nudge(ctx context.Context, t *store.Task) {
 }
 
 // nudgeAttrs are the attributes of t's nudge on gemini-tasks.
-func nudgeAttrs(t *store.Task) map[string]string {
+func nudgeAttrs(t *protocol.Task) map[string]string {
 	return map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant, task.AttrFamily: t.Family, task.AttrVariant: t.Variant}
 }
 
-func (s *Server) submitResponse(r *http.Request, t *store.Task) task.SubmitResponse {
+func (s *Server) submitResponse(r *http.Request, t *protocol.Task) task.SubmitResponse {
 	return task.SubmitResponse{TaskID: t.ID, State: t.State, StatusURL: s.statusURL(r, t.ID)}
 }
 
@@ -215,7 +217,7 @@ func (s *Server) baseURL(r *http.Request) string {
 // requestHash is the SHA-256 of the normalized request's JSON (struct fields in order, map keys
 // sorted), with the keys of the files it resolved to (their generations and checksums): the same
 // request naming a new generation of an object is a different request.
-func requestHash(req *task.Request, files []store.File) (string, error) {
+func requestHash(req *task.Request, files []protocol.File) (string, error) {
 	var v any = req
 	if len(files) > 0 {
 		keys := make([]string, len(files))
@@ -330,8 +332,8 @@ func own[T any](s *Server, r *http.Request, tenant string, get func(context.Cont
 }
 
 // ownTask reads the task of tenant the request's path names (own).
-func (s *Server) ownTask(r *http.Request, tenant string) (*store.Task, error) {
-	return own(s, r, tenant, s.st.GetTask, func(t *store.Task) string { return t.Tenant })
+func (s *Server) ownTask(r *http.Request, tenant string) (*protocol.Task, error) {
+	return own(s, r, tenant, s.st.GetTask, func(t *protocol.Task) string { return t.Tenant })
 }
 
 // pageSize reads a listing's limit parameter: 1 to maxPageSize, def when absent.
@@ -417,7 +419,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, tenant strin
 }
 
 // conflict is a 409 saying why the task cannot move.
-func conflict(t *store.Task, what string) error {
+func conflict(t *protocol.Task, what string) error {
 	return httpapi.Problem(http.StatusConflict, httpapi.TypeConflict, fmt.Sprintf("task %s is %s: %s", t.ID, t.State, what))
 }
 
@@ -428,7 +430,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant str
 	}
 	ctx, cancel := s.bound(r.Context())
 	defer cancel()
-	t, err := s.st.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+	t, err := s.st.MutateTask(ctx, id, func(t *protocol.Task, now time.Time) error {
 		if t.Tenant != tenant {
 			return store.ErrNotFound
 		}
@@ -459,7 +461,7 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request, tenant str
 
 // nudgeDelivery publishes the results nudge of t's pending delivery, which the write of what
 // (a cancel, an erase) started; if it is lost, the sweeper nudges after NudgeGrace.
-func (s *Server) nudgeDelivery(ctx context.Context, t *store.Task, what string) {
+func (s *Server) nudgeDelivery(ctx context.Context, t *protocol.Task, what string) {
 	ctx, cancel := context.WithTimeout(obs.WithTask(context.WithoutCancel(ctx), t.ID), s.cfg.PublishTimeout)
 	defer cancel()
 	if _, err := s.pub.Publish(ctx, bus.TopicResults, nil, map[string]string{task.AttrTaskID: t.ID, task.AttrTenant: t.Tenant}); err != nil {
@@ -477,7 +479,7 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, tenant str
 	// human's to decide: they may regenerate the task.
 	ctx, cancel := s.bound(r.Context())
 	defer cancel()
-	t, discarded, err := s.st.EraseTask(ctx, id, s.cfg.NudgeGrace, func(t *store.Task) error {
+	t, discarded, err := s.st.EraseTask(ctx, id, s.cfg.NudgeGrace, func(t *protocol.Task) error {
 		switch {
 		case t.Tenant != tenant:
 			return store.ErrNotFound

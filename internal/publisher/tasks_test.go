@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
@@ -402,9 +404,9 @@ func TestCancel(t *testing.T) {
 		state task.State
 		owner string
 		code  int
-	}{{task.StateWaiting, "", 200}, {task.StateRunning, "w1", 409}, {task.StateRunning, store.BatchOwner("bj1"), 200}, {task.StateSucceeded, "", 409}} {
+	}{{task.StateWaiting, "", 200}, {task.StateRunning, "w1", 409}, {task.StateRunning, protocol.BatchOwner("bj1"), 200}, {task.StateSucceeded, "", 409}} {
 		r := e.submit(validRequest())
-		if _, err := e.st.MutateTask(ctx, r.TaskID, func(t *store.Task, now time.Time) error {
+		if _, err := e.st.MutateTask(ctx, r.TaskID, func(t *protocol.Task, now time.Time) error {
 			t.State = c.state
 			if c.state == task.StateRunning {
 				exp := now.Add(time.Minute)
@@ -537,14 +539,14 @@ func TestDeleteDiscardsTheDeadDelivery(t *testing.T) {
 	id := e.submit(req).TaskID
 	e.finish(id, task.StateSucceeded)
 	var dlID string
-	_, err := e.st.MutateTask(ctx, id, func(tk *store.Task, _ time.Time) error {
+	_, err := e.st.MutateTask(ctx, id, func(tk *protocol.Task, _ time.Time) error {
 		// The webhook died, the dlqnotifier recorded its dead letter and posted it; an event
 		// queued behind it waits.
 		tk.Delivery.State, tk.Delivery.LastStatus, tk.Delivery.NextAttemptAt = task.DeliveryDead, 404, nil
-		n := store.Notice{Stage: task.StageDelivery, Event: tk.Delivery.EventID}
+		n := protocol.Notice{Stage: task.StageDelivery, Event: tk.Delivery.EventID}
 		dlID = n.DeadLetterID(id)
 		tk.OpenDeadLetters = []string{dlID}
-		tk.Delivery.Queue = []store.QueuedEvent{{EventID: id + ".next", Type: task.EventSucceeded, Payload: tk.Delivery.Payload}}
+		tk.Delivery.Queue = []protocol.QueuedEvent{{EventID: id + ".next", Type: task.EventSucceeded, Payload: tk.Delivery.Payload}}
 		return nil
 	})
 	if err != nil {
@@ -867,14 +869,14 @@ func TestSubmitAtTheCapCreatesTheTaskWaiting(t *testing.T) {
 	if _, err := e.st.SetTenantLimits(ctx, e.tenant, limits.Limits); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.st.CreateTask(ctx, &store.Task{ID: "holder", Tenant: e.tenant, State: task.StateQueued}); err != nil {
+	if err := e.st.CreateTask(ctx, &protocol.Task{ID: "holder", Tenant: e.tenant, State: task.StateQueued}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := e.st.GetSlotCount(ctx, e.tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.st.MutateTaskWith(ctx, &store.Task{ID: "holder"}, func(t *store.Task, _ time.Time) ([]store.Write, error) {
+	if _, err := e.st.MutateTaskWith(ctx, &protocol.Task{ID: "holder"}, func(t *protocol.Task, _ time.Time) ([]store.Write, error) {
 		t.State, t.Slot = task.StateRunning, true
 		return []store.Write{store.CountWrite(c, +1)}, nil
 	}); err != nil {
@@ -882,7 +884,7 @@ func TestSubmitAtTheCapCreatesTheTaskWaiting(t *testing.T) {
 	}
 	// The first submission starts the publisher's read of the count and does not wait for it;
 	// one after the read is created waiting.
-	var got *store.Task
+	var got *protocol.Task
 	submitted := 0
 	for deadline := time.Now().Add(10 * time.Second); got == nil || !got.AwaitsSlot && time.Now().Before(deadline); submitted++ {
 		if got, err = e.st.GetTask(ctx, e.submit(validRequest()).TaskID); err != nil {

@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/rerun"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -14,7 +15,7 @@ import (
 
 func TestMatches(t *testing.T) {
 	t.Parallel()
-	tk := &store.Task{State: task.StateSucceeded, Family: "summarize", Variant: "", PromptVersion: "v1",
+	tk := &protocol.Task{State: task.StateSucceeded, Family: "summarize", Variant: "", PromptVersion: "v1",
 		Labels: map[string]string{"app": "news", "env": "prod"}}
 	for _, tc := range []struct {
 		name string
@@ -75,15 +76,15 @@ func TestBlocked(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct {
 		name    string
-		tk      store.Task
+		tk      protocol.Task
 		blocked bool
 	}{
-		{"succeeded", store.Task{State: task.StateSucceeded}, false},
-		{"dead", store.Task{State: task.StateDead}, false},
-		{"running", store.Task{State: task.StateRunning}, true},
-		{"cancelled", store.Task{State: task.StateCancelled}, true},
-		{"erased", store.Task{State: task.StateSucceeded, ErasedAt: &now}, true},
-		{"an open dead letter", store.Task{State: task.StateDead, OpenDeadLetters: []string{"x"}}, true},
+		{"succeeded", protocol.Task{State: task.StateSucceeded}, false},
+		{"dead", protocol.Task{State: task.StateDead}, false},
+		{"running", protocol.Task{State: task.StateRunning}, true},
+		{"cancelled", protocol.Task{State: task.StateCancelled}, true},
+		{"erased", protocol.Task{State: task.StateSucceeded, ErasedAt: &now}, true},
+		{"an open dead letter", protocol.Task{State: task.StateDead, OpenDeadLetters: []string{"x"}}, true},
 	} {
 		if got := rerun.Blocked(&tc.tk) != ""; got != tc.blocked {
 			t.Errorf("%s: blocked %v, want %v", tc.name, got, tc.blocked)
@@ -103,22 +104,22 @@ func TestEstimatorCost(t *testing.T) {
 	e := rerun.Estimator{Pricing: p, Prompts: reg}
 	usage := task.Usage{PromptTokens: 1000, OutputTokens: 200, CachedTokens: 400}
 	flash := p.Price("gemini-2.5-flash")
-	answered := &store.Task{Family: "summarize", Input: "x", Model: "gemini-2.5-flash", Usage: usage}
+	answered := &protocol.Task{Family: "summarize", Input: "x", Model: "gemini-2.5-flash", Usage: usage}
 	r, err := reg.Render("summarize", "", "x", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, worst := p.Estimate((&store.Task{Family: "summarize", Input: "x"}).Request(r))
+	_, worst := p.Estimate((&protocol.Task{Family: "summarize", Input: "x"}).Request(r))
 	for _, tc := range []struct {
 		name string
-		tk   *store.Task
+		tk   *protocol.Task
 		want float64
 	}{
 		{"standard", answered, flash.Bill(usage, gemini.TierStandard)},
-		{"flex", &store.Task{Model: "gemini-2.5-flash", Usage: usage, Mode: task.ModeFlex}, flash.Bill(usage, gemini.TierFlex)},
-		{"batch", &store.Task{Model: "gemini-2.5-flash", Usage: usage, Mode: task.ModeBatch}, flash.Bill(usage, gemini.TierBatch)},
-		{"a fallback model", &store.Task{Model: "gemini-2.5-flash-lite", Usage: usage}, p.Price("gemini-2.5-flash-lite").Bill(usage, gemini.TierStandard)},
-		{"no model answered", &store.Task{Family: "summarize", Input: "x"}, worst},
+		{"flex", &protocol.Task{Model: "gemini-2.5-flash", Usage: usage, Mode: task.ModeFlex}, flash.Bill(usage, gemini.TierFlex)},
+		{"batch", &protocol.Task{Model: "gemini-2.5-flash", Usage: usage, Mode: task.ModeBatch}, flash.Bill(usage, gemini.TierBatch)},
+		{"a fallback model", &protocol.Task{Model: "gemini-2.5-flash-lite", Usage: usage}, p.Price("gemini-2.5-flash-lite").Bill(usage, gemini.TierStandard)},
+		{"no model answered", &protocol.Task{Family: "summarize", Input: "x"}, worst},
 	} {
 		if got := e.Cost(tc.tk, r); got != tc.want || got <= 0 {
 			t.Errorf("%s: $%g, want $%g", tc.name, got, tc.want)

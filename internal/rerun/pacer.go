@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/leader"
@@ -72,7 +74,7 @@ func FromEnv(getenv func(string) string, hold time.Duration) (Config, error) {
 
 // Pacer starts the replays of running re-runs. Run it in every worker instance: a re-run is
 // advanced by the instance holding its lease, one page at a time, and never by two at once. A
-// page's tasks are started one by one, each marked with the re-run (store.Task.StartRerun);
+// page's tasks are started one by one, each marked with the re-run (protocol.Task.StartRerun);
 // the cursor and the counts move in one conditioned write after the page. A pacer that dies
 // in between leaves the cursor before the page: whoever takes the lease next replays it, finds
 // the tasks already started by their mark, and counts them without starting them again. A task
@@ -172,7 +174,7 @@ func (p *Pacer) page(ctx context.Context, log *slog.Logger, r *store.Rerun, limi
 		return err
 	}
 	var progress task.RerunProgress
-	var nudge []*store.Task
+	var nudge []*protocol.Task
 	for _, t := range tasks {
 		o, got, err := p.start(ctx, r, t)
 		if err != nil {
@@ -227,7 +229,7 @@ const (
 // start starts t's new replay for r unless r started it already, under the current version of
 // its variant; t is the task as the page read it, so an unchanged task is written without
 // another read.
-func (p *Pacer) start(ctx context.Context, r *store.Rerun, t *store.Task) (outcome, *store.Task, error) {
+func (p *Pacer) start(ctx context.Context, r *store.Rerun, t *protocol.Task) (outcome, *protocol.Task, error) {
 	if t.Rerun == r.ID {
 		return startedBefore, t, nil
 	}
@@ -242,7 +244,7 @@ func (p *Pacer) start(ctx context.Context, r *store.Rerun, t *store.Task) (outco
 		return skipped, t, nil
 	}
 	o := unmatched
-	got, err := p.store.MutateTaskFrom(ctx, t, func(t *store.Task, now time.Time) error {
+	got, err := p.store.MutateTaskFrom(ctx, t, func(t *protocol.Task, now time.Time) error {
 		switch {
 		case t.Rerun == r.ID:
 			o = startedBefore

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -61,7 +63,7 @@ func Validate(f task.RerunFilter) error {
 
 // Matches reports whether t matches f. The tenant, the family and the creation bounds are
 // matched by the query that found t (store.EachRerunCandidate, store.RerunPage).
-func Matches(f task.RerunFilter, t *store.Task) bool {
+func Matches(f task.RerunFilter, t *protocol.Task) bool {
 	if f.State != "" && t.State != f.State || f.Family != "" && t.Family != f.Family {
 		return false
 	}
@@ -89,7 +91,7 @@ func variantName(v string) string {
 // Blocked says why a matching task cannot be re-run now, or "" when it can: it is running
 // already (or was cancelled), its content was erased, or a dead letter of it awaits an
 // operator, whose decision it is.
-func Blocked(t *store.Task) string {
+func Blocked(t *protocol.Task) string {
 	switch {
 	case !slices.Contains(Runnable, t.State):
 		return "the task is " + string(t.State)
@@ -110,7 +112,7 @@ type Estimator struct {
 // Recorded prices one more generation of t from its recorded token counts, at today's rates for
 // the model and tier that served it: the same prompt gets about the same answer again, so this
 // is what the new replay bills. ok is false for a task no model answered.
-func (e Estimator) Recorded(t *store.Task) (usd float64, ok bool) {
+func (e Estimator) Recorded(t *protocol.Task) (usd float64, ok bool) {
 	if t.Model == "" || t.Usage.PromptTokens+t.Usage.OutputTokens == 0 {
 		return 0, false
 	}
@@ -119,8 +121,8 @@ func (e Estimator) Recorded(t *store.Task) (usd float64, ok bool) {
 
 // Cost prices one more generation of t, rendered as r: Recorded, else — for a task no model
 // answered — the worst case of its rendered prompt, as the Regenerate button prices a dead
-// letter (gemini.Pricing.Estimate of store.Task.Request).
-func (e Estimator) Cost(t *store.Task, r *prompts.Rendered) float64 {
+// letter (gemini.Pricing.Estimate of protocol.Task.Request).
+func (e Estimator) Cost(t *protocol.Task, r *prompts.Rendered) float64 {
 	if usd, ok := e.Recorded(t); ok {
 		return usd
 	}
@@ -149,7 +151,7 @@ type Planner struct {
 // Estimate counts the tasks of tenant that f matches, created before until, that can be re-run,
 // and prices one more generation of each.
 func (p Planner) Estimate(ctx context.Context, tenant string, f task.RerunFilter, until time.Time) (count int, usd float64, err error) {
-	err = p.Store.EachRerunCandidate(ctx, tenant, f, until, func(t *store.Task) error {
+	err = p.Store.EachRerunCandidate(ctx, tenant, f, until, func(t *protocol.Task) error {
 		if !Matches(f, t) || Blocked(t) != "" {
 			return nil
 		}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/devstack"
 	"github.com/genbox-dev/genbox/internal/emulator"
@@ -70,15 +72,15 @@ func (b *bundle) submit(t *testing.T, ctx context.Context, label string, n int) 
 			ids = append(ids, r.TaskID)
 		}
 	}
-	b.waitTasks(t, ctx, ids, func(tk *store.Task) bool { return tk.State == task.StateSucceeded })
+	b.waitTasks(t, ctx, ids, func(tk *protocol.Task) bool { return tk.State == task.StateSucceeded })
 	return ids
 }
 
 // waitTasks waits until every task of ids satisfies done.
-func (b *bundle) waitTasks(t *testing.T, ctx context.Context, ids []string, done func(*store.Task) bool) []*store.Task {
+func (b *bundle) waitTasks(t *testing.T, ctx context.Context, ids []string, done func(*protocol.Task) bool) []*protocol.Task {
 	t.Helper()
 	for {
-		var out []*store.Task
+		var out []*protocol.Task
 		for _, id := range ids {
 			tk, err := b.stack.Store.GetTask(ctx, id)
 			if err != nil {
@@ -129,7 +131,7 @@ func billed(bills []geminitest.Bill) float64 {
 
 // checkReplayedOnce checks that each task ran exactly one new replay, for re-run rerunID, under
 // the current prompt version, its first outcome kept in previous[].
-func checkReplayedOnce(t *testing.T, tasks []*store.Task, rerunID string) {
+func checkReplayedOnce(t *testing.T, tasks []*protocol.Task, rerunID string) {
 	t.Helper()
 	for _, tk := range tasks {
 		if tk.Replay != 1 || len(tk.Previous) != 1 || tk.Rerun != rerunID || tk.State != task.StateSucceeded ||
@@ -178,7 +180,7 @@ func TestDryRunEstimatesWhatTheRunBills(t *testing.T) {
 	if off > 0.10 {
 		t.Fatalf("estimate $%.8f is %.1f%% off the $%.8f billed, want within 10%%", dry.EstimatedCostUSD, 100*off, bill)
 	}
-	tasks := b.waitTasks(t, ctx, ids, func(*store.Task) bool { return true })
+	tasks := b.waitTasks(t, ctx, ids, func(*protocol.Task) bool { return true })
 	checkReplayedOnce(t, tasks, rerun.DocID(devstack.DevTenant, rr.RerunID))
 }
 
@@ -215,7 +217,7 @@ func (c *crashingCatalog) Render(family, variant, input string, cfg *task.GenCon
 
 // peakCalls is the most model calls of replay in flight at once among tasks, from their
 // attempt logs.
-func peakCalls(tasks []*store.Task, replay int) int {
+func peakCalls(tasks []*protocol.Task, replay int) int {
 	type edge struct {
 		at    time.Time
 		delta int
@@ -305,7 +307,7 @@ func TestRerunOf500ResumesAfterACrashAndRunsEachTaskOnce(t *testing.T) {
 	if *done.Progress != want {
 		t.Fatalf("progress %+v, want %+v", *done.Progress, want)
 	}
-	tasks := b.waitTasks(t, ctx, ids, func(*store.Task) bool { return true })
+	tasks := b.waitTasks(t, ctx, ids, func(*protocol.Task) bool { return true })
 	checkReplayedOnce(t, tasks, docID)
 	after := b.stack.Fake.Ledger()
 	calls := after.Total.Calls - before.Total.Calls
@@ -350,7 +352,7 @@ func TestRerunWaitsOnTheTenantsBudget(t *testing.T) {
 	defer cancel()
 	ids := b.submit(t, ctx, "budget", n)
 	var spent float64
-	for _, tk := range b.waitTasks(t, ctx, ids, func(*store.Task) bool { return true }) {
+	for _, tk := range b.waitTasks(t, ctx, ids, func(*protocol.Task) bool { return true }) {
 		spent += tk.CostUSD
 	}
 	// The budget is what the tenant has spent today: no call's worst case fits.
@@ -401,5 +403,5 @@ func TestRerunWaitsOnTheTenantsBudget(t *testing.T) {
 	if calls := b.stack.Fake.Ledger().Total.Calls - before.Total.Calls; calls != n {
 		t.Fatalf("%d model calls, want %d", calls, n)
 	}
-	checkReplayedOnce(t, b.waitTasks(t, ctx, ids, func(*store.Task) bool { return true }), docID)
+	checkReplayedOnce(t, b.waitTasks(t, ctx, ids, func(*protocol.Task) bool { return true }), docID)
 }

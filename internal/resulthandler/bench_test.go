@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/ssrf"
@@ -30,7 +32,7 @@ type countingStore struct {
 	mutates, secretReads atomic.Int64
 }
 
-func (c *countingStore) MutateTask(ctx context.Context, id string, fn store.MutateFunc) (*store.Task, error) {
+func (c *countingStore) MutateTask(ctx context.Context, id string, fn store.MutateFunc) (*protocol.Task, error) {
 	c.mutates.Add(1)
 	return c.Store.MutateTask(ctx, id, fn)
 }
@@ -43,10 +45,10 @@ func (c *countingStore) WebhookSecrets(ctx context.Context, tenant string) ([]st
 // memStore is an in-memory Store, to measure the handler without Firestore.
 type memStore struct {
 	mu    sync.Mutex
-	tasks map[string]store.Task
+	tasks map[string]protocol.Task
 }
 
-func (m *memStore) MutateTask(_ context.Context, id string, fn store.MutateFunc) (*store.Task, error) {
+func (m *memStore) MutateTask(_ context.Context, id string, fn store.MutateFunc) (*protocol.Task, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t, ok := m.tasks[id]
@@ -59,17 +61,17 @@ func (m *memStore) MutateTask(_ context.Context, id string, fn store.MutateFunc)
 	} else if err != nil {
 		return nil, err
 	}
-	store.Finalize(&t, now, store.DefaultRetention, 1)
+	protocol.Finalize(&t, now, store.DefaultRetention, 1)
 	m.tasks[id] = t
 	return &t, nil
 }
 
 // MutateTaskFrom ignores known: the map is always current, so there is nothing to save.
-func (m *memStore) MutateTaskFrom(ctx context.Context, known *store.Task, fn store.MutateFunc) (*store.Task, error) {
+func (m *memStore) MutateTaskFrom(ctx context.Context, known *protocol.Task, fn store.MutateFunc) (*protocol.Task, error) {
 	return m.MutateTask(ctx, known.ID, fn)
 }
 
-func (m *memStore) GetTask(_ context.Context, id string) (*store.Task, error) {
+func (m *memStore) GetTask(_ context.Context, id string) (*protocol.Task, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t, ok := m.tasks[id]
@@ -85,9 +87,9 @@ type staticSecrets []string
 
 func (s staticSecrets) WebhookSecrets(context.Context, string) ([]string, error) { return s, nil }
 
-func pendingTask(id, url string) store.Task {
+func pendingTask(id, url string) protocol.Task {
 	now := time.Now().UTC()
-	tk := store.Task{ID: id, Tenant: tenant, Family: "summarize", Variant: "default", Input: "x",
+	tk := protocol.Task{ID: id, Tenant: tenant, Family: "summarize", Variant: "default", Input: "x",
 		CallbackURL: url, State: task.StateRunning, CreatedAt: now}
 	tk.Output, tk.OutputAt = strings.Repeat("generated text ", 60), &now
 	tk.Finish(task.StateSucceeded, now)
@@ -157,7 +159,7 @@ func BenchmarkDeliveryEmulator(b *testing.B) {
 func BenchmarkHandlerOverhead(b *testing.B) {
 	b.Run("handler", func(b *testing.B) {
 		r := benchReceiver(b)
-		ms := &memStore{tasks: map[string]store.Task{}}
+		ms := &memStore{tasks: map[string]protocol.Task{}}
 		ids := make([]string, b.N)
 		for i := range ids {
 			ids[i] = fmt.Sprintf("bench-%d", i)

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/envconfig"
 	"github.com/genbox-dev/genbox/internal/secretbox"
@@ -105,9 +107,9 @@ func DefaultPolicy(owner string) Policy {
 	}
 }
 
-// LeaseTTL is how long a delivery claim lasts: store.DeliveryLease of the timeout, as long as the
+// LeaseTTL is how long a delivery claim lasts: protocol.DeliveryLease of the timeout, as long as the
 // worker's reservation.
-func (p Policy) LeaseTTL() time.Duration { return store.DeliveryLease(p.Timeout) }
+func (p Policy) LeaseTTL() time.Duration { return protocol.DeliveryLease(p.Timeout) }
 
 // SSRF returns the delivery client's policy.
 func (c Config) SSRF() ssrf.Policy {

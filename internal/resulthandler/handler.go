@@ -39,9 +39,9 @@ import (
 
 // Store is the task access the handler needs; *store.Store implements it.
 type Store interface {
-	GetTask(ctx context.Context, id string) (*store.Task, error)
-	MutateTask(ctx context.Context, id string, fn store.MutateFunc) (*store.Task, error)
-	MutateTaskFrom(ctx context.Context, known *store.Task, fn store.MutateFunc) (*store.Task, error)
+	GetTask(ctx context.Context, id string) (*protocol.Task, error)
+	MutateTask(ctx context.Context, id string, fn store.MutateFunc) (*protocol.Task, error)
+	MutateTaskFrom(ctx context.Context, known *protocol.Task, fn store.MutateFunc) (*protocol.Task, error)
 	Clock() time.Time // the clock of the leases it writes
 }
 
@@ -157,10 +157,10 @@ func (h *Handler) Handle(ctx context.Context, m *bus.Message) bus.Result {
 // claim is what a claim decided, acted on after it commits.
 type claim struct {
 	eventID, payload, url, tenant string
-	owner                         string // of the lease: this instance, or store.NudgeOwner under a reservation
+	owner                         string // of the lease: this instance, or protocol.NudgeOwner under a reservation
 	epoch                         int64
 	round, attempt                int
-	known                         *store.Task // the task as the claim wrote or read it; the record starts from it
+	known                         *protocol.Task // the task as the claim wrote or read it; the record starts from it
 }
 
 // outcome is what one POST came to.
@@ -215,7 +215,7 @@ func (k outcomeKind) String() string {
 }
 
 // claim takes the delivery lease when the delivery is pending, due and not held; reserved, when
-// not 0, is the epoch of a reservation for this nudge (store.Task.ReserveDelivery), which it
+// not 0, is the epoch of a reservation for this nudge (protocol.Task.ReserveDelivery), which it
 // delivers under when it leaves a whole POST's time, and otherwise takes over.
 func (h *Handler) claim(ctx context.Context, id string, reserved int64) (claim, bool) {
 	if reserved > 0 {
@@ -225,7 +225,7 @@ func (h *Handler) claim(ctx context.Context, id string, reserved int64) (claim, 
 	}
 	var c claim
 	var ok bool
-	t, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+	t, err := h.store.MutateTask(ctx, id, func(t *protocol.Task, now time.Time) error {
 		ok = false
 		if !protocol.ClaimDelivery(t, h.policy.Owner, now, h.policy.LeaseTTL(), reserved) {
 			return store.ErrNoChange
@@ -273,7 +273,7 @@ func (h *Handler) claimReserved(ctx context.Context, id string, reserved int64) 
 		return claim{}, false, false
 	}
 	return claim{eventID: d.EventID, payload: d.Payload, url: t.CallbackURL, tenant: t.Tenant,
-		owner: store.NudgeOwner, epoch: reserved, round: d.Round, attempt: d.Attempts, known: t}, true, true
+		owner: protocol.NudgeOwner, epoch: reserved, round: d.Round, attempt: d.Attempts, known: t}, true, true
 }
 
 // post sends the frozen payload, signed, and classifies the answer.
@@ -343,16 +343,16 @@ func (h *Handler) backoff(n int, retryAfter time.Duration) time.Duration {
 // record commits one attempt's outcome. A delivery counts for a matching event whatever the
 // lease epoch; a failure reschedules only a delivery nobody else has since claimed. It returns
 // whether a queued event started and the DLQ notice to publish, if any.
-func (h *Handler) record(ctx context.Context, id string, c claim, o outcome) (bool, *store.Notice, error) {
+func (h *Handler) record(ctx context.Context, id string, c claim, o outcome) (bool, *protocol.Notice, error) {
 	var next bool
-	var notice *store.Notice
-	_, err := h.store.MutateTaskFrom(ctx, c.known, func(t *store.Task, now time.Time) error {
+	var notice *protocol.Notice
+	_, err := h.store.MutateTaskFrom(ctx, c.known, func(t *protocol.Task, now time.Time) error {
 		next, notice = false, nil
 		d := &t.Delivery
 		if d.EventID != c.eventID || d.State != task.DeliveryPending {
 			return store.ErrNoChange // finished (or discarded) meanwhile: nothing left to record
 		}
-		d.Log = append(d.Log, store.DeliveryAttempt{EventID: c.eventID, Round: c.round, At: now, Status: o.status, Error: o.err})
+		d.Log = append(d.Log, protocol.DeliveryAttempt{EventID: c.eventID, Round: c.round, At: now, Status: o.status, Error: o.err})
 		if n := len(d.Log) - h.policy.LogEntries; n > 0 {
 			d.Log = append(d.Log[:0:0], d.Log[n:]...)
 		}
@@ -394,9 +394,9 @@ func (h *Handler) record(ctx context.Context, id string, c claim, o outcome) (bo
 
 // addNotice appends the delivery's DLQ notice unless it is already there, and returns it. The
 // sweeper re-sends it after NoticeGrace until the dlqnotifier has recorded it.
-func (h *Handler) addNotice(t *store.Task, now time.Time) *store.Notice {
+func (h *Handler) addNotice(t *protocol.Task, now time.Time) *protocol.Notice {
 	at := now.Add(h.policy.NoticeGrace)
-	n := store.Notice{Stage: task.StageDelivery, Replay: t.Replay, Round: t.Delivery.Round, Event: t.Delivery.EventID, NextAttemptAt: &at}
+	n := protocol.Notice{Stage: task.StageDelivery, Replay: t.Replay, Round: t.Delivery.Round, Event: t.Delivery.EventID, NextAttemptAt: &at}
 	for _, e := range t.Notices {
 		if e.Announces(n) {
 			return &e
@@ -407,7 +407,7 @@ func (h *Handler) addNotice(t *store.Task, now time.Time) *store.Notice {
 }
 
 // publishNotice publishes a DLQ notice; on failure the sweeper re-sends it when due.
-func (h *Handler) publishNotice(ctx context.Context, id string, n store.Notice, log *slog.Logger) {
+func (h *Handler) publishNotice(ctx context.Context, id string, n protocol.Notice, log *slog.Logger) {
 	_, err := h.pub.Publish(ctx, bus.TopicResultsDLQ, nil, n.Attributes(id))
 	if err != nil {
 		log.WarnContext(ctx, "resulthandler: publish dlq notice", "error", err)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/ssrf"
@@ -145,7 +147,7 @@ func TestClientErrorIsDeadAtOnce(t *testing.T) {
 
 // drive handles the task, then moves the clock to its next attempt, until the delivery is no
 // longer pending (or n rounds).
-func (e *env) drive(t *testing.T, id string, n int, before func(i int)) *store.Task {
+func (e *env) drive(t *testing.T, id string, n int, before func(i int)) *protocol.Task {
 	t.Helper()
 	for i := range n {
 		if before != nil {
@@ -304,9 +306,9 @@ func TestNewerEventQueuesBehindPending(t *testing.T) {
 		return 200
 	}
 	now := e.clock.Now()
-	tk := &store.Task{ID: "t-queue", Tenant: tenant, Family: "summarize", Input: "x",
+	tk := &protocol.Task{ID: "t-queue", Tenant: tenant, Family: "summarize", Input: "x",
 		CallbackURL: e.recv.URL(), State: task.StateRunning, CreatedAt: now}
-	tk.Error = &store.TaskError{Kind: task.KindTransient, Message: "every attempt failed"}
+	tk.Error = &protocol.TaskError{Kind: task.KindTransient, Message: "every attempt failed"}
 	tk.Finish(task.StateDead, now)
 	if err := e.st.CreateTask(e.ctx, tk); err != nil {
 		t.Fatal(err)
@@ -315,7 +317,7 @@ func TestNewerEventQueuesBehindPending(t *testing.T) {
 	e.handle(tk.ID) // 503: task.dead stays pending
 
 	// Meanwhile a human regenerates and replay 1 succeeds: its event queues behind.
-	_, err := e.st.MutateTask(e.ctx, tk.ID, func(t *store.Task, now time.Time) error {
+	_, err := e.st.MutateTask(e.ctx, tk.ID, func(t *protocol.Task, now time.Time) error {
 		t.Replay, t.Error = 1, nil
 		t.Output, t.OutputAt = "second try", &now
 		t.Finish(task.StateSucceeded, now)
@@ -416,7 +418,7 @@ func TestAckWhenNothingToDo(t *testing.T) {
 			t.Fatalf("%v: %v", attrs, r)
 		}
 	}
-	tk := &store.Task{ID: "t-none", Tenant: tenant, State: task.StateRunning, CreatedAt: e.clock.Now()}
+	tk := &protocol.Task{ID: "t-none", Tenant: tenant, State: task.StateRunning, CreatedAt: e.clock.Now()}
 	tk.Finish(task.StateSucceeded, e.clock.Now()) // no callback: delivery none
 	if err := e.st.CreateTask(e.ctx, tk); err != nil {
 		t.Fatal(err)
@@ -442,7 +444,7 @@ func TestRedeliverKeepsWebhookID(t *testing.T) {
 	if got := testenv.GetTask(t, e.st, tk.ID); got.Delivery.State != task.DeliveryDead {
 		t.Fatalf("delivery %+v", got.Delivery)
 	}
-	_, err := e.st.MutateTask(e.ctx, tk.ID, func(t *store.Task, now time.Time) error {
+	_, err := e.st.MutateTask(e.ctx, tk.ID, func(t *protocol.Task, now time.Time) error {
 		d := &t.Delivery
 		d.State, d.Round, d.Attempts, d.FirstAttemptAt, d.NextAttemptAt = task.DeliveryPending, d.Round+1, 0, nil, &now
 		t.Notices = nil
@@ -470,14 +472,14 @@ type failingStore struct {
 	calls atomic.Int64
 }
 
-func (f *failingStore) MutateTask(ctx context.Context, id string, fn store.MutateFunc) (*store.Task, error) {
+func (f *failingStore) MutateTask(ctx context.Context, id string, fn store.MutateFunc) (*protocol.Task, error) {
 	if f.calls.Add(1) == 2 {
 		return nil, errors.New("process died")
 	}
 	return f.Store.MutateTask(ctx, id, fn)
 }
 
-func (f *failingStore) MutateTaskFrom(ctx context.Context, known *store.Task, fn store.MutateFunc) (*store.Task, error) {
+func (f *failingStore) MutateTaskFrom(ctx context.Context, known *protocol.Task, fn store.MutateFunc) (*protocol.Task, error) {
 	if f.calls.Add(1) == 2 {
 		return nil, errors.New("process died")
 	}

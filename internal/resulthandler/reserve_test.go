@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -16,7 +18,7 @@ import (
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
-// The worker's commit reserves the delivery for the nudge it publishes (store.Task.ReserveDelivery).
+// The worker's commit reserves the delivery for the nudge it publishes (protocol.Task.ReserveDelivery).
 // The resulthandler receiving that nudge POSTs under the reservation after one read, and writes
 // only the outcome; a reservation with less than a POST's time left is taken over by a claim; a
 // nudge naming another epoch leaves a live reservation alone.
@@ -39,7 +41,7 @@ func TestReservedDelivery(t *testing.T) {
 			e := setup(t)
 			id := "r" + strconv.Itoa(i)
 			now := e.clock.Now()
-			tk := &store.Task{ID: id, Tenant: tenant, Family: "summarize", Variant: "default", Input: "x",
+			tk := &protocol.Task{ID: id, Tenant: tenant, Family: "summarize", Variant: "default", Input: "x",
 				CallbackURL: e.recv.URL(), State: task.StateRunning, CreatedAt: now}
 			tk.Output, tk.OutputAt = "a summary", &now
 			tk.Finish(task.StateSucceeded, now)

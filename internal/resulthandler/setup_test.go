@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -72,10 +74,10 @@ func (e *env) handler(t testing.TB, p Policy) *Handler {
 }
 
 // finishedTask creates a succeeded task whose task.succeeded webhook is pending to url.
-func (e *env) finishedTask(t testing.TB, id, url string) *store.Task {
+func (e *env) finishedTask(t testing.TB, id, url string) *protocol.Task {
 	t.Helper()
 	now := e.clock.Now()
-	tk := &store.Task{ID: id, Tenant: tenant, Family: "summarize", Variant: "default", Input: "x",
+	tk := &protocol.Task{ID: id, Tenant: tenant, Family: "summarize", Variant: "default", Input: "x",
 		CallbackURL: url, State: task.StateRunning, CreatedAt: now}
 	tk.Output, tk.OutputAt = "a summary", &now
 	tk.Finish(task.StateSucceeded, now)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/emulator"
@@ -104,13 +106,13 @@ func (b *bundle) schedule(expr, zone, overlap, catchUp string) *store.Schedule {
 
 // fired returns the fire times of the schedule's tasks (by their idempotency keys), in order,
 // and the tasks by fire time (in UTC).
-func (b *bundle) fired(sc *store.Schedule) ([]time.Time, map[time.Time]*store.Task) {
+func (b *bundle) fired(sc *store.Schedule) ([]time.Time, map[time.Time]*protocol.Task) {
 	b.t.Helper()
 	tasks, _, err := b.st.ListTasks(context.Background(), tenant, "", 100, nil)
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	byTime := map[time.Time]*store.Task{}
+	byTime := map[time.Time]*protocol.Task{}
 	var out []time.Time
 	for _, lt := range tasks {
 		t, err := b.st.GetTask(context.Background(), lt.ID)
@@ -325,7 +327,7 @@ func TestOverlapSkip(t *testing.T) {
 		t.Fatalf("the 00:20 fire was submitted while the 00:10 task is queued")
 	}
 	_, tasks := b.fired(sc)
-	if _, err := b.st.MutateTask(context.Background(), tasks[m(10).UTC()].ID, func(t *store.Task, now time.Time) error {
+	if _, err := b.st.MutateTask(context.Background(), tasks[m(10).UTC()].ID, func(t *protocol.Task, now time.Time) error {
 		t.Finish(task.StateCancelled, now)
 		return nil
 	}); err != nil {

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/genbox-dev/genbox/internal/protocol"
 
 	"cloud.google.com/go/firestore"
 
@@ -86,25 +87,11 @@ type BatchMember struct {
 	Tokens int64 `firestore:"tokens,omitempty"`
 }
 
-// BatchOwner is the lease owner of the tasks of batch job id: the job, not a process, so that
-// any batcher leading its model renews and settles them at their claim epoch.
-func BatchOwner(id string) string { return BatchOwnerPrefix + id }
-
-// BatchOwnerPrefix starts the lease owner of a task inside a batch job.
-const BatchOwnerPrefix = "batch:"
-
-// InBatchJob reports whether a running task is held by a batch job's lease: only the batcher
-// that leads its model settles it (a worker never takes it over), and it may be cancelled while
-// the job runs (the job's answer then records its cost and delivers nothing).
-func (t *Task) InBatchJob() bool {
-	return t.State == task.StateRunning && strings.HasPrefix(t.Lease.Owner, BatchOwnerPrefix)
-}
-
 func (s *Store) batchJobs() *firestore.CollectionRef { return s.FS.Collection(BatchJobsCollection) }
 
 // ClaimFunc decides, inside CreateBatchJob's transaction, whether a task joins the job; it claims
 // it (changing t) when it does.
-type ClaimFunc func(t *Task, now time.Time) bool
+type ClaimFunc func(t *protocol.Task, now time.Time) bool
 
 // CreateBatchJob writes job with the candidate tasks that claim accepts as its members, in one
 // transaction: a task is never in a job without the job's document, nor claimed twice. Each
@@ -112,13 +99,13 @@ type ClaimFunc func(t *Task, now time.Time) bool
 // job's Deadline is its members' earliest not_before: when the first of them must leave
 // batching. It returns the claimed tasks as written, or ErrNoChange when no candidate joined
 // (nothing is written).
-func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []BatchMember, claim ClaimFunc) ([]*Task, error) {
+func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []BatchMember, claim ClaimFunc) ([]*protocol.Task, error) {
 	refs := make([]*firestore.DocumentRef, len(candidates))
 	for i, c := range candidates {
 		refs[i] = s.Tasks().Doc(c.TaskID)
 	}
 	jobRef := s.batchJobs().Doc(job.ID)
-	var claimed []*Task
+	var claimed []*protocol.Task
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		job.Members, job.Deadline, claimed = nil, time.Time{}, nil
 		snaps, err := tx.GetAll(refs)
@@ -128,16 +115,16 @@ func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []
 		now := s.now()
 		type write struct {
 			ref *firestore.DocumentRef
-			t   *Task
+			t   *protocol.Task
 		}
 		var writes []write
 		var closed []string
-		var freed []*Task
+		var freed []*protocol.Task
 		for i, snap := range snaps {
 			if !snap.Exists() {
 				continue
 			}
-			t, changed, w, err := s.applySnap(snap, now, func(t *Task, now time.Time) error {
+			t, changed, w, err := s.applySnap(snap, now, func(t *protocol.Task, now time.Time) error {
 				if !claim(t, now) {
 					return ErrNoChange
 				}
@@ -191,7 +178,7 @@ func (s *Store) CreateBatchJob(ctx context.Context, job *BatchJob, candidates []
 }
 
 // GetTasks reads tasks by id, in order; a missing one is absent from the result.
-func (s *Store) GetTasks(ctx context.Context, ids []string) ([]*Task, error) {
+func (s *Store) GetTasks(ctx context.Context, ids []string) ([]*protocol.Task, error) {
 	refs := make([]*firestore.DocumentRef, len(ids))
 	for i, id := range ids {
 		refs[i] = s.Tasks().Doc(id)
@@ -200,7 +187,7 @@ func (s *Store) GetTasks(ctx context.Context, ids []string) ([]*Task, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get %d tasks: %w", len(ids), err)
 	}
-	out := make([]*Task, 0, len(snaps))
+	out := make([]*protocol.Task, 0, len(snaps))
 	for _, snap := range snaps {
 		if !snap.Exists() {
 			continue

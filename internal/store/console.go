@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -158,7 +160,7 @@ var consoleFields = []string{"tenant", "state", "family", "variant", "model", "m
 // "tasks-by-tenant", "tasks-by-tenant-state", "console-tasks-by-tenant-family" and
 // "console-tasks-by-tenant-state-family" — as created_at is exempt from single-field indexing.
 // The tasks hold only consoleFields.
-func (s *Store) SearchTasks(ctx context.Context, f TaskFilter) ([]*Task, error) {
+func (s *Store) SearchTasks(ctx context.Context, f TaskFilter) ([]*protocol.Task, error) {
 	tenants := []string{f.Tenant}
 	if f.Tenant == "" {
 		all, err := s.ListTenants(ctx)
@@ -170,7 +172,7 @@ func (s *Store) SearchTasks(ctx context.Context, f TaskFilter) ([]*Task, error) 
 			tenants = append(tenants, t.ID)
 		}
 	}
-	var out []*Task
+	var out []*protocol.Task
 	for _, tenant := range tenants {
 		q := s.Tasks().Where("tenant", "==", tenant)
 		if f.State != "" {
@@ -192,7 +194,7 @@ func (s *Store) SearchTasks(ctx context.Context, f TaskFilter) ([]*Task, error) 
 		}
 		out = append(out, ts...)
 	}
-	slices.SortFunc(out, func(a, b *Task) int {
+	slices.SortFunc(out, func(a, b *protocol.Task) int {
 		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(a.ID, b.ID))
 	})
 	if len(out) > f.Limit {

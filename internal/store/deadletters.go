@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 
 	"github.com/genbox-dev/genbox/internal/safetext"
@@ -92,56 +94,6 @@ func (s *Store) ListDeadLetters(ctx context.Context, state DeadLetterState, limi
 	return readAll(q.Documents(ctx), "list dead letters", decodeDeadLetter)
 }
 
-// supersede closes the open delivery dead letters of t that its delivery has left behind: the
-// dead delivery they were about was replaced by a newer event, or a regeneration moved the task
-// to a new replay. Their buttons could only answer "moved on"; open, they would hold the task's
-// TTL, its DELETE and the open-dead-letter alert forever. Their Slack messages are queued for an
-// update. It returns their ids: the caller writes them closed in the same transaction.
-func supersede(t *Task) []string {
-	var closed []string
-	t.OpenDeadLetters = slices.DeleteFunc(t.OpenDeadLetters, func(id string) bool {
-		_, n, err := ParseDeadLetterID(id)
-		if err != nil || n.Stage != task.StageDelivery || deliveryCurrent(t, n) {
-			return false
-		}
-		closed = append(closed, id)
-		return true
-	})
-	if len(closed) == 0 {
-		return nil
-	}
-	t.queueSlackUpdates(closed)
-	return closed
-}
-
-// queueSlackUpdates asks for the Slack messages of dead letters ids to be updated, by the
-// sweeper's slack_update nudge: due at once, as nobody else follows the write up.
-func (t *Task) queueSlackUpdates(ids []string) {
-	if t.SlackUpdate == nil {
-		t.SlackUpdate = &Pending{}
-	}
-	for _, id := range ids {
-		if !slices.Contains(t.SlackUpdate.Keys, id) {
-			t.SlackUpdate.Keys = append(t.SlackUpdate.Keys, id)
-		}
-	}
-}
-
-// DiscardDeadDelivery gives up t's dead delivery, as the Discard of its dead letter decides: the
-// next queued event, if any, goes out.
-func (t *Task) DiscardDeadDelivery(now time.Time) {
-	dl := &t.Delivery
-	dl.State, dl.NextAttemptAt = task.DeliveryDiscarded, nil
-	dl.Lease.Clear()
-	t.AdvanceDelivery(now)
-}
-
-// deliveryCurrent reports whether t's delivery is still the dead one notice n announced.
-func deliveryCurrent(t *Task, n Notice) bool {
-	d := t.Delivery
-	return t.Replay == n.Replay && d.State == task.DeliveryDead && d.Round == n.Round && (n.Event == "" || n.Event == d.EventID)
-}
-
 // Supersede records on d that the task moved past it (DeadLetterSuperseded).
 func (d *DeadLetter) Supersede(now time.Time) {
 	d.State, d.DecidedAt, d.Applied = DeadLetterSuperseded, &now, true
@@ -177,16 +129,16 @@ func (s *Store) writeClosed(tx *firestore.Transaction, ids []string, skip string
 // to change in both. d is never nil: a dead letter that does not exist yet has a zero CreatedAt,
 // and is written only if fn gives it one. Like MutateFunc, fn may run more than once and returns
 // ErrNoChange to write nothing.
-type DeadLetterFunc func(t *Task, d *DeadLetter, now time.Time) error
+type DeadLetterFunc func(t *protocol.Task, d *DeadLetter, now time.Time) error
 
 // MutateDeadLetter runs fn over task taskID and dead letter id in one transaction, then writes
 // both: the task as MutateTask writes it (nudge backoff reset, finalized), the dead letter if it
 // exists or fn created it. It is the one way to change a dead letter together with its task (a
 // notice recorded, a decision taken, a Slack post committed). It returns both as written, or
 // ErrNotFound when the task does not exist.
-func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn DeadLetterFunc) (*Task, *DeadLetter, error) {
+func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn DeadLetterFunc) (*protocol.Task, *DeadLetter, error) {
 	tref, dref := s.Tasks().Doc(taskID), s.DeadLetters().Doc(id)
-	var outT *Task
+	var outT *protocol.Task
 	var outD *DeadLetter
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		outT, outD = nil, nil
@@ -208,7 +160,7 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 			return err
 		}
 		now := s.now()
-		t, changed, w, err := s.applySnap(snaps[0], now, func(t *Task, now time.Time) error { return fn(t, d, now) })
+		t, changed, w, err := s.applySnap(snaps[0], now, func(t *protocol.Task, now time.Time) error { return fn(t, d, now) })
 		if err != nil {
 			return err
 		}
@@ -219,7 +171,7 @@ func (s *Store) MutateDeadLetter(ctx context.Context, taskID, id string, fn Dead
 		}
 		closed := w.closed
 		if w.freed {
-			if err := s.freeSlotsTx(tx, []*Task{t}, now); err != nil {
+			if err := s.freeSlotsTx(tx, []*protocol.Task{t}, now); err != nil {
 				return err
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -21,7 +23,7 @@ func TestMutateDeadLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	const id = "t1:generation:0:0"
-	if _, d, err := s.MutateDeadLetter(ctx, "t1", id, func(t *store.Task, d *store.DeadLetter, _ time.Time) error {
+	if _, d, err := s.MutateDeadLetter(ctx, "t1", id, func(t *protocol.Task, d *store.DeadLetter, _ time.Time) error {
 		t.Attempts = 1 // the task is written, the absent dead letter is not
 		return nil
 	}); err != nil || d.ID != id {
@@ -30,7 +32,7 @@ func TestMutateDeadLetter(t *testing.T) {
 	if _, err := s.GetDeadLetter(ctx, id); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("an uncreated dead letter was written: %v", err)
 	}
-	tk, d, err := s.MutateDeadLetter(ctx, "t1", id, func(t *store.Task, d *store.DeadLetter, now time.Time) error {
+	tk, d, err := s.MutateDeadLetter(ctx, "t1", id, func(t *protocol.Task, d *store.DeadLetter, now time.Time) error {
 		d.TaskID, d.Stage, d.State, d.CreatedAt = t.ID, task.StageGeneration, store.DeadLetterOpen, now
 		t.OpenDeadLetters = append(t.OpenDeadLetters, d.ID)
 		return nil
@@ -43,13 +45,13 @@ func TestMutateDeadLetter(t *testing.T) {
 		t.Fatalf("%+v %v", got, err)
 	}
 	boom := errors.New("boom")
-	if _, _, err := s.MutateDeadLetter(ctx, "t1", id, func(t *store.Task, d *store.DeadLetter, _ time.Time) error {
+	if _, _, err := s.MutateDeadLetter(ctx, "t1", id, func(t *protocol.Task, d *store.DeadLetter, _ time.Time) error {
 		t.Attempts, d.State = 9, store.DeadLetterDiscarded
 		return boom
 	}); !errors.Is(err, boom) {
 		t.Fatalf("err %v", err)
 	}
-	if _, d, err := s.MutateDeadLetter(ctx, "t1", id, func(t *store.Task, d *store.DeadLetter, _ time.Time) error {
+	if _, d, err := s.MutateDeadLetter(ctx, "t1", id, func(t *protocol.Task, d *store.DeadLetter, _ time.Time) error {
 		d.State = store.DeadLetterDiscarded
 		return store.ErrNoChange
 	}); err != nil || d.State != store.DeadLetterOpen {
@@ -61,7 +63,7 @@ func TestMutateDeadLetter(t *testing.T) {
 	if got, _ := s.GetDeadLetter(ctx, id); got.State != store.DeadLetterOpen {
 		t.Fatalf("state %s", got.State)
 	}
-	if _, _, err := s.MutateDeadLetter(ctx, "none", "none:generation:0:0", func(*store.Task, *store.DeadLetter, time.Time) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := s.MutateDeadLetter(ctx, "none", "none:generation:0:0", func(*protocol.Task, *store.DeadLetter, time.Time) error { return nil }); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("missing task: %v", err)
 	}
 }
@@ -80,7 +82,7 @@ func TestListDeadLetters(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Now = func() time.Time { return base.Add(time.Duration(i) * time.Minute) }
-		if _, _, err := s.MutateDeadLetter(ctx, c.id, c.id+":delivery:0:0", func(t *store.Task, d *store.DeadLetter, now time.Time) error {
+		if _, _, err := s.MutateDeadLetter(ctx, c.id, c.id+":delivery:0:0", func(t *protocol.Task, d *store.DeadLetter, now time.Time) error {
 			d.TaskID, d.State, d.CreatedAt = t.ID, c.state, now
 			return nil
 		}); err != nil {

@@ -3,8 +3,9 @@ package store
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
+
+	"github.com/genbox-dev/genbox/internal/protocol"
 
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
@@ -27,9 +28,9 @@ func ErasedBy(tenant string) string { return "tenant " + tenant + " (erase)" }
 // next queued event, or copies are queued, the sweeper keeps off them for grace: the caller
 // nudges them first. It
 // returns the task as written (or as read) and the ids of the dead letters discarded.
-func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, check func(t *Task) error) (*Task, []string, error) {
+func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, check func(t *protocol.Task) error) (*protocol.Task, []string, error) {
 	ref := s.Tasks().Doc(id)
-	var out *Task
+	var out *protocol.Task
 	var discarded []string
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		out, discarded = nil, nil
@@ -41,11 +42,11 @@ func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, c
 			return err
 		}
 		now := s.now()
-		t, changed, w, err := s.applySnap(snap, now, func(t *Task, now time.Time) error {
+		t, changed, w, err := s.applySnap(snap, now, func(t *protocol.Task, now time.Time) error {
 			if err := check(t); err != nil {
 				return err
 			}
-			discarded = t.discardDeliveryDeadLetters(now)
+			discarded = t.DiscardDeliveryDeadLetters(now)
 			if len(discarded) == 0 && t.ErasedAt != nil {
 				return ErrNoChange
 			}
@@ -67,7 +68,7 @@ func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, c
 			return nil
 		}
 		if w.freed {
-			if err := s.freeSlotsTx(tx, []*Task{t}, now); err != nil {
+			if err := s.freeSlotsTx(tx, []*protocol.Task{t}, now); err != nil {
 				return err
 			}
 		}
@@ -83,35 +84,4 @@ func (s *Store) EraseTask(ctx context.Context, id string, grace time.Duration, c
 		return nil, nil, fmt.Errorf("erase task %s: %w", id, err)
 	}
 	return out, discarded, nil
-}
-
-// discardDeliveryDeadLetters discards t's dead delivery when open dead letters announce it:
-// they leave open_dead_letters and their Slack messages are queued for an update. It returns
-// their ids, for the caller to write discarded in the same commit. The open delivery dead
-// letters of earlier deliveries are left to supersede, in the same write.
-func (t *Task) discardDeliveryDeadLetters(now time.Time) []string {
-	var ids []string
-	t.OpenDeadLetters = slices.DeleteFunc(t.OpenDeadLetters, func(id string) bool {
-		_, n, err := ParseDeadLetterID(id)
-		if err != nil || n.Stage != task.StageDelivery || !deliveryCurrent(t, n) {
-			return false
-		}
-		ids = append(ids, id)
-		return true
-	})
-	if len(ids) == 0 {
-		return nil
-	}
-	t.DiscardDeadDelivery(now)
-	t.queueSlackUpdates(ids)
-	return ids
-}
-
-// GenerationDeadLetterOpen reports whether a dead letter of t's generation is open: a human may
-// still regenerate the task.
-func (t *Task) GenerationDeadLetterOpen() bool {
-	return slices.ContainsFunc(t.OpenDeadLetters, func(id string) bool {
-		_, n, err := ParseDeadLetterID(id)
-		return err == nil && n.Stage == task.StageGeneration
-	})
 }

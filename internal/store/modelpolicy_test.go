@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
@@ -320,7 +322,7 @@ func TestEraseWinsOverRemember(t *testing.T) {
 	}
 	erase := func(id string) {
 		t.Helper()
-		if _, err := s.MutateTask(ctx, id, func(tk *store.Task, now time.Time) error { tk.Erase(now); return nil }); err != nil {
+		if _, err := s.MutateTask(ctx, id, func(tk *protocol.Task, now time.Time) error { tk.Erase(now); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.EraseOutputs(ctx, id, "fp-"+id); err != nil {

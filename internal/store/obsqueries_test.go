@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -22,16 +24,16 @@ func TestPingOldestPendingAndOpenDeadLetters(t *testing.T) {
 	base := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	for i, id := range []string{"later", "oldest", "done"} {
 		now := base.Add(time.Duration(2-i) * time.Minute)
-		tk := &store.Task{ID: id, Tenant: "t", Family: "f", State: task.StateQueued, CreatedAt: now}
+		tk := &protocol.Task{ID: id, Tenant: "t", Family: "f", State: task.StateQueued, CreatedAt: now}
 		s.Now = func() time.Time { return now }
 		if err := s.CreateTask(ctx, tk); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// "done" was created first but ended: it is no longer pending.
-	if _, err := s.MutateTask(ctx, "done", func(tk *store.Task, now time.Time) error {
+	if _, err := s.MutateTask(ctx, "done", func(tk *protocol.Task, now time.Time) error {
 		tk.Finish(task.StateCancelled, now)
-		tk.Delivery = store.Delivery{State: task.DeliveryNone}
+		tk.Delivery = protocol.Delivery{State: task.DeliveryNone}
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"iter"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -44,8 +46,8 @@ func (s *Store) SavePreview(ctx context.Context, id string, p Preview) error {
 // listener fails (the error is yielded last; ErrNotFound when the task does not exist or is
 // deleted). It is a Firestore snapshot listener: a change is yielded once, in order, and changes
 // that follow each other quickly may be yielded as their last state only.
-func (s *Store) WatchTask(ctx context.Context, id string) iter.Seq2[*Task, error] {
-	return func(yield func(*Task, error) bool) {
+func (s *Store) WatchTask(ctx context.Context, id string) iter.Seq2[*protocol.Task, error] {
+	return func(yield func(*protocol.Task, error) bool) {
 		for snap, err := range watch(ctx, s.Tasks().Doc(id)) {
 			if err != nil {
 				yield(nil, fmt.Errorf("watch task %s: %w", id, err))

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"google.golang.org/api/iterator"
 	"google.golang.org/grpc/codes"
@@ -150,7 +152,7 @@ func (s *Store) rerunQuery(tenant string, f task.RerunFilter, until time.Time) f
 
 // EachRerunCandidate calls fn with each task rerunQuery finds, holding RerunFields only, until
 // fn returns an error (returned) or the tasks end.
-func (s *Store) EachRerunCandidate(ctx context.Context, tenant string, f task.RerunFilter, until time.Time, fn func(*Task) error) error {
+func (s *Store) EachRerunCandidate(ctx context.Context, tenant string, f task.RerunFilter, until time.Time, fn func(*protocol.Task) error) error {
 	it := s.rerunQuery(tenant, f, until).Select(RerunFields...).Documents(ctx)
 	defer it.Stop()
 	for {
@@ -173,7 +175,7 @@ func (s *Store) EachRerunCandidate(ctx context.Context, tenant string, f task.Re
 
 // RerunPage returns the next limit tasks of r's query after its cursor, whole (the pacer writes
 // them back), and whether they are the last.
-func (s *Store) RerunPage(ctx context.Context, r *Rerun, limit int) (tasks []*Task, last bool, err error) {
+func (s *Store) RerunPage(ctx context.Context, r *Rerun, limit int) (tasks []*protocol.Task, last bool, err error) {
 	q := s.rerunQuery(r.Tenant, r.Filter, r.Until)
 	if r.Cursor != nil {
 		q = q.StartAfter(r.Cursor.CreatedAt, s.Tasks().Doc(r.Cursor.ID))
@@ -223,16 +225,4 @@ func (s *Store) RerunCounts(ctx context.Context, id string) (RerunCounts, error)
 		return c, err
 	}
 	return c, nil
-}
-
-// StartRerun starts a new replay of t for re-run id, as Regenerate does for a dead letter (the
-// earlier outcome kept in previous[], a fresh generation), under promptVersion, the variant's
-// current version; the task then carries id, so a page the pacer replays after a crash finds
-// it started already. The sweeper leaves it until hold, while the pacer's nudge is in flight.
-func (t *Task) StartRerun(id, promptVersion string, hold time.Time) {
-	t.Regenerate()
-	t.Previous[len(t.Previous)-1].PromptVersion = t.PromptVersion
-	t.PromptVersion = promptVersion
-	t.Rerun = id
-	t.NudgeAt = &hold
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -61,13 +63,13 @@ func (s *Store) GetSlotCount(ctx context.Context, tenant string) (SlotCount, err
 // conditioned on its own read: another task claimed in the same commit (TaskWrite), or a
 // tenant's slot count (CountWrite).
 type Write struct {
-	task  *Task // written whole, finalized, conditioned on its UpdateTime
+	task  *protocol.Task // written whole, finalized, conditioned on its UpdateTime
 	count *SlotCount
 	delta int
 }
 
 // TaskWrite writes t, changed from the task as read at t.UpdateTime, in the same commit.
-func TaskWrite(t *Task) Write { return Write{task: t} }
+func TaskWrite(t *protocol.Task) Write { return Write{task: t} }
 
 // CountWrite sets the tenant's slot count to c.Running + delta, conditioned on c as read (created
 // when c.Read is zero).
@@ -79,7 +81,7 @@ func (s *Store) writeOther(tx *firestore.Transaction, o Write, now time.Time) er
 		t := o.task
 		t.Nudges, t.NudgeAt = 0, nil
 		t.UpdatedAt = now
-		Finalize(t, now, s.Retention, s.Shards)
+		protocol.Finalize(t, now, s.Retention, s.Shards)
 		return tx.Update(s.Tasks().Doc(t.ID), documentUpdates(t), firestore.LastUpdateTime(t.UpdateTime))
 	}
 	c := o.count
@@ -90,13 +92,6 @@ func (s *Store) writeOther(tx *firestore.Transaction, o Write, now time.Time) er
 	}
 	return tx.Update(ref, []firestore.Update{{Path: "running", Value: d.Running}, {Path: "updated_at", Value: now}},
 		firestore.LastUpdateTime(c.Read))
-}
-
-// AwaitSlot marks t, queued, waiting for one of its tenant's slots until at the latest until:
-// nobody claims or rewrites it before a hand-off claims it, a recheck admits it or until passes
-// (the sweeper's safety net).
-func (t *Task) AwaitSlot(until time.Time) {
-	t.State, t.AwaitsSlot, t.NotBefore, t.Claims = task.StateQueued, true, &until, 0
 }
 
 // SlotHintTTL is how often SlotHints reads a tenant's slots again: a burst's submissions read
@@ -195,7 +190,7 @@ func (h *SlotHints) read(ctx context.Context, tenant string) (limit, running int
 // priority above the default: such a task is to go ahead of the waiting ones, and the worker's
 // claim marks it and pools it in its turn, to be handed the next slot. It reports whether t
 // waits; a task of a capped tenant created queued counts among the slots taken.
-func (h *SlotHints) SubmitWaiting(ctx context.Context, t *Task, waitMax time.Duration, now time.Time) bool {
+func (h *SlotHints) SubmitWaiting(ctx context.Context, t *protocol.Task, waitMax time.Duration, now time.Time) bool {
 	if t.State != task.StateQueued {
 		return false
 	}
@@ -220,7 +215,7 @@ func (h *SlotHints) SubmitWaiting(ctx context.Context, t *Task, waitMax time.Dur
 // TaskWrite of a task that holds a slot: the worker's hand-off), or freed: settleSlot reports
 // true and the commit also takes one from the tenant's count (freeSlot, freeSlotsTx). So no
 // path that ends a run can leave its slot taken, nor a finished task among the waiting ones.
-func settleSlot(read, t *Task, with []Write) (freed bool) {
+func settleSlot(read, t *protocol.Task, with []Write) (freed bool) {
 	if t.State != task.StateQueued {
 		t.AwaitsSlot = false
 	}
@@ -241,7 +236,7 @@ func settleSlot(read, t *Task, with []Write) (freed bool) {
 
 // freeSlot adds to w the count's write of the slot t freed, if it freed one: a read of the
 // count, the write conditioned on it.
-func (s *Store) freeSlot(ctx context.Context, t *Task, w *written) error {
+func (s *Store) freeSlot(ctx context.Context, t *protocol.Task, w *written) error {
 	if !w.freed {
 		return nil
 	}
@@ -255,7 +250,7 @@ func (s *Store) freeSlot(ctx context.Context, t *Task, w *written) error {
 
 // freeSlotsTx takes the slots the tasks freed from their tenants' counts inside tx: it reads
 // each count, so call it before tx writes anything.
-func (s *Store) freeSlotsTx(tx *firestore.Transaction, freed []*Task, now time.Time) error {
+func (s *Store) freeSlotsTx(tx *firestore.Transaction, freed []*protocol.Task, now time.Time) error {
 	n := map[string]int{}
 	for _, t := range freed {
 		n[t.Tenant]++
@@ -287,13 +282,13 @@ func (s *Store) freeSlotsTx(tx *firestore.Transaction, freed []*Task, now time.T
 
 // AwaitingSlot returns at most n of tenant's tasks waiting for a slot, in the order they get one:
 // highest priority first, then oldest first (store.Queries "awaiting-slot").
-func (s *Store) AwaitingSlot(ctx context.Context, tenant string, n int) ([]*Task, error) {
+func (s *Store) AwaitingSlot(ctx context.Context, tenant string, n int) ([]*protocol.Task, error) {
 	snaps, err := s.Tasks().Where("tenant", "==", tenant).Where("awaits_slot", "==", true).
 		OrderBy("priority", firestore.Desc).OrderBy("created_at", firestore.Asc).Limit(n).Documents(ctx).GetAll()
 	if err != nil {
 		return nil, fmt.Errorf("tasks of %s awaiting a slot: %w", tenant, err)
 	}
-	out := make([]*Task, 0, len(snaps))
+	out := make([]*protocol.Task, 0, len(snaps))
 	for _, snap := range snaps {
 		t, err := DecodeTask(snap)
 		if err != nil {

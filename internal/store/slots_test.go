@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/store"
@@ -25,12 +27,12 @@ func TestSlotCountCommitsWithTheTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"run", "w1", "w2"} {
-		if err := s.CreateTask(ctx, &store.Task{ID: id, Tenant: "acme", State: task.StateQueued, AwaitsSlot: id != "run"}); err != nil {
+		if err := s.CreateTask(ctx, &protocol.Task{ID: id, Tenant: "acme", State: task.StateQueued, AwaitsSlot: id != "run"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	take := func(c store.SlotCount) error {
-		_, err := s.MutateTaskWith(ctx, &store.Task{ID: "run"}, func(t *store.Task, _ time.Time) ([]store.Write, error) {
+		_, err := s.MutateTaskWith(ctx, &protocol.Task{ID: "run"}, func(t *protocol.Task, _ time.Time) ([]store.Write, error) {
 			t.State, t.Slot = task.StateRunning, true
 			return []store.Write{store.CountWrite(c, +1)}, nil
 		})
@@ -69,14 +71,14 @@ func TestEveryPathEndingARunFreesItsSlot(t *testing.T) {
 	ctx := context.Background()
 	end := map[string]func(id string) error{
 		"MutateTask": func(id string) error {
-			_, err := s.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+			_, err := s.MutateTask(ctx, id, func(t *protocol.Task, now time.Time) error {
 				t.Finish(task.StateCancelled, now)
 				return nil
 			})
 			return err
 		},
 		"MutateDeadLetter": func(id string) error {
-			_, _, err := s.MutateDeadLetter(ctx, id, "dl-"+id, func(t *store.Task, _ *store.DeadLetter, now time.Time) error {
+			_, _, err := s.MutateDeadLetter(ctx, id, "dl-"+id, func(t *protocol.Task, _ *store.DeadLetter, now time.Time) error {
 				t.Finish(task.StateDead, now)
 				return nil
 			})
@@ -88,7 +90,7 @@ func TestEveryPathEndingARunFreesItsSlot(t *testing.T) {
 			t.Parallel()
 			tenant := "t-" + name
 			for _, id := range []string{"holder-" + name, "waiter-" + name} {
-				if err := s.CreateTask(ctx, &store.Task{ID: id, Tenant: tenant, State: task.StateQueued, AwaitsSlot: id == "waiter-"+name}); err != nil {
+				if err := s.CreateTask(ctx, &protocol.Task{ID: id, Tenant: tenant, State: task.StateQueued, AwaitsSlot: id == "waiter-"+name}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -96,7 +98,7 @@ func TestEveryPathEndingARunFreesItsSlot(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.MutateTaskWith(ctx, &store.Task{ID: "holder-" + name}, func(t *store.Task, _ time.Time) ([]store.Write, error) {
+			if _, err := s.MutateTaskWith(ctx, &protocol.Task{ID: "holder-" + name}, func(t *protocol.Task, _ time.Time) ([]store.Write, error) {
 				t.State, t.Slot = task.StateRunning, true
 				return []store.Write{store.CountWrite(c, +1)}, nil
 			}); err != nil {
@@ -144,7 +146,7 @@ func TestSlotHintsCountTheTasksCreatedQueued(t *testing.T) {
 	now := time.Now()
 	const waitMax = time.Minute
 	submit := func(tenant string, priority int) string {
-		tk := &store.Task{ID: "t", Tenant: tenant, State: task.StateQueued, Priority: priority}
+		tk := &protocol.Task{ID: "t", Tenant: tenant, State: task.StateQueued, Priority: priority}
 		waits := hints.SubmitWaiting(ctx, tk, waitMax, now)
 		switch {
 		case waits != tk.AwaitsSlot:

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -63,13 +65,13 @@ func (s *Store) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond
 func (s *Store) Tasks() *firestore.CollectionRef { return s.FS.Collection(TasksCollection) }
 
 // CreateTask writes a new task, finalized. It fails with ErrExists when the id is taken.
-func (s *Store) CreateTask(ctx context.Context, t *Task) error {
+func (s *Store) CreateTask(ctx context.Context, t *protocol.Task) error {
 	now := s.now()
 	if t.CreatedAt.IsZero() {
 		t.CreatedAt = now
 	}
 	t.UpdatedAt = now
-	Finalize(t, now, s.Retention, s.Shards)
+	protocol.Finalize(t, now, s.Retention, s.Shards)
 	wr, err := s.Tasks().Doc(t.ID).Create(ctx, t)
 	if status.Code(err) == codes.AlreadyExists {
 		return fmt.Errorf("create task %s: %w", t.ID, ErrExists)
@@ -82,13 +84,13 @@ func (s *Store) CreateTask(ctx context.Context, t *Task) error {
 }
 
 // GetTask reads one task.
-func (s *Store) GetTask(ctx context.Context, id string) (*Task, error) {
+func (s *Store) GetTask(ctx context.Context, id string) (*protocol.Task, error) {
 	return getDoc(ctx, s.Tasks().Doc(id), "task", DecodeTask)
 }
 
 // DecodeTask decodes a task snapshot.
-func DecodeTask(snap *firestore.DocumentSnapshot) (*Task, error) {
-	var t Task
+func DecodeTask(snap *firestore.DocumentSnapshot) (*protocol.Task, error) {
+	var t protocol.Task
 	if err := snap.DataTo(&t); err != nil {
 		return nil, fmt.Errorf("decode task %s: %w", snap.Ref.ID, err)
 	}
@@ -99,7 +101,7 @@ func DecodeTask(snap *firestore.DocumentSnapshot) (*Task, error) {
 // MutateFunc decides, from the task as read, what to change. It may run more than once; it must
 // only change t and return ErrNoChange (write nothing), nil (write t) or an error (abort). Decide
 // inside, act after MutateTask returns.
-type MutateFunc func(t *Task, now time.Time) error
+type MutateFunc func(t *protocol.Task, now time.Time) error
 
 // defaultAttempts bounds MutateTask's reads and writes under contention when MaxAttempts is 0.
 const defaultAttempts = 5
@@ -114,8 +116,8 @@ const defaultAttempts = 5
 // commit, and a process killed in between leaves it locked until Firestore expires the
 // transaction (about a minute, on the emulator as in production) — every claim, output and
 // delivery of that task waits, or aborts, until then. A conditioned write holds nothing.
-func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task, error) {
-	return s.MutateTaskFrom(ctx, &Task{ID: id}, fn)
+func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*protocol.Task, error) {
+	return s.MutateTaskFrom(ctx, &protocol.Task{ID: id}, fn)
 }
 
 // MutateTaskFrom is MutateTask starting from known, the task as this process last read or wrote
@@ -124,19 +126,19 @@ func (s *Store) MutateTask(ctx context.Context, id string, fn MutateFunc) (*Task
 // changed since costs no read. Only that write is taken from the copy: when the document changed
 // since, or fn returns ErrNoChange or an error, the task is read and fn decides again on what is
 // stored, as in MutateTask.
-func (s *Store) MutateTaskFrom(ctx context.Context, known *Task, fn MutateFunc) (*Task, error) {
-	return s.MutateTaskWith(ctx, known, func(t *Task, now time.Time) ([]Write, error) { return nil, fn(t, now) })
+func (s *Store) MutateTaskFrom(ctx context.Context, known *protocol.Task, fn MutateFunc) (*protocol.Task, error) {
+	return s.MutateTaskWith(ctx, known, func(t *protocol.Task, now time.Time) ([]Write, error) { return nil, fn(t, now) })
 }
 
 // WithFunc is a MutateFunc that also names other documents to write in the same commit as the
 // task (Write): the tasks and slot counts a change of the task moves with it. It may run more
 // than once, as a MutateFunc does.
-type WithFunc func(t *Task, now time.Time) ([]Write, error)
+type WithFunc func(t *protocol.Task, now time.Time) ([]Write, error)
 
 // MutateTaskWith is MutateTaskFrom whose fn may name other documents to write in the same
 // commit, each conditioned on its own read: when any of them changed since, nothing is written,
 // the task is read again and fn decides again.
-func (s *Store) MutateTaskWith(ctx context.Context, known *Task, fn WithFunc) (*Task, error) {
+func (s *Store) MutateTaskWith(ctx context.Context, known *protocol.Task, fn WithFunc) (*protocol.Task, error) {
 	id := known.ID
 	ref := s.Tasks().Doc(id)
 	attempts := s.MaxAttempts
@@ -215,7 +217,7 @@ type written struct {
 // writes: it reads nothing, so it locks nothing between a read and its commit, and a process
 // killed in it leaves no lock behind. Either way t, and each task written with it, gets the
 // update time written, so that the next conditioned write of either costs no read.
-func (s *Store) writeTask(ctx context.Context, ref *firestore.DocumentRef, t *Task, read time.Time, w written, now time.Time) error {
+func (s *Store) writeTask(ctx context.Context, ref *firestore.DocumentRef, t *protocol.Task, read time.Time, w written, now time.Time) error {
 	if len(w.closed) == 0 && len(w.with) == 0 {
 		wr, err := ref.Update(ctx, documentUpdates(t), firestore.LastUpdateTime(read))
 		if err == nil {
@@ -258,7 +260,7 @@ var contentionBackoff = backoff.Policy{Base: 20 * time.Millisecond, Max: 500 * t
 // taskFields are the document fields of Task: name, whether an empty value is left out, and the
 // struct field's index.
 var taskFields = sync.OnceValue(func() []docField {
-	typ := reflect.TypeFor[Task]()
+	typ := reflect.TypeFor[protocol.Task]()
 	var out []docField
 	for i := range typ.NumField() {
 		name, opts, _ := strings.Cut(typ.Field(i).Tag.Get("firestore"), ",")
@@ -279,7 +281,7 @@ type docField struct {
 // documentUpdates is t as an update of every field of the document, an empty omitempty field
 // deleted: written by Update, it leaves the document as Set would have, with a precondition Set
 // does not take.
-func documentUpdates(t *Task) []firestore.Update {
+func documentUpdates(t *protocol.Task) []firestore.Update {
 	v := reflect.ValueOf(t).Elem()
 	fields := taskFields()
 	ups := make([]firestore.Update, 0, len(fields))
@@ -308,7 +310,7 @@ func empty(v reflect.Value) bool {
 // something, closes the dead letters the change superseded (their ids are returned, for the
 // caller to write in the same transaction), stamps updated_at and finalizes due_at and what
 // follows from it. Unchanged, it returns the task as read.
-func (s *Store) applyTask(t *Task, now time.Time, fn WithFunc) (_ *Task, changed bool, w written, err error) {
+func (s *Store) applyTask(t *protocol.Task, now time.Time, fn WithFunc) (_ *protocol.Task, changed bool, w written, err error) {
 	read := t.Clone()
 	t.Nudges, t.NudgeAt = 0, nil
 	with, err := fn(t, now)
@@ -317,14 +319,14 @@ func (s *Store) applyTask(t *Task, now time.Time, fn WithFunc) (_ *Task, changed
 	} else if err != nil {
 		return nil, false, written{}, err
 	}
-	w = written{closed: supersede(t), with: with, freed: settleSlot(read, t, with)}
+	w = written{closed: t.SupersedeDeadLetters(), with: with, freed: settleSlot(read, t, with)}
 	t.UpdatedAt = now
-	Finalize(t, now, s.Retention, s.Shards)
+	protocol.Finalize(t, now, s.Retention, s.Shards)
 	return t, true, w, nil
 }
 
 // applySnapWith is applyTask on the task snap holds.
-func (s *Store) applySnapWith(snap *firestore.DocumentSnapshot, now time.Time, fn WithFunc) (*Task, bool, written, error) {
+func (s *Store) applySnapWith(snap *firestore.DocumentSnapshot, now time.Time, fn WithFunc) (*protocol.Task, bool, written, error) {
 	t, err := DecodeTask(snap)
 	if err != nil {
 		return nil, false, written{}, err
@@ -334,8 +336,8 @@ func (s *Store) applySnapWith(snap *firestore.DocumentSnapshot, now time.Time, f
 
 // applySnap is applyTask on the task snap holds, for a change that writes no other document
 // than the dead letters it supersedes and the slot count of a slot it frees (freeSlotTx).
-func (s *Store) applySnap(snap *firestore.DocumentSnapshot, now time.Time, fn MutateFunc) (*Task, bool, written, error) {
-	return s.applySnapWith(snap, now, func(t *Task, now time.Time) ([]Write, error) { return nil, fn(t, now) })
+func (s *Store) applySnap(snap *firestore.DocumentSnapshot, now time.Time, fn MutateFunc) (*protocol.Task, bool, written, error) {
+	return s.applySnapWith(snap, now, func(t *protocol.Task, now time.Time) ([]Write, error) { return nil, fn(t, now) })
 }
 
 func (s *Store) txOptions() []firestore.TransactionOption {

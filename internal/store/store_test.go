@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/emulator"
@@ -27,8 +29,8 @@ func setup(t *testing.T) *store.Store {
 	return s
 }
 
-func newTask(id string) *store.Task {
-	return &store.Task{ID: id, Tenant: "acme", Family: "summarize", Variant: "default", Input: "hello",
+func newTask(id string) *protocol.Task {
+	return &protocol.Task{ID: id, Tenant: "acme", Family: "summarize", Variant: "default", Input: "hello",
 		State: task.StateQueued, CallbackURL: "https://example.com/hook"}
 }
 
@@ -64,7 +66,7 @@ func TestMutateTaskCommitsATransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ := s.GetTask(ctx, "t1")
-	if _, err := s.MutateTask(ctx, "t1", func(t *store.Task, now time.Time) error { return store.ErrNoChange }); err != nil {
+	if _, err := s.MutateTask(ctx, "t1", func(t *protocol.Task, now time.Time) error { return store.ErrNoChange }); err != nil {
 		t.Fatal(err)
 	}
 	same, _ := s.GetTask(ctx, "t1")
@@ -72,7 +74,7 @@ func TestMutateTaskCommitsATransaction(t *testing.T) {
 		t.Fatalf("ErrNoChange wrote the document")
 	}
 
-	out, err := s.MutateTask(ctx, "t1", func(t *store.Task, now time.Time) error {
+	out, err := s.MutateTask(ctx, "t1", func(t *protocol.Task, now time.Time) error {
 		t.Output, t.OutputAt = "done", &now
 		t.Finish(task.StateSucceeded, now)
 		return nil
@@ -88,7 +90,7 @@ func TestMutateTaskCommitsATransaction(t *testing.T) {
 		t.Fatalf("the pending delivery must be due: event %q due %v", got.Delivery.EventID, got.DueAt)
 	}
 
-	_, err = s.MutateTask(ctx, "t1", func(t *store.Task, now time.Time) error {
+	_, err = s.MutateTask(ctx, "t1", func(t *protocol.Task, now time.Time) error {
 		t.Delivery.State, t.Delivery.DeliveredAt = task.DeliveryDelivered, &now
 		return nil
 	})
@@ -106,7 +108,7 @@ func TestMutateTaskCommitsATransaction(t *testing.T) {
 	if len(due) != 0 {
 		t.Fatalf("a finished, delivered task must not be found by the sweep query")
 	}
-	if _, err := s.MutateTask(ctx, "missing", func(*store.Task, time.Time) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.MutateTask(ctx, "missing", func(*protocol.Task, time.Time) error { return nil }); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("mutate missing: %v, want ErrNotFound", err)
 	}
 }
@@ -126,7 +128,7 @@ func TestMutateTaskLosesNoUpdateUnderContention(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := s.MutateTask(ctx, "hot", func(t *store.Task, now time.Time) error {
+			_, err := s.MutateTask(ctx, "hot", func(t *protocol.Task, now time.Time) error {
 				t.Attempts++
 				return nil
 			})
@@ -164,7 +166,7 @@ func TestMutateTaskHoldsNoLock(t *testing.T) {
 	first := make(chan error, 1)
 	var runs int
 	go func() {
-		_, err := s.MutateTask(ctx, "t", func(t *store.Task, now time.Time) error {
+		_, err := s.MutateTask(ctx, "t", func(t *protocol.Task, now time.Time) error {
 			runs++
 			once.Do(func() { close(read); <-release })
 			t.Attempts++
@@ -174,7 +176,7 @@ func TestMutateTaskHoldsNoLock(t *testing.T) {
 	}()
 	<-read
 	start := time.Now()
-	if _, err := s.MutateTask(ctx, "t", func(t *store.Task, now time.Time) error {
+	if _, err := s.MutateTask(ctx, "t", func(t *protocol.Task, now time.Time) error {
 		t.Claims++
 		return nil
 	}); err != nil {
@@ -234,12 +236,12 @@ func TestMutateTaskFromReadsOnlyWhenChanged(t *testing.T) {
 	if err := s.CreateTask(ctx, newTask("t1")); err != nil {
 		t.Fatal(err)
 	}
-	known, err := s.MutateTask(ctx, "t1", func(t *store.Task, _ time.Time) error { t.Attempts = 1; return nil })
+	known, err := s.MutateTask(ctx, "t1", func(t *protocol.Task, _ time.Time) error { t.Attempts = 1; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := counter.Counts()
-	known, err = s.MutateTaskFrom(ctx, known, func(t *store.Task, _ time.Time) error { t.Attempts++; return nil })
+	known, err = s.MutateTaskFrom(ctx, known, func(t *protocol.Task, _ time.Time) error { t.Attempts++; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,15 +249,15 @@ func TestMutateTaskFromReadsOnlyWhenChanged(t *testing.T) {
 		t.Errorf("an unchanged document (-want +got):\n%s", diff)
 	}
 
-	if _, err := s.MutateTask(ctx, "t1", func(t *store.Task, _ time.Time) error { t.Labels = map[string]string{"by": "other"}; return nil }); err != nil {
+	if _, err := s.MutateTask(ctx, "t1", func(t *protocol.Task, _ time.Time) error { t.Labels = map[string]string{"by": "other"}; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.MutateTaskFrom(ctx, known, func(t *store.Task, _ time.Time) error { t.Attempts++; return nil })
+	got, err := s.MutateTaskFrom(ctx, known, func(t *protocol.Task, _ time.Time) error { t.Attempts++; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
 	stored, _ := s.GetTask(ctx, "t1")
-	for _, tk := range []*store.Task{got, stored} {
+	for _, tk := range []*protocol.Task{got, stored} {
 		if tk.Attempts != 3 || tk.Labels["by"] != "other" {
 			t.Errorf("attempts %d labels %v, want 3 and the other write's label", tk.Attempts, tk.Labels)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -49,7 +51,7 @@ func InShard(snap *firestore.DocumentSnapshot, shards int) bool {
 // cleared — and what Finalize derives from them, among shards sweep shards. It is conditioned on
 // t.UpdateTime: a document someone wrote since is left as they wrote it (their write reset the
 // backoff and recomputed due_at), and ErrChanged is returned.
-func (s *Store) RecordNudge(ctx context.Context, t *Task, now time.Time, shards int, decided, released bool) error {
+func (s *Store) RecordNudge(ctx context.Context, t *protocol.Task, now time.Time, shards int, decided, released bool) error {
 	var updates []firestore.Update
 	if decided {
 		t.Decision.Topics = nil
@@ -59,7 +61,7 @@ func (s *Store) RecordNudge(ctx context.Context, t *Task, now time.Time, shards 
 		t.NotBefore = nil
 		updates = append(updates, firestore.Update{Path: "not_before", Value: firestore.Delete})
 	}
-	Finalize(t, now, s.Retention, shards)
+	protocol.Finalize(t, now, s.Retention, shards)
 	updates = append(updates,
 		firestore.Update{Path: "nudges", Value: t.Nudges},
 		firestore.Update{Path: "nudge_at", Value: orDelete(t.NudgeAt)},

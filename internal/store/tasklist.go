@@ -2,8 +2,9 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"time"
+
+	"github.com/genbox-dev/genbox/internal/protocol"
 
 	"cloud.google.com/go/firestore"
 
@@ -25,7 +26,7 @@ var viewFields = []string{"state", "family", "variant", "labels", "output", "out
 // newest first, starting after the cursor (from the start when nil), and the cursor of the next
 // page (nil on the last page). The tasks hold only what View shows. It runs the tasks-by-tenant or
 // tasks-by-tenant-state query.
-func (s *Store) ListTasks(ctx context.Context, tenant string, state task.State, limit int, after *Cursor) ([]*Task, *Cursor, error) {
+func (s *Store) ListTasks(ctx context.Context, tenant string, state task.State, limit int, after *Cursor) ([]*protocol.Task, *Cursor, error) {
 	q := s.Tasks().Where("tenant", "==", tenant)
 	if state != "" {
 		q = q.Where("state", "==", string(state))
@@ -44,37 +45,4 @@ func (s *Store) ListTasks(ctx context.Context, tenant string, state task.State, 
 	out = out[:limit]
 	last := out[limit-1]
 	return out, &Cursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
-}
-
-// Erase removes the task's content — input, output, outputs of earlier replays, and the output
-// inside queued webhook payloads — and keeps its accounting (usage, cost, model, states, times).
-// Only a finished task may be erased: the worker never writes it again.
-func (t *Task) Erase(now time.Time) {
-	t.Input, t.Output, t.OutputAt = "", "", nil
-	t.SubjectKey = ""
-	for i := range t.Previous {
-		t.Previous[i].Output = ""
-	}
-	t.Delivery.Payload = erasePayload(t.Delivery.Payload)
-	for i := range t.Delivery.Queue {
-		t.Delivery.Queue[i].Payload = erasePayload(t.Delivery.Queue[i].Payload)
-	}
-	t.ErasedAt = &now
-}
-
-// erasePayload drops the output from a frozen webhook payload; the event keeps its id and type.
-func erasePayload(p string) string {
-	if p == "" {
-		return p
-	}
-	var ev task.Event
-	if err := json.Unmarshal([]byte(p), &ev); err != nil {
-		return ""
-	}
-	ev.Data.Output = nil
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return ""
-	}
-	return string(b)
 }

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/safetext"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -24,8 +25,8 @@ func TestErrorTextIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	huge := strings.Repeat("model says no; ", 3<<20/15)
-	_, err := s.MutateTask(ctx, "big", func(t *store.Task, now time.Time) error {
-		t.Error = &store.TaskError{Kind: task.KindPermanent, Code: 400, Message: huge}
+	_, err := s.MutateTask(ctx, "big", func(t *protocol.Task, now time.Time) error {
+		t.Error = &protocol.TaskError{Kind: task.KindPermanent, Code: 400, Message: huge}
 		t.Finish(task.StateFailed, now)
 		return nil
 	})
@@ -33,9 +34,9 @@ func TestErrorTextIsBounded(t *testing.T) {
 		t.Fatalf("finish with a 3 MiB model error: %v", err)
 	}
 	delivery := `Post "https://example.com/hook?token=s3cret": ` + huge
-	_, err = s.MutateTask(ctx, "big", func(t *store.Task, now time.Time) error {
+	_, err = s.MutateTask(ctx, "big", func(t *protocol.Task, now time.Time) error {
 		t.Delivery.LastError = delivery
-		t.Delivery.Log = append(t.Delivery.Log, store.DeliveryAttempt{EventID: t.Delivery.EventID, At: now, Error: delivery})
+		t.Delivery.Log = append(t.Delivery.Log, protocol.DeliveryAttempt{EventID: t.Delivery.EventID, At: now, Error: delivery})
 		return nil
 	})
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -85,7 +87,7 @@ func redrive(b *testing.B, shards, n, pace int) float64 {
 	for range 32 {
 		wg.Go(func() {
 			for i := range ids {
-				if err := s.CreateTask(ctx, &store.Task{ID: fmt.Sprintf("t%06d", i), Tenant: "a", Family: "f", Input: "x", State: task.StateQueued}); err != nil {
+				if err := s.CreateTask(ctx, &protocol.Task{ID: fmt.Sprintf("t%06d", i), Tenant: "a", Family: "f", Input: "x", State: task.StateQueued}); err != nil {
 					errs <- err
 					return
 				}

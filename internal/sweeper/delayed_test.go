@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -18,7 +19,7 @@ func TestPassNudgesAScheduledTaskAtItsStart(t *testing.T) {
 	s, pub := setup(t)
 	advance := storeClock(s)
 	start := s.Now().Add(time.Hour)
-	create(t, s, "later", func(d *store.Task) { d.Schedule(start) })
+	create(t, s, "later", func(d *protocol.Task) { d.Schedule(start) })
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
 	ctx := context.Background()
 	advance(time.Hour - time.Millisecond)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/obs/obstest"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -21,9 +23,9 @@ func TestLeaderReportsBacklogGauges(t *testing.T) {
 	s, pub := setup(t)
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	s.Now = func() time.Time { return now.Add(-90 * time.Second) }
-	create(t, s, "old", func(*store.Task) {})
+	create(t, s, "old", func(*protocol.Task) {})
 	s.Now = func() time.Time { return now.Add(-10 * time.Second) }
-	create(t, s, "young", func(*store.Task) {})
+	create(t, s, "young", func(*protocol.Task) {})
 	s.Now = func() time.Time { return now }
 	if _, err := s.DeadLetters().Doc("dl").Create(context.Background(),
 		&store.DeadLetter{TaskID: "x", Stage: task.StageDelivery, State: store.DeadLetterOpen, CreatedAt: now}); err != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"google.golang.org/api/iterator"
 
 	"github.com/genbox-dev/genbox/internal/store"
@@ -50,10 +52,10 @@ type chainView struct {
 func chainKey(models []string) string { return strings.Join(models, "\n") }
 
 // budgetWait reports whether t waits for its tenant's daily budget, not for its chain.
-func budgetWait(t *store.Task) bool { return t.Error != nil && t.Error.Kind == task.KindBudget }
+func budgetWait(t *protocol.Task) bool { return t.Error != nil && t.Error.Kind == task.KindBudget }
 
 // view returns what the breakers of t's chain (the default chain when it names none) allow.
-func (s *Sweeper) view(ctx context.Context, views chainViews, t *store.Task, now time.Time) (string, *chainView) {
+func (s *Sweeper) view(ctx context.Context, views chainViews, t *protocol.Task, now time.Time) (string, *chainView) {
 	models := t.ModelChain
 	if len(models) == 0 {
 		models = s.defaultChain
@@ -78,7 +80,7 @@ func (s *Sweeper) view(ctx context.Context, views chainViews, t *store.Task, now
 // whose breakers cannot be read holds its tasks for BackoffBase at a time, and releases them once
 // they have been unreadable for BackoffMax: releasing into an outage the sweeper cannot see would
 // undo the parking, but a document that can never be read must not hold tasks for good.
-func (s *Sweeper) parked(ctx context.Context, t *store.Task, views chainViews, now time.Time) time.Time {
+func (s *Sweeper) parked(ctx context.Context, t *protocol.Task, views chainViews, now time.Time) time.Time {
 	if t.State != task.StateWaiting || t.Expired(now) || budgetWait(t) {
 		return time.Time{}
 	}
@@ -130,7 +132,7 @@ func (s *Sweeper) parked(ctx context.Context, t *store.Task, views chainViews, n
 
 // holdLong is how long a task parked on a chain that cannot take calls is left alone: until the
 // chain closes (releaseParked) or BackoffMax, and never past its run_before.
-func (s *Sweeper) holdLong(t *store.Task, now time.Time) time.Time {
+func (s *Sweeper) holdLong(t *protocol.Task, now time.Time) time.Time {
 	until := now.Add(s.cfg.BackoffMax)
 	if t.RunBefore != nil && t.RunBefore.Before(until) {
 		until = *t.RunBefore

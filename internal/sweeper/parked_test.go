@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -91,7 +93,7 @@ func TestParkedTasksReleasedWhenTheirChainCloses(t *testing.T) {
 	later := time.Now().UTC().Add(10 * time.Minute)
 	ids := []string{"a", "b", "c"}
 	for _, id := range ids {
-		create(t, s, id, func(d *store.Task) {
+		create(t, s, id, func(d *protocol.Task) {
 			d.State, d.NotBefore, d.ModelChain, d.Parks = task.StateWaiting, &later, []string{"m"}, 3
 		})
 	}
@@ -133,7 +135,7 @@ func TestExpiredParkedTaskIsNudged(t *testing.T) {
 	s, pub := setup(t)
 	now := time.Now().UTC()
 	later, past := now.Add(time.Hour), now.Add(-time.Second)
-	create(t, s, "late", func(d *store.Task) {
+	create(t, s, "late", func(d *protocol.Task) {
 		d.State, d.NotBefore, d.RunBefore, d.ModelChain = task.StateWaiting, &later, &past, []string{"m"}
 	})
 	breakerDoc(t, s, "m", "open", 1, later)
@@ -151,9 +153,9 @@ func TestExpiredParkedTaskIsNudged(t *testing.T) {
 func TestDecisionNudgesHaveThePublishTimeout(t *testing.T) {
 	t.Parallel()
 	s, pub := setup(t)
-	create(t, s, "d", func(d *store.Task) {
+	create(t, s, "d", func(d *protocol.Task) {
 		d.State = task.StateDiscarded
-		d.Decision = &store.Decision{At: time.Now().UTC().Add(-time.Second), Topics: []string{bus.TopicResults}}
+		d.Decision = &protocol.Decision{At: time.Now().UTC().Add(-time.Second), Topics: []string{bus.TopicResults}}
 	})
 	pub.SetPublishFunc(func(ctx context.Context, _ string, _ []byte, _ map[string]string) error {
 		<-ctx.Done() // an unreachable Pub/Sub answers nothing

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"github.com/google/go-cmp/cmp"
 
@@ -31,7 +33,7 @@ func dueTasks(t *testing.T, s *store.Store, n int) []string {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("t%03d", i)
-		create(t, s, ids[i], func(*store.Task) {})
+		create(t, s, ids[i], func(*protocol.Task) {})
 	}
 	return ids
 }
@@ -80,7 +82,7 @@ func TestEveryShardIsRedriven(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if k := store.Shard(id, shards); doc.DueShard != k {
+		if k := protocol.Shard(id, shards); doc.DueShard != k {
 			t.Fatalf("%s stored in shard %d, want %d", id, doc.DueShard, k)
 		}
 		byShard[doc.DueShard] = append(byShard[doc.DueShard], id)
@@ -90,11 +92,11 @@ func TestEveryShardIsRedriven(t *testing.T) {
 			t.Fatalf("no task in shard %d of %d: the test needs every shard", k, shards)
 		}
 	}
-	create(t, s, "legacy", func(*store.Task) {})
+	create(t, s, "legacy", func(*protocol.Task) {})
 	if _, err := s.Tasks().Doc("legacy").Update(ctx, []firestore.Update{{Path: "due_shard", Value: firestore.Delete}}); err != nil {
 		t.Fatal(err)
 	}
-	create(t, s, "beyond", func(*store.Task) {})
+	create(t, s, "beyond", func(*protocol.Task) {})
 	if _, err := s.Tasks().Doc("beyond").Update(ctx, []firestore.Update{{Path: "due_shard", Value: shards + 3}}); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +122,7 @@ func TestEveryShardIsRedriven(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if k := store.Shard(id, shards); doc.DueShard != k || doc.Nudges != 1 {
+		if k := protocol.Shard(id, shards); doc.DueShard != k || doc.Nudges != 1 {
 			t.Errorf("stray %s after its nudge: shard %d nudges %d, want shard %d nudges 1", id, doc.DueShard, doc.Nudges, k)
 		}
 	}
@@ -162,7 +164,7 @@ func TestShardsSpreadOverInstances(t *testing.T) {
 	})
 	for name, nudged := range map[string][]string{"a": nudgedA, "b": nudgedB} {
 		for _, id := range nudged {
-			if k := store.Shard(id, shards); got[k] != name {
+			if k := protocol.Shard(id, shards); got[k] != name {
 				t.Errorf("%s nudged %s of shard %d, which %s leads", name, id, k, got[k])
 			}
 		}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"golang.org/x/time/rate"
 	"google.golang.org/api/iterator"
@@ -394,7 +396,7 @@ func newRound(pass int) *round { return &round{pass: pass, chains: chainViews{}}
 // sweep nudges what is due on t and records the nudge, and reports whether it nudged anything.
 // A released task (releaseParked) is nudged whatever its own backoff says, and that backoff is
 // cleared.
-func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released bool) bool {
+func (s *Sweeper) sweep(ctx context.Context, t *protocol.Task, r *round, released bool) bool {
 	log := s.log.With("task_id", t.ID)
 	now := s.store.Now().UTC()
 	nudged, skipped := false, false
@@ -419,7 +421,7 @@ func (s *Sweeper) sweep(ctx context.Context, t *store.Task, r *round, released b
 	}
 	var hold time.Time // a parked task left alone until then, without growing the backoff
 	nudge := released  // the task itself is nudged, once its backoff is recorded
-	if !released && store.TaskDue(t, now) {
+	if !released && protocol.TaskDue(t, now) {
 		if hold = s.parked(ctx, t, r.chains, now); hold.IsZero() {
 			nudge = true
 		}
@@ -508,7 +510,7 @@ func (s *Sweeper) publishTimeout() time.Duration { return min(s.cfg.Interval, 5*
 // by the update time read — a document someone changed meanwhile is left as they wrote it (their
 // write reset the backoff and recomputed due_at). A write that fails otherwise leaves the backoff
 // in this process (backingOff), so the next pass does not publish the same nudges again.
-func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, pass int, now time.Time, hold time.Time, decided, released bool) {
+func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *protocol.Task, pass int, now time.Time, hold time.Time, decided, released bool) {
 	next := hold
 	delay := hold.Sub(now)
 	if hold.IsZero() {
@@ -538,7 +540,7 @@ func (s *Sweeper) backoff(ctx context.Context, log *slog.Logger, t *store.Task, 
 // backingOff reports whether t was nudged by this process within a backoff its write could not
 // record. Past that backoff it gives t the unrecorded nudge count, so the next delay grows as a
 // recorded one would. A document changed since is progress: the entry is dropped.
-func (s *Sweeper) backingOff(t *store.Task, now time.Time) bool {
+func (s *Sweeper) backingOff(t *protocol.Task, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u, ok := s.unrecorded[t.ID]

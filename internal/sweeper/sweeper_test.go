@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"github.com/google/go-cmp/cmp"
 
@@ -45,9 +47,9 @@ func storeClock(s *store.Store) (advance func(time.Duration)) {
 	return func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
 }
 
-func create(t *testing.T, s *store.Store, id string, mutate func(*store.Task)) {
+func create(t *testing.T, s *store.Store, id string, mutate func(*protocol.Task)) {
 	t.Helper()
-	doc := &store.Task{ID: id, Tenant: "a", Family: "f", Input: "x", State: task.StateQueued}
+	doc := &protocol.Task{ID: id, Tenant: "a", Family: "f", Input: "x", State: task.StateQueued}
 	mutate(doc)
 	if err := s.CreateTask(context.Background(), doc); err != nil {
 		t.Fatal(err)
@@ -59,36 +61,36 @@ func TestPassNudgesWhatIsDue(t *testing.T) {
 	s, pub := setup(t)
 	now := time.Now().UTC()
 	past, future := now.Add(-time.Minute), now.Add(time.Hour)
-	create(t, s, "queued", func(*store.Task) {})
-	create(t, s, "backoff", func(d *store.Task) { d.NotBefore = &future })
-	create(t, s, "running-live", func(d *store.Task) {
+	create(t, s, "queued", func(*protocol.Task) {})
+	create(t, s, "backoff", func(d *protocol.Task) { d.NotBefore = &future })
+	create(t, s, "running-live", func(d *protocol.Task) {
 		d.State, d.Lease = task.StateRunning, claim.Lease{Owner: "w", Epoch: 1, ExpiresAt: &future}
 	})
-	create(t, s, "running-expired", func(d *store.Task) {
+	create(t, s, "running-expired", func(d *protocol.Task) {
 		d.State, d.Lease = task.StateRunning, claim.Lease{Owner: "w", Epoch: 1, ExpiresAt: &past}
 	})
-	create(t, s, "delivery", func(d *store.Task) {
-		d.State, d.Delivery = task.StateSucceeded, store.Delivery{State: task.DeliveryPending, NextAttemptAt: &past}
+	create(t, s, "delivery", func(d *protocol.Task) {
+		d.State, d.Delivery = task.StateSucceeded, protocol.Delivery{State: task.DeliveryPending, NextAttemptAt: &past}
 	})
-	create(t, s, "notices", func(d *store.Task) {
+	create(t, s, "notices", func(d *protocol.Task) {
 		d.State = task.StateDead
-		d.Notices = []store.Notice{{Stage: task.StageGeneration, Replay: 1, NextAttemptAt: &past}, {Stage: task.StageDelivery, Round: 2}}
+		d.Notices = []protocol.Notice{{Stage: task.StageGeneration, Replay: 1, NextAttemptAt: &past}, {Stage: task.StageDelivery, Round: 2}}
 	})
-	create(t, s, "decision", func(d *store.Task) {
+	create(t, s, "decision", func(d *protocol.Task) {
 		d.State = task.StateQueued
 		d.NotBefore = &future
-		d.Decision = &store.Decision{At: past, Topics: []string{bus.TopicTasks, bus.TopicResults}}
+		d.Decision = &protocol.Decision{At: past, Topics: []string{bus.TopicTasks, bus.TopicResults}}
 	})
-	create(t, s, "slack", func(d *store.Task) {
-		d.State, d.SlackUpdate = task.StateDiscarded, &store.Pending{Keys: []string{"k"}}
+	create(t, s, "slack", func(d *protocol.Task) {
+		d.State, d.SlackUpdate = task.StateDiscarded, &protocol.Pending{Keys: []string{"k"}}
 	})
-	create(t, s, "file-erase", func(d *store.Task) {
-		d.State, d.FileErase = task.StateSucceeded, &store.Pending{Keys: []string{"files/gb-1"}, NextAttemptAt: &past}
+	create(t, s, "file-erase", func(d *protocol.Task) {
+		d.State, d.FileErase = task.StateSucceeded, &protocol.Pending{Keys: []string{"files/gb-1"}, NextAttemptAt: &past}
 	})
-	create(t, s, "file-erase-grace", func(d *store.Task) {
-		d.State, d.FileErase = task.StateSucceeded, &store.Pending{Keys: []string{"files/gb-2"}, NextAttemptAt: &future}
+	create(t, s, "file-erase-grace", func(d *protocol.Task) {
+		d.State, d.FileErase = task.StateSucceeded, &protocol.Pending{Keys: []string{"files/gb-2"}, NextAttemptAt: &future}
 	})
-	create(t, s, "done", func(d *store.Task) { d.State = task.StateSucceeded })
+	create(t, s, "done", func(d *protocol.Task) { d.State = task.StateSucceeded })
 
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
 	if _, err := sw.Pass(context.Background()); err != nil {
@@ -163,7 +165,7 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 	t.Parallel()
 	s, pub := setup(t)
 	advance := storeClock(s)
-	create(t, s, "t", func(*store.Task) {})
+	create(t, s, "t", func(*protocol.Task) {})
 	cfg := testConfig()
 	cfg.BackoffBase, cfg.BackoffMax = time.Minute, 3*time.Minute
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), cfg, "me")
@@ -181,7 +183,7 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 		}
 		advance(want)
 	}
-	if _, err := s.MutateTask(ctx, "t", func(*store.Task, time.Time) error { return nil }); err != nil {
+	if _, err := s.MutateTask(ctx, "t", func(*protocol.Task, time.Time) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if doc, _ := s.GetTask(ctx, "t"); doc.Nudges != 0 || doc.NudgeAt != nil {
@@ -193,13 +195,13 @@ func TestBackoffGrowsAndResets(t *testing.T) {
 func TestGuardedWriteNeverErasesAChange(t *testing.T) {
 	t.Parallel()
 	s, pub := setup(t)
-	create(t, s, "t", func(*store.Task) {})
+	create(t, s, "t", func(*protocol.Task) {})
 	ctx := context.Background()
 	stale, err := s.GetTask(ctx, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.MutateTask(ctx, "t", func(d *store.Task, now time.Time) error {
+	if _, err := s.MutateTask(ctx, "t", func(d *protocol.Task, now time.Time) error {
 		d.State = task.StateCancelled
 		d.Finish(task.StateCancelled, now)
 		return nil
@@ -219,7 +221,7 @@ func parkedTasks(t *testing.T, s *store.Store, chain []string, ids ...string) {
 	t.Helper()
 	past := s.Now().Add(-time.Second)
 	for _, id := range ids {
-		create(t, s, id, func(d *store.Task) { d.State, d.NotBefore, d.ModelChain = task.StateWaiting, &past, chain })
+		create(t, s, id, func(d *protocol.Task) { d.State, d.NotBefore, d.ModelChain = task.StateWaiting, &past, chain })
 	}
 }
 
@@ -416,9 +418,9 @@ func TestSweepQueryRegistered(t *testing.T) {
 func TestDecisionCarriedOut(t *testing.T) {
 	t.Parallel()
 	s, pub := setup(t)
-	create(t, s, "d", func(d *store.Task) {
+	create(t, s, "d", func(d *protocol.Task) {
 		d.State = task.StateDiscarded
-		d.Decision = &store.Decision{At: time.Now().UTC().Add(-time.Second), Topics: []string{bus.TopicResults}}
+		d.Decision = &protocol.Decision{At: time.Now().UTC().Add(-time.Second), Topics: []string{bus.TopicResults}}
 	})
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me")
 	if _, err := sw.Pass(context.Background()); err != nil {
@@ -443,7 +445,7 @@ func TestUnreachablePubSubEndsThePass(t *testing.T) {
 	t.Parallel()
 	s, pub := setup(t)
 	for _, id := range []string{"a", "b", "c"} {
-		create(t, s, id, func(*store.Task) {})
+		create(t, s, id, func(*protocol.Task) {})
 	}
 	var calls sync.Map
 	pub.SetPublishFunc(func(ctx context.Context, _ string, _ []byte, attrs map[string]string) error {
@@ -471,7 +473,7 @@ func TestUnreachablePubSubEndsThePass(t *testing.T) {
 func TestBackoffKeptWhenItsWriteLosesToContention(t *testing.T) {
 	t.Parallel()
 	s, pub := setup(t)
-	create(t, s, "t", func(*store.Task) {})
+	create(t, s, "t", func(*protocol.Task) {})
 	ctx := context.Background()
 	ref := s.Tasks().Doc("t")
 	held, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
@@ -507,7 +509,7 @@ func TestBackoffKeptWhenItsWriteLosesToContention(t *testing.T) {
 	if again := pub.Take(); len(again) != 0 {
 		t.Fatalf("passes within the backoff re-published %d nudges", len(again))
 	}
-	if _, err := s.MutateTask(ctx, "t", func(*store.Task, time.Time) error { return nil }); err != nil {
+	if _, err := s.MutateTask(ctx, "t", func(*protocol.Task, time.Time) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sw.Pass(ctx); err != nil {
@@ -582,7 +584,7 @@ type offers struct {
 	mu    sync.Mutex
 	room  int
 	taken []string
-	seen  []*store.Task // the document as the offer found it
+	seen  []*protocol.Task // the document as the offer found it
 	s     *store.Store
 }
 
@@ -607,10 +609,10 @@ func TestDueTasksGoToTheLeadersInstanceFirst(t *testing.T) {
 	t.Parallel()
 	s, pub := setup(t)
 	past := time.Now().UTC().Add(-time.Minute)
-	create(t, s, "a", func(*store.Task) {})
-	create(t, s, "b", func(d *store.Task) { d.CreatedAt = past })
-	create(t, s, "delivery", func(d *store.Task) {
-		d.State, d.Delivery = task.StateSucceeded, store.Delivery{State: task.DeliveryPending, NextAttemptAt: &past}
+	create(t, s, "a", func(*protocol.Task) {})
+	create(t, s, "b", func(d *protocol.Task) { d.CreatedAt = past })
+	create(t, s, "delivery", func(d *protocol.Task) {
+		d.State, d.Delivery = task.StateSucceeded, protocol.Delivery{State: task.DeliveryPending, NextAttemptAt: &past}
 	})
 	local := &offers{room: 1, s: s}
 	sw := New(s, pub, nil, slog.New(slog.DiscardHandler), testConfig(), "me", WithLocal(local))
@@ -639,12 +641,12 @@ func TestUnreachablePubSubStillClaimsLocally(t *testing.T) {
 	t.Parallel()
 	s, pub := setup(t)
 	past := time.Now().UTC().Add(-time.Minute)
-	create(t, s, "delivery", func(d *store.Task) {
+	create(t, s, "delivery", func(d *protocol.Task) {
 		d.State, d.CreatedAt = task.StateSucceeded, past.Add(-time.Minute)
-		d.Delivery = store.Delivery{State: task.DeliveryPending, NextAttemptAt: &past}
+		d.Delivery = protocol.Delivery{State: task.DeliveryPending, NextAttemptAt: &past}
 	})
 	for _, id := range []string{"a", "b"} {
-		create(t, s, id, func(*store.Task) {})
+		create(t, s, id, func(*protocol.Task) {})
 	}
 	pub.SetPublishFunc(func(ctx context.Context, _ string, _ []byte, _ map[string]string) error {
 		<-ctx.Done() // an unreachable Pub/Sub answers nothing

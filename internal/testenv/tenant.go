@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/secretbox"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/webhook"
@@ -41,7 +43,7 @@ func Tenant(t testing.TB, st *store.Store, id string) string {
 }
 
 // GetTask reads task id from st, failing t when it cannot.
-func GetTask(t testing.TB, st *store.Store, id string) *store.Task {
+func GetTask(t testing.TB, st *store.Store, id string) *protocol.Task {
 	t.Helper()
 	tk, err := st.GetTask(context.Background(), id)
 	if err != nil {

@@ -27,7 +27,7 @@ func WithBatch(cfg batcher.Config) Option { return func(h *Handler) { h.batch = 
 
 // batchTimes are a batch task's deadline (its run_before, or Deadline after its creation,
 // whichever is sooner) and the time it must leave batching to run online before it.
-func (h *Handler) batchTimes(t *store.Task) (deadline, online time.Time) {
+func (h *Handler) batchTimes(t *protocol.Task) (deadline, online time.Time) {
 	deadline = t.CreatedAt.Add(h.batch.Deadline)
 	if t.RunBefore != nil && t.RunBefore.Before(deadline) {
 		deadline = *t.RunBefore
@@ -69,19 +69,19 @@ func (r *run) holdForBatch(ctx context.Context, rend *prompts.Rendered, req gemi
 	if !now.Before(until) {
 		if rend.BatchFallback == prompts.BatchFallbackOnline {
 			// Out of the batcher's reach for good: a retry's backoff must not look like a wait for a batch.
-			_, ok := r.fencedWrite(ctx, "batch fallback", func(t *store.Task, _ time.Time) {
+			_, ok := r.fencedWrite(ctx, "batch fallback", func(t *protocol.Task, _ time.Time) {
 				protocol.RunOnline(t)
 			})
 			log.InfoContext(ctx, "a batch can no longer meet the task's deadline; running online", "deadline", deadline)
 			return !ok
 		}
-		r.fail(ctx, &store.TaskError{Kind: task.KindExpired, Message: "its batch deadline passed before a batch ran it (batch_fallback: none)"})
+		r.fail(ctx, &protocol.TaskError{Kind: task.KindExpired, Message: "its batch deadline passed before a batch ran it (batch_fallback: none)"})
 		return true
 	}
 	if !r.affordable(ctx, req, models[0]) {
 		return true
 	}
-	if _, ok := r.outcome(ctx, "batch hold", func(t *store.Task, _ time.Time) {
+	if _, ok := r.outcome(ctx, "batch hold", func(t *protocol.Task, _ time.Time) {
 		r.rules.HoldForBatch(t, r.epoch, models[0], until)
 	}); ok {
 		log.InfoContext(ctx, "waiting for a batch", "model", models[0], "until", until)
@@ -144,7 +144,7 @@ func (h *Handler) Tokens(req gemini.Request) int64 {
 // the project's, failing closed. A task whose limits or budget cannot be read waits for a later
 // job; one a budget refuses leaves batching for the worker, which applies the budget policy
 // (affordable).
-func (h *Handler) Admit(ctx context.Context, t *store.Task, req gemini.Request, model string) (*quota.Hold, bool) {
+func (h *Handler) Admit(ctx context.Context, t *protocol.Task, req gemini.Request, model string) (*quota.Hold, bool) {
 	log := h.log.With("task_id", t.ID, "model", model)
 	limits, err := h.limits(ctx, t.Tenant)
 	if err != nil {
@@ -166,7 +166,7 @@ func (h *Handler) Admit(ctx context.Context, t *store.Task, req gemini.Request, 
 // leaveBatch makes a task waiting for a batch of model due now and nudges it, so that a worker
 // applies the budget policy to it (affordable); it is left alone if a job took it meanwhile.
 func (h *Handler) leaveBatch(ctx context.Context, log *slog.Logger, id, model string, cause error) {
-	_, err := h.store.MutateTask(ctx, id, func(t *store.Task, now time.Time) error {
+	_, err := h.store.MutateTask(ctx, id, func(t *protocol.Task, now time.Time) error {
 		if !protocol.LeaveBatch(t, model, now) {
 			return store.ErrNoChange
 		}
@@ -192,7 +192,7 @@ func (h *Handler) SettleCharge(m store.BatchMember, costUSD float64) {
 
 // BatchRequest renders the model request of a task joining a batch job, and its output cache
 // key when it may be cached.
-func (h *Handler) BatchRequest(t *store.Task) (gemini.Request, string, error) {
+func (h *Handler) BatchRequest(t *protocol.Task) (gemini.Request, string, error) {
 	r, req, err := h.request(t)
 	if err != nil {
 		return gemini.Request{}, "", err
@@ -237,10 +237,10 @@ func (h *Handler) SettleBatch(ctx context.Context, j *store.BatchJob, m store.Ba
 // counted as an attempt (dead past the cap), or, for a lost job, none. It waits for the next job
 // while its time in batches lasts; otherwise, or when online is set, it is due now and nudged,
 // and the worker runs it online (or, for a batch_fallback none family, holds it again).
-func (r *run) sendBack(ctx context.Context, model string, e *store.TaskError, online bool) {
+func (r *run) sendBack(ctx context.Context, model string, e *protocol.TaskError, online bool) {
 	h, log, id := r.h, r.log, r.id
 	dead, due := false, false
-	t, ok := r.outcome(ctx, "send back", func(t *store.Task, now time.Time) {
+	t, ok := r.outcome(ctx, "send back", func(t *protocol.Task, now time.Time) {
 		dead, due = r.rules.SendBack(t, r.epoch, now, model, e, online)
 	})
 	switch {
@@ -261,7 +261,7 @@ func (r *run) sendBack(ctx context.Context, model string, e *store.TaskError, on
 	}
 }
 
-func errMessage(e *store.TaskError) string {
+func errMessage(e *protocol.TaskError) string {
 	if e == nil {
 		return ""
 	}
@@ -272,9 +272,9 @@ func errMessage(e *store.TaskError) string {
 // task's claim epoch; an expired lease is extended all the same (nobody else may take a task of
 // a job). false means the task no longer runs in the job (it was cancelled, or settled).
 func (h *Handler) RenewBatch(ctx context.Context, id string, m store.BatchMember, ttl time.Duration) (bool, error) {
-	rules := h.pol.rules().As(store.BatchOwner(id))
+	rules := h.pol.rules().As(protocol.BatchOwner(id))
 	held := false
-	_, err := h.store.MutateTask(ctx, m.TaskID, func(t *store.Task, now time.Time) error {
+	_, err := h.store.MutateTask(ctx, m.TaskID, func(t *protocol.Task, now time.Time) error {
 		if held = rules.Extend(t, m.Epoch, now, ttl); !held {
 			return store.ErrNoChange
 		}

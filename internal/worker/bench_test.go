@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -45,7 +47,7 @@ func txCeiling(b *testing.B, st *store.Store, conc int, d time.Duration) float64
 	b.Helper()
 	ctx := context.Background()
 	for i := range conc {
-		if err := st.CreateTask(ctx, &store.Task{ID: fmt.Sprintf("ceiling-%d", i), State: task.StateSucceeded}); err != nil {
+		if err := st.CreateTask(ctx, &protocol.Task{ID: fmt.Sprintf("ceiling-%d", i), State: task.StateSucceeded}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -56,7 +58,7 @@ func txCeiling(b *testing.B, st *store.Store, conc int, d time.Duration) float64
 	for i := range conc {
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
-				if _, err := st.MutateTask(ctx, fmt.Sprintf("ceiling-%d", i), func(t *store.Task, _ time.Time) error {
+				if _, err := st.MutateTask(ctx, fmt.Sprintf("ceiling-%d", i), func(t *protocol.Task, _ time.Time) error {
 					t.Attempts++
 					return nil
 				}); err == nil {
@@ -107,7 +109,7 @@ func BenchmarkWorker(b *testing.B) {
 	ids := make([]string, b.N)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("bench-%06d", i)
-		doc := &store.Task{ID: ids[i], Tenant: "t", Family: "summarize", Variant: "default", Input: "text " + ids[i],
+		doc := &protocol.Task{ID: ids[i], Tenant: "t", Family: "summarize", Variant: "default", Input: "text " + ids[i],
 			State: task.StateQueued, CallbackURL: "https://app.example/hook"}
 		if err := st.CreateTask(ctx, doc); err != nil {
 			b.Fatal(err)

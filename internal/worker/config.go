@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/autoscale"
 	"github.com/genbox-dev/genbox/internal/batcher"
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -286,7 +288,7 @@ func (c Config) Policy() Policy {
 		Owner: c.Instance, LeaseTTL: c.LeaseTTL, RenewEvery: c.RenewEvery,
 		MaxAttempts: c.MaxAttempts, ClaimCap: c.ClaimCap,
 		RetryBase: c.RetryBase, RetryMax: c.RetryMax, ParkBase: c.ParkBase, ParkMax: c.ParkMax,
-		NudgeGrace: c.NudgeGrace, DeliveryLease: store.DeliveryLease(c.WebhookTimeout), CommitRetry: c.CommitRetry,
+		NudgeGrace: c.NudgeGrace, DeliveryLease: protocol.DeliveryLease(c.WebhookTimeout), CommitRetry: c.CommitRetry,
 		FlexMargin: c.FlexMargin, PreviewEvery: c.PreviewEvery,
 	}
 }

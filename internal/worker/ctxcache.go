@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"google.golang.org/genai"
 
 	"github.com/genbox-dev/genbox/internal/obs"
@@ -81,7 +83,7 @@ func NewContextCaches(s *store.Store, api ContextCacheAPI, pricing gemini.Pricin
 // contextCache points req at the explicit cache of its family's prefix when there is one, or
 // when one is now worth creating, and returns what to call with the call's result (the implicit
 // hit rate, a cache found gone).
-func (h *Handler) contextCache(ctx context.Context, log *slog.Logger, t *store.Task, r *prompts.Rendered, req gemini.Request) (gemini.Request, func(gemini.Result)) {
+func (h *Handler) contextCache(ctx context.Context, log *slog.Logger, t *protocol.Task, r *prompts.Rendered, req gemini.Request) (gemini.Request, func(gemini.Result)) {
 	cc := h.mp.ContextCaches
 	p := prefixOf(req)
 	if cc == nil || !r.ContextCache || p.empty() || h.mp.Estimator == nil {

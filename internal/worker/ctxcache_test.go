@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"google.golang.org/genai"
 
 	"github.com/genbox-dev/genbox/internal/geminienv"
@@ -58,7 +60,7 @@ func (c cacheBundle) handler(owner string, r Renderer, caches *ContextCaches) *H
 func (c cacheBundle) run(t *testing.T, h *Handler, tenant string, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		c.task(t, id, func(d *store.Task) { d.Tenant = tenant })
+		c.task(t, id, func(d *protocol.Task) { d.Tenant = tenant })
 		h.Handle(context.Background(), msg(id))
 		if got := c.get(t, id); got.State != task.StateSucceeded {
 			t.Fatalf("%s ended %s: %+v", id, got.State, got.Error)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/prompts"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -48,10 +48,10 @@ func (b fileCacheBundle) handler(owner string) *Handler {
 }
 
 // run submits and handles a task of tenant-a reading f, one after the other.
-func (b fileCacheBundle) run(t *testing.T, h *Handler, f store.File, ids ...string) {
+func (b fileCacheBundle) run(t *testing.T, h *Handler, f protocol.File, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		b.task(t, id, func(d *store.Task) { d.Tenant, d.Input, d.Files = "tenant-a", "question "+id, []store.File{f} })
+		b.task(t, id, func(d *protocol.Task) { d.Tenant, d.Input, d.Files = "tenant-a", "question "+id, []protocol.File{f} })
 		h.Handle(context.Background(), msg(id))
 		if got := b.get(t, id); got.State != task.StateSucceeded {
 			t.Fatalf("%s ended %s: %+v", id, got.State, got.Error)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -15,7 +15,7 @@ func TestScheduledTaskNeverStartsEarly(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
 	start := time.Now().Add(time.Hour)
-	b.task(t, "later", func(d *store.Task) { d.Schedule(start) })
+	b.task(t, "later", func(d *protocol.Task) { d.Schedule(start) })
 	ctx := context.Background()
 	h := b.handler(policy("w1"), chain("m"))
 	h.Handle(ctx, msg("later"))
@@ -39,7 +39,7 @@ func TestScheduledTaskExpires(t *testing.T) {
 	b := setup(t, 0)
 	start := time.Now().Add(time.Hour)
 	rb := start.Add(time.Minute)
-	b.task(t, "missed", func(d *store.Task) { d.RunBefore = &rb; d.Schedule(start) })
+	b.task(t, "missed", func(d *protocol.Task) { d.RunBefore = &rb; d.Schedule(start) })
 	late := *b.store
 	late.Now = func() time.Time { return rb.Add(time.Second) }
 	New(&late, b.gen, chain("m"), b.pub, b.log, policy("w1")).Handle(context.Background(), msg("missed"))

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
 	"github.com/genbox-dev/genbox/internal/ssrf"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -28,7 +29,7 @@ func TestAbandonedReservationDeliveredWithinALease(t *testing.T) {
 	clock := testenv.NewClock(time.Now().UTC().Truncate(time.Microsecond))
 	b.store.Now = clock.Now
 	recv := doubles.NewReceiver(t, testenv.Tenant(t, b.store, "tenant-a"))
-	b.task(t, "abandoned", func(d *store.Task) { d.CallbackURL = recv.URL() })
+	b.task(t, "abandoned", func(d *protocol.Task) { d.CallbackURL = recv.URL() })
 	rp := resulthandler.Policy{Owner: "rh", Timeout: 2 * time.Second, Horizon: time.Hour,
 		BackoffMin: time.Second, BackoffMax: time.Minute, NoticeGrace: time.Minute, LogEntries: 20}
 	pol := policy("w1")

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -34,9 +36,9 @@ func TestEraseDeletesTheTasksFileCopies(t *testing.T) {
 	t.Parallel()
 	b := setupFiles(t)
 	ctx := context.Background()
-	b.task(t, "doc", func(d *store.Task) {
+	b.task(t, "doc", func(d *protocol.Task) {
 		d.CallbackURL = "" // nothing else pending once it ends
-		d.Files = []store.File{b.put(t, "doc.pdf", "application/pdf", []byte("%PDF-1.7 personal data"))}
+		d.Files = []protocol.File{b.put(t, "doc.pdf", "application/pdf", []byte("%PDF-1.7 personal data"))}
 	})
 	files := Files{Copier: undeletable{b.gen}, Objects: b.objs, Margin: time.Minute}
 	stuck := New(b.store, b.gen, cacheable("m"), b.pub, b.log, policy("w1"), WithFiles(files))
@@ -47,7 +49,7 @@ func TestEraseDeletesTheTasksFileCopies(t *testing.T) {
 	}
 	copyName := done.Files[0].Copy.Name
 
-	erased, _, err := b.store.EraseTask(ctx, "doc", time.Second, func(*store.Task) error { return nil })
+	erased, _, err := b.store.EraseTask(ctx, "doc", time.Second, func(*protocol.Task) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/objects"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/worker/crashpoint"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -60,7 +61,7 @@ var errFileGone = errors.New("worker: a file of the task is gone or changed sinc
 // copyName is the Files API name of copy n of file i of t's current replay: the same on every
 // worker, so that a copy made by a worker that died before recording it is found and adopted
 // (gemini.Client.CopyFile) instead of made twice. 35 characters: the API allows 40.
-func copyName(t *store.Task, i, n int) string {
+func copyName(t *protocol.Task, i, n int) string {
 	f := t.Files[i]
 	sum := sha256.Sum256([]byte(t.ID + "\x00" + strconv.Itoa(t.Replay) + "\x00" + strconv.Itoa(i) + "\x00" +
 		strconv.FormatInt(f.Generation, 10) + "\x00" + strconv.Itoa(n)))
@@ -68,7 +69,7 @@ func copyName(t *store.Task, i, n int) string {
 }
 
 // usable reports whether f's copy serves a call of replay made at now, waiting at most wait.
-func (h *Handler) usable(f store.File, replay int, now time.Time, wait time.Duration) bool {
+func (h *Handler) usable(f protocol.File, replay int, now time.Time, wait time.Duration) bool {
 	c := f.Copy
 	return c != nil && c.Replay == replay && now.Add(h.files.Margin+wait).Before(c.ExpireAt)
 }
@@ -91,7 +92,7 @@ func (r *run) prepareFiles(ctx context.Context, req gemini.Request, wait time.Du
 	case errors.Is(err, errLeaseLost):
 		return req, false
 	case errors.Is(err, errFileGone):
-		r.fail(ctx, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
+		r.fail(ctx, &protocol.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return req, false
 	case err != nil:
 		r.retry(ctx, err)
@@ -102,7 +103,7 @@ func (r *run) prepareFiles(ctx context.Context, req gemini.Request, wait time.Du
 
 // withCopies is req naming t's files by their Files API copies where the model reads copies and
 // t has recorded them.
-func (h *Handler) withCopies(t *store.Task, req gemini.Request) gemini.Request {
+func (h *Handler) withCopies(t *protocol.Task, req gemini.Request) gemini.Request {
 	if h.files.Copier == nil || !h.files.Copier.NeedsCopies() || len(req.Files) != len(t.Files) {
 		return req
 	}
@@ -168,9 +169,9 @@ func (r *run) copyFile(ctx context.Context, i int, last *lastWrite) error {
 	}
 	crashpoint.Hit(crashpoint.FileCopied)
 	old := f.Copy
-	got, ok := r.fencedWrite(ctx, "record a file copy", func(t *store.Task, _ time.Time) {
+	got, ok := r.fencedWrite(ctx, "record a file copy", func(t *protocol.Task, _ time.Time) {
 		if i < len(t.Files) {
-			t.Files[i].Copy = &store.FileCopy{Name: c.Name, URI: c.URI, ExpireAt: c.ExpireAt, Replay: t.Replay}
+			t.Files[i].Copy = &protocol.FileCopy{Name: c.Name, URI: c.URI, ExpireAt: c.ExpireAt, Replay: t.Replay}
 			t.Files[i].Copies = n
 		}
 	})
@@ -192,7 +193,7 @@ func (r *run) copyFile(ctx context.Context, i int, last *lastWrite) error {
 // deleteCopies deletes the Files API copies of a task that has ended, beside what follows the
 // end (its result nudge): best effort, as a copy left behind (this process died first, or the
 // delete failed) expires within 48 hours.
-func (h *Handler) deleteCopies(ctx context.Context, log *slog.Logger, t *store.Task) {
+func (h *Handler) deleteCopies(ctx context.Context, log *slog.Logger, t *protocol.Task) {
 	if h.files.Copier == nil {
 		return
 	}
@@ -222,7 +223,7 @@ func (h *Handler) deleteCopy(ctx context.Context, log *slog.Logger, name string)
 	return true
 }
 
-// eraseCopies deletes the Files API copies an erased task lists (store.Task.FileErase) and
+// eraseCopies deletes the Files API copies an erased task lists (protocol.Task.FileErase) and
 // takes those deleted off the list. A copy not deleted stays listed, and due: the sweeper
 // nudges again, with its backoff.
 func (h *Handler) eraseCopies(ctx context.Context, log *slog.Logger, id string) {
@@ -247,7 +248,7 @@ func (h *Handler) eraseCopies(ctx context.Context, log *slog.Logger, id string) 
 	if len(deleted) == 0 {
 		return
 	}
-	if _, err := h.store.MutateTask(context.WithoutCancel(ctx), id, func(t *store.Task, _ time.Time) error {
+	if _, err := h.store.MutateTask(context.WithoutCancel(ctx), id, func(t *protocol.Task, _ time.Time) error {
 		t.CopiesErased(deleted)
 		return nil
 	}); err != nil {

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/objects"
 	"github.com/genbox-dev/genbox/internal/objects/gcsfake"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/prompts"
@@ -52,14 +53,14 @@ func setupFilesWith(t *testing.T, extra map[string]string, fakeOpts ...geminites
 }
 
 // put writes data as the object and returns the task file that records its current generation.
-func (b *fileBundle) put(t *testing.T, name, mimeType string, data []byte) store.File {
+func (b *fileBundle) put(t *testing.T, name, mimeType string, data []byte) protocol.File {
 	t.Helper()
 	b.gcs.Fake().CreateObject(fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: filesBucket, Name: name, ContentType: mimeType}, Content: data})
 	a, err := b.objs.Attrs(context.Background(), filesBucket, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return store.FileOf(filesBucket, name, a.Generation, a.Size, a.CRC32C, a.MD5, mimeType, "")
+	return protocol.FileOf(filesBucket, name, a.Generation, a.Size, a.CRC32C, a.MD5, mimeType, "")
 }
 
 func (b *fileBundle) fileHandler(margin time.Duration, opts ...Option) *Handler {
@@ -100,7 +101,7 @@ func TestFileTaskReadsTheRecordedBytes(t *testing.T) {
 	ctx := context.Background()
 	pdf := []byte("%PDF-1.7 quarterly report, revenue up 3%")
 	f := b.put(t, "uploads/tenant-a/doc", "application/pdf", pdf)
-	b.task(t, "doc", func(d *store.Task) { d.Files = []store.File{f} })
+	b.task(t, "doc", func(d *protocol.Task) { d.Files = []protocol.File{f} })
 	// The object is overwritten after submit: the task still reads the generation it recorded.
 	b.put(t, "uploads/tenant-a/doc", "application/pdf", []byte("%PDF-1.7 another document"))
 
@@ -128,11 +129,11 @@ func TestFileCopyRemadeOnceAfterExpiry(t *testing.T) {
 	b := setupFiles(t, geminitest.WithFileTTL(1500*time.Millisecond))
 	ctx := context.Background()
 	audio := []byte("RIFF....WAVEfmt a short recording")
-	b.task(t, "rec", func(d *store.Task) { d.Files = []store.File{b.put(t, "rec.wav", "audio/wav", audio)} })
+	b.task(t, "rec", func(d *protocol.Task) { d.Files = []protocol.File{b.put(t, "rec.wav", "audio/wav", audio)} })
 	h := b.fileHandler(0)
 	due := func() {
 		t.Helper()
-		if _, err := b.store.MutateTask(ctx, "rec", func(d *store.Task, now time.Time) error { d.NotBefore = &now; return nil }); err != nil {
+		if _, err := b.store.MutateTask(ctx, "rec", func(d *protocol.Task, now time.Time) error { d.NotBefore = &now; return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -175,14 +176,14 @@ func TestFileCacheKeyCoversTheGeneration(t *testing.T) {
 	h := b.fileHandler(time.Minute, WithModelPolicy(ModelPolicy{Estimator: b.gen}))
 	v1 := b.put(t, "scan.png", "image/png", []byte("png v1"))
 	for _, id := range []string{"c1", "c2"} {
-		b.task(t, id, func(d *store.Task) { d.Cache, d.Input, d.Files = true, "describe it", []store.File{v1} })
+		b.task(t, id, func(d *protocol.Task) { d.Cache, d.Input, d.Files = true, "describe it", []protocol.File{v1} })
 		h.Handle(ctx, msg(id))
 	}
 	if got := b.get(t, "c2"); got.State != task.StateSucceeded || !got.CacheHit {
 		t.Fatalf("the same object again: %s cache hit %v, want a cache hit", got.State, got.CacheHit)
 	}
 	v2 := b.put(t, "scan.png", "image/png", []byte("png v2, another picture"))
-	b.task(t, "c3", func(d *store.Task) { d.Cache, d.Input, d.Files = true, "describe it", []store.File{v2} })
+	b.task(t, "c3", func(d *protocol.Task) { d.Cache, d.Input, d.Files = true, "describe it", []protocol.File{v2} })
 	h.Handle(ctx, msg("c3"))
 	if got := b.get(t, "c3"); got.State != task.StateSucceeded || got.CacheHit {
 		t.Fatalf("a new generation: %s cache hit %v, want a new call", got.State, got.CacheHit)

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -14,7 +14,7 @@ import (
 // tier is the service tier of t's call at now: priority for a priority task; flex for a flex
 // task while its run_before, if it has one, is more than FlexMargin away (the Flex tier's latency
 // target is minutes); standard otherwise.
-func (h *Handler) tier(t *store.Task, now time.Time) gemini.Tier {
+func (h *Handler) tier(t *protocol.Task, now time.Time) gemini.Tier {
 	switch {
 	case t.Mode == task.ModePriority:
 		return gemini.TierPriority
@@ -26,7 +26,7 @@ func (h *Handler) tier(t *store.Task, now time.Time) gemini.Tier {
 
 // flexCanWait reports whether a shed flex task may wait out its next shed backoff and still be
 // called on the Flex tier before run_before.
-func (h *Handler) flexCanWait(t *store.Task, now time.Time) bool {
+func (h *Handler) flexCanWait(t *protocol.Task, now time.Time) bool {
 	worst := h.pol.retryBackoff().Ceiling(t.Sheds + 1)
 	return t.RunBefore == nil || now.Add(worst+h.pol.FlexMargin).Before(*t.RunBefore)
 }
@@ -34,7 +34,7 @@ func (h *Handler) flexCanWait(t *store.Task, now time.Time) bool {
 // generate makes t's call on its tier. A flex call the Flex tier shed, when waiting for a retry
 // could miss run_before, is made again at once on the standard tier; what both calls spent is
 // summed.
-func (h *Handler) generate(ctx context.Context, log *slog.Logger, t *store.Task, req gemini.Request) (gemini.Result, error) {
+func (h *Handler) generate(ctx context.Context, log *slog.Logger, t *protocol.Task, req gemini.Request) (gemini.Result, error) {
 	req.Tier = h.tier(t, time.Now())
 	res, err := h.gen.Generate(ctx, req)
 	if req.Tier != gemini.TierFlex || gemini.ClassOf(err) != gemini.Shed || h.flexCanWait(t, time.Now()) {
@@ -60,7 +60,7 @@ func sumResults(a, b gemini.Result) gemini.Result {
 // consecutive sheds: not a model failure, so no attempt is counted and no breaker moved.
 func (r *run) shed(ctx context.Context) {
 	delay := func(sheds int) time.Duration { return r.h.pol.retryBackoff().Delay(sheds, nil) }
-	if t, ok := r.outcome(ctx, "shed", func(t *store.Task, now time.Time) {
+	if t, ok := r.outcome(ctx, "shed", func(t *protocol.Task, now time.Time) {
 		r.rules.Shed(t, r.epoch, now, delay)
 	}); ok {
 		r.h.metrics.Retry(ctx, string(gemini.Shed))

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/obs"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/gemini/geminitest"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -22,8 +23,8 @@ func flexPolicy(owner string) Policy {
 	return p
 }
 
-func flexTask(runBefore time.Duration) func(*store.Task) {
-	return func(t *store.Task) {
+func flexTask(runBefore time.Duration) func(*protocol.Task) {
+	return func(t *protocol.Task) {
 		t.Mode = task.ModeFlex
 		if runBefore > 0 {
 			rb := time.Now().Add(runBefore)
@@ -110,7 +111,7 @@ func TestPriorityTaskRecordsTheTierServed(t *testing.T) {
 	b := setupWith(t, 0, map[string]string{"GENBOX_PRICES": "m=1/2;priority=1.8/3.6"})
 	pricing := gemini.Pricing{Prices: map[string]gemini.Price{"m": {InputPerM: 1, OutputPerM: 2, PriorityInputPerM: 1.8, PriorityOutputPerM: 3.6}}}
 	h := b.handler(policy("w1"), chain("m"))
-	priority := func(d *store.Task) { d.Mode = task.ModePriority }
+	priority := func(d *protocol.Task) { d.Mode = task.ModePriority }
 	for _, c := range []struct {
 		id       string
 		fallback float64

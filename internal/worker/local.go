@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/internal/sweeper"
 )
 
@@ -69,7 +69,7 @@ func (l *Local) consuming() bool {
 // offer would, once there is room for it; it reports false, leaving t to the caller to release,
 // when the instance takes no more work. Its lease is renewed while it waits for room: it waits
 // behind every message in hand, and a lease lapsed there is a second generation elsewhere.
-func (l *Local) adopt(t *store.Task) bool {
+func (l *Local) adopt(t *protocol.Task) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil || l.ctx.Err() != nil {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -133,7 +135,7 @@ type answer struct {
 	fingerprint string    // the cache key when the request may be cached, else ""
 	// known is the task as this worker last wrote it, when it is known: the commit starts from
 	// it instead of reading the task again.
-	known *store.Task
+	known *protocol.Task
 }
 
 // ticket is a call the policy let through: what it holds of the tenant's budget and rates
@@ -160,7 +162,7 @@ func (tk *ticket) done(res gemini.Result) {
 
 // cacheKey is the fingerprint of req when the task asked for the cache, its family allows it and
 // no Regenerate asked for a fresh generation; else "".
-func (h *Handler) cacheKey(t *store.Task, r *prompts.Rendered, req gemini.Request) string {
+func (h *Handler) cacheKey(t *protocol.Task, r *prompts.Rendered, req gemini.Request) string {
 	if !t.Cache || !r.CacheAllowed || t.BypassCache || h.mp.Estimator == nil {
 		return ""
 	}
@@ -195,7 +197,7 @@ func (r *run) before(ctx context.Context, req gemini.Request, fp string) (*ticke
 		var estimate float64
 		tokens, estimate = h.mp.Estimator.Estimate(req)
 		if req.MaxCostUSD > 0 && estimate > req.MaxCostUSD {
-			r.fail(ctx, &store.TaskError{Kind: task.KindBudget,
+			r.fail(ctx, &protocol.TaskError{Kind: task.KindBudget,
 				Message: fmt.Sprintf("estimated $%.6f exceeds max_cost_usd $%.6f; no model call", estimate, req.MaxCostUSD)})
 			return nil, false
 		}
@@ -300,7 +302,7 @@ func (h *Handler) readRetry() time.Duration { return jitter(h.pol.RetryBase) }
 // handBack releases the claim (fenced) before any call, with not_before after wait: no attempt
 // is counted, and the task comes back when it is due.
 func (r *run) handBack(ctx context.Context, wait time.Duration, why string, cause error) {
-	if t, ok := r.outcome(ctx, "hand back", func(t *store.Task, now time.Time) {
+	if t, ok := r.outcome(ctx, "hand back", func(t *protocol.Task, now time.Time) {
 		r.rules.Requeue(t, r.epoch, now.Add(wait))
 	}); ok {
 		r.h.metrics.WorkerOutcome(ctx, obs.WorkerDeferred)
@@ -312,7 +314,7 @@ func (r *run) handBack(ctx context.Context, wait time.Duration, why string, caus
 // whichever comes first) or fail with kind budget. No model call either way.
 func (r *run) budgetExhausted(ctx context.Context, cause error) {
 	if r.h.mp.BudgetPolicy == quota.BudgetFail {
-		r.fail(ctx, &store.TaskError{Kind: task.KindBudget, Message: cause.Error()})
+		r.fail(ctx, &protocol.TaskError{Kind: task.KindBudget, Message: cause.Error()})
 		return
 	}
 	r.budgetWait(ctx, cause, "tenant daily budget exhausted; waiting")
@@ -321,8 +323,8 @@ func (r *run) budgetExhausted(ctx context.Context, cause error) {
 // budgetWait parks the task until the day resets or BudgetRetry, whichever comes first, without
 // a call and without counting an attempt.
 func (r *run) budgetWait(ctx context.Context, cause error, why string) {
-	e := &store.TaskError{Kind: task.KindBudget, Message: cause.Error()}
-	if t, ok := r.outcome(ctx, "budget wait", func(t *store.Task, now time.Time) {
+	e := &protocol.TaskError{Kind: task.KindBudget, Message: cause.Error()}
+	if t, ok := r.outcome(ctx, "budget wait", func(t *protocol.Task, now time.Time) {
 		var retry time.Duration
 		if r.h.mp.BudgetRetry > 0 {
 			retry = jitter(r.h.mp.BudgetRetry)
@@ -380,7 +382,7 @@ func (r *run) stale(ctx context.Context, rend *prompts.Rendered) bool {
 // remember writes, best-effort after the output's commit, the cache entry of a fresh,
 // non-degraded output and the last good output of the task's subject — unless the task was
 // erased since the commit (store.Remember checks in the same transaction).
-func (h *Handler) remember(ctx context.Context, log *slog.Logger, t *store.Task, a answer) {
+func (h *Handler) remember(ctx context.Context, log *slog.Logger, t *protocol.Task, a answer) {
 	if a.stale {
 		return
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/quota"
@@ -49,7 +51,7 @@ func (b *bundle) tenant(t testing.TB, id string, l store.Limits) {
 }
 
 // payload decodes the webhook event frozen on the task's delivery.
-func payload(t *testing.T, d *store.Task) task.Event {
+func payload(t *testing.T, d *protocol.Task) task.Event {
 	t.Helper()
 	var ev task.Event
 	if err := json.Unmarshal([]byte(d.Delivery.Payload), &ev); err != nil {
@@ -64,20 +66,20 @@ func TestCacheOneCallPerIdenticalRequest(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
 	h := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
-	same := func(d *store.Task) { d.Input, d.Cache = "The quarterly report says revenue rose.", true }
+	same := func(d *protocol.Task) { d.Input, d.Cache = "The quarterly report says revenue rose.", true }
 	tests := []struct {
 		id       string
-		doc      func(*store.Task)
+		doc      func(*protocol.Task)
 		newCalls int
 		hit      bool
 	}{
 		{"first", same, 1, false},
 		{"again", same, 0, true},
-		{"warmer", func(d *store.Task) { same(d); d.GenConfig = &task.GenConfig{Temperature: ptr(0.9)} }, 1, false},
-		{"warmer-again", func(d *store.Task) { same(d); d.GenConfig = &task.GenConfig{Temperature: ptr(0.9)} }, 0, true},
-		{"other-tenant", func(d *store.Task) { same(d); d.Tenant = "tenant-b" }, 1, false},
-		{"uncached", func(d *store.Task) { same(d); d.Cache = false }, 1, false},
-		{"regenerated", func(d *store.Task) { same(d); d.BypassCache, d.Replay = true, 1 }, 1, false},
+		{"warmer", func(d *protocol.Task) { same(d); d.GenConfig = &task.GenConfig{Temperature: ptr(0.9)} }, 1, false},
+		{"warmer-again", func(d *protocol.Task) { same(d); d.GenConfig = &task.GenConfig{Temperature: ptr(0.9)} }, 0, true},
+		{"other-tenant", func(d *protocol.Task) { same(d); d.Tenant = "tenant-b" }, 1, false},
+		{"uncached", func(d *protocol.Task) { same(d); d.Cache = false }, 1, false},
+		{"regenerated", func(d *protocol.Task) { same(d); d.BypassCache, d.Replay = true, 1 }, 1, false},
 	}
 	var firstOutput string
 	for _, tc := range tests {
@@ -127,14 +129,14 @@ func TestNoCallBeyondBudgetOrDeadline(t *testing.T) {
 	tests := []struct {
 		id    string
 		h     *Handler
-		doc   func(*store.Task)
+		doc   func(*protocol.Task)
 		state task.State
 		kind  task.ErrorKind
 	}{
-		{"budget-wait", wait, func(d *store.Task) { d.Tenant = "poor" }, task.StateWaiting, task.KindBudget},
-		{"budget-fail", fail, func(d *store.Task) { d.Tenant = "poor" }, task.StateFailed, task.KindBudget},
-		{"max-cost", wait, func(d *store.Task) { d.MaxCostUSD = ptr(0.01) }, task.StateFailed, task.KindBudget},
-		{"run-before", wait, func(d *store.Task) { d.RunBefore = ptr(now.Add(-time.Second)) }, task.StateFailed, task.KindExpired},
+		{"budget-wait", wait, func(d *protocol.Task) { d.Tenant = "poor" }, task.StateWaiting, task.KindBudget},
+		{"budget-fail", fail, func(d *protocol.Task) { d.Tenant = "poor" }, task.StateFailed, task.KindBudget},
+		{"max-cost", wait, func(d *protocol.Task) { d.MaxCostUSD = ptr(0.01) }, task.StateFailed, task.KindBudget},
+		{"run-before", wait, func(d *protocol.Task) { d.RunBefore = ptr(now.Add(-time.Second)) }, task.StateFailed, task.KindExpired},
 	}
 	for _, tc := range tests {
 		b.task(t, tc.id, tc.doc)
@@ -157,8 +159,8 @@ func TestNoCallBeyondBudgetOrDeadline(t *testing.T) {
 	// reserves its attempt budget (2 calls of $1.08), and $2.2 has room for one such reservation,
 	// not for what the first spent ($0.09) and another.
 	b.tenant(t, "rich", store.Limits{DailyBudgetUSD: 2.2})
-	b.task(t, "rich-1", func(d *store.Task) { d.Tenant = "rich" })
-	b.task(t, "rich-2", func(d *store.Task) { d.Tenant = "rich" })
+	b.task(t, "rich-1", func(d *protocol.Task) { d.Tenant = "rich" })
+	b.task(t, "rich-2", func(d *protocol.Task) { d.Tenant = "rich" })
 	wait.Handle(ctx, msg("rich-1"))
 	wait.Handle(ctx, msg("rich-2"))
 	if s1, s2 := b.get(t, "rich-1").State, b.get(t, "rich-2").State; s1 != task.StateSucceeded || s2 != task.StateWaiting {
@@ -179,8 +181,8 @@ func TestStaleAnswerWhenEveryModelIsDown(t *testing.T) {
 	b.srv.SetResponder(bulletList)
 	h := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
 	ctx := context.Background()
-	digest := func(tenant, subject string) func(*store.Task) {
-		return func(d *store.Task) { d.Tenant, d.Variant, d.SubjectKey = tenant, "digest", subject }
+	digest := func(tenant, subject string) func(*protocol.Task) {
+		return func(d *protocol.Task) { d.Tenant, d.Variant, d.SubjectKey = tenant, "digest", subject }
 	}
 	b.task(t, "fresh", digest("tenant-a", "site-1"))
 	h.Handle(ctx, msg("fresh"))
@@ -190,7 +192,7 @@ func TestStaleAnswerWhenEveryModelIsDown(t *testing.T) {
 	}
 
 	b.srv.Outage("", time.Hour)
-	b.task(t, "trip", func(d *store.Task) {}) // its failed call opens the only breaker
+	b.task(t, "trip", func(d *protocol.Task) {}) // its failed call opens the only breaker
 	h.Handle(ctx, msg("trip"))
 	if b.gen.Available(nil) {
 		t.Fatal("the breaker did not open")
@@ -202,13 +204,13 @@ func TestStaleAnswerWhenEveryModelIsDown(t *testing.T) {
 
 	tests := []struct {
 		id    string
-		doc   func(*store.Task)
+		doc   func(*protocol.Task)
 		state task.State
 	}{
 		{"stale", digest("tenant-a", "site-1"), task.StateSucceeded},
 		{"other-tenant", digest("tenant-b", "site-1"), task.StateWaiting},
 		{"other-subject", digest("tenant-a", "site-2"), task.StateWaiting},
-		{"park-family", func(d *store.Task) { d.SubjectKey = "site-1" }, task.StateWaiting},
+		{"park-family", func(d *protocol.Task) { d.SubjectKey = "site-1" }, task.StateWaiting},
 	}
 	for _, tc := range tests {
 		b.task(t, tc.id, tc.doc)
@@ -244,7 +246,7 @@ func TestDegradedRecordedNeverCached(t *testing.T) {
 	h := New(b.store, b.gen, r, b.pub, b.log, policy("w1"), WithModelPolicy(b.modelPolicy(quota.BudgetWait)))
 	ctx := context.Background()
 	for _, id := range []string{"one", "two"} {
-		b.task(t, id, func(d *store.Task) { d.Input, d.Cache = "the same text", true })
+		b.task(t, id, func(d *protocol.Task) { d.Input, d.Cache = "the same text", true })
 		h.Handle(ctx, msg(id))
 		got := b.get(t, id)
 		if got.State != task.StateSucceeded {
@@ -290,7 +292,7 @@ func TestBudgetReservesTheAttemptBudget(t *testing.T) {
 	ctx := context.Background()
 	b.tenant(t, "tight", store.Limits{DailyBudgetUSD: 1.5})
 	h := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
-	b.task(t, "tight-1", func(d *store.Task) { d.Tenant = "tight" })
+	b.task(t, "tight-1", func(d *protocol.Task) { d.Tenant = "tight" })
 	h.Handle(ctx, msg("tight-1"))
 	got := b.get(t, "tight-1")
 	if got.State != task.StateWaiting || got.Error == nil || got.Error.Kind != task.KindBudget {
@@ -310,17 +312,17 @@ func TestEraseBetweenCommitAndRemember(t *testing.T) {
 	b.srv.SetResponder(bulletList)
 	h := b.policyHandler(t, policy("w1"), b.modelPolicy(quota.BudgetWait))
 	ctx := context.Background()
-	var committed *store.Task
-	h.beforeRemember = func(tk *store.Task) { // what DELETE /v1/tasks/{id} does, in the window
+	var committed *protocol.Task
+	h.beforeRemember = func(tk *protocol.Task) { // what DELETE /v1/tasks/{id} does, in the window
 		committed = tk
-		if _, err := b.store.MutateTask(ctx, tk.ID, func(d *store.Task, now time.Time) error { d.Erase(now); return nil }); err != nil {
+		if _, err := b.store.MutateTask(ctx, tk.ID, func(d *protocol.Task, now time.Time) error { d.Erase(now); return nil }); err != nil {
 			t.Error(err)
 		}
 		if err := b.store.EraseOutputs(ctx, tk.ID, tk.Fingerprint); err != nil {
 			t.Error(err)
 		}
 	}
-	b.task(t, "erased", func(d *store.Task) { d.Variant, d.SubjectKey, d.Cache = "digest", "site-1", true })
+	b.task(t, "erased", func(d *protocol.Task) { d.Variant, d.SubjectKey, d.Cache = "digest", "site-1", true })
 	h.Handle(ctx, msg("erased"))
 	if committed == nil || committed.Fingerprint == "" || committed.Output == "" {
 		t.Fatalf("the output was not committed with a fingerprint before the window: %+v", committed)
@@ -353,8 +355,8 @@ func TestDefaultBudgetStopsATenantWithoutOne(t *testing.T) {
 	mp := b.modelPolicy(quota.BudgetWait)
 	mp.DefaultDailyBudgetUSD = 5
 	h := b.policyHandler(t, policy("w1"), mp)
-	b.task(t, "new-1", func(d *store.Task) { d.Tenant = "newcomer" })
-	b.task(t, "funded-1", func(d *store.Task) { d.Tenant = "funded" })
+	b.task(t, "new-1", func(d *protocol.Task) { d.Tenant = "newcomer" })
+	b.task(t, "funded-1", func(d *protocol.Task) { d.Tenant = "funded" })
 	h.Handle(ctx, msg("new-1"))
 	if got := b.get(t, "new-1"); got.State != task.StateWaiting || got.Error == nil || got.Error.Kind != task.KindBudget || got.ModelCalls != 0 {
 		t.Errorf("tenant without a budget, $4.5 spent of the $5 default: state %s error %+v calls %d; want waiting on its budget, no call",
@@ -379,11 +381,11 @@ func TestProjectBudgetStopsTenantsTogether(t *testing.T) {
 	mp.Budgets = quota.NewBudgets(b.store, time.Now, time.Minute, quota.WithProjectLimit(2.5))
 	h := b.policyHandler(t, policy("w1"), mp)
 	ran := map[string]int{}
-	var stopped *store.Task
+	var stopped *protocol.Task
 	for i := range 20 {
 		tenant := []string{"acme", "globex"}[i%2]
 		id := fmt.Sprintf("%s-%d", tenant, i)
-		b.task(t, id, func(d *store.Task) { d.Tenant = tenant })
+		b.task(t, id, func(d *protocol.Task) { d.Tenant = tenant })
 		h.Handle(ctx, msg(id))
 		got := b.get(t, id)
 		if got.State != task.StateSucceeded {
@@ -425,7 +427,7 @@ func TestUnreadableProjectBudgetStartsNoCall(t *testing.T) {
 	mp := b.modelPolicy(quota.BudgetWait)
 	mp.Budgets = quota.NewBudgets(unreadableProject{b.store}, time.Now, time.Minute, quota.WithProjectLimit(100))
 	h := b.policyHandler(t, policy("w1"), mp)
-	b.task(t, "blind", func(d *store.Task) { d.Tenant = "acme" })
+	b.task(t, "blind", func(d *protocol.Task) { d.Tenant = "acme" })
 	start := time.Now()
 	h.Handle(ctx, msg("blind"))
 	got := b.get(t, "blind")
@@ -509,7 +511,7 @@ func TestUnreadableProjectBudgetAdmitsNoBatchTask(t *testing.T) {
 	mp.Budgets = quota.NewBudgets(unreadableProject{b.store}, time.Now, time.Minute, quota.WithProjectLimit(100))
 	h := b.policyHandler(t, policy("w1"), mp)
 	until := time.Now().Add(time.Hour)
-	b.task(t, "waiting", func(d *store.Task) { d.Mode, d.BatchModel, d.NotBefore = task.ModeBatch, "m", &until })
+	b.task(t, "waiting", func(d *protocol.Task) { d.Mode, d.BatchModel, d.NotBefore = task.ModeBatch, "m", &until })
 	req, _, err := h.BatchRequest(b.get(t, "waiting"))
 	if err != nil {
 		t.Fatal(err)

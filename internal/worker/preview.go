@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 )
@@ -21,7 +23,7 @@ const previewTimeout = 2 * time.Second
 // stream nor the paid window waits for Firestore. A preview is never the output: the output is
 // what persist commits on the task, under the outbox's rules. stop ends the writer and waits for
 // it; call it as soon as the call returns. A task without stream gets req back unchanged.
-func (h *Handler) previews(ctx context.Context, log *slog.Logger, t *store.Task, epoch int64, req gemini.Request) (gemini.Request, func()) {
+func (h *Handler) previews(ctx context.Context, log *slog.Logger, t *protocol.Task, epoch int64, req gemini.Request) (gemini.Request, func()) {
 	if !t.Stream {
 		return req, func() {}
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -17,7 +19,7 @@ import (
 func TestStreamedTaskWritesPreviewsNotTheOutput(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 900*time.Millisecond) // three chunks, 300 ms apart
-	b.task(t, "streamed", func(d *store.Task) { d.Stream = true })
+	b.task(t, "streamed", func(d *protocol.Task) { d.Stream = true })
 	pol := policy("w1")
 	pol.PreviewEvery = 10 * time.Millisecond
 	h := b.handler(pol, chain("m"))

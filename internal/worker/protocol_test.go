@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"cloud.google.com/go/firestore/apiv1/firestorepb"
 	"google.golang.org/grpc/codes"
@@ -48,7 +50,7 @@ func TestLapsedLeaseRenewed(t *testing.T) {
 	pol.LeaseTTL, pol.RenewEvery = 2*time.Second, 200*time.Millisecond
 	release, done := b.startHeld(t, b.handler(pol, chain("m")), "lapsed", "m")
 	ctx := context.Background()
-	if _, err := b.store.MutateTask(ctx, "lapsed", func(d *store.Task, now time.Time) error {
+	if _, err := b.store.MutateTask(ctx, "lapsed", func(d *protocol.Task, now time.Time) error {
 		past := now.Add(-time.Second) // the lease lapsed: as after two failed renewals
 		d.Lease.ExpiresAt = &past
 		return nil
@@ -196,8 +198,8 @@ func TestZombieOfAnEarlierReplayChargesItsReplay(t *testing.T) {
 	b := setup(t, 0)
 	b.task(t, "zr")
 	_, releaseZombie, zdone := b.zombie(t, "zr") // replay 0, epoch 1, its call held
-	if _, err := b.store.MutateTask(context.Background(), "zr", func(d *store.Task, now time.Time) error {
-		d.Error = &store.TaskError{Kind: task.KindCrash, Message: "lease lost"}
+	if _, err := b.store.MutateTask(context.Background(), "zr", func(d *protocol.Task, now time.Time) error {
+		d.Error = &protocol.TaskError{Kind: task.KindCrash, Message: "lease lost"}
 		d.Finish(task.StateDead, now) // as past the claim cap, then an approver's Regenerate
 		d.Regenerate()
 		return nil

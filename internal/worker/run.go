@@ -23,7 +23,7 @@ type run struct {
 	id    string
 	epoch int64
 	// task is the document as claimed; for a batch job's task, its id and replay only.
-	task *store.Task
+	task *protocol.Task
 	log  *slog.Logger
 	// res is what the run's model call spent: every outcome records it, once (AddSpend).
 	res   gemini.Result
@@ -48,13 +48,13 @@ func (r *run) callOver() {
 }
 
 // outcome writes an outcome of the run (fencedWrite), its call over first (callOver).
-func (r *run) outcome(ctx context.Context, what string, change func(t *store.Task, now time.Time)) (*store.Task, bool) {
+func (r *run) outcome(ctx context.Context, what string, change func(t *protocol.Task, now time.Time)) (*protocol.Task, bool) {
 	r.callOver()
 	return r.fencedWrite(ctx, what, change)
 }
 
 // runOf is the run of t, claimed by this instance at t's lease epoch, in its place p.
-func (h *Handler) runOf(log *slog.Logger, t *store.Task, p *place) *run {
+func (h *Handler) runOf(log *slog.Logger, t *protocol.Task, p *place) *run {
 	return &run{h: h, rules: h.pol.rules(), id: t.ID, epoch: t.Lease.Epoch, task: t,
 		log: log.With("epoch", t.Lease.Epoch), place: p}
 }
@@ -63,17 +63,17 @@ func (h *Handler) runOf(log *slog.Logger, t *store.Task, p *place) *run {
 // spent res: its writes are fenced by the job's lease and the member's claim epoch, and the
 // spend it records is keyed by the job, the same in every instance that settles it.
 func (h *Handler) batchRun(j *store.BatchJob, m store.BatchMember, res gemini.Result) *run {
-	return &run{h: h, rules: h.pol.rules().As(store.BatchOwner(j.ID)), id: m.TaskID, epoch: m.Epoch,
-		task: &store.Task{ID: m.TaskID, Replay: m.Replay},
+	return &run{h: h, rules: h.pol.rules().As(protocol.BatchOwner(j.ID)), id: m.TaskID, epoch: m.Epoch,
+		task: &protocol.Task{ID: m.TaskID, Replay: m.Replay},
 		log:  h.log.With("task_id", m.TaskID, "batch_job", j.ID, "epoch", m.Epoch), res: res}
 }
 
 // fencedWrite applies change to the task if the run still holds it; the spend of the run's call
 // is recorded either way. A refused write is logged; the message is acked all the same.
-func (r *run) fencedWrite(ctx context.Context, what string, change func(t *store.Task, now time.Time)) (*store.Task, bool) {
+func (r *run) fencedWrite(ctx context.Context, what string, change func(t *protocol.Task, now time.Time)) (*protocol.Task, bool) {
 	ctx = context.WithoutCancel(ctx)
 	applied := false
-	t, err := r.h.mutateRetrying(ctx, r.log, &store.Task{ID: r.id}, func(t *store.Task, now time.Time) error {
+	t, err := r.h.mutateRetrying(ctx, r.log, &protocol.Task{ID: r.id}, func(t *protocol.Task, now time.Time) error {
 		applied = r.rules.Holds(t, r.epoch)
 		if added := r.rules.AddSpend(t, r.epoch, r.res); !applied && !added {
 			return store.ErrNoChange

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc"
 
@@ -131,7 +133,7 @@ func policy(owner string) Policy {
 		Owner: owner, LeaseTTL: 5 * time.Second, RenewEvery: 100 * time.Millisecond,
 		MaxAttempts: 3, ClaimCap: 2,
 		RetryBase: time.Second, RetryMax: 2 * time.Second, ParkBase: time.Second, ParkMax: 2 * time.Second,
-		NudgeGrace: time.Minute, CommitRetry: 5 * time.Second, DeliveryLease: store.DeliveryLease(2 * time.Second),
+		NudgeGrace: time.Minute, CommitRetry: 5 * time.Second, DeliveryLease: protocol.DeliveryLease(2 * time.Second),
 	}
 }
 
@@ -162,9 +164,9 @@ func (b *bundle) outcomes(t *testing.T, h *Handler, outcome string) int {
 }
 
 // task writes a queued task whose input names its id (so the fake's ledger can find its bills).
-func (b *bundle) task(t testing.TB, id string, mutate ...func(*store.Task)) {
+func (b *bundle) task(t testing.TB, id string, mutate ...func(*protocol.Task)) {
 	t.Helper()
-	doc := &store.Task{
+	doc := &protocol.Task{
 		ID: id, Tenant: "tenant-a", Family: "summarize", Variant: "default", Input: "summarize " + id,
 		State: task.StateQueued, CallbackURL: "https://app.example/hook",
 	}
@@ -176,7 +178,7 @@ func (b *bundle) task(t testing.TB, id string, mutate ...func(*store.Task)) {
 	}
 }
 
-func (b *bundle) get(t *testing.T, id string) *store.Task {
+func (b *bundle) get(t *testing.T, id string) *protocol.Task {
 	t.Helper()
 	doc, err := b.store.GetTask(context.Background(), id)
 	if err != nil {

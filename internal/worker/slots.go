@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/store"
@@ -66,9 +68,9 @@ type tenantSlots struct {
 	refill sync.Mutex // one query of the waiting tasks at a time here
 
 	// Guarded by slots.mu.
-	full   time.Time     // when the count was last seen at the cap
-	pool   []*store.Task // waiting tasks to hand slots to, in their turn (nextWaiting)
-	pooled time.Time     // when a query was last merged into it
+	full   time.Time        // when the count was last seen at the cap
+	pool   []*protocol.Task // waiting tasks to hand slots to, in their turn (nextWaiting)
+	pooled time.Time        // when a query was last merged into it
 	// taken are the tasks popped from the pool lately, by id: a query made before their
 	// hand-off commits still finds that version of them waiting, and it is not handed a second
 	// slot. A later version — the task queued again, a re-run's new replay — is another wait.
@@ -123,7 +125,7 @@ func (s *slots) hold(tenant string, d int) {
 // the pool is empty or was last merged poolAge ago — as many as this instance holds slots, so
 // that the tasks other instances marked are handed slots here too. It returns nil when none
 // waits.
-func (h *Handler) nextWaiting(ctx context.Context, tenant string) (*store.Task, error) {
+func (h *Handler) nextWaiting(ctx context.Context, tenant string) (*protocol.Task, error) {
 	s := h.slots
 	ts := s.of(tenant)
 	if err := h.refillPool(ctx, tenant, ts); err != nil {
@@ -178,11 +180,11 @@ func (h *Handler) refillPool(ctx context.Context, tenant string, ts *tenantSlots
 
 // add inserts t into the pool in its turn, unless this version of it was taken; a pooled
 // version of it written earlier is replaced. The caller holds slots.mu.
-func (ts *tenantSlots) add(t *store.Task) {
+func (ts *tenantSlots) add(t *protocol.Task) {
 	if p, ok := ts.taken[t.ID]; ok && !t.UpdateTime.After(p.version) {
 		return
 	}
-	if i := slices.IndexFunc(ts.pool, func(p *store.Task) bool { return p.ID == t.ID }); i >= 0 {
+	if i := slices.IndexFunc(ts.pool, func(p *protocol.Task) bool { return p.ID == t.ID }); i >= 0 {
 		if !t.UpdateTime.After(ts.pool[i].UpdateTime) {
 			return
 		}
@@ -195,7 +197,7 @@ func (ts *tenantSlots) add(t *store.Task) {
 // repool puts t, a waiting task handed a slot by a commit that failed, back in its tenant's pool
 // as it is now, if it still waits: the commit may have failed for the other task it wrote, and t
 // keeps its turn. A read, on this path only.
-func (h *Handler) repool(ctx context.Context, t *store.Task) {
+func (h *Handler) repool(ctx context.Context, t *protocol.Task) {
 	s := h.slots
 	ts := s.of(t.Tenant)
 	s.mu.Lock()
@@ -209,7 +211,7 @@ func (h *Handler) repool(ctx context.Context, t *store.Task) {
 }
 
 // waitingOrder is the order waiting tasks get slots in: highest priority, then oldest.
-func waitingOrder(a, b *store.Task) int {
+func waitingOrder(a, b *protocol.Task) int {
 	if a.Priority != b.Priority {
 		return b.Priority - a.Priority
 	}
@@ -217,7 +219,7 @@ func waitingOrder(a, b *store.Task) int {
 }
 
 // pooled adds t, just marked waiting here, to its tenant's pool.
-func (s *slots) pooled(t *store.Task) {
+func (s *slots) pooled(t *protocol.Task) {
 	ts := s.of(t.Tenant)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -248,7 +250,7 @@ func (h *Handler) admitsTenant(ctx context.Context, tenant string) bool {
 // admit decides, inside a claim's write, whether t — about to be claimed fresh — takes one of
 // its tenant's slots: it returns the count's write when it does (t.Slot set), or wait when the
 // tenant is at its cap, or nothing when the tenant has no cap.
-func (h *Handler) admit(ctx context.Context, t *store.Task) (w []store.Write, wait bool, err error) {
+func (h *Handler) admit(ctx context.Context, t *protocol.Task) (w []store.Write, wait bool, err error) {
 	if h.slots == nil {
 		return nil, false, nil
 	}
@@ -276,14 +278,14 @@ func (h *Handler) admit(ctx context.Context, t *store.Task) (w []store.Write, wa
 
 // awaitSlot marks t waiting for a slot of its tenant: queued, left alone until a hand-off claims
 // it or its not_before (GENBOX_TENANT_WAIT_MAX) passes and the sweeper nudges it.
-func (h *Handler) awaitSlot(t *store.Task, now time.Time) {
+func (h *Handler) awaitSlot(t *protocol.Task, now time.Time) {
 	t.AwaitSlot(now.Add(h.slots.waitMax))
 }
 
 // takeHandedSlot claims t, a task waiting for a slot, for this instance with the slot a task of
 // its tenant gives up, and reports whether it could: not when it no longer waits or its
 // run_before has passed (the sweeper fails it as expired).
-func (h *Handler) takeHandedSlot(t *store.Task, now time.Time) bool {
+func (h *Handler) takeHandedSlot(t *protocol.Task, now time.Time) bool {
 	if t.State != task.StateQueued || !t.AwaitsSlot || t.HasOutput() || t.RunBefore != nil && !now.Before(*t.RunBefore) {
 		return false
 	}
@@ -298,7 +300,7 @@ func (h *Handler) takeHandedSlot(t *store.Task, now time.Time) bool {
 // claimed with it, to run here; freed, the slot went back to the count, and nudge names a
 // waiting task this instance cannot run, to nudge.
 type handoff struct {
-	next  *store.Task
+	next  *protocol.Task
 	freed bool
 	nudge string
 }
@@ -306,13 +308,13 @@ type handoff struct {
 // passSlot is the worker's part of a slot holder's write: a task that holds a slot and no longer
 // runs gives it up to its tenant's next waiting task, claimed for this instance in the same
 // commit; when none waits or this instance takes no work, the store gives it back to the count
-// in that commit (store.settleSlot), as for every other path that ends a run.
-func (h *Handler) passSlot(ctx context.Context, t *store.Task, now time.Time, ho *handoff) ([]store.Write, error) {
+// in that commit (protocol.settleSlot), as for every other path that ends a run.
+func (h *Handler) passSlot(ctx context.Context, t *protocol.Task, now time.Time, ho *handoff) ([]store.Write, error) {
 	if !t.Slot || t.State == task.StateRunning {
 		return nil, nil
 	}
 	t.Slot = false
-	ho.freed = true // unless handed on below: the store frees it (store.settleSlot)
+	ho.freed = true // unless handed on below: the store frees it (protocol.settleSlot)
 	if h.slots == nil {
 		return nil, nil
 	}
@@ -345,9 +347,9 @@ func (h *Handler) passSlot(ctx context.Context, t *store.Task, now time.Time, ho
 // mutate is every write of the worker that may end a run: fn changes the task, and a slot the
 // task held passes on in the same commit (passSlot). The task a slot was handed to is run here
 // once the commit succeeded.
-func (h *Handler) mutate(ctx context.Context, known *store.Task, fn store.WithFunc) (*store.Task, error) {
+func (h *Handler) mutate(ctx context.Context, known *protocol.Task, fn store.WithFunc) (*protocol.Task, error) {
 	var ho handoff
-	t, err := h.store.MutateTaskWith(ctx, known, func(t *store.Task, now time.Time) ([]store.Write, error) {
+	t, err := h.store.MutateTaskWith(ctx, known, func(t *protocol.Task, now time.Time) ([]store.Write, error) {
 		if ho.next != nil {
 			h.repool(ctx, ho.next)
 		}
@@ -374,7 +376,7 @@ func (h *Handler) mutate(ctx context.Context, known *store.Task, fn store.WithFu
 
 // handedOff acts on a committed hand-off: runs the task the slot went to, or nudges the waiting
 // task this instance could not take.
-func (h *Handler) handedOff(ctx context.Context, from *store.Task, ho handoff) {
+func (h *Handler) handedOff(ctx context.Context, from *protocol.Task, ho handoff) {
 	switch {
 	case ho.next != nil:
 		h.metrics.TenantSlot(ctx, from.Tenant, obs.SlotHandedOff)
@@ -458,8 +460,8 @@ func (h *Handler) admitWaiting(ctx context.Context, tenant string) bool {
 	if err != nil || next == nil {
 		return false
 	}
-	var claimed *store.Task
-	t, err := h.store.MutateTaskWith(ctx, next, func(t *store.Task, now time.Time) ([]store.Write, error) {
+	var claimed *protocol.Task
+	t, err := h.store.MutateTaskWith(ctx, next, func(t *protocol.Task, now time.Time) ([]store.Write, error) {
 		claimed = nil
 		if !h.takeHandedSlot(t, now) {
 			return nil, store.ErrNoChange

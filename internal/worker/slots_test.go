@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/quota"
@@ -79,9 +81,9 @@ func tenantMsg(id, tenant string) *bus.Message {
 }
 
 // capTask writes a queued task of tenant whose prompt names its tenant (peak counts it).
-func (b *bundle) capTask(t *testing.T, tenant, id string, mutate ...func(*store.Task)) {
+func (b *bundle) capTask(t *testing.T, tenant, id string, mutate ...func(*protocol.Task)) {
 	t.Helper()
-	b.task(t, id, append([]func(*store.Task){func(d *store.Task) {
+	b.task(t, id, append([]func(*protocol.Task){func(d *protocol.Task) {
 		d.Tenant, d.Input, d.Priority = tenant, "summarize "+tenant+"/"+id, task.DefaultPriority
 	}}, mutate...)...)
 }
@@ -176,7 +178,7 @@ func TestSlotHandedByPriority(t *testing.T) {
 		priority int
 	}{{"low-1", 2}, {"high", 7}, {"low-2", 2}, {"higher", 9}}
 	for _, o := range order {
-		b.capTask(t, "tenant-a", o.id, func(d *store.Task) { d.Priority = o.priority })
+		b.capTask(t, "tenant-a", o.id, func(d *protocol.Task) { d.Priority = o.priority })
 		h.Handle(ctx, tenantMsg(o.id, "tenant-a"))
 		if got := b.get(t, o.id); !got.AwaitsSlot || got.State != task.StateQueued || got.Lease.Owner != "" {
 			t.Fatalf("%s: state %s awaits_slot %v lease %+v; want waiting unclaimed", o.id, got.State, got.AwaitsSlot, got.Lease)
@@ -267,7 +269,7 @@ func TestTasksRequeuedAfterABacklogDrainedStart(t *testing.T) {
 	}
 	handle()
 	for _, id := range ids {
-		if _, err := b.store.MutateTask(ctx, id, func(t *store.Task, _ time.Time) error {
+		if _, err := b.store.MutateTask(ctx, id, func(t *protocol.Task, _ time.Time) error {
 			t.Regenerate()
 			return nil
 		}); err != nil {
@@ -300,7 +302,7 @@ func TestTaskHandedASlotKeepsItsLeaseWhileItWaitsForRoom(t *testing.T) {
 	h.Handle(ctx, tenantMsg("handed", "tenant-a"))
 	// Tenant B's two tasks fill the room: one calling, one in hand waiting for a place, ahead of
 	// the task the holder will hand its slot to.
-	other := func(d *store.Task) { d.ModelChain = []string{"m2"} }
+	other := func(d *protocol.Task) { d.ModelChain = []string{"m2"} }
 	b.capTask(t, "tenant-b", "b-1", other)
 	b.capTask(t, "tenant-b", "b-2", other)
 	go h.Handle(ctx, tenantMsg("b-1", "tenant-b"))
@@ -329,7 +331,7 @@ func TestTaskCreatedWaitingIsAdmittedByItsNudge(t *testing.T) {
 	b := setup(t, 0)
 	b.tenant(t, "tenant-a", store.Limits{Concurrency: 1})
 	h := b.instance(t, "w1", time.Hour)
-	b.capTask(t, "tenant-a", "a", func(d *store.Task) { d.AwaitSlot(time.Now().Add(time.Hour)) })
+	b.capTask(t, "tenant-a", "a", func(d *protocol.Task) { d.AwaitSlot(time.Now().Add(time.Hour)) })
 	h.Handle(context.Background(), tenantMsg("a", "tenant-a"))
 	b.waitSucceeded(t, "a")
 	if n := b.slotEvents(t, h, obs.SlotWaiting); n != 0 {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -26,7 +28,7 @@ func (r *run) takeRate(ctx context.Context, limits store.Limits, tokens int64, t
 	hold, at, err := h.mp.Rates.Take(ctx, t.Tenant, quota.Rate{Requests: limits.RPM, Tokens: limits.TPM}, tokens)
 	switch {
 	case errors.Is(err, quota.ErrRateTooLarge):
-		r.fail(ctx, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
+		r.fail(ctx, &protocol.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return false
 	case err != nil:
 		r.handBack(ctx, h.readRetry(), "tenant rate unreadable", err)

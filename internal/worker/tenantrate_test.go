@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/genbox-dev/genbox/internal/quota"
@@ -28,7 +30,7 @@ func TestTenantRateHandsBackWithoutACall(t *testing.T) {
 	mp.Rates = quota.NewTenantRates(b.store, func() time.Time { return now }, time.Minute)
 	h := b.policyHandler(t, policy("w1"), mp)
 	for _, id := range []string{"a1", "a2", "b1", "b2"} {
-		b.task(t, id, func(d *store.Task) { d.Tenant = "tenant-" + id[:1] })
+		b.task(t, id, func(d *protocol.Task) { d.Tenant = "tenant-" + id[:1] })
 		h.Handle(context.Background(), msg(id))
 	}
 	type view struct {
@@ -158,7 +160,7 @@ func drainAtRPM(tb testing.TB) rpmDrain {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("r-%03d", i)
-		b.task(tb, ids[i], func(d *store.Task) { d.Tenant = "tenant-r" })
+		b.task(tb, ids[i], func(d *protocol.Task) { d.Tenant = "tenant-r" })
 	}
 	ctx := context.Background()
 	start := time.Now()

@@ -69,7 +69,7 @@ type Policy struct {
 	// PreviewEvery throttles a streamed task's previews: one write this often at most (0: 500 ms).
 	PreviewEvery time.Duration
 	// DeliveryLease is how long the commit that ends a task reserves its delivery for the
-	// worker's nudge: store.DeliveryLease of GENBOX_WEBHOOK_TIMEOUT.
+	// worker's nudge: protocol.DeliveryLease of GENBOX_WEBHOOK_TIMEOUT.
 	DeliveryLease time.Duration
 }
 
@@ -103,7 +103,7 @@ type Handler struct {
 
 	// beforeRemember runs between an output's commit and the writes of its cache entry and last
 	// good output: the window a test erases the task in.
-	beforeRemember func(*store.Task)
+	beforeRemember func(*protocol.Task)
 }
 
 // Option configures a Handler.
@@ -124,7 +124,7 @@ var _ bus.Handler = (*Handler)(nil)
 func New(s *store.Store, gen Generator, render Renderer, pub Publisher, log *slog.Logger, pol Policy, opts ...Option) *Handler {
 	abort, cancel := context.WithCancel(context.Background())
 	h := &Handler{store: s, gen: gen, render: render, pub: pub, log: log, pol: pol, abort: abort, cancel: cancel,
-		beforeRemember: func(*store.Task) {}}
+		beforeRemember: func(*protocol.Task) {}}
 	for _, o := range opts {
 		o(h)
 	}
@@ -132,7 +132,7 @@ func New(s *store.Store, gen Generator, render Renderer, pub Publisher, log *slo
 }
 
 // finished records a task's move into an end state.
-func (h *Handler) finished(ctx context.Context, t *store.Task) {
+func (h *Handler) finished(ctx context.Context, t *protocol.Task) {
 	var e2e time.Duration
 	if t.CompletedAt != nil {
 		e2e = t.CompletedAt.Sub(t.CreatedAt)
@@ -244,7 +244,7 @@ func (h *Handler) handle(ctx context.Context, log *slog.Logger, id, tenant strin
 }
 
 // runClaimed runs t, claimed for this instance, in its place p, under the work context.
-func (h *Handler) runClaimed(work context.Context, log *slog.Logger, t *store.Task, p *place) {
+func (h *Handler) runClaimed(work context.Context, log *slog.Logger, t *protocol.Task, p *place) {
 	h.metrics.WorkerOutcome(work, obs.WorkerClaimed)
 	h.metrics.TaskState(work, t.Family, task.StateRunning)
 	crashpoint.Hit(crashpoint.AfterClaim)
@@ -264,7 +264,7 @@ const (
 
 type claimResult struct {
 	outcome claimOutcome
-	task    *store.Task
+	task    *protocol.Task
 	// late is how long the task had been due (its due_at passed) when it was claimed: what
 	// liveness bounds, whoever crashed or whatever held a nudge.
 	late time.Duration
@@ -284,7 +284,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 	var outcome claimOutcome
 	var late time.Duration
 	rules := h.pol.rules()
-	t, err := h.mutate(ctx, &store.Task{ID: id}, func(t *store.Task, now time.Time) ([]store.Write, error) {
+	t, err := h.mutate(ctx, &protocol.Task{ID: id}, func(t *protocol.Task, now time.Time) ([]store.Write, error) {
 		outcome, late = claimNot, 0
 		if t.DueAt != nil && now.After(*t.DueAt) {
 			late = now.Sub(*t.DueAt)
@@ -292,7 +292,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 		fresh := false
 		switch t.State {
 		case task.StateScheduled, task.StateQueued, task.StateWaiting:
-			if !store.TaskDue(t, now) {
+			if !protocol.TaskDue(t, now) {
 				if t.AwaitsSlot && h.slots != nil {
 					outcome = claimAwaiting
 				}
@@ -300,7 +300,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 			}
 			fresh = true
 		case task.StateRunning:
-			if !store.TaskDue(t, now) || t.InBatchJob() {
+			if !protocol.TaskDue(t, now) || t.InBatchJob() {
 				return nil, store.ErrNoChange
 			}
 			if rules.TakeOver(t, now) {
@@ -336,7 +336,7 @@ func (h *Handler) claim(ctx context.Context, id, tenant string) (claimResult, er
 	})
 	switch {
 	case errors.Is(err, store.ErrNotFound), status.Code(err) == codes.Aborted:
-		return claimResult{outcome: claimNot, task: &store.Task{ID: id}}, nil
+		return claimResult{outcome: claimNot, task: &protocol.Task{ID: id}}, nil
 	case err != nil:
 		return claimResult{}, err
 	}
@@ -363,7 +363,7 @@ func (r *run) execute(ctx context.Context) {
 	rend, req, err := h.request(t)
 	if err != nil {
 		log.ErrorContext(ctx, "cannot render the task's prompt; failed", "error", err)
-		r.fail(ctx, &store.TaskError{Kind: task.KindPermanent, Message: err.Error()})
+		r.fail(ctx, &protocol.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return
 	}
 	if t.Mode == task.ModeBatch && !t.BatchOnline && h.batch.Deadline > 0 {
@@ -440,7 +440,7 @@ func (r *run) execute(ctx context.Context) {
 }
 
 // request renders the model request of t.
-func (h *Handler) request(t *store.Task) (*prompts.Rendered, gemini.Request, error) {
+func (h *Handler) request(t *protocol.Task) (*prompts.Rendered, gemini.Request, error) {
 	r, err := h.render.Render(t.Family, t.Variant, t.Input, t.GenConfig)
 	if err != nil {
 		return nil, gemini.Request{}, fmt.Errorf("render %s/%s: %w", t.Family, t.Variant, err)
@@ -479,7 +479,7 @@ func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log
 		case <-timer.C:
 		}
 		crashpoint.Hit(crashpoint.MidGenerate)
-		renewed, err := h.store.MutateTaskFrom(ctx, last.get(), func(t *store.Task, now time.Time) error {
+		renewed, err := h.store.MutateTaskFrom(ctx, last.get(), func(t *protocol.Task, now time.Time) error {
 			return rules.Renew(t, epoch, now)
 		})
 		wait = h.pol.RenewEvery
@@ -512,16 +512,16 @@ func (h *Handler) renew(ctx context.Context, cancel context.CancelCauseFunc, log
 // concurrent use; nobody changes the task it holds.
 type lastWrite struct {
 	mu sync.Mutex
-	t  *store.Task
+	t  *protocol.Task
 }
 
-func (w *lastWrite) get() *store.Task {
+func (w *lastWrite) get() *protocol.Task {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.t
 }
 
-func (w *lastWrite) set(t *store.Task) {
+func (w *lastWrite) set(t *protocol.Task) {
 	w.mu.Lock()
 	w.t = t
 	w.mu.Unlock()
@@ -550,7 +550,7 @@ func (r *run) persist(ctx context.Context, a answer) {
 	var outcome persistOutcome
 	out := protocol.Output{Text: res.Text, Model: res.Model, Tier: res.Tier, Degraded: res.Degraded,
 		Cached: a.cached, Stale: a.stale, Fingerprint: a.fingerprint}
-	fn := func(t *store.Task, now time.Time) error {
+	fn := func(t *protocol.Task, now time.Time) error {
 		if protocol.OutputMine(t, replay, epoch) {
 			outcome = persistMineSeen
 			return store.ErrNoChange
@@ -566,7 +566,7 @@ func (r *run) persist(ctx context.Context, a answer) {
 	}
 	known := a.known
 	if known == nil {
-		known = &store.Task{ID: r.id}
+		known = &protocol.Task{ID: r.id}
 	}
 	t, err := h.mutateRetrying(ctx, log, known, fn)
 	if err != nil {
@@ -599,7 +599,7 @@ func (r *run) persist(ctx context.Context, a answer) {
 // nudgeResult tells the resulthandler that the task, just ended, has a webhook to deliver. A lost
 // publish only waits for the sweeper, which nudges the delivery once the reservation its commit
 // made (protocol.Rules.Finish) has lapsed.
-func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Task) {
+func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *protocol.Task) {
 	if t.Delivery.State != task.DeliveryPending {
 		return
 	}
@@ -615,12 +615,12 @@ func (h *Handler) nudgeResult(ctx context.Context, log *slog.Logger, t *store.Ta
 // mutateRetrying runs mutate, retrying for up to CommitRetry while it fails in a way that
 // may pass: a paid output (or spend) held in memory is worth far more than the wait. The
 // renewal keeps the lease meanwhile.
-func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, known *store.Task, fn store.MutateFunc) (*store.Task, error) {
+func (h *Handler) mutateRetrying(ctx context.Context, log *slog.Logger, known *protocol.Task, fn store.MutateFunc) (*protocol.Task, error) {
 	deadline := time.Now().Add(h.pol.CommitRetry)
 	warned := false
 	for attempt := 1; ; attempt++ {
-		t, err := h.mutate(ctx, known, func(t *store.Task, now time.Time) ([]store.Write, error) { return nil, fn(t, now) })
-		known = &store.Task{ID: known.ID} // after an unknown outcome, decide on what is stored
+		t, err := h.mutate(ctx, known, func(t *protocol.Task, now time.Time) ([]store.Write, error) { return nil, fn(t, now) })
+		known = &protocol.Task{ID: known.ID} // after an unknown outcome, decide on what is stored
 		if !retryable(err) {
 			return t, err
 		}
@@ -668,7 +668,7 @@ func (r *run) account(ctx context.Context) {
 	if !protocol.Spent(r.res) {
 		return
 	}
-	if _, err := r.h.mutateRetrying(context.WithoutCancel(ctx), r.log, &store.Task{ID: r.id}, func(t *store.Task, _ time.Time) error {
+	if _, err := r.h.mutateRetrying(context.WithoutCancel(ctx), r.log, &protocol.Task{ID: r.id}, func(t *protocol.Task, _ time.Time) error {
 		if !r.rules.AddSpend(t, r.epoch, r.res) {
 			return store.ErrNoChange
 		}
@@ -680,7 +680,7 @@ func (r *run) account(ctx context.Context) {
 
 // release hands the task back (queued) without counting a failed attempt: a clean release.
 func (r *run) release(ctx context.Context) {
-	if _, ok := r.outcome(ctx, "release", func(t *store.Task, _ time.Time) {
+	if _, ok := r.outcome(ctx, "release", func(t *protocol.Task, _ time.Time) {
 		r.rules.Release(t, r.epoch)
 	}); ok {
 		r.h.metrics.WorkerOutcome(ctx, obs.WorkerReleased)
@@ -702,7 +702,7 @@ func (r *run) retry(ctx context.Context, err error) {
 	}
 	dead := false
 	delay := func(attempts int) time.Duration { return max(h.pol.retryBackoff().Delay(attempts, nil), wait) }
-	t, ok := r.outcome(ctx, "retry", func(t *store.Task, now time.Time) {
+	t, ok := r.outcome(ctx, "retry", func(t *protocol.Task, now time.Time) {
 		dead = r.rules.Retry(t, r.epoch, now, e, !rateLimited, delay)
 	})
 	switch {
@@ -727,7 +727,7 @@ func (r *run) retry(ctx context.Context, err error) {
 func (r *run) park(ctx context.Context, chain []string) {
 	h := r.h
 	delay := func(parks int) time.Duration { return h.pol.parkBackoff().Delay(parks, nil) }
-	if t, ok := r.outcome(ctx, "park", func(t *store.Task, now time.Time) {
+	if t, ok := r.outcome(ctx, "park", func(t *protocol.Task, now time.Time) {
 		var next *time.Time
 		if h.mp.Estimator != nil {
 			at := h.mp.Estimator.NextCall(chain)
@@ -741,8 +741,8 @@ func (r *run) park(ctx context.Context, chain []string) {
 }
 
 // fail ends the task as failed with e.
-func (r *run) fail(ctx context.Context, e *store.TaskError) {
-	if t, ok := r.outcome(ctx, "fail", func(t *store.Task, now time.Time) {
+func (r *run) fail(ctx context.Context, e *protocol.TaskError) {
+	if t, ok := r.outcome(ctx, "fail", func(t *protocol.Task, now time.Time) {
 		r.rules.Fail(t, e, now)
 	}); ok {
 		r.h.metrics.WorkerOutcome(ctx, obs.WorkerFailed)
@@ -754,7 +754,7 @@ func (r *run) fail(ctx context.Context, e *store.TaskError) {
 
 // publishNotices sends the task's DLQ notices after their commit. A lost publish is re-sent by
 // the sweeper: the notice stays on the task until the dlqnotifier clears it.
-func (h *Handler) publishNotices(ctx context.Context, log *slog.Logger, t *store.Task) {
+func (h *Handler) publishNotices(ctx context.Context, log *slog.Logger, t *protocol.Task) {
 	for _, n := range t.Notices {
 		topic := bus.TopicTasksDLQ
 		if n.Stage == task.StageDelivery {
@@ -767,16 +767,16 @@ func (h *Handler) publishNotices(ctx context.Context, log *slog.Logger, t *store
 }
 
 // taskError records a classified model error on the task.
-func taskError(err error) *store.TaskError {
+func taskError(err error) *protocol.TaskError {
 	var ge *gemini.Error
 	if errors.As(err, &ge) {
 		kind := task.ErrorKind(ge.Class)
 		if ge.Class == gemini.Budget {
 			kind = task.KindBudget
 		}
-		return &store.TaskError{Kind: kind, Code: ge.Code, Message: ge.Error()}
+		return &protocol.TaskError{Kind: kind, Code: ge.Code, Message: ge.Error()}
 	}
-	return &store.TaskError{Kind: task.KindTransient, Message: err.Error()}
+	return &protocol.TaskError{Kind: task.KindTransient, Message: err.Error()}
 }
 
 // retryBackoff is the not_before of a transient retry or a shed: full jitter, so the retries of

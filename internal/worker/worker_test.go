@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/obs"
 	"github.com/genbox-dev/genbox/internal/quota"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/claim"
 	"github.com/genbox-dev/genbox/pkg/gemini"
 	"github.com/genbox-dev/genbox/pkg/task"
@@ -27,34 +28,34 @@ func TestClaimRules(t *testing.T) {
 	h := b.handler(policy("w1"), chain("m"))
 	tests := []struct {
 		name       string
-		doc        func(*store.Task)
+		doc        func(*protocol.Task)
 		want       claimOutcome
 		wantState  task.State
 		wantEpoch  int64
 		wantClaims int
 	}{
-		{"queued", func(*store.Task) {}, claimed, task.StateRunning, 1, 0},
-		{"queued, not_before passed", func(d *store.Task) { d.NotBefore = ptr(now.Add(-time.Second)) }, claimed, task.StateRunning, 1, 0},
-		{"queued, backing off", func(d *store.Task) { d.NotBefore = ptr(now.Add(time.Hour)) }, claimNot, task.StateQueued, 0, 0},
-		{"waiting, due", func(d *store.Task) { d.State = task.StateWaiting }, claimed, task.StateRunning, 1, 0},
-		{"waiting, parked", func(d *store.Task) { d.State, d.NotBefore = task.StateWaiting, ptr(now.Add(time.Hour)) }, claimNot, task.StateWaiting, 0, 0},
-		{"running, live lease", func(d *store.Task) {
+		{"queued", func(*protocol.Task) {}, claimed, task.StateRunning, 1, 0},
+		{"queued, not_before passed", func(d *protocol.Task) { d.NotBefore = ptr(now.Add(-time.Second)) }, claimed, task.StateRunning, 1, 0},
+		{"queued, backing off", func(d *protocol.Task) { d.NotBefore = ptr(now.Add(time.Hour)) }, claimNot, task.StateQueued, 0, 0},
+		{"waiting, due", func(d *protocol.Task) { d.State = task.StateWaiting }, claimed, task.StateRunning, 1, 0},
+		{"waiting, parked", func(d *protocol.Task) { d.State, d.NotBefore = task.StateWaiting, ptr(now.Add(time.Hour)) }, claimNot, task.StateWaiting, 0, 0},
+		{"running, live lease", func(d *protocol.Task) {
 			d.State, d.Lease = task.StateRunning, claim.Lease{Owner: "w0", Epoch: 3, ExpiresAt: ptr(now.Add(time.Hour))}
 		}, claimNot, task.StateRunning, 3, 0},
-		{"running, expired lease: takeover", func(d *store.Task) {
+		{"running, expired lease: takeover", func(d *protocol.Task) {
 			d.State, d.Lease = task.StateRunning, claim.Lease{Owner: "w0", Epoch: 3, ExpiresAt: ptr(now.Add(-time.Second))}
 		}, claimed, task.StateRunning, 4, 1},
-		{"running, expired past the claim cap", func(d *store.Task) {
+		{"running, expired past the claim cap", func(d *protocol.Task) {
 			d.State, d.Claims = task.StateRunning, 2
 			d.Lease = claim.Lease{Owner: "w0", Epoch: 3, ExpiresAt: ptr(now.Add(-time.Second))}
 		}, claimDead, task.StateDead, 3, 3},
-		{"run_before passed", func(d *store.Task) { d.RunBefore = ptr(now.Add(-time.Second)) }, claimExpired, task.StateFailed, 0, 0},
-		{"parked past its run_before", func(d *store.Task) {
+		{"run_before passed", func(d *protocol.Task) { d.RunBefore = ptr(now.Add(-time.Second)) }, claimExpired, task.StateFailed, 0, 0},
+		{"parked past its run_before", func(d *protocol.Task) {
 			d.State, d.NotBefore, d.RunBefore = task.StateWaiting, ptr(now.Add(time.Hour)), ptr(now.Add(-time.Second))
 		}, claimExpired, task.StateFailed, 0, 0},
-		{"succeeded", func(d *store.Task) { d.State = task.StateSucceeded }, claimNot, task.StateSucceeded, 0, 0},
-		{"cancelled", func(d *store.Task) { d.State = task.StateCancelled }, claimNot, task.StateCancelled, 0, 0},
-		{"dead", func(d *store.Task) { d.State = task.StateDead }, claimNot, task.StateDead, 0, 0},
+		{"succeeded", func(d *protocol.Task) { d.State = task.StateSucceeded }, claimNot, task.StateSucceeded, 0, 0},
+		{"cancelled", func(d *protocol.Task) { d.State = task.StateCancelled }, claimNot, task.StateCancelled, 0, 0},
+		{"dead", func(d *protocol.Task) { d.State = task.StateDead }, claimNot, task.StateDead, 0, 0},
 	}
 	for i, tc := range tests {
 		id := "claim-" + string(rune('a'+i))
@@ -260,7 +261,7 @@ func TestZombieAnswersFirst(t *testing.T) {
 		t.Errorf("new owner: %d lost, %d stored; want its call cancelled as lost", lost, stored)
 	}
 	// Its later release is refused: the task stays as the zombie left it.
-	n.runOf(n.log, &store.Task{ID: "za", Lease: claim.Lease{Epoch: 2}}, nil).release(context.Background())
+	n.runOf(n.log, &protocol.Task{ID: "za", Lease: claim.Lease{Epoch: 2}}, nil).release(context.Background())
 	if after, refused := b.get(t, "za"), b.outcomes(t, n, obs.WorkerRefused); after.State != task.StateSucceeded || after.Output != got.Output || refused != 1 {
 		t.Errorf("release by the new owner applied: %s, refused %d", after.State, refused)
 	}
@@ -304,14 +305,14 @@ func TestCancelledWhileZombieRuns(t *testing.T) {
 	b.task(t, "zc")
 	z, releaseZombie, zdone := b.zombie(t, "zc")
 	ctx := context.Background()
-	if _, err := b.store.MutateTask(ctx, "zc", func(d *store.Task, now time.Time) error {
+	if _, err := b.store.MutateTask(ctx, "zc", func(d *protocol.Task, now time.Time) error {
 		d.State = task.StateQueued // re-queued (as a takeover-and-release would leave it) ...
 		d.Lease.Clear()
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.store.MutateTask(ctx, "zc", func(d *store.Task, now time.Time) error {
+	if _, err := b.store.MutateTask(ctx, "zc", func(d *protocol.Task, now time.Time) error {
 		d.Finish(task.StateCancelled, now) // ... then cancelled by its app
 		return nil
 	}); err != nil {
@@ -337,7 +338,7 @@ func TestFailureOutcomes(t *testing.T) {
 	ctx := context.Background()
 
 	// Transient after the call's retries: released with a backoff, one attempt counted.
-	b.task(t, "transient", func(d *store.Task) { d.Claims = 1 })
+	b.task(t, "transient", func(d *protocol.Task) { d.Claims = 1 })
 	b.srv.FailNext("m", 503, 503)
 	h := b.handler(policy("w1"), chain("m"))
 	h.Handle(ctx, msg("transient"))
@@ -386,7 +387,7 @@ func TestFailureOutcomes(t *testing.T) {
 // heldOff checks that the sweeper holds off an ended task for the reservation of its delivery
 // (lease after its end), since the worker nudges its webhook itself: a sweep meanwhile would only
 // send a second nudge. And for no longer: a nudge lost with its carrier must not hold the webhook.
-func heldOff(t *testing.T, got *store.Task, lease time.Duration) {
+func heldOff(t *testing.T, got *protocol.Task, lease time.Duration) {
 	t.Helper()
 	if got.DueAt == nil || got.CompletedAt == nil || !got.DueAt.Equal(got.CompletedAt.Add(lease)) {
 		t.Errorf("%s: due at %v, ended at %v; want the sweeper held off for the delivery's reservation, %s", got.ID, got.DueAt, got.CompletedAt, lease)
@@ -404,7 +405,7 @@ func TestParkWhenUnavailable(t *testing.T) {
 	h := New(b.store, gen, chain("m"), b.pub, b.log, policy("w1"))
 	for want := 1; want <= 2; want++ {
 		if want == 2 { // due again
-			if _, err := b.store.MutateTask(context.Background(), "park", func(d *store.Task, now time.Time) error {
+			if _, err := b.store.MutateTask(context.Background(), "park", func(d *protocol.Task, now time.Time) error {
 				d.NotBefore = &now
 				return nil
 			}); err != nil {
@@ -530,7 +531,7 @@ func TestConfigFromEnv(t *testing.T) {
 func TestSpendRecordedOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 0)
-	b.task(t, "once", func(d *store.Task) { d.State = task.StateCancelled })
+	b.task(t, "once", func(d *protocol.Task) { d.State = task.StateCancelled })
 	h := b.handler(policy("w1"), chain("m"))
 	res := gemini.Result{Text: "late", Model: "m", Calls: 1, CostUSD: 0.01, Usage: task.Usage{PromptTokens: 10, OutputTokens: 5, TotalTokens: 15}}
 	claimed := b.get(t, "once")
@@ -540,7 +541,7 @@ func TestSpendRecordedOnce(t *testing.T) {
 	for range 2 { // the first commit's outcome was unknown: the output is offered again
 		r.persist(context.Background(), answer{res: res, start: time.Now()})
 	}
-	r.fail(context.Background(), &store.TaskError{Kind: task.KindPermanent, Message: "x"})
+	r.fail(context.Background(), &protocol.TaskError{Kind: task.KindPermanent, Message: "x"})
 	got := b.get(t, "once")
 	if got.State != task.StateCancelled || got.HasOutput() || got.ModelCalls != 1 || got.Usage != res.Usage || got.CostUSD != res.CostUSD {
 		t.Errorf("state %s output %v calls %d usage %+v cost %v; want the spend recorded once on a cancelled task", got.State, got.HasOutput(), got.ModelCalls, got.Usage, got.CostUSD)
@@ -555,14 +556,14 @@ func TestNetworkFailureKeepsTheParkCount(t *testing.T) {
 	b := setupWith(t, 0, map[string]string{"GENBOX_CALL_TIMEOUT": "200ms"})
 	ctx := context.Background()
 	h := b.handler(policy("w1"), chain("m"))
-	b.task(t, "timeout", func(d *store.Task) { d.Parks = 3 })
+	b.task(t, "timeout", func(d *protocol.Task) { d.Parks = 3 })
 	gate := b.srv.Block("m")
 	h.Handle(ctx, msg("timeout"))
 	gate.Release()
 	if got := b.get(t, "timeout"); got.State != task.StateQueued || got.Attempts != 1 || got.Parks != 3 || got.Error == nil || got.Error.Kind != task.KindNetwork {
 		t.Errorf("after a timeout: state %s attempts %d parks %d error %+v; want queued, one attempt, parks kept", got.State, got.Attempts, got.Parks, got.Error)
 	}
-	b.task(t, "answered", func(d *store.Task) { d.Parks = 3 })
+	b.task(t, "answered", func(d *protocol.Task) { d.Parks = 3 })
 	b.srv.FailNext("m", 503, 503)
 	h.Handle(ctx, msg("answered"))
 	if got := b.get(t, "answered"); got.State != task.StateQueued || got.Parks != 0 {
@@ -580,7 +581,7 @@ func TestParkEndsWhenTheChainMayTakeAProbe(t *testing.T) {
 	pol.ParkBase, pol.ParkMax = time.Hour, time.Hour
 	h := New(b.store, b.gen, chain("m"), b.pub, b.log, pol, WithModelPolicy(ModelPolicy{Estimator: b.gen}))
 	b.srv.Outage("m", time.Hour)
-	b.task(t, "parked", func(d *store.Task) { d.Parks = 5 })
+	b.task(t, "parked", func(d *protocol.Task) { d.Parks = 5 })
 	start := time.Now()
 	h.Handle(context.Background(), msg("parked"))
 	got := b.get(t, "parked")

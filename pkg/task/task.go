@@ -183,7 +183,7 @@ const (
 const (
 	AttrTaskID = "task_id"
 	// AttrDeliveryEpoch, on a gemini-results nudge, is the epoch of the delivery lease the
-	// commit before it reserved for that nudge (store.Task.ReserveDelivery).
+	// commit before it reserved for that nudge (protocol.Task.ReserveDelivery).
 	AttrDeliveryEpoch = "delivery_epoch"
 	AttrTenant        = "tenant"
 	AttrFamily        = "family"

@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/console"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -85,9 +86,9 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 	testenv.Ready(t, base, 30*time.Second)
 
 	now := time.Now()
-	tk := &store.Task{ID: "t-run", Tenant: "acme", Family: "summarize", Input: "x", State: task.StateRunning, CreatedAt: now,
-		Error: &store.TaskError{Kind: task.KindTransient, Message: "overloaded"}}
-	tk.Notices = []store.Notice{{Stage: task.StageGeneration}}
+	tk := &protocol.Task{ID: "t-run", Tenant: "acme", Family: "summarize", Input: "x", State: task.StateRunning, CreatedAt: now,
+		Error: &protocol.TaskError{Kind: task.KindTransient, Message: "overloaded"}}
+	tk.Notices = []protocol.Notice{{Stage: task.StageGeneration}}
 	tk.Finish(task.StateDead, now)
 	if err := st.CreateTask(ctx, tk); err != nil {
 		t.Fatal(err)

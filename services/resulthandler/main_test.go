@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/emulator"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
@@ -65,7 +66,7 @@ func testRun(t *testing.T, mode string) { //nolint:thelper // the body of TestRu
 	defer pub.Close()
 	submit := func(id string) {
 		now := time.Now()
-		tk := &store.Task{ID: id, Tenant: "acme", Family: "summarize", Input: "x", CallbackURL: recv.URL(),
+		tk := &protocol.Task{ID: id, Tenant: "acme", Family: "summarize", Input: "x", CallbackURL: recv.URL(),
 			State: task.StateRunning, CreatedAt: now}
 		tk.Output, tk.OutputAt = "out", &now
 		tk.Finish(task.StateSucceeded, now)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/autoscale"
 	"github.com/genbox-dev/genbox/internal/autoscale/runtest"
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -156,9 +158,9 @@ func (s *sim) submit(t testing.TB, ids []string) {
 func (s *sim) create(t testing.TB, id string) {
 	t.Helper()
 	grace := time.Now().Add(time.Second)
-	doc := &store.Task{
+	doc := &protocol.Task{
 		ID: id, Tenant: "tenant-a", Family: "summarize", Variant: "default", Input: "The report " + id + " says little.",
-		State: task.StateQueued, Delivery: store.Delivery{State: task.DeliveryNone}, NudgeAt: &grace,
+		State: task.StateQueued, Delivery: protocol.Delivery{State: task.DeliveryNone}, NudgeAt: &grace,
 	}
 	if err := s.store.CreateTask(context.Background(), doc); err != nil {
 		t.Error(err)

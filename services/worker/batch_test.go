@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/firestore"
 
 	"github.com/genbox-dev/genbox/internal/bus"
@@ -47,7 +49,7 @@ func (s *stack) submitBatch(t *testing.T, runBefore time.Duration, ids ...string
 	ctx := context.Background()
 	for _, id := range ids {
 		grace := time.Now().Add(time.Second)
-		doc := &store.Task{
+		doc := &protocol.Task{
 			ID: id, Tenant: "tenant-a", Family: "summarize", Variant: "default", Input: "The nightly report " + id + " says little.",
 			State: task.StateQueued, CallbackURL: "https://app.example/hook", NudgeAt: &grace, Mode: task.ModeBatch,
 		}
@@ -268,7 +270,7 @@ func TestBatchTaskCancelledMidJob(t *testing.T) {
 	testenv.Start(t, run, s.batchEnv())
 	waitFor(t, "the tasks in a job", 30*time.Second, func() bool { return s.get(t, "mid-cancelled").InBatchJob() })
 	ctx := context.Background()
-	if _, err := s.store.MutateTask(ctx, "mid-cancelled", func(t *store.Task, now time.Time) error {
+	if _, err := s.store.MutateTask(ctx, "mid-cancelled", func(t *protocol.Task, now time.Time) error {
 		if !t.InBatchJob() {
 			return fmt.Errorf("task is %s", t.State)
 		}

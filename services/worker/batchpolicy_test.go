@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/genbox-dev/genbox/internal/bus"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/internal/quota"
 	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/internal/testenv"
@@ -67,13 +68,13 @@ func TestBatchTasksWaitWhenTheProjectBudgetIsSpent(t *testing.T) {
 	}
 	held := ids("project", 3)
 	s.holdForBatch(t, "tenant-a", shortInput, held...)
-	if err := s.store.CreateTask(ctx, &store.Task{
+	if err := s.store.CreateTask(ctx, &protocol.Task{
 		ID: "project-regenerated", Tenant: "tenant-a", Family: "summarize", Variant: "default", Input: "The nightly report says little.",
-		State: task.StateDead, Mode: task.ModeBatch, Error: &store.TaskError{Kind: task.KindTransient, Message: "attempts exhausted"},
+		State: task.StateDead, Mode: task.ModeBatch, Error: &protocol.TaskError{Kind: task.KindTransient, Message: "attempts exhausted"},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.store.MutateTask(ctx, "project-regenerated", func(t *store.Task, _ time.Time) error {
+	if _, err := s.store.MutateTask(ctx, "project-regenerated", func(t *protocol.Task, _ time.Time) error {
 		t.Regenerate() // what the dead letter's Regenerate does
 		return nil
 	}); err != nil {
@@ -216,7 +217,7 @@ func (s *stack) holdForBatch(t *testing.T, tenant string, input func(id string) 
 	t.Helper()
 	until := time.Now().Add(time.Hour)
 	for _, id := range ids {
-		if err := s.store.CreateTask(context.Background(), &store.Task{
+		if err := s.store.CreateTask(context.Background(), &protocol.Task{
 			ID: id, Tenant: tenant, Family: "summarize", Variant: "default", Input: input(id),
 			State: task.StateQueued, Mode: task.ModeBatch, BatchModel: "m", NotBefore: &until,
 		}); err != nil {

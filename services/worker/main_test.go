@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
@@ -86,7 +88,7 @@ func (s *stack) submit(t testing.TB, id string, nudge bool) {
 	t.Helper()
 	ctx := context.Background()
 	grace := time.Now().Add(time.Second)
-	doc := &store.Task{
+	doc := &protocol.Task{
 		ID: id, Tenant: "tenant-a", Family: "summarize", Variant: "default", Input: "The report " + id + " says little.",
 		State: task.StateQueued, CallbackURL: "https://app.example/hook", NudgeAt: &grace,
 	}
@@ -100,7 +102,7 @@ func (s *stack) submit(t testing.TB, id string, nudge bool) {
 	}
 }
 
-func (s *stack) get(t testing.TB, id string) *store.Task {
+func (s *stack) get(t testing.TB, id string) *protocol.Task {
 	t.Helper()
 	doc, err := s.store.GetTask(context.Background(), id)
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/bus"
 	"github.com/genbox-dev/genbox/internal/dlqnotifier"
 	"github.com/genbox-dev/genbox/internal/resulthandler"
@@ -268,7 +270,7 @@ func (s *stack) webhooksWithin(subs []submitted, last time.Time, bound time.Dura
 }
 
 // describe is what a stuck task's document says about why nobody carries it.
-func describe(d *store.Task) string {
+func describe(d *protocol.Task) string {
 	at := func(t *time.Time) string {
 		if t == nil {
 			return "-"

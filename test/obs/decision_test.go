@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/genbox-dev/genbox/internal/protocol"
+
 	"github.com/genbox-dev/genbox/internal/doubles"
 	"github.com/genbox-dev/genbox/internal/obs"
-	"github.com/genbox-dev/genbox/internal/store"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -28,7 +29,7 @@ func TestDeadAndRegeneratedAreCounted(t *testing.T) {
 	if v.State != task.StateDead {
 		t.Fatalf("task ended %v, want dead", v)
 	}
-	dlID := store.DeadLetterID(v.TaskID, task.StageGeneration, 0, 0)
+	dlID := protocol.DeadLetterID(v.TaskID, task.StageGeneration, 0, 0)
 	s.WaitDeadLetterPosted(t, ctx, dlID)
 	for r.tel.Sum(t, obs.MetricDeadLettersOpen, "stage=generation") != 1 {
 		if ctx.Err() != nil {

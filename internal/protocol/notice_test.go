@@ -1,9 +1,9 @@
-package store_test
+package protocol_test
 
 import (
 	"testing"
 
-	"github.com/genbox-dev/genbox/internal/store"
+	"github.com/genbox-dev/genbox/internal/protocol"
 	"github.com/genbox-dev/genbox/pkg/task"
 )
 
@@ -31,7 +31,7 @@ func TestParseDeadLetterID(t *testing.T) {
 		{"abc:generation:01:0", false, "", ""},
 		{"abc:generation:0:x", false, "", ""},
 	} {
-		id, n, err := store.ParseDeadLetterID(tc.in)
+		id, n, err := protocol.ParseDeadLetterID(tc.in)
 		if (err == nil) != tc.ok || id != tc.task || n.Event != tc.event {
 			t.Errorf("%q: task %q event %q, %v; want ok %v, task %q, event %q", tc.in, id, n.Event, err, tc.ok, tc.task, tc.event)
 		}
@@ -45,12 +45,12 @@ func TestParseDeadLetterID(t *testing.T) {
 // task.discarded of its Discard — name two dead letters; a notice's attributes carry its event.
 func TestDeliveryDeadLetterIDNamesTheEvent(t *testing.T) {
 	t.Parallel()
-	dead := store.Notice{Stage: task.StageDelivery, Event: task.EventID("t1", task.EventDead, 0)}
-	discarded := store.Notice{Stage: task.StageDelivery, Event: task.EventID("t1", task.EventDiscarded, 0)}
+	dead := protocol.Notice{Stage: task.StageDelivery, Event: task.EventID("t1", task.EventDead, 0)}
+	discarded := protocol.Notice{Stage: task.StageDelivery, Event: task.EventID("t1", task.EventDiscarded, 0)}
 	if a, b := dead.DeadLetterID("t1"), discarded.DeadLetterID("t1"); a == b {
 		t.Fatalf("both deliveries name dead letter %q", a)
 	}
-	back, err := store.NoticeOf(discarded.Attributes("t1"))
+	back, err := protocol.NoticeOf(discarded.Attributes("t1"))
 	if err != nil || !back.Announces(discarded) {
 		t.Errorf("notice from its attributes: %+v %v, want %+v", back, err, discarded)
 	}

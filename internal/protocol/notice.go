@@ -1,4 +1,4 @@
-package store
+package protocol
 
 import (
 	"errors"
@@ -26,7 +26,7 @@ func (n Notice) Attributes(taskID string) map[string]string {
 }
 
 // ErrBadNotice means a notice message's attributes do not name a dead letter.
-var ErrBadNotice = errors.New("store: bad notice attributes")
+var ErrBadNotice = errors.New("protocol: bad notice attributes")
 
 // NoticeOf reads the notice a message's attributes announce (the inverse of Attributes). A
 // delivery notice published before notices named their event has none.
@@ -78,7 +78,7 @@ func eventSuffix(taskID, eventID string) string {
 }
 
 // ErrBadDeadLetterID means a string is not a dead letter id.
-var ErrBadDeadLetterID = errors.New("store: bad dead letter id")
+var ErrBadDeadLetterID = errors.New("protocol: bad dead letter id")
 
 // ParseDeadLetterID splits a dead letter id into its task id and the notice it records: both
 // forms of Notice.DeadLetterID. Task ids may not contain ':'; the split is from the right all the
