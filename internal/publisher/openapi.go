@@ -155,6 +155,7 @@ func fieldRanges(c schemas) {
 	set("Task", "batch_job", "description", "The batch job (batch_jobs id) the task runs or ran in.")
 	set("TaskRequest", "stream", "description", "Stream the generation: GET /v1/tasks/{id}/events sends task.preview events with the text so far. Previews are never the stored output and never reach the webhook. Absent: false.")
 	set("Event", "type", "enum", strs(slices.Concat(webhookEvents, streamEvents)), "description", "The SSE event name: a webhook event type for a move into an end state, task.scheduled, task.queued, task.running, task.waiting, task.attempt, task.delivery, task.updated or task.preview. The SSE id is the task document's update time (none on a preview).")
+	set("Limits", "weight", "minimum", 0, "description", "The tenant's part of the worker pool's slots when tenants together want more than it holds: each gets slots in proportion to its weight, up to its concurrency; absent or 0: 1.")
 	set("Limits", "rpm", "minimum", 0, "description", "Model calls a minute, across every worker instance; absent or 0: no limit. A task over it waits, queued, with no attempt counted.")
 	set("Limits", "tpm", "minimum", 0, "description", "Model tokens (prompt plus output) a minute, across every worker instance, each call counted at its worst case until it answers; absent or 0: no limit.")
 	set("Usage", "cached_tokens", "description", "The part of prompt_tokens a context cache served (explicit or implicit), billed at the cached rate.")

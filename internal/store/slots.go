@@ -299,23 +299,16 @@ func (v TenantSlotsView) Share() float64 {
 // waiting for a slot (a count aggregation over the "awaiting-slot" index) and its cap. A read of
 // the count, of the tenant and one aggregation per tenant.
 func (s *Store) TenantSlots(ctx context.Context) ([]TenantSlotsView, error) {
-	snaps, err := s.FS.Collection(SlotsCollection).OrderBy(firestore.DocumentID, firestore.Asc).Documents(ctx).GetAll()
+	counts, err := s.SlotCounts(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("tenant slots: %w", err)
+		return nil, err
 	}
-	out := make([]TenantSlotsView, 0, len(snaps))
-	for _, snap := range snaps {
-		var d Slots
-		if err := snap.DataTo(&d); err != nil {
-			return nil, fmt.Errorf("decode slot count of tenant %s: %w", snap.Ref.ID, err)
+	out := make([]TenantSlotsView, 0, len(counts))
+	for _, c := range counts {
+		v := TenantSlotsView{Tenant: c.Tenant, Running: int64(c.Running)}
+		if v.Waiting, err = s.CountAwaitingSlot(ctx, v.Tenant); err != nil {
+			return nil, err
 		}
-		v := TenantSlotsView{Tenant: snap.Ref.ID, Running: int64(d.Running)}
-		q := s.Tasks().Where("tenant", "==", v.Tenant).Where("awaits_slot", "==", true)
-		res, err := q.NewAggregationQuery().WithCount("n").Get(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("tasks of %s awaiting a slot: %w", v.Tenant, err)
-		}
-		v.Waiting = countOf(res["n"])
 		switch t, err := s.GetTenant(ctx, v.Tenant); {
 		case err == nil:
 			v.Cap = t.Limits.Concurrency
