@@ -36,10 +36,11 @@ type shares struct {
 
 // WithFairShares divides the pool's slots between contending tenants by weight; instanceShare
 // is this instance's part of the pool (GENBOX_INSTANCE_SHARE: 1 / the instance count), until
-// SetInstanceShare changes it. It needs WithCapacity and WithTenantSlots, and RunFairShares.
+// SetInstanceShare changes it (outside (0, 1]: 1). It needs WithCapacity and WithTenantSlots,
+// and RunFairShares.
 func WithFairShares(instanceShare float64) Option {
 	return func(h *Handler) {
-		h.shares = &shares{allot: map[string]fairshare.Allotment{}, running: map[string]int{}}
+		h.shares = &shares{instanceShare: 1, allot: map[string]fairshare.Allotment{}, running: map[string]int{}}
 		h.SetInstanceShare(instanceShare)
 	}
 }
