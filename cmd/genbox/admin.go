@@ -20,7 +20,8 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 	var api apiFlags
 	api.register(fs, e, envAdminKey)
 	var lim task.Limits
-	fs.IntVar(&lim.Concurrency, "concurrency", 0, "tenant create/limits: tasks running at once per worker instance (0: no limit)")
+	fs.IntVar(&lim.Concurrency, "concurrency", 0, "tenant create/limits: tasks running at once across every worker instance (0: no limit)")
+	fs.IntVar(&lim.Weight, "weight", 0, "tenant create/limits: the tenant's part of the pool's slots when tenants contend for them (0: 1)")
 	fs.Float64Var(&lim.SubmitRate, "submit-rate", 0, "tenant create/limits: submissions per second (0: no limit)")
 	fs.IntVar(&lim.SubmitBurst, "submit-burst", 0, "tenant create/limits: submissions at once above the rate")
 	fs.Float64Var(&lim.DailyBudgetUSD, "daily-budget", 0, "tenant create/limits: soft daily spending limit in USD (0: the deployment's default, GENBOX_DEFAULT_DAILY_BUDGET_USD)")
@@ -44,7 +45,7 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 	limitsSet := false
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "concurrency", "submit-rate", "submit-burst", "daily-budget", "rpm", "tpm", "allowed-bucket":
+		case "concurrency", "weight", "submit-rate", "submit-burst", "daily-budget", "rpm", "tpm", "allowed-bucket":
 			limitsSet = true
 		}
 	})
@@ -64,7 +65,7 @@ func runAdmin(ctx context.Context, e env, args []string) error {
 			t, err = c.GetTenant(ctx, id)
 		default:
 			if !limitsSet {
-				return usageErr("tenant limits needs at least one of --concurrency, --submit-rate, --submit-burst, --daily-budget, --rpm, --tpm, --allowed-bucket")
+				return usageErr("tenant limits needs at least one of --concurrency, --weight, --submit-rate, --submit-burst, --daily-budget, --rpm, --tpm, --allowed-bucket")
 			}
 			t, err = c.SetLimits(ctx, id, lim)
 		}

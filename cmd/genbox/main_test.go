@@ -220,9 +220,9 @@ func TestAdminVerbs(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	env := cliEnv(s)
-	r := cli(t, env, "", "admin", "tenant", "create", "acme", "--concurrency", "3", "--text")
+	r := cli(t, env, "", "admin", "tenant", "create", "acme", "--concurrency", "3", "--weight", "2", "--text")
 	if r.code != exitOK || !strings.Contains(r.stdout, "whsec_") || !strings.Contains(r.stdout, "(shown once: keep it)") ||
-		!strings.Contains(r.stdout, "concurrency 3, ") {
+		!strings.Contains(r.stdout, "concurrency 3, ") || !strings.Contains(r.stdout, ", weight 2") {
 		t.Fatalf("tenant create: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
 	}
 	if r = cli(t, env, "", "admin", "tenant", "create", "acme"); r.code != exitRejected {

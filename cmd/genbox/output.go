@@ -122,6 +122,9 @@ func showTenant(w io.Writer, asJSON bool, t *task.Tenant) error {
 	limits := fmt.Sprintf("concurrency %s, %s, daily budget %s", orNone(l.Concurrency > 0, fmt.Sprint(l.Concurrency)),
 		orNone(l.SubmitRate > 0, fmt.Sprintf("%g submissions/s (burst %d)", l.SubmitRate, l.SubmitBurst)),
 		budgetOf(l.DailyBudgetUSD))
+	if l.Weight > 1 {
+		limits += fmt.Sprintf(", weight %d", l.Weight)
+	}
 	if l.RPM > 0 || l.TPM > 0 {
 		limits += fmt.Sprintf(", model quota %s rpm, %s tpm", orNone(l.RPM > 0, fmt.Sprint(l.RPM)), orNone(l.TPM > 0, fmt.Sprint(l.TPM)))
 	}

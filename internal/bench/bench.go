@@ -124,7 +124,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Mode, "mode", c.Mode, "run the workload on the standard tier, then as flex or batch tasks, and compare cost per task")
 	fs.Float64Var(&c.Shed, "shed", c.Shed, "with --mode flex: the fraction of flex requests the fake sheds")
 	fs.BoolVar(&c.ContextCache, "context-cache", c.ContextCache, "run seed 000's shape (9k-token shared prefix) with context caching off, then on, and compare cost")
-	fs.Func("tenants", `a multi-tenant workload: tenants separated by commas, each a name and colon-separated settings tasks=N, cap=N, after=DURATION, urgent=DURATION, alone (e.g. "bulk:tasks=1000:cap=10,small:tasks=10:cap=10:after=5s:alone"); --concurrency is then each worker instance's model-call slots`, func(v string) error {
+	fs.Func("tenants", `a multi-tenant workload: tenants separated by commas, each a name and colon-separated settings tasks=N, cap=N, weight=N, after=DURATION, urgent=DURATION, alone (e.g. "bulk:tasks=1000:cap=10,small:tasks=10:cap=10:after=5s:alone"); --concurrency is then each worker instance's model-call slots`, func(v string) error {
 		t, err := ParseTenants(v)
 		c.Tenants = t
 		return err

@@ -19,6 +19,7 @@ type tenantJSON struct {
 	Name               string  `json:"name"`
 	Tasks              int     `json:"tasks"`
 	Cap                int     `json:"cap"`
+	Weight             int     `json:"weight,omitempty"`
 	AfterSeconds       float64 `json:"after_seconds"`
 	Completed          int     `json:"completed"`
 	Lost               int     `json:"lost"`
@@ -30,6 +31,12 @@ type tenantJSON struct {
 	PeakCalls          int     `json:"peak_calls"`
 	UrgentStartSeconds float64 `json:"urgent_start_seconds,omitempty"`
 	AloneP50Seconds    float64 `json:"alone_p50_seconds,omitempty"`
+	// Share is its part of the calls' time while every backlog had tasks to run, ShareWant the
+	// fair-share rule's; TakeoverSeconds how long after the first backlog ended it held every
+	// slot it may (absent for that tenant, and when it never did).
+	Share           float64  `json:"slot_share,omitempty"`
+	ShareWant       float64  `json:"slot_share_want,omitempty"`
+	TakeoverSeconds *float64 `json:"takeover_seconds,omitempty"`
 }
 
 type workloadJSON struct {
@@ -127,6 +134,13 @@ func (r Report) MarshalJSON() ([]byte, error) {
 				P99Seconds: t.P99.Seconds(), PeakCalls: t.PeakCalls, AloneP50Seconds: t.AloneP50.Seconds()}
 			if t.Urgent > 0 {
 				tj.UrgentStartSeconds = t.UrgentStart.Seconds()
+			}
+			tj.Weight = t.Weight
+			if sh := r.Tenants.Shares; sh != nil {
+				tj.Share, tj.ShareWant = sh.Of[t.Name], sh.Want[t.Name]
+				if d, ok := sh.Takeover[t.Name]; ok {
+					tj.TakeoverSeconds = new(d.Seconds())
+				}
 			}
 			out.Tenants = append(out.Tenants, tj)
 		}

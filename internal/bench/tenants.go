@@ -22,6 +22,8 @@ type TenantLoad struct {
 	Name  string
 	Tasks int // tasks submitted in all
 	Cap   int // its concurrency limit; 0: none
+	// Weight is its part of the pool's slots when the tenants contend for them; 0: 1.
+	Weight int
 	// After is when its tasks are submitted, after the drain starts; 0: queued before it, with
 	// every other tenant's backlog.
 	After time.Duration
@@ -34,8 +36,8 @@ type TenantLoad struct {
 }
 
 // ParseTenants reads --tenants: tenants separated by commas, each a name followed by
-// colon-separated settings — tasks=N, cap=N, after=DURATION, urgent=DURATION, alone — e.g.
-// "bulk:tasks=1000:cap=10,small:tasks=10:cap=10:after=5s:alone".
+// colon-separated settings — tasks=N, cap=N, weight=N, after=DURATION, urgent=DURATION, alone —
+// e.g. "bulk:tasks=1000:cap=10,small:tasks=10:cap=10:after=5s:alone".
 func ParseTenants(s string) ([]TenantLoad, error) {
 	if s == "" {
 		return nil, nil
@@ -55,6 +57,8 @@ func ParseTenants(s string) ([]TenantLoad, error) {
 				t.Tasks, err = strconv.Atoi(v)
 			case "cap":
 				t.Cap, err = strconv.Atoi(v)
+			case "weight":
+				t.Weight, err = strconv.Atoi(v)
 			case "after":
 				t.After, err = time.ParseDuration(v)
 			case "urgent":
@@ -68,8 +72,8 @@ func ParseTenants(s string) ([]TenantLoad, error) {
 				return nil, fmt.Errorf("%w: --tenants: %s of %s: %w", ErrConfig, kv, t.Name, err)
 			}
 		}
-		if t.Tasks < 1 || t.Cap < 0 || t.After < 0 || t.Urgent < 0 {
-			return nil, fmt.Errorf("%w: --tenants: %s needs tasks >= 1 and cap, after, urgent >= 0", ErrConfig, t.Name)
+		if t.Tasks < 1 || t.Cap < 0 || t.Weight < 0 || t.After < 0 || t.Urgent < 0 {
+			return nil, fmt.Errorf("%w: --tenants: %s needs tasks >= 1 and cap, weight, after, urgent >= 0", ErrConfig, t.Name)
 		}
 		out = append(out, t)
 	}
@@ -82,10 +86,11 @@ type tenantCalls struct {
 	mu       sync.Mutex
 	tenantOf map[string]string // task id -> tenant
 	now, max map[string]int
+	spans    map[string][]span // each call, as the fake held it
 }
 
 func newTenantCalls() *tenantCalls {
-	return &tenantCalls{tenantOf: map[string]string{}, now: map[string]int{}, max: map[string]int{}}
+	return &tenantCalls{tenantOf: map[string]string{}, now: map[string]int{}, max: map[string]int{}, spans: map[string][]span{}}
 }
 
 func (c *tenantCalls) assign(id, tenant string) {
@@ -102,6 +107,8 @@ func (c *tenantCalls) start(id string, d time.Duration) {
 	tenant := c.tenantOf[id]
 	c.now[tenant]++
 	c.max[tenant] = max(c.max[tenant], c.now[tenant])
+	now := time.Now()
+	c.spans[tenant] = append(c.spans[tenant], span{start: now, end: now.Add(d)})
 	c.mu.Unlock()
 	time.AfterFunc(d, func() {
 		c.mu.Lock()
@@ -120,7 +127,7 @@ func (c *tenantCalls) peak(tenant string) int {
 func (s *stack) createTenants(ctx context.Context) error {
 	for _, t := range s.cfg.Tenants {
 		limits := store.DefaultLimits()
-		limits.Concurrency, limits.SubmitRate, limits.SubmitBurst = t.Cap, 0, 0
+		limits.Concurrency, limits.Weight, limits.SubmitRate, limits.SubmitBurst = t.Cap, t.Weight, 0, 0
 		if _, err := s.store.CreateTenant(ctx, t.Name, limits, s.secret); err != nil {
 			return err
 		}
@@ -162,6 +169,8 @@ type TenantsReport struct {
 	Tenants []TenantResult
 	// Run is the run as a whole: Firestore operations per task, billing, duplicates.
 	Run Result
+	// Shares is how the backlogs divided the slots, when two or more were queued at the start.
+	Shares *Shares
 }
 
 // runTenants runs cfg.Tenants through genbox and, for those that ask, each alone.
@@ -171,7 +180,7 @@ func runTenants(ctx context.Context, cfg Config, emu *emulator.Emulators, suffix
 	if rep.Warmup, err = warmUp(ctx, cfg, emu, suffix); err != nil {
 		return rep, err
 	}
-	if rep.Tenants, rep.Run, err = runTenantsOnce(ctx, cfg, emu, cfg.Project+"-tenants"+suffix); err != nil {
+	if rep.Tenants, rep.Run, rep.Shares, err = runTenantsOnce(ctx, cfg, emu, cfg.Project+"-tenants"+suffix); err != nil {
 		return rep, err
 	}
 	for i, t := range rep.Tenants {
@@ -181,7 +190,7 @@ func runTenants(ctx context.Context, cfg Config, emu *emulator.Emulators, suffix
 		alone := cfg
 		alone.Tenants = []TenantLoad{t.TenantLoad}
 		alone.Tenants[0].After = 0
-		res, _, err := runTenantsOnce(ctx, alone, emu, fmt.Sprintf("%s-alone%d%s", cfg.Project, i, suffix))
+		res, _, _, err := runTenantsOnce(ctx, alone, emu, fmt.Sprintf("%s-alone%d%s", cfg.Project, i, suffix))
 		if err != nil {
 			return rep, fmt.Errorf("%s alone: %w", t.Name, err)
 		}
@@ -197,16 +206,17 @@ type tenantTask struct {
 	submitted  time.Time // zero for a backlog's task: it counts from the drain's start
 }
 
-// runTenantsOnce runs cfg.Tenants once in project.
-func runTenantsOnce(ctx context.Context, cfg Config, emu *emulator.Emulators, project string) ([]TenantResult, Result, error) {
+// runTenantsOnce runs cfg.Tenants once in project, and measures the slots' shares when two or
+// more backlogs were queued at the start.
+func runTenantsOnce(ctx context.Context, cfg Config, emu *emulator.Emulators, project string) ([]TenantResult, Result, *Shares, error) {
 	s, err := newStack(cfg)
 	if err != nil {
-		return nil, Result{}, err
+		return nil, Result{}, nil, err
 	}
 	defer s.close()
 	s.lat.calls = newTenantCalls()
 	if err := s.startGenbox(ctx, emu, project); err != nil {
-		return nil, Result{}, err
+		return nil, Result{}, nil, err
 	}
 	var tasks []*tenantTask
 	for _, t := range cfg.Tenants {
@@ -272,7 +282,7 @@ func runTenantsOnce(ctx context.Context, cfg Config, emu *emulator.Emulators, pr
 	}
 	ops0, steps0 := s.counter.Counts(), s.counter.ByStep()
 	if err := submit(first); err != nil {
-		return nil, Result{}, fmt.Errorf("submit: %w", err)
+		return nil, Result{}, nil, fmt.Errorf("submit: %w", err)
 	}
 	bar := startProgress(cfg.Progress, "tenants", len(tasks))
 	defer bar.stop()
@@ -301,7 +311,7 @@ func runTenantsOnce(ctx context.Context, cfg Config, emu *emulator.Emulators, pr
 		case <-deadline.C:
 			timedOut = true
 		case <-ctx.Done():
-			return nil, Result{}, ctx.Err()
+			return nil, Result{}, nil, ctx.Err()
 		}
 		if timedOut {
 			break
@@ -309,16 +319,16 @@ func runTenantsOnce(ctx context.Context, cfg Config, emu *emulator.Emulators, pr
 	}
 	wg.Wait()
 	if lateErr != nil {
-		return nil, Result{}, fmt.Errorf("submit: %w", lateErr)
+		return nil, Result{}, nil, fmt.Errorf("submit: %w", lateErr)
 	}
 	time.Sleep(time.Second + 2*cfg.Latency)
 	if err := s.stopSystem(ctx); err != nil {
-		return nil, Result{}, err
+		return nil, Result{}, nil, err
 	}
 	idle, cancel := context.WithTimeout(ctx, 5*cfg.Latency+10*time.Second)
 	defer cancel()
 	if err := s.fake.WaitIdle(idle); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return nil, Result{}, err
+		return nil, Result{}, nil, err
 	}
 
 	run := Result{System: systemGenbox, Tasks: len(tasks), Publishes: s.pubs.counts()}
@@ -378,7 +388,11 @@ func runTenantsOnce(ctx context.Context, cfg Config, emu *emulator.Emulators, pr
 	run.ModelCalls, run.Generations = led.Total.Calls, led.Total.Generations
 	run.BilledTokens, run.NeededTokens = led.Total.Billed.TotalTokens, neededTokens(led)
 	run.Webhooks, run.Duplicates, _ = s.recv.Tally()
-	return out, run, nil
+	var sh *Shares
+	if m, ok := measureShares(cfg, s.lat.calls, start); ok {
+		sh = &m
+	}
+	return out, run, sh, nil
 }
 
 // urgentStart is how long after the first call of its tenant that ended after its submission
@@ -425,6 +439,9 @@ func (r TenantsReport) Print(w io.Writer) {
 		fmt.Fprintf(w, "%-10s %6s %4d %8s %10.1f %8.1f %7.3f %9s %9s %6d %10s %10s\n",
 			t.Name, fmt.Sprintf("%d/%d", t.Completed, tasks), t.Cap, dur(t.After), t.Throughput, t.Bound, t.Ratio(),
 			dur(t.P50), dur(t.P99), t.PeakCalls, urgent, alone)
+	}
+	if r.Shares != nil {
+		r.Shares.print(w, c.Tenants)
 	}
 	run := r.Run
 	p := run.PathOps()

@@ -57,7 +57,7 @@ func TestOverviewAndSpendShowWhatRan(t *testing.T) {
 		t.Errorf("overview's last hour does not count the 2 finished tasks:\n%s", body)
 	}
 	// The dev tenant is capped (concurrency 10): its two tasks took a slot each and gave it back.
-	slots := fmt.Sprintf(`<tr data-tenant="%s"><td>%s</td><td>0 / %d</td><td>0%%</td><td>0</td></tr>`,
+	slots := fmt.Sprintf(`<tr data-tenant="%s"><td>%s</td><td>0 / %d</td><td>0%%</td><td>0</td><td>1</td><td>0%%</td></tr>`,
 		devstack.DevTenant, devstack.DevTenant, store.DefaultLimits().Concurrency)
 	if !strings.Contains(body, slots) {
 		t.Errorf("overview lacks the dev tenant's slots row %s:\n%s", slots, body)

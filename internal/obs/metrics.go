@@ -92,6 +92,10 @@ type Metrics struct {
 	workerOnce sync.Once
 	workerInst *workerInstruments
 	workerErr  error
+
+	shareOnce sync.Once
+	shareInst *shareInstruments
+	shareErr  error
 }
 
 // NewMetrics creates every instrument on mp (otel.GetMeterProvider() after Setup; a

@@ -40,6 +40,9 @@ func checkLimits(prefix string, l task.Limits) error {
 	if l.Concurrency < 0 {
 		fs = append(fs, task.FieldError{Field: prefix + "concurrency", Detail: "must not be negative"})
 	}
+	if l.Weight < 0 {
+		fs = append(fs, task.FieldError{Field: prefix + "weight", Detail: "must not be negative"})
+	}
 	if l.SubmitRate < 0 || math.IsInf(l.SubmitRate, 0) {
 		fs = append(fs, task.FieldError{Field: prefix + "submit_rate", Detail: "must not be negative"})
 	}

@@ -67,15 +67,14 @@ func TestAdmin(t *testing.T) {
 		t.Fatalf("missing tenant: %v", err)
 	}
 	// Limits.
-	want := task.Limits{Concurrency: 3, SubmitRate: 5, SubmitBurst: 7, DailyBudgetUSD: 12.5, RPM: 120, TPM: 60_000}
+	want := task.Limits{Concurrency: 3, Weight: 3, SubmitRate: 5, SubmitBurst: 7, DailyBudgetUSD: 12.5, RPM: 120, TPM: 60_000}
 	if tn, err := e.admin.SetLimits(ctx, "initech", want); err != nil || !reflect.DeepEqual(tn.Limits, want) {
 		t.Fatalf("set limits: %+v %v", tn, err)
 	}
 	if _, err := e.admin.SetLimits(ctx, "initech", task.Limits{SubmitBurst: -1}); status(err) != 400 || !slices.Contains(fields(*p), "submit_burst") {
 		t.Fatalf("bad limits: %v", err)
 	}
-	for _, l := range []task.Limits{{RPM: -1}, {TPM: -1}} {
-		field := map[bool]string{true: "rpm", false: "tpm"}[l.RPM < 0]
+	for field, l := range map[string]task.Limits{"rpm": {RPM: -1}, "tpm": {TPM: -1}, "weight": {Weight: -1}} {
 		if _, err := e.admin.SetLimits(ctx, "initech", l); status(err) != 400 || !slices.Contains(fields(*p), field) {
 			t.Fatalf("%s negative: %v", field, err)
 		}

@@ -305,6 +305,11 @@ type TenantSlotsView struct {
 	Tenant           string
 	Running, Waiting int64
 	Cap              int
+	// Weight is its part of the pool's slots when tenants contend for them (at least 1), and
+	// InUse its part of the slots every tenant's tasks hold now, between 0 and 1: under
+	// contention, InUse follows the tenants' weights (docs/capacity.md#fair-shares).
+	Weight int
+	InUse  float64
 }
 
 // Share is the part of its cap the tenant runs, between 0 and 1 (0 without a cap).
@@ -316,33 +321,34 @@ func (v TenantSlotsView) Share() float64 {
 }
 
 // TenantSlots lists every tenant that has had a slot count, by tenant id: its count, the tasks
-// waiting for a slot (a count aggregation over the "awaiting-slot" index) and its cap. A read of
-// the count, of the tenant and one aggregation per tenant.
+// waiting for a slot (a count aggregation over the "awaiting-slot" index), its cap and weight,
+// and its part of the slots held. A read of the count, of the tenant and one aggregation per
+// tenant.
 func (s *Store) TenantSlots(ctx context.Context) ([]TenantSlotsView, error) {
-	snaps, err := s.FS.Collection(SlotsCollection).OrderBy(firestore.DocumentID, firestore.Asc).Documents(ctx).GetAll()
+	counts, err := s.SlotCounts(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("tenant slots: %w", err)
+		return nil, err
 	}
-	out := make([]TenantSlotsView, 0, len(snaps))
-	for _, snap := range snaps {
-		var d Slots
-		if err := snap.DataTo(&d); err != nil {
-			return nil, fmt.Errorf("decode slot count of tenant %s: %w", snap.Ref.ID, err)
+	out := make([]TenantSlotsView, 0, len(counts))
+	var held int64
+	for _, c := range counts {
+		v := TenantSlotsView{Tenant: c.Tenant, Running: int64(c.Running), Weight: 1}
+		if v.Waiting, err = s.CountAwaitingSlot(ctx, v.Tenant); err != nil {
+			return nil, err
 		}
-		v := TenantSlotsView{Tenant: snap.Ref.ID, Running: int64(d.Running)}
-		q := s.Tasks().Where("tenant", "==", v.Tenant).Where("awaits_slot", "==", true)
-		res, err := q.NewAggregationQuery().WithCount("n").Get(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("tasks of %s awaiting a slot: %w", v.Tenant, err)
-		}
-		v.Waiting = countOf(res["n"])
 		switch t, err := s.GetTenant(ctx, v.Tenant); {
 		case err == nil:
-			v.Cap = t.Limits.Concurrency
+			v.Cap, v.Weight = t.Limits.Concurrency, max(t.Limits.Weight, 1)
 		case !errors.Is(err, ErrNotFound):
 			return nil, err
 		}
 		out = append(out, v)
+		held += v.Running
+	}
+	for i := range out {
+		if held > 0 {
+			out[i].InUse = float64(out[i].Running) / float64(held)
+		}
 	}
 	return out, nil
 }

@@ -16,7 +16,7 @@ import (
 
 // A task write that names the tenant's slot count commits both, each conditioned on its read:
 // a count changed since is not overwritten. TenantSlots shows each capped tenant's count, its
-// tasks waiting for a slot and its cap.
+// tasks waiting for a slot, its cap and weight, and its part of the slots held.
 func TestSlotCountCommitsWithTheTask(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
@@ -48,11 +48,26 @@ func TestSlotCountCommitsWithTheTask(t *testing.T) {
 	if err := take(stale); err == nil {
 		t.Fatal("a count write conditioned on a stale read was committed")
 	}
+	// A second tenant, of weight 3, holds three slots: three quarters of those held.
+	limits.Weight = 3
+	if _, err := s.CreateTenant(ctx, "heavy", limits, "whsec_h"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateTask(ctx, &protocol.Task{ID: "h", Tenant: "heavy", State: task.StateQueued}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MutateTaskWith(ctx, &protocol.Task{ID: "h"}, func(t *protocol.Task, _ time.Time) ([]store.Write, error) {
+		t.State, t.Slot = task.StateRunning, true
+		return []store.Write{store.CountWrite(store.SlotCount{Tenant: "heavy"}, +3)}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	got, err := s.TenantSlots(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []store.TenantSlotsView{{Tenant: "acme", Running: 1, Waiting: 2, Cap: 3}}
+	want := []store.TenantSlotsView{{Tenant: "acme", Running: 1, Waiting: 2, Cap: 3, Weight: 1, InUse: 0.25},
+		{Tenant: "heavy", Running: 3, Cap: 3, Weight: 3, InUse: 0.75}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("TenantSlots (-want +got):\n%s", diff)
 	}

@@ -16,8 +16,11 @@ import (
 
 // Limits are a tenant's quotas. A zero value means "no limit" for that quota.
 type Limits struct {
-	// Concurrency caps the tenant's tasks running at once per worker instance.
+	// Concurrency caps the tenant's tasks running at once across every worker instance.
 	Concurrency int `firestore:"concurrency" json:"concurrency"`
+	// Weight is the tenant's part of the worker pool's slots when tenants together want more
+	// than the pool holds (fairshare.Allot); 0 counts as 1.
+	Weight int `firestore:"weight" json:"weight,omitempty"`
 	// SubmitRate is the sustained submissions per second the publisher accepts.
 	SubmitRate float64 `firestore:"submit_rate" json:"submit_rate"`
 	// SubmitBurst is how many submissions may arrive at once above SubmitRate.

@@ -114,7 +114,7 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 		mp.ContextCaches = NewContextCaches(in.Store, gen, cfg.Gemini.Pricing, cfg.ContextTTL, cfg.Gemini.InstanceShare, cfg.Instance, in.Metrics, mp.Budgets)
 	}
 	opts := []Option{WithModelPolicy(mp), WithMetrics(in.Metrics), WithCapacity(cfg.Concurrency, cfg.ClaimAhead, cfg.MaxInFlight),
-		WithTenantSlots(cfg.TenantWaitMax)}
+		WithTenantSlots(cfg.TenantWaitMax), WithFairShares(cfg.Gemini.InstanceShare)}
 	if in.Objects != nil {
 		opts = append(opts, WithFiles(Files{Copier: gen, Objects: in.Objects, Margin: DefaultCopyMargin}))
 	}
@@ -156,6 +156,7 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 			breakers.Run,
 			func(ctx context.Context) { _ = sw.Run(ctx) },
 			bt.Run,
+			h.RunFairShares,
 			firer.Run,
 			rerun.NewPacer(in.Store, in.Publisher, s.prompts, mp.Tenants, s.rerun, cfg.Instance, log.With("component", "rerun")).Run,
 			func(ctx context.Context) { FlushSpend(ctx, log, mp.Budgets, cfg.TenantRefresh) },
@@ -169,7 +170,8 @@ func Assemble(ctx context.Context, s Settings, in Infra) (*Assembly, error) {
 		}
 		alog := log.With("component", "autoscaler")
 		ctrl := autoscale.NewController(cfg.Autoscale, in.Store, pool, cfg.Instance, alog)
-		a.gate = autoscale.NewMember(cfg.Autoscale, in.Store.FS, cfg.Instance, h.Load, gen.SetInstanceShare, alog).Gate
+		a.gate = autoscale.NewMember(cfg.Autoscale, in.Store.FS, cfg.Instance, h.Load,
+			func(share float64) { gen.SetInstanceShare(share); h.SetInstanceShare(share) }, alog).Gate
 		a.Background = append(a.Background, func(ctx context.Context) { ctrl.Run(ctx); _ = pool.Close() })
 	}
 	if cfg.DrillEvery > 0 {

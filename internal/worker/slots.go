@@ -226,13 +226,13 @@ func (s *slots) pooled(t *protocol.Task) {
 	ts.add(t.Clone())
 }
 
-// capOf is tenant's concurrency cap; 0: none.
+// capOf is tenant's concurrency cap, or its share of the pool when lower (fairshare.go); 0: none.
 func (h *Handler) capOf(ctx context.Context, tenant string) (int, error) {
 	l, err := h.limits(ctx, tenant)
 	if err != nil {
 		return 0, err
 	}
-	return max(l.Concurrency, 0), nil
+	return h.shares.shareCap(tenant, max(l.Concurrency, 0)), nil
 }
 
 // admitsTenant reports whether a claim of a task of tenant may take one of its slots: the tenant
@@ -307,20 +307,24 @@ type handoff struct {
 
 // passSlot is the worker's part of a slot holder's write: a task that holds a slot and no longer
 // runs gives it up to its tenant's next waiting task, claimed for this instance in the same
-// commit; when none waits or this instance takes no work, the store gives it back to the count
-// in that commit (protocol.settleSlot), as for every other path that ends a run.
+// commit; when none waits, this instance takes no work or the tenant runs more than its share of
+// the pool (fairshare.go), the store gives it back to the count in that commit
+// (store.settleSlot), as for every other path that ends a run.
 func (h *Handler) passSlot(ctx context.Context, t *protocol.Task, now time.Time, ho *handoff) ([]store.Write, error) {
 	if !t.Slot || t.State == task.StateRunning {
 		return nil, nil
 	}
 	t.Slot = false
-	ho.freed = true // unless handed on below: the store frees it (protocol.settleSlot)
+	ho.freed = true // unless handed on below: the store frees it (store.settleSlot)
 	if h.slots == nil {
 		return nil, nil
 	}
 	limit, err := h.capOf(ctx, t.Tenant)
 	if err != nil {
 		return nil, err
+	}
+	if limit > 0 && h.shares.over(t.Tenant) {
+		return nil, nil
 	}
 	for limit > 0 {
 		next, err := h.nextWaiting(ctx, t.Tenant)

@@ -95,6 +95,9 @@ type Handler struct {
 	// slots is this instance's side of its tenants' concurrency slots; nil: tenants' caps are
 	// not applied (WithTenantSlots).
 	slots *slots
+	// shares divides the pool between contending tenants by weight; nil: each keeps its own
+	// cap (WithFairShares).
+	shares *shares
 	// local runs the tasks a slot was handed to in this instance; nil: none is (NewLocal).
 	local *Local
 	// room bounds the tasks in hand, claimed and calling the model, whether their nudge came

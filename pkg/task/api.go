@@ -118,7 +118,10 @@ func (e StreamEvent) Final() bool {
 
 // Limits are a tenant's quotas; zero means no limit.
 type Limits struct {
-	Concurrency    int     `json:"concurrency"`
+	Concurrency int `json:"concurrency"`
+	// Weight is the tenant's part of the worker pool's slots when tenants together want more
+	// than it holds: each gets slots in proportion to its weight; absent or 0: 1.
+	Weight         int     `json:"weight,omitempty"`
 	SubmitRate     float64 `json:"submit_rate"`
 	SubmitBurst    int     `json:"submit_burst"`
 	DailyBudgetUSD float64 `json:"daily_budget_usd"`
