@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,7 +111,7 @@ func TestTenantRateRetryTakesItsOwnCall(t *testing.T) {
 // Gemini: its own Firestore client, Gemini client, tenant limits, budgets and TenantRates (whose
 // limits count per window, its unused allowance given back every sixth of it, as
 // GENBOX_TENANT_REFRESH is of a minute), and its own Handler.
-func (b *bundle) rateInstance(tb testing.TB, owner string, window time.Duration) *Handler {
+func (b *bundle) rateInstance(tb testing.TB, owner string, window time.Duration, leases *leaseCount) *Handler {
 	tb.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	st := store.New(testenv.Firestore(tb, b.project))
@@ -119,7 +120,7 @@ func (b *bundle) rateInstance(tb testing.TB, owner string, window time.Duration)
 	mp := ModelPolicy{
 		Estimator: gen, Tenants: NewTenantCache(st, time.Minute),
 		Budgets: quota.NewBudgets(st, time.Now, time.Minute), BudgetPolicy: quota.BudgetWait, BudgetRetry: time.Hour,
-		Rates: quota.NewTenantRates(st, time.Now, window),
+		Rates: quota.NewTenantRates(leases.of(st), time.Now, window),
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); FlushRates(ctx, b.log, mp.Rates, window/6) }()
@@ -127,12 +128,31 @@ func (b *bundle) rateInstance(tb testing.TB, owner string, window time.Duration)
 	return New(st, gen, chain("m"), b.pub, b.log.With("owner", owner), policy(owner), WithModelPolicy(mp))
 }
 
+// leaseCount counts the transactions of the RateStores it wraps: a lease or a giving back, each
+// one read and one write of the tenant's document.
+type leaseCount struct{ n atomic.Int64 }
+
+func (c *leaseCount) of(s quota.RateStore) quota.RateStore { return countedRates{s, c} }
+
+type countedRates struct {
+	quota.RateStore
+	c *leaseCount
+}
+
+func (s countedRates) LeaseRate(ctx context.Context, l quota.RateLease) (quota.RateGrant, error) {
+	s.c.n.Add(1)
+	return s.RateStore.LeaseRate(ctx, l)
+}
+
 // rpmDrain is what a drain of a backlog under an rpm measured at the fake.
 type rpmDrain struct {
 	window      time.Duration
 	limit, most int           // the limit per window, and the most calls a window held
+	least       int           // the fewest calls a window inside the drain held
 	starts      []time.Time   // when each billed call reached the fake, in order
 	span        time.Duration // from the first call to the last
+	handBacks   int64         // the tasks' nudges that ended with the task handed back
+	leases      int64         // the instances' transactions of the tenant's rate document
 }
 
 // held is the rate the backlog ran at over its span, as a part of the limit.
@@ -156,7 +176,9 @@ func drainAtRPM(tb testing.TB) rpmDrain {
 	)
 	b := setup(tb, 20*time.Millisecond)
 	b.tenant(tb, "tenant-r", store.Limits{RPM: limit})
-	hs := []*Handler{b.rateInstance(tb, "w1", window), b.rateInstance(tb, "w2", window)}
+	var leases leaseCount
+	hs := []*Handler{b.rateInstance(tb, "w1", window, &leases), b.rateInstance(tb, "w2", window, &leases)}
+	var nudges atomic.Int64
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("r-%03d", i)
@@ -172,6 +194,7 @@ func drainAtRPM(tb testing.TB) rpmDrain {
 		wg.Go(func() {
 			for h := hs[i%2]; time.Now().Before(giveUp); h = hs[0] {
 				h.Handle(ctx, tenantMsg(id, "tenant-r"))
+				nudges.Add(1)
 				d, err := b.store.GetTask(ctx, id)
 				switch {
 				case err != nil:
@@ -190,7 +213,7 @@ func drainAtRPM(tb testing.TB) rpmDrain {
 		})
 	}
 	wg.Wait()
-	d := rpmDrain{window: window, limit: limit}
+	d := rpmDrain{window: window, limit: limit, handBacks: nudges.Load() - n, leases: leases.n.Load()}
 	for _, bill := range b.srv.Ledger().Bills {
 		d.starts = append(d.starts, bill.Started)
 	}
@@ -198,9 +221,13 @@ func drainAtRPM(tb testing.TB) rpmDrain {
 	if len(d.starts) != n {
 		tb.Fatalf("%d calls billed for %d tasks, want one each", len(d.starts), n)
 	}
+	d.least = n
 	for i, a := range d.starts {
 		j, _ := slices.BinarySearchFunc(d.starts, a.Add(window), time.Time.Compare)
 		d.most = max(d.most, j-i)
+		if !a.Add(window).After(d.starts[n-1]) {
+			d.least = min(d.least, j-i)
+		}
 	}
 	d.span = d.starts[n-1].Sub(d.starts[0])
 	return d
@@ -221,7 +248,9 @@ func TestTenantRPMAcrossTwoWorkers(t *testing.T) {
 }
 
 // BenchmarkTenantRPMAcrossTwoWorkers reports, per drain of drainAtRPM, the rate the backlog ran
-// at over its span and the fullest window, each as a part of the limit.
+// at over its span and the fullest window, each as a part of the limit, the times a task was
+// handed back, and the transactions (a read and a write each) on the tenant's rate document per
+// call.
 func BenchmarkTenantRPMAcrossTwoWorkers(b *testing.B) {
 	var d rpmDrain
 	for b.Loop() {
@@ -229,4 +258,7 @@ func BenchmarkTenantRPMAcrossTwoWorkers(b *testing.B) {
 	}
 	b.ReportMetric(d.held(), "held/limit")
 	b.ReportMetric(float64(d.most)/float64(d.limit), "max-window/limit")
+	b.ReportMetric(float64(d.least)/float64(d.limit), "min-window/limit")
+	b.ReportMetric(float64(d.handBacks)/float64(len(d.starts)), "hand-backs/task")
+	b.ReportMetric(float64(d.leases)/float64(len(d.starts)), "lease-txns/call")
 }
