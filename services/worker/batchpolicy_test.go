@@ -107,27 +107,7 @@ func TestBatchTasksWaitWhenTheProjectBudgetIsSpent(t *testing.T) {
 // backlog, older than another tenant's tasks, does not keep those out of the first job.
 func TestBatchTasksHeldToTheTenantsCap(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, 0)
-	s.store.Secrets = testenv.Secrets()
-	if _, err := s.store.CreateTenant(context.Background(), "tenant-a", store.Limits{Concurrency: 2}, "whsec"); err != nil {
-		t.Fatal(err)
-	}
-	s.fake.SetBatchPlan("m", geminitest.BatchPlan{Running: 300 * time.Millisecond})
-	capped, other := ids("capped", 6), ids("other", 2)
-	s.holdForBatch(t, "tenant-a", shortInput, capped...)
-	s.holdForBatch(t, "tenant-b", shortInput, other...)
-	testenv.Start(t, run, s.batchEnv("GENBOX_BATCH_MAX_TASKS", "3"))
-	tasks := append(capped, other...)
-	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
-	s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
-	jobs := s.batchJobs(t)
-	inFirst := map[string]int{}
-	for _, m := range jobs[0].Members {
-		inFirst[m.Tenant]++
-	}
-	if want := map[string]int{"tenant-a": 2, "tenant-b": 1}; !maps.Equal(inFirst, want) {
-		t.Errorf("the first job holds %v tasks by tenant, want %v: tenant-a's two under its cap, then tenant-b's", inFirst, want)
-	}
+	_, jobs := runLimitedBatch(t, store.Limits{Concurrency: 2}, "under its cap")
 	// When each job was created, tenant-a's tasks in the jobs still open — it among them — were
 	// within its cap.
 	for _, j := range jobs {
@@ -151,29 +131,8 @@ func TestBatchTasksHeldToTheTenantsCap(t *testing.T) {
 // is its own).
 func TestBatchTasksHeldToTheTenantsTPM(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, 0)
-	ctx := context.Background()
-	s.store.Secrets = testenv.Secrets()
 	const tpm = 2500
-	if _, err := s.store.CreateTenant(ctx, "tenant-a", store.Limits{TPM: tpm}, "whsec"); err != nil {
-		t.Fatal(err)
-	}
-	s.fake.SetBatchPlan("m", geminitest.BatchPlan{Running: 300 * time.Millisecond})
-	limited, other := ids("tpm", 6), ids("other", 2)
-	s.holdForBatch(t, "tenant-a", shortInput, limited...)
-	s.holdForBatch(t, "tenant-b", shortInput, other...)
-	testenv.Start(t, run, s.batchEnv("GENBOX_BATCH_MAX_TASKS", "3"))
-	tasks := append(limited, other...)
-	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
-	s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
-	jobs := s.batchJobs(t)
-	inFirst := map[string]int{}
-	for _, m := range jobs[0].Members {
-		inFirst[m.Tenant]++
-	}
-	if want := map[string]int{"tenant-a": 2, "tenant-b": 1}; !maps.Equal(inFirst, want) {
-		t.Errorf("the first job holds %v tasks by tenant, want %v: tenant-a's two within its tpm, then tenant-b's", inFirst, want)
-	}
+	s, jobs := runLimitedBatch(t, store.Limits{TPM: tpm}, "within its tpm")
 	for _, j := range jobs {
 		var held int64
 		for _, k := range jobs {
@@ -192,9 +151,39 @@ func TestBatchTasksHeldToTheTenantsTPM(t *testing.T) {
 			t.Errorf("when batch job %s was created, tenant-a's tasks in open jobs held %d tokens, over its tpm of %d", j.ID, held, tpm)
 		}
 	}
-	if _, err := s.store.FS.Collection(store.TenantRatesCollection).Doc("tenant-a").Get(ctx); status.Code(err) != codes.NotFound {
+	if _, err := s.store.FS.Collection(store.TenantRatesCollection).Doc("tenant-a").Get(context.Background()); status.Code(err) != codes.NotFound {
 		t.Errorf("tenant-a's online rate window: %v, want none: batch requests are not taken from it", err)
 	}
+}
+
+// runLimitedBatch runs six batch-mode tasks of tenant-a, whose limits are l, and two of tenant-b
+// through a worker making jobs of three, and checks every task is billed once at the batch price
+// and the first job holds two of tenant-a's tasks (what l allows it), then one of tenant-b's: an
+// older backlog does not keep another tenant out. It returns the stack and the jobs made.
+func runLimitedBatch(t *testing.T, l store.Limits, allows string) (*stack, []*store.BatchJob) {
+	t.Helper()
+	s := newStack(t, 0)
+	s.store.Secrets = testenv.Secrets()
+	if _, err := s.store.CreateTenant(context.Background(), "tenant-a", l, "whsec"); err != nil {
+		t.Fatal(err)
+	}
+	s.fake.SetBatchPlan("m", geminitest.BatchPlan{Running: 300 * time.Millisecond})
+	limited, other := ids("limited", 6), ids("other", 2)
+	s.holdForBatch(t, "tenant-a", shortInput, limited...)
+	s.holdForBatch(t, "tenant-b", shortInput, other...)
+	testenv.Start(t, run, s.batchEnv("GENBOX_BATCH_MAX_TASKS", "3"))
+	tasks := append(limited, other...)
+	s.waitState(t, time.Minute, task.StateSucceeded, tasks...)
+	s.checkBilledOnce(t, geminitest.TierBatch, tasks...)
+	jobs := s.batchJobs(t)
+	inFirst := map[string]int{}
+	for _, m := range jobs[0].Members {
+		inFirst[m.Tenant]++
+	}
+	if want := map[string]int{"tenant-a": 2, "tenant-b": 1}; !maps.Equal(inFirst, want) {
+		t.Errorf("the first job holds %v tasks by tenant, want %v: tenant-a's two %s, then tenant-b's", inFirst, want, allows)
+	}
+	return s, jobs
 }
 
 // members counts the tasks of tenant in job j.
