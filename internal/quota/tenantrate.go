@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -105,12 +106,12 @@ const RateSlots = 60
 // finding those whose not_before passed, and a slot's share alone would leave the others' unused.
 const RateBurst = 10
 
-// TenantRates enforces tenants' rpm and tpm across instances: each instance leases the room a
-// tenant's window has (up to a burst) from the RateStore, one transaction per lease, and spends
-// it locally; a
-// call's unused tokens are given back to the instance's allowance (or, the slot over, to the store
-// with the next lease or Flush). Every leased amount counts against the window until given back, so the
-// instances together never pass the limit in any window. Safe for concurrent use.
+// TenantRates enforces tenants' rpm and tpm across instances: each instance leases room in a
+// tenant's window (what its calls asking need, up to a burst) from the RateStore, one transaction
+// per lease, and spends it locally; a call's unused tokens are given back to the instance's
+// allowance (or, the slot over, to the store with the next lease or Flush). Every leased amount
+// counts against the window until given back, so the instances together never pass the limit in
+// any window. Safe for concurrent use.
 type TenantRates struct {
 	store  RateStore
 	now    func() time.Time
@@ -132,6 +133,9 @@ type tenantRate struct {
 	// lease is tried before then. next is the time the next refused call is told to come back:
 	// refused calls are spread at the limit's pace from roomAt, not all sent back at once.
 	roomAt, next time.Time
+	lat          time.Duration // how long the last lease took to answer
+	waiting      int           // refused calls waiting in process for roomAt (TakeOrWait)
+	asking       atomic.Int64  // calls in take, waiting for mu or for room in process
 }
 
 // NewTenantRates returns TenantRates over store whose limits count per window (time.Minute for
@@ -151,9 +155,40 @@ type RateHold struct {
 
 // Take takes one request and tokens, a call's worst case, from tenant's allowance under limit.
 // A nil hold and a zero time mean no limit applies. When there is no room it returns a nil hold
-// and when the call should try again; ErrRateTooLarge when tokens alone pass the tpm; the
-// store's error when a lease fails.
+// and when the call should try again, refused calls spread at the limit's pace; ErrRateTooLarge
+// when tokens alone pass the tpm; the store's error when a lease fails.
 func (r *TenantRates) Take(ctx context.Context, tenant string, limit Rate, tokens int64) (*RateHold, time.Time, error) {
+	return r.take(ctx, tenant, limit, tokens, sendBack, nil, nil)
+}
+
+// TakeOrWait is Take for a caller that can wait in process for room. When there is none but it
+// opens within a burst (RateBurst slots) and fewer of the tenant's calls than a lease can grant
+// wait so on this instance, it waits for it: pause before, resume after (false calls the take
+// off: ErrRateWaitOff), until ctx ends, and asks again. The calls waiting so ask again together
+// when room opens and count in the lease the first makes (lease), so that it is spent whole in
+// the slot it counts in, where refused calls sent back would reach the limiter one by one.
+// Otherwise it is Take.
+func (r *TenantRates) TakeOrWait(ctx context.Context, tenant string, limit Rate, tokens int64, pause func(), resume func() bool) (*RateHold, time.Time, error) {
+	return r.take(ctx, tenant, limit, tokens, waitNear, pause, resume)
+}
+
+// ErrRateWaitOff means a call waiting in process for its tenant's room was called off by its
+// caller (TakeOrWait's resume).
+var ErrRateWaitOff = errors.New("quota: the wait for the tenant's rate was called off")
+
+// refusal is what a refused call does: sent back at the limit's pace (Take), waiting in process
+// when room is near (TakeOrWait), or waiting in process until room opens whenever that is (Wait).
+type refusal int
+
+const (
+	sendBack refusal = iota
+	waitNear
+	waitAlways
+)
+
+// take is Take, a refused call doing as how says; one waiting near (waitNear) calls pause and
+// resume around its wait, and is counted among those waiting until it has asked again.
+func (r *TenantRates) take(ctx context.Context, tenant string, limit Rate, tokens int64, how refusal, pause func(), resume func() bool) (*RateHold, time.Time, error) {
 	if limit.None() {
 		return nil, time.Time{}, nil
 	}
@@ -162,45 +197,83 @@ func (r *TenantRates) Take(ctx context.Context, tenant string, limit Rate, token
 	}
 	need := RateUse{Requests: 1, Tokens: tokens}
 	tr := r.tenant(tenant)
+	tr.asking.Add(1)
+	defer tr.asking.Add(-1)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	now := r.now()
-	slot := r.slotOf(now)
+	waiting := false
+	defer func() {
+		if waiting {
+			tr.waiting--
+		}
+	}()
 	if tr.limit != limit {
 		tr.giveBack(tr.slot, tr.free)
 		tr.free, tr.limit, tr.roomAt, tr.next = RateUse{}, limit, time.Time{}, time.Time{}
 	}
-	if tr.slot != slot {
-		tr.giveBack(tr.slot, tr.free)
-		tr.free, tr.slot = RateUse{}, slot
-	}
-	if !tr.free.covers(need, limit) {
-		if now.Before(tr.roomAt) {
-			return nil, tr.later(now, limit, need, r.window+r.slot), nil
+	for leases := 0; ; {
+		now := r.now()
+		cur := r.callSlot(now)
+		if tr.slot < cur {
+			tr.giveBack(tr.slot, tr.free)
+			tr.free, tr.slot = RateUse{}, cur
 		}
-		for tries := 1; ; tries++ {
-			if err := r.lease(ctx, tenant, tr, slot, need); err != nil {
+		switch {
+		case tr.free.covers(need, limit) && r.slotOf(now) == tr.slot:
+			return tr.spend(r, limit, need, now), time.Time{}, nil
+		case tr.free.covers(need, limit):
+			// Leased for a slot about to start (lease, or the end of a slot: callSlot): wait
+			// for it, letting others take too.
+			if err := tr.unlocked(func() error { return r.sleep(ctx, r.slotStart(tr.slot)) }); err != nil {
 				return nil, time.Time{}, err
 			}
-			// A lease that answered after its slot ended granted room in that slot, where a
-			// call made now would not count: the room is given back, and asked for again in the
-			// slot it is now.
-			now = r.now()
-			cur := r.slotOf(now)
-			if cur == slot {
-				break
+			continue
+		case now.Before(tr.roomAt) || leases == leaseTries:
+			room := r.slotStart(cur + 1)
+			if tr.roomAt.After(room) {
+				room = tr.roomAt
 			}
-			tr.giveBack(slot, tr.free)
-			tr.free, tr.slot, slot = RateUse{}, cur, cur
-			if tries == leaseTries {
+			switch {
+			case how == waitAlways:
+				return nil, room, nil
+			case how != waitNear || room.Sub(now) > RateBurst*r.slot || (!waiting && int64(tr.waiting) >= burstCalls(limit, need)):
 				return nil, tr.later(now, limit, need, r.window+r.slot), nil
 			}
+			if !waiting {
+				waiting = true
+				tr.waiting++
+			}
+			err := tr.unlocked(func() error {
+				pause()
+				err := r.sleep(ctx, room)
+				if resumed := resume(); err == nil && !resumed {
+					err = ErrRateWaitOff
+				}
+				return err
+			})
+			if err != nil {
+				return nil, time.Time{}, err
+			}
+			leases = 0
+			continue
 		}
-		if !tr.free.covers(need, limit) {
-			return nil, tr.later(now, limit, need, r.window+r.slot), nil
+		leases++
+		if err := r.lease(ctx, tenant, tr, now, need); err != nil {
+			return nil, time.Time{}, err
 		}
 	}
-	took := RateUse{Requests: min(need.Requests, tr.free.Requests), Tokens: min(need.Tokens, tr.free.Tokens)}
+}
+
+// unlocked runs fn with tr.mu, held, unlocked.
+func (tr *tenantRate) unlocked(fn func() error) error {
+	tr.mu.Unlock()
+	defer tr.mu.Lock()
+	return fn()
+}
+
+// spend takes need from what is free in the current slot; tr.mu is held.
+func (tr *tenantRate) spend(r *TenantRates, limit Rate, need RateUse, now time.Time) *RateHold {
+	took := need
 	if limit.Requests <= 0 {
 		took.Requests = 0
 	}
@@ -209,17 +282,17 @@ func (r *TenantRates) Take(ctx context.Context, tenant string, limit Rate, token
 	}
 	tr.free = tr.free.Sub(took)
 	tr.next = now // the calls refused from now on come back from roomAt again
-	return &RateHold{r: r, tr: tr, slot: slot, took: took}, time.Time{}, nil
+	return &RateHold{r: r, tr: tr, slot: tr.slot, took: took}
 }
 
 // leaseTries bounds the leases one Take makes when each answers after its slot has ended.
 const leaseTries = 3
 
-// Wait is Take that waits for room — until the time Take gave, or a slot when a lease failed —
-// until ctx ends. A nil hold means no limit applies.
+// Wait is Take that waits in process for room — until it opens, not paced as the calls sent
+// back are, or a slot when a lease failed — until ctx ends. A nil hold means no limit applies.
 func (r *TenantRates) Wait(ctx context.Context, tenant string, limit Rate, tokens int64) (*RateHold, error) {
 	for {
-		hold, at, err := r.Take(ctx, tenant, limit, tokens)
+		hold, at, err := r.take(ctx, tenant, limit, tokens, waitAlways, nil, nil)
 		switch {
 		case errors.Is(err, ErrRateTooLarge):
 			return nil, err
@@ -228,35 +301,65 @@ func (r *TenantRates) Wait(ctx context.Context, tenant string, limit Rate, token
 		case hold != nil || at.IsZero():
 			return hold, nil
 		}
-		t := time.NewTimer(at.Sub(r.now()))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
+		if err := r.sleep(ctx, at); err != nil {
+			return nil, err
 		}
 	}
 }
 
-// lease asks the store for all the room tenant has in slot — at least need beyond what is free —,
-// giving back the tenant's pending returns, and notes when to ask again; tr.mu is held.
-func (r *TenantRates) lease(ctx context.Context, tenant string, tr *tenantRate, slot int64, need RateUse) error {
+// sleep waits until at by r's clock, or until ctx ends.
+func (r *TenantRates) sleep(ctx context.Context, at time.Time) error {
+	t := time.NewTimer(at.Sub(r.now()))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// lease asks the store for the room tenant's calls on this instance need — at least need beyond
+// what is free, and as much as the calls asking here need (in take, waiting for their turn or
+// for room) or one slot's even share, whichever is more —, giving back the tenant's pending
+// returns, and notes when to ask again; tr.mu is held. Sized so, a tenant's room is split between the instances that have its
+// calls, and a busy instance leases about once a burst. It leases for the slot it expects to
+// answer in, by how long the last lease took, so that a lease slower than a slot grants room a
+// call made once it answers counts in; one that answers after that slot anyway leaves its room
+// to be given back (take gives back a slot that has ended) and is asked again at once.
+func (r *TenantRates) lease(ctx context.Context, tenant string, tr *tenantRate, now time.Time, need RateUse) error {
+	if target := r.callSlot(now.Add(tr.lat + tr.lat/2)); target != tr.slot {
+		tr.giveBack(tr.slot, tr.free)
+		tr.free, tr.slot = RateUse{}, target
+	}
 	short := need.Sub(tr.free)
-	l := RateLease{Tenant: tenant, Slot: slot, Span: RateSlots, Limit: tr.limit,
-		Need:    RateUse{Requests: max(short.Requests, 0), Tokens: max(short.Tokens, 0)},
-		Want:    RateUse(tr.limit), // all the room there is: one lease a burst
+	calls := tr.asking.Load()
+	l := RateLease{Tenant: tenant, Slot: tr.slot, Span: RateSlots, Limit: tr.limit,
+		Need: RateUse{Requests: max(short.Requests, 0), Tokens: max(short.Tokens, 0)},
+		Want: RateUse{Requests: max(calls*need.Requests, share(tr.limit.Requests)),
+			Tokens: max(calls*need.Tokens, share(tr.limit.Tokens))},
 		Returns: tr.returns}
 	g, err := r.store.LeaseRate(ctx, l)
 	if err != nil {
 		return fmt.Errorf("lease the rate of tenant %s: %w", tenant, err)
 	}
+	answered := r.now()
+	tr.lat = answered.Sub(now)
 	tr.returns = nil
 	tr.free = tr.free.Add(g.Got)
-	// The lease took all the room there was (Want is the whole limit): the next is worth asking
-	// for once the window has room again.
-	tr.roomAt = r.slotStart(slot + roomIn(g.Window, tr.limit, need))
+	switch {
+	case r.callSlot(answered) > tr.slot && g.Got != (RateUse{}):
+		tr.roomAt = time.Time{} // too late to be spent: ask again at once
+	case roomOf(g.Window, tr.limit, need).covers(need, tr.limit):
+		tr.roomAt = time.Time{} // room is left for the next call that needs it
+	default: // the lease took all the room there was: ask again once the window has room
+		tr.roomAt = r.slotStart(tr.slot + roomIn(g.Window, tr.limit, need))
+	}
 	return nil
 }
+
+// share is one slot's even share of limit, 1/(RateSlots+1) of it rounded up.
+func share(limit int64) int64 { return (max(limit, 0) + RateSlots) / (RateSlots + 1) }
 
 // roomOf is the room window (oldest first, ending with the slot leased for) leaves under limit
 // for a lease of need: what the whole window leaves, and its last RateBurst slots' even shares.
@@ -324,6 +427,25 @@ func (tr *tenantRate) giveBack(slot int64, u RateUse) {
 	tr.returns[slot] = tr.returns[slot].Add(u)
 }
 
+// Late reports whether a call made now would count in a later slot than the one h was taken in
+// (callSlot), which did not count it. Settle it with no call, and take again.
+func (h *RateHold) Late() bool { return h.r.callSlot(h.r.now()) != h.slot }
+
+// burstCalls is how many calls of need one lease can grant at most: a burst's even shares.
+func burstCalls(limit Rate, need RateUse) int64 {
+	calls := int64(-1)
+	for _, p := range [][2]int64{{limit.Requests, need.Requests}, {limit.Tokens, need.Tokens}} {
+		if p[0] <= 0 || p[1] <= 0 {
+			continue
+		}
+		n := int64(RateBurst) * share(p[0]) / p[1]
+		if calls < 0 || n < calls {
+			calls = n
+		}
+	}
+	return max(calls, 1)
+}
+
 // Settle gives back what the call did not use of what Take took — calls is the requests it made
 // and tokens what it used (usageMetadata, plus any in doubt) — to the instance's allowance while
 // its slot lasts, to the store after. Use beyond the take (tokens beyond the estimate) is charged
@@ -341,7 +463,7 @@ func (h *RateHold) Settle(calls, tokens int64) {
 		tr := h.tr
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
-		if h.slot == tr.slot && h.slot == h.r.slotOf(h.r.now()) && unused.Requests >= 0 && unused.Tokens >= 0 {
+		if h.slot == tr.slot && h.slot == h.r.callSlot(h.r.now()) && unused.Requests >= 0 && unused.Tokens >= 0 {
 			tr.free = tr.free.Add(unused)
 			return
 		}
@@ -367,7 +489,7 @@ func (r *TenantRates) Flush(ctx context.Context) error {
 	for _, p := range todo {
 		tr := p.tr
 		tr.mu.Lock()
-		if slot := r.slotOf(r.now()); tr.slot != slot {
+		if slot := r.callSlot(r.now()); tr.slot < slot {
 			tr.giveBack(tr.slot, tr.free)
 			tr.free, tr.slot = RateUse{}, slot
 		}
@@ -396,5 +518,11 @@ func (r *TenantRates) tenant(tenant string) *tenantRate {
 }
 
 func (r *TenantRates) slotOf(t time.Time) int64 { return t.UnixNano() / int64(r.slot) }
+
+// callSlot is the slot a call made at t counts in: the slot it reaches the model in, allowing
+// it a tenth of a slot to get there. A call is made only once its slot has started, so calls
+// are made in the first nine tenths of their slot, and one on its way when a window ends does
+// not reach the model inside the next.
+func (r *TenantRates) callSlot(t time.Time) int64 { return r.slotOf(t.Add(r.slot / 10)) }
 
 func (r *TenantRates) slotStart(slot int64) time.Time { return time.Unix(0, slot*int64(r.slot)) }

@@ -3,6 +3,7 @@ package quota_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -96,6 +97,7 @@ func TestTenantRatesTake(t *testing.T) {
 	if took != quota.RateBurst {
 		t.Errorf("%d calls in the first slot, want a burst's %d", took, quota.RateBurst)
 	}
+	leased := st.leases
 	for range 2 {
 		h, at, err := r.Take(ctx, "acme", limit, 500)
 		if err != nil || h != nil {
@@ -109,8 +111,8 @@ func TestTenantRatesTake(t *testing.T) {
 	if diff := cmp.Diff(want, refused); diff != "" {
 		t.Errorf("refused calls come back at (-want +got):\n%s", diff)
 	}
-	if st.leases != 1 {
-		t.Errorf("%d leases, want 1: a lease takes all the room, so refusals until it opens again cost none", st.leases)
+	if st.leases != leased {
+		t.Errorf("%d leases for two refusals, want none: the last lease found no room, so refusals until it opens again cost none", st.leases-leased)
 	}
 
 	now = room
@@ -129,6 +131,113 @@ func TestTenantRatesTake(t *testing.T) {
 	if h, at, err := r.Take(ctx, "other", quota.Rate{}, 1_000_000); h != nil || !at.IsZero() || err != nil {
 		t.Errorf("a tenant without limits: %v, %v, %v; want no hold", h, at, err)
 	}
+}
+
+// Calls asking together take room in a lease sized to them (at most a burst), not one lease a
+// call: while the first lease is under way the others wait for it, and the next lease asks for
+// all of them; a call alone leases one slot's even share.
+func TestTenantRatesLeaseSizedToTheCallsAsking(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := &countingRates{memRates: memRates{slots: map[int64]quota.RateUse{}}, gate: make(chan struct{})}
+	now := time.Unix(1_800_000_000, 0)
+	r := quota.NewTenantRates(st, func() time.Time { return now }, time.Minute)
+	limit := quota.Rate{Requests: 305} // a share: 5 calls; a burst: 50
+	const calls = 30
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			if h, _, err := r.Take(ctx, "acme", limit, 0); err != nil || h == nil {
+				t.Errorf("take: %v, %v", h, err)
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond) // the calls gather behind the first lease
+	close(st.gate)
+	wg.Wait()
+	if len(st.wants) > 2 {
+		t.Errorf("leases wanting %v calls, want at most two: the first call's, then one for all the others", st.wants)
+	}
+	now = now.Add(quota.RateBurst * time.Second)
+	if h, _, err := r.Take(ctx, "acme", limit, 0); err != nil || h == nil {
+		t.Fatalf("take alone: %v, %v", h, err)
+	}
+	if got := st.wants[len(st.wants)-1]; got != 5 {
+		t.Errorf("a call alone leased %d calls, want a share's 5", got)
+	}
+}
+
+// countingRates is memRates whose leases record what they wanted, the first waiting for gate.
+type countingRates struct {
+	memRates
+	gate  chan struct{}
+	wants []int64
+}
+
+func (c *countingRates) LeaseRate(ctx context.Context, l quota.RateLease) (quota.RateGrant, error) {
+	<-c.gate // a TenantRates leases one at a time: no lock needed
+	c.wants = append(c.wants, l.Want.Requests)
+	return c.memRates.LeaseRate(ctx, l)
+}
+
+// A refused call whose room opens within a burst waits in process for it — pause before, resume
+// after —, at most as many at once as a lease can grant; the others are sent back at the limit's
+// pace. A wait resume calls off, or whose context ends, ends the take.
+func TestTenantRatesTakeOrWait(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		r := quota.NewTenantRates(&memRates{slots: map[int64]quota.RateUse{}}, time.Now, time.Minute)
+		limit := quota.Rate{Requests: 61} // a share: 1 call; a burst: RateBurst calls
+		for range quota.RateBurst {
+			if h, _, err := r.Take(ctx, "acme", limit, 0); err != nil || h == nil {
+				t.Fatalf("take with room: %v, %v", h, err)
+			}
+		}
+		start := time.Now()
+		room := start.Truncate(time.Second).Add(quota.RateBurst * time.Second) // the burst's first slot leaves it
+		type outcome struct {
+			hold     *quota.RateHold
+			at, when time.Time
+			paused   bool
+		}
+		out := make(chan outcome, quota.RateBurst+2)
+		for range quota.RateBurst + 2 {
+			go func() {
+				var o outcome
+				var err error
+				o.hold, o.at, err = r.TakeOrWait(ctx, "acme", limit, 0, func() { o.paused = true }, func() bool { return true })
+				if err != nil {
+					t.Error(err)
+				}
+				o.when = time.Now()
+				out <- o
+			}()
+		}
+		var waited, sent int
+		for range quota.RateBurst + 2 {
+			switch o := <-out; {
+			case o.hold != nil && o.paused && !o.when.Before(room) && !o.hold.Late():
+				waited++
+			case o.hold == nil && !o.paused && o.when.Equal(start) && !o.at.Before(room):
+				sent++
+			default:
+				t.Errorf("a refused call: hold %v, paused %v, done after %v, back at %v", o.hold != nil, o.paused, o.when.Sub(start), o.at.Sub(start))
+			}
+		}
+		if waited != quota.RateBurst || sent != 2 {
+			t.Errorf("%d calls waited for room and %d were sent back, want %d and 2", waited, sent, quota.RateBurst)
+		}
+
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, _, err := r.TakeOrWait(cancelled, "acme", limit, 0, func() {}, func() bool { return true }); !errors.Is(err, context.Canceled) {
+			t.Errorf("a wait whose context ended: %v, want context.Canceled", err)
+		}
+		if _, _, err := r.TakeOrWait(ctx, "acme", limit, 0, func() {}, func() bool { return false }); !errors.Is(err, quota.ErrRateWaitOff) {
+			t.Errorf("a wait resume called off: %v, want ErrRateWaitOff", err)
+		}
+	})
 }
 
 // Wait holds a call back until its tenant has room — here a minute later, when the first call

@@ -31,7 +31,8 @@ type rateDoc struct {
 
 // LeaseRate is quota.RateStore's lease: one transaction of the tenant's document (one read, one
 // write) that gives back l.Returns, drops the slots that left the window and grants by
-// quota.RateLease.Grant.
+// quota.RateLease.Grant, the slots after l.Slot counted with it (leased ahead, or by a clock
+// ahead) and kept.
 func (s *Store) LeaseRate(ctx context.Context, l quota.RateLease) (quota.RateGrant, error) {
 	ref := s.FS.Collection(TenantRatesCollection).Doc(l.Tenant)
 	first := l.Slot - int64(l.Span)
@@ -48,33 +49,34 @@ func (s *Store) LeaseRate(ctx context.Context, l quota.RateLease) (quota.RateGra
 				return fmt.Errorf("decode tenant rate %s: %w", l.Tenant, err)
 			}
 		}
-		window := make([]quota.RateUse, l.Span+1)
-		out := rateDoc{Slots: map[string]rateSlot{}}
-		var ahead quota.RateUse // leased by an instance whose clock is ahead: counted, and kept
+		slots := map[int64]quota.RateUse{}
 		for k, v := range d.Slots {
-			n, err := strconv.ParseInt(k, 10, 64)
-			u := quota.RateUse{Requests: v.Requests, Tokens: v.Tokens}
-			switch {
-			case err != nil || n < first: // left the window: counts no more
-			case n > l.Slot:
-				ahead = ahead.Add(u)
-				out.Slots[k] = v
-			default:
-				window[n-first] = u
+			if n, err := strconv.ParseInt(k, 10, 64); err == nil && n >= first { // older: left the window
+				slots[n] = quota.RateUse{Requests: v.Requests, Tokens: v.Tokens}
 			}
 		}
 		for n, u := range l.Returns {
-			if n >= first && n <= l.Slot {
-				w := window[n-first].Sub(u)
-				window[n-first] = quota.RateUse{Requests: max(w.Requests, 0), Tokens: max(w.Tokens, 0)}
+			if n >= first {
+				w := slots[n].Sub(u)
+				slots[n] = quota.RateUse{Requests: max(w.Requests, 0), Tokens: max(w.Tokens, 0)}
+			}
+		}
+		window := make([]quota.RateUse, l.Span+1)
+		out := rateDoc{Slots: map[string]rateSlot{}}
+		var ahead quota.RateUse // leased for a later slot (a lease ahead, or a clock ahead): counted, and kept
+		for n, u := range slots {
+			if n > l.Slot {
+				ahead = ahead.Add(u)
+			} else {
+				window[n-first] = u
 			}
 		}
 		window[l.Span] = window[l.Span].Add(ahead)
 		g = l.Grant(window)
-		g.Window[l.Span] = g.Window[l.Span].Sub(ahead)
-		for i, u := range g.Window {
+		slots[l.Slot] = g.Window[l.Span].Sub(ahead)
+		for n, u := range slots {
 			if u != (quota.RateUse{}) {
-				out.Slots[strconv.FormatInt(first+int64(i), 10)] = rateSlot{Requests: u.Requests, Tokens: u.Tokens}
+				out.Slots[strconv.FormatInt(n, 10)] = rateSlot{Requests: u.Requests, Tokens: u.Tokens}
 			}
 		}
 		return tx.Set(ref, out)

@@ -15,12 +15,14 @@ import (
 // claimed ahead of a free slot, within a small reserve (calls + reserve claimed or calling), and
 // its output is persisted, its result nudged and its message acked after the slot is freed, so
 // that no slot waits on Firestore or Pub/Sub. A claimed task waiting for a slot holds its lease,
-// renewed as any other, and releases it when the instance stops taking work.
+// renewed as any other, and releases it when the instance stops taking work. A claimed task
+// waiting for its tenant's rpm or tpm gives its call slot up meanwhile; at most reserve wait so.
 type capacity struct {
 	inHand   chan struct{}
 	ahead    chan struct{}
 	calls    chan struct{}
 	claiming chan struct{} // claims under way
+	rateWait chan struct{} // claimed tasks waiting in process for their tenant's rate
 
 	served atomic.Int64 // model calls that have freed their slot
 	busy   atomic.Int64 // nanoseconds those calls held their slot
@@ -42,7 +44,8 @@ func WithCapacity(calls, reserve, inHand int) Option {
 	return func(h *Handler) {
 		calls = max(calls, 1)
 		h.room = &capacity{inHand: make(chan struct{}, max(inHand, 1)), ahead: make(chan struct{}, calls+max(reserve, 0)),
-			calls: make(chan struct{}, calls), claiming: make(chan struct{}, claimsAtOnce(calls))}
+			calls: make(chan struct{}, calls), claiming: make(chan struct{}, claimsAtOnce(calls)),
+			rateWait: make(chan struct{}, max(reserve, 0))}
 	}
 }
 
@@ -132,6 +135,38 @@ func (p *place) startCall(ctx context.Context) bool {
 // publishing, acking, or any other write of the outcome) holds only its place in hand. It may be
 // called more than once.
 func (p *place) endCall() { p.free(1) }
+
+// pauseCall frees the task's call slot, taken by startCall, without counting a call served: the
+// task waits without calling, and startCall takes a slot again.
+func (p *place) pauseCall() {
+	if p.c == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.held); n > 0 && p.held[n-1] == p.c.calls {
+		p.c.busy.Add(int64(time.Since(p.calling)))
+		<-p.c.calls
+		p.held = p.held[:n-1]
+	}
+}
+
+// rateWait runs fn, in which the task may wait in process for its tenant's rate, if one of the
+// instance's places for such waits is free (reporting true), and runs none otherwise: a
+// Handler with a capacity lets as many claimed tasks wait so as it claims ahead of its call
+// slots, so that they never keep the others from calling.
+func (p *place) rateWait(fn func()) bool {
+	if p.c == nil {
+		fn()
+		return true
+	}
+	if !take(p.stop, p.c.rateWait, false) {
+		return false
+	}
+	defer func() { <-p.c.rateWait }()
+	fn()
+	return true
+}
 
 // leave frees everything the task holds. It may be called more than once.
 func (p *place) leave() { p.free(0) }

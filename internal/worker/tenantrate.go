@@ -16,17 +16,43 @@ import (
 
 // takeRate takes one request and tokens, the call's worst case, from the tenant's rpm and tpm
 // (store.Limits RPM and TPM), shared by every instance (quota.TenantRates), into tk. When there
-// is no room it hands the task back, unclaimed and with no attempt counted, until the time room
-// opens for it — the sweeper finds it then, as any task due — and reports false; likewise, soon,
-// when the allowance cannot be leased, and it fails a task whose one call is more than the
-// tenant's whole tpm. tk is done by then.
+// is no room but it opens soon (quota.TenantRates.TakeOrWait: within a burst, and fewer calls
+// waiting for it here than a lease grants) and one of the instance's places for such waits is
+// free (place.rateWait), the task waits for it in process — claimed, its lease renewed, its
+// model-call slot given up meanwhile so that other tenants' calls go on — and asks again.
+// Otherwise it hands the task back, unclaimed and with no attempt counted, until the time given
+// for it — the sweeper finds it then, as any task due — and reports false; likewise, soon, when
+// the allowance cannot be leased, and it fails a task whose one call is more than the tenant's
+// whole tpm. tk is done by then.
 func (r *run) takeRate(ctx context.Context, limits store.Limits, tokens int64, tk *ticket) bool {
 	h, t := r.h, r.task
 	if h.mp.Rates == nil {
 		return true
 	}
-	hold, at, err := h.mp.Rates.Take(ctx, t.Tenant, quota.Rate{Requests: limits.RPM, Tokens: limits.TPM}, tokens)
+	limit := quota.Rate{Requests: limits.RPM, Tokens: limits.TPM}
+	var (
+		hold *quota.RateHold
+		at   time.Time
+		err  error
+	)
+	if !r.place.rateWait(func() {
+		// The wait ends when the instance stops taking work, as a wait for a call slot does.
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(r.place.stop, cancel)()
+		hold, at, err = h.mp.Rates.TakeOrWait(wctx, t.Tenant, limit, tokens, r.place.pauseCall,
+			func() bool { return r.place.startCall(ctx) })
+		if err != nil && wctx.Err() != nil {
+			err = quota.ErrRateWaitOff
+		}
+	}) {
+		hold, at, err = h.mp.Rates.Take(ctx, t.Tenant, limit, tokens)
+	}
 	switch {
+	case errors.Is(err, quota.ErrRateWaitOff):
+		r.log.WarnContext(ctx, "shutting down while waiting for the tenant's rate; lease released")
+		r.release(ctx)
+		return false
 	case errors.Is(err, quota.ErrRateTooLarge):
 		r.fail(ctx, &protocol.TaskError{Kind: task.KindPermanent, Message: err.Error()})
 		return false
@@ -39,13 +65,16 @@ func (r *run) takeRate(ctx context.Context, limits store.Limits, tokens int64, t
 	}
 	tk.rate = hold
 	if hold != nil {
-		tk.admit = h.admitter(t.Tenant, quota.Rate{Requests: limits.RPM, Tokens: limits.TPM}, hold)
+		tk.admit = h.admitter(t.Tenant, limit, hold)
 	}
 	return true
 }
 
 // admitter is the gemini.Request Admit of a call whose first model call took first: that call
-// spends first, and each further one — a retry, a fallback, a flex call sent again at the
+// spends first — unless first's slot has ended by the time the call is made (quota.RateHold
+// Late): then first is given back and the call takes its own in the slot it is made in, so that
+// every call counts in its own slot however long the steps between take and call lasted —, and
+// each further one — a retry, a fallback, a flex call sent again at the
 // standard tier — takes its own from the tenant's allowance, waiting for room with the task's
 // lease renewed and its model-call slot held, as a retry waits out its backoff. Each is settled
 // with what its call used.
@@ -56,6 +85,10 @@ func (h *Handler) admitter(tenant string, limit quota.Rate, first *quota.RateHol
 		hold := first
 		first = nil
 		mu.Unlock()
+		if hold != nil && hold.Late() {
+			hold.Settle(0, 0)
+			hold = nil
+		}
 		if hold == nil {
 			var err error
 			if hold, err = h.mp.Rates.Wait(ctx, tenant, limit, tokens); err != nil || hold == nil {
