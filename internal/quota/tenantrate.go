@@ -43,9 +43,13 @@ type RateLease struct {
 	Tenant string
 	// Slot is the slot leased for; Span is how many slots before it count with it, so that
 	// every Span+1 consecutive slots together stay within Limit.
-	Slot  int64
-	Span  int
-	Limit Rate
+	Slot int64
+	Span int
+	// Current is the slot the lease is made in: Slot, or before it for a lease ahead. The slots
+	// from Current-Span on are kept, as the window of a lease made now for the current slot
+	// counts them.
+	Current int64
+	Limit   Rate
 	// Need is the least worth granting: a lease whose room is short of it in a limited part
 	// grants nothing. Want is what to take when there is room for more (at least Need).
 	Need, Want RateUse
@@ -334,7 +338,7 @@ func (r *TenantRates) lease(ctx context.Context, tenant string, tr *tenantRate, 
 	}
 	short := need.Sub(tr.free)
 	calls := tr.asking.Load()
-	l := RateLease{Tenant: tenant, Slot: tr.slot, Span: RateSlots, Limit: tr.limit,
+	l := RateLease{Tenant: tenant, Slot: tr.slot, Current: r.slotOf(now), Span: RateSlots, Limit: tr.limit,
 		Need: RateUse{Requests: max(short.Requests, 0), Tokens: max(short.Tokens, 0)},
 		Want: RateUse{Requests: max(calls*need.Requests, share(tr.limit.Requests)),
 			Tokens: max(calls*need.Tokens, share(tr.limit.Tokens))},
@@ -494,7 +498,7 @@ func (r *TenantRates) Flush(ctx context.Context) error {
 			tr.free, tr.slot = RateUse{}, slot
 		}
 		if len(tr.returns) > 0 {
-			l := RateLease{Tenant: p.tenant, Slot: tr.slot, Span: RateSlots, Limit: tr.limit, Returns: tr.returns}
+			l := RateLease{Tenant: p.tenant, Slot: tr.slot, Current: r.slotOf(r.now()), Span: RateSlots, Limit: tr.limit, Returns: tr.returns}
 			if _, err := r.store.LeaseRate(ctx, l); err != nil {
 				errs = append(errs, fmt.Errorf("give back the rate of tenant %s: %w", p.tenant, err))
 			} else {
@@ -520,9 +524,9 @@ func (r *TenantRates) tenant(tenant string) *tenantRate {
 func (r *TenantRates) slotOf(t time.Time) int64 { return t.UnixNano() / int64(r.slot) }
 
 // callSlot is the slot a call made at t counts in: the slot it reaches the model in, allowing
-// it a tenth of a slot to get there. A call is made only once its slot has started, so calls
-// are made in the first nine tenths of their slot, and one on its way when a window ends does
-// not reach the model inside the next.
-func (r *TenantRates) callSlot(t time.Time) int64 { return r.slotOf(t.Add(r.slot / 10)) }
+// it a quarter of a slot to get there. A call is made only once its slot has started, so calls
+// are made in the first three quarters of their slot, and one on its way when a window ends
+// does not reach the model inside the next unless its way takes longer.
+func (r *TenantRates) callSlot(t time.Time) int64 { return r.slotOf(t.Add(r.slot / 4)) }
 
 func (r *TenantRates) slotStart(slot int64) time.Time { return time.Unix(0, slot*int64(r.slot)) }

@@ -30,12 +30,13 @@ type rateDoc struct {
 }
 
 // LeaseRate is quota.RateStore's lease: one transaction of the tenant's document (one read, one
-// write) that gives back l.Returns, drops the slots that left the window and grants by
-// quota.RateLease.Grant, the slots after l.Slot counted with it (leased ahead, or by a clock
-// ahead) and kept.
+// write) that gives back l.Returns, drops the slots that left every window a lease may ask for
+// now and grants by quota.RateLease.Grant, the slots after l.Slot counted with it (leased ahead,
+// or by a clock ahead) and kept.
 func (s *Store) LeaseRate(ctx context.Context, l quota.RateLease) (quota.RateGrant, error) {
 	ref := s.FS.Collection(TenantRatesCollection).Doc(l.Tenant)
 	first := l.Slot - int64(l.Span)
+	keep := min(first, l.Current-int64(l.Span)) // older slots count in no window a lease may ask for now
 	var g quota.RateGrant
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		var d rateDoc
@@ -51,12 +52,12 @@ func (s *Store) LeaseRate(ctx context.Context, l quota.RateLease) (quota.RateGra
 		}
 		slots := map[int64]quota.RateUse{}
 		for k, v := range d.Slots {
-			if n, err := strconv.ParseInt(k, 10, 64); err == nil && n >= first { // older: left the window
+			if n, err := strconv.ParseInt(k, 10, 64); err == nil && n >= keep {
 				slots[n] = quota.RateUse{Requests: v.Requests, Tokens: v.Tokens}
 			}
 		}
 		for n, u := range l.Returns {
-			if n >= first {
+			if n >= keep {
 				w := slots[n].Sub(u)
 				slots[n] = quota.RateUse{Requests: max(w.Requests, 0), Tokens: max(w.Tokens, 0)}
 			}
@@ -65,9 +66,10 @@ func (s *Store) LeaseRate(ctx context.Context, l quota.RateLease) (quota.RateGra
 		out := rateDoc{Slots: map[string]rateSlot{}}
 		var ahead quota.RateUse // leased for a later slot (a lease ahead, or a clock ahead): counted, and kept
 		for n, u := range slots {
-			if n > l.Slot {
+			switch {
+			case n > l.Slot:
 				ahead = ahead.Add(u)
-			} else {
+			case n >= first:
 				window[n-first] = u
 			}
 		}

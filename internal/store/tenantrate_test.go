@@ -338,3 +338,31 @@ func TestTenantRateNoLimit(t *testing.T) {
 		t.Fatalf("Takes without limits cost %+v in Firestore, want nothing", c)
 	}
 }
+
+// A lease ahead of the current slot (made where leases take longer than a slot) keeps the slots
+// a lease made now for the current slot still counts: another instance's window is not emptied
+// of the calls made a minute ago, so it cannot grant them again.
+func TestLeaseAheadKeepsTheSlotsOthersCount(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	const now = int64(1_000_000)
+	limit := quota.Rate{Requests: 61} // a burst: 10 calls
+	lease := func(slot, current int64) quota.RateGrant {
+		t.Helper()
+		g, err := s.LeaseRate(ctx, quota.RateLease{Tenant: "acme", Slot: slot, Current: current, Span: quota.RateSlots,
+			Limit: limit, Need: quota.RateUse{Requests: 1}, Want: quota.RateUse{Requests: 10}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	if g := lease(now-quota.RateSlots, now-quota.RateSlots); g.Got.Requests != 10 {
+		t.Fatalf("the first lease got %+v, want a burst of 10 calls", g.Got)
+	}
+	lease(now+3, now) // ahead: its window starts three slots after the first lease's
+	g := lease(now, now)
+	if got := g.Window[0].Requests; got != 10 {
+		t.Errorf("a lease for the current slot counts %d calls in its window's first slot, want the 10 leased there", got)
+	}
+}

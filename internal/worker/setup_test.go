@@ -108,7 +108,7 @@ func setupOn(t testing.TB, project string, fs *firestore.Client, lat time.Durati
 
 // geminiClient is a Gemini client of the fake at url with quick retries and extra settings
 // (variable -> value).
-func geminiClient(ctx context.Context, t testing.TB, url string, extra map[string]string) *gemini.Client {
+func geminiClient(ctx context.Context, t testing.TB, url string, extra map[string]string, opts ...gemini.Option) *gemini.Client {
 	t.Helper()
 	env := map[string]string{
 		"GOOGLE_GEMINI_BASE_URL": url, "GENBOX_MODEL_CHAIN": "m",
@@ -120,7 +120,7 @@ func geminiClient(ctx context.Context, t testing.TB, url string, extra map[strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen, err := gemini.New(ctx, cfg)
+	gen, err := gemini.New(ctx, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
