@@ -45,9 +45,9 @@ type RateLease struct {
 	// every Span+1 consecutive slots together stay within Limit.
 	Slot int64
 	Span int
-	// Current is the slot the lease is made in: Slot, or before it for a lease ahead. The slots
-	// from Current-Span on are kept, as the window of a lease made now for the current slot
-	// counts them.
+	// Current is the slot the lease is made in: Slot, or before it for a lease ahead (zero:
+	// Slot). The slots from Current-Span on are kept, as the window of a lease made now for the
+	// current slot counts them.
 	Current int64
 	Limit   Rate
 	// Need is the least worth granting: a lease whose room is short of it in a limited part

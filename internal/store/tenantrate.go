@@ -36,7 +36,10 @@ type rateDoc struct {
 func (s *Store) LeaseRate(ctx context.Context, l quota.RateLease) (quota.RateGrant, error) {
 	ref := s.FS.Collection(TenantRatesCollection).Doc(l.Tenant)
 	first := l.Slot - int64(l.Span)
-	keep := min(first, l.Current-int64(l.Span)) // older slots count in no window a lease may ask for now
+	keep := first // older slots count in no window a lease may ask for now
+	if l.Current > 0 {
+		keep = min(first, l.Current-int64(l.Span))
+	}
 	var g quota.RateGrant
 	err := s.FS.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		var d rateDoc
