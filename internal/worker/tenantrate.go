@@ -71,13 +71,12 @@ func (r *run) takeRate(ctx context.Context, limits store.Limits, tokens int64, t
 }
 
 // admitter is the gemini.Request Admit of a call whose first model call took first: that call
-// spends first — unless first's slot has ended by the time the call is made (quota.RateHold
-// Late): then first is given back and the call takes its own in the slot it is made in, so that
-// every call counts in its own slot however long the steps between take and call lasted —, and
-// each further one — a retry, a fallback, a flex call sent again at the
-// standard tier — takes its own from the tenant's allowance, waiting for room with the task's
-// lease renewed and its model-call slot held, as a retry waits out its backoff. Each is settled
-// with what its call used.
+// spends first — unless, made now, the call would count in a later slot than first's
+// (quota.RateHold Late): then first is given back and the call takes its own in the slot it
+// counts in, however long the steps between take and call lasted —, and each further one — a
+// retry, a fallback, a flex call sent again at the standard tier — takes its own from the
+// tenant's allowance, waiting for room with the task's lease renewed and its model-call slot
+// held, as a retry waits out its backoff. Each is settled with what its call used.
 func (h *Handler) admitter(tenant string, limit quota.Rate, first *quota.RateHold) func(context.Context, int64) (func(int64), error) {
 	var mu sync.Mutex
 	return func(ctx context.Context, tokens int64) (func(int64), error) {
