@@ -26,10 +26,10 @@ import (
 // whole tpm. tk is done by then.
 func (r *run) takeRate(ctx context.Context, limits store.Limits, tokens int64, tk *ticket) bool {
 	h, t := r.h, r.task
-	if h.mp.Rates == nil {
+	limit := quota.Rate{Requests: limits.RPM, Tokens: limits.TPM}
+	if h.mp.Rates == nil || limit.None() {
 		return true
 	}
-	limit := quota.Rate{Requests: limits.RPM, Tokens: limits.TPM}
 	var (
 		hold *quota.RateHold
 		at   time.Time
